@@ -1,0 +1,252 @@
+/*
+ * larder.h - the one public interface of liblarder.
+ *
+ * larder stages training data from shared storage onto node-local disk.
+ * A dataset is named by the path or URL of its index file (index.larder),
+ * which lists the shards and, for every sample, one contiguous byte range
+ * inside one shard.  See docs/format.md for the on-disk format.
+ *
+ * Conventions (as in libuv and liburing):
+ *   - Functions return 0 (or a count) on success and a negative code on
+ *     failure: -errno for system errors, or one of LARDER_E* below.
+ *     larder_strerror() names any code; larder_errmsg() gives the detail
+ *     of this thread's most recent failure (file, position, reason).
+ *   - Handles are opaque.  Destructors accept NULL.
+ *   - Options structs carry a version field; set it to the
+ *     LARDER_*_OPTIONS_VERSION constant after zeroing the struct.
+ *   - The library never prints and never aborts on bad input.  Messages
+ *     go to the callback set with larder_set_log().
+ *
+ * Anything not declared in this file is not part of the API.
+ */
+#ifndef LARDER_H
+#define LARDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define LARDER_API __attribute__((visibility("default")))
+#else
+#define LARDER_API
+#endif
+
+#define LARDER_VERSION_STRING "0.1.0"
+
+/* larder's own error codes, well below every errno value. */
+#define LARDER_ERRNO_MAP(X)                                                                        \
+    X(EBADINDEX, -1000, "index file is corrupt or not an index")                                   \
+    X(EVERSION, -1001, "index version is not supported")                                           \
+    X(EBADTAR, -1002, "malformed tar archive")                                                     \
+    X(ECHECKSUM, -1003, "checksum mismatch")                                                       \
+    X(ENOTFOUND, -1004, "no such sample or field")                                                 \
+    X(EDUPKEY, -1005, "duplicate sample key")                                                      \
+    X(EUNSAFE, -1006, "unsafe or unsupported archive member")                                      \
+    X(ETRUNCATED, -1007, "unexpected end of data")                                                 \
+    X(EHDF5, -1008, "HDF5 error")                                                                  \
+    X(EHTTP, -1009, "HTTP error")                                                                  \
+    X(EEMPTY, -1010, "source holds no samples")                                                    \
+    X(ETOOSMALL, -1011, "buffer too small")                                                        \
+    X(EUSAGE, -1012, "invalid argument")                                                           \
+    X(EUNSUPPORTED, -1013, "unsupported input")
+
+enum larder_error {
+#define LARDER_ERR_ENUM(name, value, text) LARDER_##name = (value),
+    LARDER_ERRNO_MAP(LARDER_ERR_ENUM)
+#undef LARDER_ERR_ENUM
+};
+
+/* A static string naming any return code (larder's or -errno). */
+LARDER_API const char *larder_strerror(int code);
+
+/*
+ * Detail of this thread's most recent failure, for example
+ * "shards/a.tar: member at offset 1536: header checksum mismatch".
+ * Valid until the next failing larder call in the same thread.
+ */
+LARDER_API const char *larder_errmsg(void);
+
+/* ---- logging ---------------------------------------------------------- */
+
+enum larder_log_level { LARDER_LOG_ERROR = 0, LARDER_LOG_WARN, LARDER_LOG_INFO, LARDER_LOG_DEBUG };
+
+typedef void (*larder_log_fn)(void *userdata, int level, const char *message);
+
+/* Route the library's messages at `level` or more severe to `fn`
+ * (NULL: drop them, the default).  Process-wide; not thread-safe against
+ * concurrent larder calls, so set it once at start-up. */
+LARDER_API void larder_set_log(larder_log_fn fn, void *userdata, int level);
+
+/* ---- datasets --------------------------------------------------------- */
+
+typedef struct larder_dataset larder_dataset;
+
+/* Array element types of fields that hold arrays (values in docs/format.md). */
+enum larder_dtype {
+    LARDER_DTYPE_NONE = 0, /* plain bytes */
+    LARDER_DTYPE_U8,
+    LARDER_DTYPE_I8,
+    LARDER_DTYPE_U16,
+    LARDER_DTYPE_I16,
+    LARDER_DTYPE_U32,
+    LARDER_DTYPE_I32,
+    LARDER_DTYPE_U64,
+    LARDER_DTYPE_I64,
+    LARDER_DTYPE_F16,
+    LARDER_DTYPE_F32,
+    LARDER_DTYPE_F64,
+    LARDER_DTYPE_BOOL,
+    LARDER_DTYPE_COUNT
+};
+
+/* numpy's name of a dtype ("float32"), or "bytes" for LARDER_DTYPE_NONE. */
+LARDER_API const char *larder_dtype_name(int dtype);
+/* Size in bytes of one element, 0 for LARDER_DTYPE_NONE or an unknown value. */
+LARDER_API size_t larder_dtype_size(int dtype);
+
+#define LARDER_MAX_DIMS 32
+
+#define LARDER_OPEN_OPTIONS_VERSION 1
+typedef struct larder_open_options {
+    int version;          /* LARDER_OPEN_OPTIONS_VERSION */
+    int verify_checksums; /* nonzero: check each sample's checksum on read */
+} larder_open_options;
+
+/*
+ * Open the dataset whose index is at `url`: a local path, file://,
+ * http:// or https://.  Shard names in the index resolve relative to the
+ * index's own location.  `options` may be NULL for defaults.
+ * On success *out owns the dataset until larder_close().
+ */
+LARDER_API int larder_open(larder_dataset **out, const char *url,
+                           const larder_open_options *options);
+LARDER_API void larder_close(larder_dataset *dataset);
+
+typedef struct larder_dataset_info {
+    uint64_t num_samples;
+    uint64_t num_shards;
+    uint64_t total_bytes; /* sum of the samples' lengths */
+    uint32_t block_size;  /* block size hint recorded at pack time */
+    uint32_t version;     /* index format version */
+    char dataset_id[33];  /* content hash of the index, 32 hex digits */
+} larder_dataset_info;
+
+LARDER_API int larder_dataset_info_get(const larder_dataset *dataset, larder_dataset_info *info);
+LARDER_API uint64_t larder_num_samples(const larder_dataset *dataset);
+
+typedef struct larder_sample_info {
+    uint64_t id;            /* position in the index, 0 .. num_samples-1 */
+    uint64_t offset;        /* first byte of the sample inside its shard */
+    uint64_t length;        /* bytes in the sample's range */
+    uint64_t checksum;      /* xxh3-64 of those bytes */
+    uint32_t shard;         /* shard number */
+    uint32_t num_fields;    /* fields in the sample */
+    const char *key;        /* sample key; valid while the dataset is open */
+    const char *shard_name; /* shard name as recorded; valid while open */
+} larder_sample_info;
+
+typedef struct larder_field_info {
+    const char *name; /* field name ("jpg", "image"); valid while open */
+    uint64_t offset;  /* first byte of the field, relative to the sample */
+    uint64_t length;  /* bytes of the field */
+    int dtype;        /* enum larder_dtype */
+    uint32_t ndim;    /* dimensions of an array field, else 0 */
+    uint64_t shape[LARDER_MAX_DIMS];
+} larder_field_info;
+
+/* Layout of sample `id`.  LARDER_ENOTFOUND past the end; LARDER_EBADINDEX
+ * when the record is inconsistent (the message names it). */
+LARDER_API int larder_sample_info_get(const larder_dataset *dataset, uint64_t id,
+                                      larder_sample_info *info);
+/* Layout of field `field` (0 .. num_fields-1) of sample `id`. */
+LARDER_API int larder_field_info_get(const larder_dataset *dataset, uint64_t id, uint32_t field,
+                                     larder_field_info *info);
+/* Id of the sample named `key` (>= 0), or LARDER_ENOTFOUND. */
+LARDER_API int64_t larder_find_key(const larder_dataset *dataset, const char *key);
+/* Index of the field named `name` in sample `id` (>= 0), or LARDER_ENOTFOUND. */
+LARDER_API int larder_find_field(const larder_dataset *dataset, uint64_t id, const char *name);
+
+/*
+ * Read sample `id` (all its bytes) into buf[0..capacity).  Returns the
+ * sample's length, or LARDER_ETOOSMALL when capacity is less (nothing is
+ * read), or another negative code.  With verify_checksums set, a
+ * checksum mismatch returns LARDER_ECHECKSUM.  Thread-safe.
+ */
+LARDER_API int64_t larder_read_sample(larder_dataset *dataset, uint64_t id, void *buf,
+                                      size_t capacity);
+/* The same for one field of the sample. */
+LARDER_API int64_t larder_read_field(larder_dataset *dataset, uint64_t id, uint32_t field,
+                                     void *buf, size_t capacity);
+
+/*
+ * Check the whole dataset: the index's content hash and every record,
+ * then every shard's size and checksum and every sample's bytes against
+ * its checksum, reading each shard once, in order.  `bad` (may be NULL)
+ * is called once per problem with the sample id (LARDER_NO_SAMPLE for a
+ * problem of the index or of a shard as a whole), the error and a
+ * message.  Returns the number of problems (0 when all is good), or a
+ * negative code when the check could not run.  `progress` (may be NULL)
+ * receives shard bytes done and total.
+ */
+#define LARDER_NO_SAMPLE UINT64_MAX
+typedef void (*larder_bad_sample_fn)(void *userdata, uint64_t id, int error, const char *message);
+typedef void (*larder_progress_fn)(void *userdata, uint64_t done, uint64_t total);
+LARDER_API int64_t larder_verify(larder_dataset *dataset, larder_bad_sample_fn bad,
+                                 larder_progress_fn progress, void *userdata);
+
+/* ---- packing and indexing --------------------------------------------- */
+
+enum larder_shard_format { LARDER_FORMAT_TAR = 1, LARDER_FORMAT_FLAT = 2 };
+
+#define LARDER_PACK_OPTIONS_VERSION 1
+typedef struct larder_pack_options {
+    int version;           /* LARDER_PACK_OPTIONS_VERSION */
+    int format;            /* enum larder_shard_format; 0 means tar */
+    uint64_t shard_size;   /* target bytes per shard; 0 means 1 GiB */
+    int shuffle;           /* nonzero: write samples in a seeded random order */
+    uint64_t shuffle_seed; /* seed of that order */
+    int jobs;              /* writer threads; 0 means the number of CPUs */
+    uint32_t block_size;   /* block size hint stored in the index; 0: 64 KiB */
+    /* HDF5 sources: one sample per group at this depth (1 = children of
+     * the root), unless hdf5_rows names datasets to split along axis 0
+     * (comma-separated paths). */
+    int hdf5_group_depth;
+    const char *hdf5_rows;
+    larder_progress_fn progress; /* may be NULL; bytes written and total */
+    void *progress_userdata;
+} larder_pack_options;
+
+typedef struct larder_pack_result {
+    uint64_t num_samples;
+    uint64_t num_shards;
+    uint64_t bytes_written; /* shard bytes */
+    char dataset_id[33];
+} larder_pack_result;
+
+/*
+ * Pack `sources` (directories of files grouped by WebDataset keys,
+ * existing tar shards, or HDF5 files) into shards and an index under
+ * `outdir` (created if missing): outdir/index.larder plus shards named
+ * shard-NNNNNN.tar or .bin.  `result` may be NULL.
+ */
+LARDER_API int larder_pack(const char *const *sources, size_t num_sources, const char *outdir,
+                           const larder_pack_options *options, larder_pack_result *result);
+
+/*
+ * Index existing WebDataset tar shards in place (local paths or http(s)
+ * URLs), writing the index to `index_path`.  Shard names are stored
+ * relative to the index's directory where possible, else as given.
+ */
+LARDER_API int larder_index_shards(const char *const *shards, size_t num_shards,
+                                   const char *index_path, uint32_t block_size,
+                                   larder_progress_fn progress, void *userdata,
+                                   larder_pack_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LARDER_H */

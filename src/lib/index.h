@@ -1,0 +1,114 @@
+/*
+ * index.h - the index file: its binary layout (docs/format.md), a parser
+ * that validates a mapped or loaded image without doing any I/O or
+ * allocation of its own (so it can be fuzzed alone), per-record
+ * accessors that check every record they return, and a builder used by
+ * `larder pack` and `larder index` to write new indexes.
+ */
+#ifndef LARDER_INDEX_H
+#define LARDER_INDEX_H
+
+#include "common.h"
+
+#define LARDER_INDEX_MAGIC "LARDERIX"
+#define LARDER_INDEX_VERSION 1
+#define LARDER_INDEX_HEADER_SIZE 128
+#define LARDER_INDEX_SHARD_SIZE 32
+#define LARDER_INDEX_SAMPLE_SIZE 48
+#define LARDER_INDEX_FIELD_SIZE 40
+#define LARDER_DEFAULT_BLOCK_SIZE (64u * 1024)
+
+/* A validated view of an index image; pointers into the image. */
+struct larder__index {
+    const uint8_t *image;
+    uint64_t image_size;
+    const char *name; /* for messages; not owned */
+    uint32_t version;
+    uint32_t block_size;
+    uint64_t num_shards, num_samples, num_fields, num_dims, num_key_slots;
+    uint64_t strings_size, total_bytes;
+    uint64_t id_low, id_high; /* dataset id, xxh3-128 */
+    const uint8_t *shards, *samples, *fields, *dims, *key_slots, *strings;
+};
+
+struct larder__shard {
+    const char *name;
+    uint64_t size;
+    uint64_t checksum;
+    uint32_t format; /* enum larder_shard_format */
+};
+
+struct larder__sample {
+    uint64_t offset, length, checksum, field_first;
+    uint32_t shard, num_fields;
+    const char *key;
+};
+
+/* A field as the builder takes it and the accessor returns it. */
+struct larder__field {
+    const char *name;
+    uint64_t offset; /* relative to the sample */
+    uint64_t length;
+    int dtype;
+    uint32_t ndim;
+    uint64_t shape[LARDER_MAX_DIMS];
+};
+
+/*
+ * Validate the header and section bounds of image[0..size) and fill `ix`.
+ * O(1) plus O(num_shards): records are checked as they are accessed.
+ * Returns 0, LARDER_EBADINDEX or LARDER_EVERSION with a message naming
+ * `name` and the position.
+ */
+LARDER_HIDDEN int larder__index_parse(struct larder__index *ix, const void *image, uint64_t size,
+                                      const char *name);
+LARDER_HIDDEN int larder__index_shard(const struct larder__index *ix, uint64_t shard,
+                                      struct larder__shard *out);
+LARDER_HIDDEN int larder__index_sample(const struct larder__index *ix, uint64_t id,
+                                       struct larder__sample *out);
+LARDER_HIDDEN int larder__index_field(const struct larder__index *ix,
+                                      const struct larder__sample *sample, uint64_t sample_id,
+                                      uint32_t field, struct larder__field *out);
+/* Sample id of `key`, or LARDER_ENOTFOUND. */
+LARDER_HIDDEN int64_t larder__index_find_key(const struct larder__index *ix, const char *key,
+                                             size_t key_length);
+/* Recompute the content hash over the whole image; 0 or LARDER_ECHECKSUM. */
+LARDER_HIDDEN int larder__index_check_hash(const struct larder__index *ix);
+
+/* xxh3-64 of a key, as the key table uses it. */
+LARDER_HIDDEN uint64_t larder__key_hash(const char *key, size_t length);
+
+/* ---- builder ----------------------------------------------------------- */
+
+struct larder__index_builder;
+
+LARDER_HIDDEN int larder__index_builder_new(struct larder__index_builder **out,
+                                            uint32_t block_size);
+LARDER_HIDDEN void larder__index_builder_free(struct larder__index_builder *builder);
+/* Add a shard; returns its number (>= 0) or a negative code. */
+LARDER_HIDDEN int64_t larder__index_builder_add_shard(struct larder__index_builder *builder,
+                                                      const char *name, uint32_t format);
+LARDER_HIDDEN void larder__index_builder_set_shard(struct larder__index_builder *builder,
+                                                   uint32_t shard, uint64_t size,
+                                                   uint64_t checksum);
+/*
+ * Add a sample; returns its id (>= 0), or LARDER_EDUPKEY (message names
+ * the key), LARDER_EUSAGE for an inconsistent record, or -ENOMEM.
+ */
+LARDER_HIDDEN int64_t larder__index_builder_add_sample(struct larder__index_builder *builder,
+                                                       uint32_t shard, uint64_t offset,
+                                                       uint64_t length, uint64_t checksum,
+                                                       const char *key, size_t key_length,
+                                                       const struct larder__field *fields,
+                                                       uint32_t num_fields);
+LARDER_HIDDEN void larder__index_builder_set_checksum(struct larder__index_builder *builder,
+                                                      uint64_t id, uint64_t checksum);
+LARDER_HIDDEN uint64_t larder__index_builder_num_samples(const struct larder__index_builder *b);
+/* Key of sample `id` (valid until the builder changes), for messages. */
+LARDER_HIDDEN const char *larder__index_builder_key(const struct larder__index_builder *b,
+                                                    uint64_t id);
+/* Write the index to `path` atomically (temporary file, fsync, rename). */
+LARDER_HIDDEN int larder__index_builder_write(struct larder__index_builder *builder,
+                                              const char *path, char dataset_id[33]);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * sys.c - the system call table and the retrying wrappers over it.
+ */
+#include "sys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static int sys_open(const char *path, int flags, mode_t mode)
+{
+    return open(path, flags, mode);
+}
+
+struct larder__sys_ops larder__sys = {
+    .open = sys_open,
+    .close = close,
+    .pread = pread,
+    .pwrite = pwrite,
+    .fstat = fstat,
+    .fsync = fsync,
+    .rename = rename,
+};
+
+int larder__open(const char *path, int flags, mode_t mode)
+{
+    int fd;
+    do {
+        fd = larder__sys.open(path, flags | O_CLOEXEC, mode);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        int err = errno;
+        return larder__fail(-err, "%s: %s", path, strerror(err));
+    }
+    return fd;
+}
+
+int larder__pread_full(int fd, void *buf, size_t count, uint64_t offset, const char *what)
+{
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < count) {
+        ssize_t n = larder__sys.pread(fd, p + done, count - done, (off_t)(offset + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int err = errno;
+            memset(p + done, 0, count - done);
+            return larder__fail(-err, "%s: read at offset %llu: %s", what,
+                                (unsigned long long)(offset + done), strerror(err));
+        }
+        if (n == 0) {
+            memset(p + done, 0, count - done);
+            return larder__fail(
+                LARDER_ETRUNCATED, "%s: file ends at offset %llu, wanted %zu bytes at %llu", what,
+                (unsigned long long)(offset + done), count, (unsigned long long)offset);
+        }
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+int larder__pwrite_full(int fd, const void *buf, size_t count, uint64_t offset, const char *what)
+{
+    const uint8_t *p = buf;
+    size_t done = 0;
+    while (done < count) {
+        ssize_t n = larder__sys.pwrite(fd, p + done, count - done, (off_t)(offset + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int err = errno;
+            return larder__fail(-err, "%s: write at offset %llu: %s", what,
+                                (unsigned long long)(offset + done), strerror(err));
+        }
+        if (n == 0) return larder__fail(-EIO, "%s: write made no progress", what);
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+int larder__file_size(int fd, uint64_t *size, const char *what)
+{
+    struct stat st;
+    if (larder__sys.fstat(fd, &st) < 0) {
+        int err = errno;
+        return larder__fail(-err, "%s: stat: %s", what, strerror(err));
+    }
+    *size = (uint64_t)st.st_size;
+    return 0;
+}

@@ -1,0 +1,43 @@
+/*
+ * sys.h - every system call liblarder makes that can fail goes through
+ * this table, so tests can inject EIO, ENOSPC, EINTR and short transfers
+ * (tests/unit/test_sys.c does).  The helpers below retry EINTR and
+ * partial transfers and never leave a buffer's tail undefined.
+ */
+#ifndef LARDER_SYS_H
+#define LARDER_SYS_H
+
+#include "common.h"
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+struct larder__sys_ops {
+    int (*open)(const char *path, int flags, mode_t mode);
+    int (*close)(int fd);
+    ssize_t (*pread)(int fd, void *buf, size_t count, off_t offset);
+    ssize_t (*pwrite)(int fd, const void *buf, size_t count, off_t offset);
+    int (*fstat)(int fd, struct stat *st);
+    int (*fsync)(int fd);
+    int (*rename)(const char *from, const char *to);
+};
+
+/* The table in use; tests swap entries and restore them. */
+extern LARDER_HIDDEN struct larder__sys_ops larder__sys;
+
+/* Open `path`; returns a descriptor or -errno (with a message naming path). */
+LARDER_HIDDEN int larder__open(const char *path, int flags, mode_t mode);
+/*
+ * Read exactly `count` bytes at `offset`.  Returns 0, -errno, or
+ * LARDER_ETRUNCATED when the file ends first; in that case the unread
+ * tail of `buf` is zero-filled.  `what` names the file in messages.
+ */
+LARDER_HIDDEN int larder__pread_full(int fd, void *buf, size_t count, uint64_t offset,
+                                     const char *what);
+/* Write exactly `count` bytes at `offset`, or return -errno. */
+LARDER_HIDDEN int larder__pwrite_full(int fd, const void *buf, size_t count, uint64_t offset,
+                                      const char *what);
+/* Size of an open file, or -errno. */
+LARDER_HIDDEN int larder__file_size(int fd, uint64_t *size, const char *what);
+
+#endif
