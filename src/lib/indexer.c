@@ -123,7 +123,12 @@ int larder_index_shards(const char *const *shards, size_t num_shards, const char
         rc = larder__origin_stream(origin, sink, &ix);
         if (rc == 0) rc = larder__tar_scanner_finish(ix.scanner);
         larder__origin_close(origin);
-        if (rc == LARDER_EDUPKEY) rc = larder__fail_context(rc, "%s", shards[i]);
+        if (rc == LARDER_EDUPKEY)
+            rc = larder__fail_context(rc,
+                                      "%s (a WebDataset tar keeps each key's members "
+                                      "together and each key once; `larder pack` can "
+                                      "regroup them)",
+                                      shards[i]);
         if (rc == 0 && larder__index_builder_num_samples(ix.builder) == before)
             rc = larder__fail(LARDER_EEMPTY, "%s: no samples in this shard", shards[i]);
         if (rc == 0)

@@ -434,71 +434,139 @@ int larder__dir_source_open(struct larder__pack_plan *plan, const char *path,
 
 /* ---- tar source (repacking) --------------------------------------------- */
 
+/*
+ * A tar made with plain `tar cf DIR` need not keep a key's members
+ * together.  Repacking rewrites every byte anyway, so members are
+ * regrouped by key here (samples in order of their key's first
+ * appearance, fields in archive order); only `larder index`, which
+ * keeps the archive as it is, needs them adjacent.
+ */
+struct tar_member {
+    char *key; /* malloc'd */
+    char *ext; /* points into key's allocation */
+    uint64_t offset, size;
+    uint64_t order; /* first appearance of the key, then archive order */
+    uint64_t position;
+};
+
 struct tar_enumeration {
-    struct larder__pack_plan *plan;
-    struct files_source *fs;
-    struct larder__pack_field fields[LARDER_TAR_MAX_FIELDS];
+    struct tar_member *members;
+    size_t count, capacity;
 };
 
 static int tar_on_sample(void *userdata, const struct larder__tar_sample *sample)
 {
     struct tar_enumeration *e = userdata;
-    for (uint32_t f = 0; f < sample->num_fields; f++)
-        e->fields[f] = (struct larder__pack_field){.name = sample->fields[f].ext,
+    if (larder__reserve((void **)&e->members, &e->capacity, e->count + sample->num_fields,
+                        sizeof *e->members) < 0)
+        return -ENOMEM;
+    for (uint32_t f = 0; f < sample->num_fields; f++) {
+        size_t ext_length = strlen(sample->fields[f].ext);
+        char *key = malloc(sample->key_length + ext_length + 2);
+        if (!key) return -ENOMEM;
+        memcpy(key, sample->key, sample->key_length);
+        key[sample->key_length] = '\0';
+        memcpy(key + sample->key_length + 1, sample->fields[f].ext, ext_length + 1);
+        e->members[e->count] = (struct tar_member){.key = key,
+                                                   .ext = key + sample->key_length + 1,
+                                                   .offset = sample->fields[f].member_offset,
                                                    .size = sample->fields[f].member_length,
-                                                   .locator = {0, sample->fields[f].member_offset}};
-    return larder__pack_add_sample(e->plan, &e->fs->base, sample->key, sample->key_length,
-                                   e->fields, sample->num_fields);
+                                                   .position = e->count};
+        e->count++;
+    }
+    return 0;
 }
 
 static void tar_on_skip(void *userdata, const char *name, uint64_t offset)
 {
-    struct tar_enumeration *e = userdata;
-    larder__log(LARDER_LOG_WARN, "%s: member '%s' at offset %llu has no extension: skipped",
-                e->fs->base.name, name, (unsigned long long)offset);
+    (void)userdata;
+    larder__log(LARDER_LOG_WARN, "member '%s' at offset %llu has no extension: skipped", name,
+                (unsigned long long)offset);
 }
 
-static int scan_sink(void *userdata, const void *data, size_t length)
+static int by_key_then_position(const void *a, const void *b)
 {
-    return larder__tar_scanner_feed(userdata, data, length);
+    const struct tar_member *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    if (c) return c;
+    return x->position < y->position ? -1 : x->position > y->position;
+}
+
+static int by_order(const void *a, const void *b)
+{
+    const struct tar_member *x = a, *y = b;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Read the archive through the scanner into e. */
+static int tar_scan(struct files_source *fs, const char *path, struct tar_enumeration *e)
+{
+    struct larder__tar_scanner *scanner = malloc(larder__tar_scanner_size());
+    uint8_t *buf = malloc(CHUNK);
+    int rc = scanner && buf ? 0 : -ENOMEM;
+    int fd = rc == 0 ? files_fd(fs, 0) : rc;
+    if (fd < 0) rc = fd;
+    if (rc == 0) larder__tar_scanner_init(scanner, path, tar_on_sample, tar_on_skip, e);
+    for (uint64_t offset = 0; rc == 0;) {
+        ssize_t n = larder__sys.pread(fd, buf, CHUNK, (off_t)offset);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            rc = larder__fail(-errno, "%s: %s", path, strerror(errno));
+            break;
+        }
+        if (n == 0) {
+            rc = larder__tar_scanner_finish(scanner);
+            break;
+        }
+        rc = larder__tar_scanner_feed(scanner, buf, (size_t)n);
+        offset += (uint64_t)n;
+    }
+    free(buf);
+    free(scanner);
+    return rc;
 }
 
 int larder__tar_source_open(struct larder__pack_plan *plan, const char *path,
                             struct larder__pack_source **out)
 {
     struct files_source *fs = files_source_new(path);
-    struct tar_enumeration *e = malloc(sizeof *e);
-    struct larder__tar_scanner *scanner = malloc(larder__tar_scanner_size());
-    int rc = fs && e && scanner ? 0 : -ENOMEM;
+    struct tar_enumeration e = {0};
     uint64_t before = plan->num_samples;
+    int rc = fs ? 0 : -ENOMEM;
     if (rc == 0 && (rc = (int)files_add_path(fs, path)) >= 0) rc = files_finish(fs);
+    if (rc == 0) rc = tar_scan(fs, path, &e);
     if (rc == 0) {
-        *e = (struct tar_enumeration){.plan = plan, .fs = fs};
-        larder__tar_scanner_init(scanner, path, tar_on_sample, tar_on_skip, e);
-        int fd = larder__open(path, O_RDONLY, 0);
-        if (fd < 0) {
-            rc = fd;
-        } else {
-            fs->fds[0] = fd;
-            uint8_t *buf = malloc(CHUNK);
-            if (!buf) rc = -ENOMEM;
-            for (uint64_t offset = 0; rc == 0;) {
-                ssize_t n = larder__sys.pread(fd, buf, CHUNK, (off_t)offset);
-                if (n < 0 && errno == EINTR) continue;
-                if (n < 0) {
-                    rc = larder__fail(-errno, "%s: %s", path, strerror(errno));
-                    break;
-                }
-                if (n == 0) break;
-                rc = scan_sink(scanner, buf, (size_t)n);
-                offset += (uint64_t)n;
-            }
-            free(buf);
-            if (rc == 0) rc = larder__tar_scanner_finish(scanner);
+        /* regroup: the order of a sample is its key's first appearance */
+        qsort(e.members, e.count, sizeof *e.members, by_key_then_position);
+        for (size_t i = 0; i < e.count; i++) {
+            bool same = i > 0 && strcmp(e.members[i].key, e.members[i - 1].key) == 0;
+            e.members[i].order = same ? e.members[i - 1].order : e.members[i].position << 20;
+            if (same) e.members[i].order = e.members[i - 1].order + 1;
         }
+        qsort(e.members, e.count, sizeof *e.members, by_order);
     }
-    free(scanner);
-    free(e);
+    struct larder__pack_field fields[LARDER_TAR_MAX_FIELDS];
+    for (size_t i = 0; rc == 0 && i < e.count;) {
+        size_t j = i;
+        uint32_t n = 0;
+        for (; j < e.count && strcmp(e.members[j].key, e.members[i].key) == 0; j++) {
+            if (n == LARDER_TAR_MAX_FIELDS) {
+                rc = larder__fail(LARDER_EUNSUPPORTED, "%s: sample '%s' has too many members", path,
+                                  e.members[i].key);
+                break;
+            }
+            fields[n++] = (struct larder__pack_field){.name = e.members[j].ext,
+                                                      .size = e.members[j].size,
+                                                      .locator = {0, e.members[j].offset}};
+        }
+        if (rc == 0)
+            rc = larder__pack_add_sample(plan, &fs->base, e.members[i].key,
+                                         strlen(e.members[i].key), fields, n);
+        i = j;
+    }
+    for (size_t i = 0; i < e.count; i++)
+        free(e.members[i].key);
+    free(e.members);
     if (rc == 0 && plan->num_samples == before)
         rc = larder__fail(LARDER_EEMPTY, "%s: no samples in this tar archive", path);
     if (rc == 0) rc = larder__pack_plan_add_source(plan, &fs->base);
@@ -693,9 +761,24 @@ static int lay_out(struct pack_job *job)
         int64_t id =
             larder__index_builder_add_sample(job->builder, (uint32_t)shard, position, length, 0,
                                              key, strlen(key), index_fields, num_fields);
+        if (id == LARDER_EDUPKEY) {
+            /* name both places the key comes from */
+            const char *other = "?";
+            for (uint64_t j = 0; j < k; j++) {
+                const char *other_key;
+                struct larder__pack_source *other_source;
+                const struct larder__pack_field *other_fields;
+                uint32_t other_count;
+                larder__pack_plan_sample(plan, job->samples[j].plan_index, &other_key,
+                                         &other_source, &other_fields, &other_count);
+                if (strcmp(other_key, key) == 0) other = other_source->name;
+            }
+            rc = larder__fail(LARDER_EDUPKEY, "duplicate sample key '%s' in %s and %s", key, other,
+                              source->name);
+            break;
+        }
         if (id < 0) {
-            rc = id == LARDER_EDUPKEY ? larder__fail_context(LARDER_EDUPKEY, "%s", source->name)
-                                      : (int)id;
+            rc = (int)id;
             break;
         }
         s->index_id = (uint64_t)id;

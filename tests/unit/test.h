@@ -50,7 +50,8 @@ void test_skip(const char *why) __attribute__((noreturn));
 
 /* This test's scratch directory (absolute path). */
 const char *test_dir(void);
-/* Path of `name` inside test_dir(); static buffer rotated over 8 calls. */
+/* Path of `name` inside test_dir(), in a static buffer reused every 8 calls:
+ * copy it to keep it longer. */
 const char *test_path(const char *name);
 /* Write `length` bytes to `path`, creating parent directories. */
 void test_write_file(const char *path, const void *data, size_t length);
