@@ -1,0 +1,42 @@
+# Shared helpers for the command-line integration tests.  Each test is a
+# bash script run by tests/run with $LARDER pointing at the built CLI; it
+# exits 0 on success, 77 to skip, anything else on failure.
+set -euo pipefail
+: "${LARDER:?run through tests/run}"
+WORK=$(mktemp -d /tmp/larder-cli-XXXXXX)
+cleanup_hooks=()
+cleanup() {
+  for hook in "${cleanup_hooks[@]}"; do eval "$hook" || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+cd "$WORK"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "skipped: $*"; exit 77; }
+
+# expect_error STATUS NEEDLE CMD...: the command exits STATUS and its
+# stderr contains NEEDLE.
+expect_error() {
+  local want=$1 needle=$2
+  shift 2
+  local status=0
+  "$@" >"$WORK/out.txt" 2>"$WORK/err.txt" || status=$?
+  [ "$status" -eq "$want" ] || fail "'$*' exited $status, want $want; stderr: $(cat "$WORK/err.txt")"
+  grep -qF -- "$needle" "$WORK/err.txt" || fail "'$*' stderr lacks '$needle': $(cat "$WORK/err.txt")"
+}
+
+# make_tree DIR N: N samples, each KEY.jpg (random, 1-30 KB) and KEY.cls
+make_tree() {
+  local dir=$1 n=$2
+  mkdir -p "$dir"
+  for i in $(seq -f "%05g" 1 "$n"); do
+    head -c $(( (10#$i * 7919) % 30000 + 1 )) /dev/urandom >"$dir/sample$i.jpg"
+    echo "$i" >"$dir/sample$i.cls"
+  done
+}
+
+# same_bytes INDEX KEY FIELD FILE: larder cat of that field equals FILE
+same_bytes() {
+  "$LARDER" cat "$1" "$2" --field "$3" | cmp -s - "$4" || fail "$2.$3 differs from $4"
+}
