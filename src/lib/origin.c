@@ -248,13 +248,17 @@ char *larder__resolve(const char *index_url, const char *name)
     if (larder__is_remote(name) || name[0] == '/' || strncmp(name, "file://", 7) == 0)
         return strdup(name);
     /* the directory part of the index's location, never cutting into "scheme://host" */
-    size_t dir_length = 0;
-    const char *slash = strrchr(index_url, '/');
     const char *host = larder__is_remote(index_url) ? strstr(index_url, "://") + 3 : index_url;
-    if (slash && slash >= host) dir_length = (size_t)(slash - index_url + 1);
-    size_t length = dir_length + strlen(name) + 1;
+    const char *slash = strrchr(host, '/');
+    size_t dir_length = slash ? (size_t)(slash - index_url + 1) : 0;
+    const char *separator = "";
+    if (!slash && host != index_url) { /* "http://host" alone */
+        dir_length = strlen(index_url);
+        separator = "/";
+    }
+    size_t length = dir_length + strlen(separator) + strlen(name) + 1;
     char *out = malloc(length);
-    if (out) snprintf(out, length, "%.*s%s", (int)dir_length, index_url, name);
+    if (out) snprintf(out, length, "%.*s%s%s", (int)dir_length, index_url, separator, name);
     return out;
 }
 
