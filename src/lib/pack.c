@@ -979,6 +979,7 @@ static int add_source(struct larder__pack_plan *plan, const char *path,
         rc = larder__tar_source_open(plan, path, &source);
     if (rc == 0 && plan->num_samples == before)
         rc = larder__fail(LARDER_EEMPTY, "%s: source holds no samples", path);
+    if (rc < 0) plan->num_samples = before; /* what a failed source added is not packed */
     return rc;
 }
 
