@@ -259,12 +259,12 @@ static void report(struct verify *v, uint64_t id, int error)
     if (v->bad) v->bad(v->userdata, id, error, larder_errmsg());
 }
 
-static const larder_dataset *sort_dataset;
-static int by_offset(const void *a, const void *b)
+static int by_offset(const void *a, const void *b, void *dataset)
 {
+    const struct larder__index *ix = &((const larder_dataset *)dataset)->ix;
     struct larder__sample x, y;
-    larder__index_sample(&sort_dataset->ix, *(const uint64_t *)a, &x);
-    larder__index_sample(&sort_dataset->ix, *(const uint64_t *)b, &y);
+    larder__index_sample(ix, *(const uint64_t *)a, &x);
+    larder__index_sample(ix, *(const uint64_t *)b, &y);
     return x.offset < y.offset ? -1 : x.offset > y.offset;
 }
 
@@ -364,8 +364,7 @@ int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progre
         v.next = 0;
         v.open = false;
         v.position = 0;
-        sort_dataset = d;
-        qsort(v.order, v.count, sizeof *v.order, by_offset);
+        qsort_r(v.order, v.count, sizeof *v.order, by_offset, d);
         /* overlapping samples are corrupt: report, then check the rest */
         for (size_t k = 1; k < v.count; k++) {
             struct larder__sample a, b;

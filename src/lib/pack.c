@@ -342,11 +342,6 @@ static int walk(struct dir_walk *w, const char *relative)
     return rc;
 }
 
-static int by_relative(const void *a, const void *b)
-{
-    return strcmp(((const struct dir_entry *)a)->relative, ((const struct dir_entry *)b)->relative);
-}
-
 /* Order by (key, extension): files of one key become adjacent. */
 static int by_key(const void *a, const void *b)
 {
@@ -385,8 +380,7 @@ int larder__dir_source_open(struct larder__pack_plan *plan, const char *path,
             }
         }
         w.count = kept;
-        qsort(w.entries, w.count, sizeof *w.entries, by_relative);
-        qsort(w.entries, w.count, sizeof *w.entries, by_key);
+        if (w.count) qsort(w.entries, w.count, sizeof *w.entries, by_key);
     }
     uint64_t before = plan->num_samples;
     struct larder__pack_field *fields = NULL;
@@ -535,7 +529,7 @@ int larder__tar_source_open(struct larder__pack_plan *plan, const char *path,
     int rc = fs ? 0 : -ENOMEM;
     if (rc == 0 && (rc = (int)files_add_path(fs, path)) >= 0) rc = files_finish(fs);
     if (rc == 0) rc = tar_scan(fs, path, &e);
-    if (rc == 0) {
+    if (rc == 0 && e.count) {
         /* regroup: the order of a sample is its key's first appearance */
         qsort(e.members, e.count, sizeof *e.members, by_key_then_position);
         for (size_t i = 0; i < e.count; i++) {

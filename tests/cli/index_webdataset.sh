@@ -11,7 +11,7 @@ mkdir -p elsewhere
 "$LARDER" index shards/a.tar shards/b.tar -o elsewhere/index.larder >out.txt
 grep -q "indexed 60 samples in 2 shards" out.txt || fail "$(cat out.txt)"
 [ "$(sha256sum shards/*.tar)" = "$before" ] || fail "shards were modified"
-"$LARDER" inspect elsewhere/index.larder --sample 0 | grep -q "../shards/a.tar" ||
+"$LARDER" inspect elsewhere/index.larder --sample 0 | grep "../shards/a.tar" >/dev/null ||
   fail "shard names are not relative to the index"
 "$LARDER" verify elsewhere/index.larder >/dev/null || fail "verify"
 
@@ -23,7 +23,7 @@ done
 
 # a whole sample read is its tar members, headers included
 "$LARDER" cat elsewhere/index.larder sample00001 >whole.bin
-tar tf whole.bin 2>/dev/null | grep -q sample00001.cls || fail "sample range is not tar members"
+tar tf whole.bin 2>/dev/null | grep sample00001.cls >/dev/null || fail "sample range is not tar members"
 
 # moving the index and shards together keeps working (relative names)
 mkdir moved && mv elsewhere shards moved/

@@ -9,5 +9,5 @@ echo "after the 4 GiB mark" >src/tail.txt
 "$LARDER" pack src -o out --no-shuffle --jobs 1 --shard-size 8G >/dev/null
 "$LARDER" inspect out/index.larder --sample tail --json | /usr/bin/python3 -c '
 import json, sys; s = json.load(sys.stdin); assert s["offset"] > 4 << 30, s'
-"$LARDER" cat out/index.larder tail --field txt | grep -q "after the 4 GiB mark" || fail "read past 4 GiB"
-tar tvf out/shard-000000.tar | grep -q "4823449600 .* big.bin" || fail "tar does not list the big member"
+"$LARDER" cat out/index.larder tail --field txt | grep "after the 4 GiB mark" >/dev/null || fail "read past 4 GiB"
+tar tvf out/shard-000000.tar | grep "4823449600 .* big.bin" >/dev/null || fail "tar does not list the big member"

@@ -7,7 +7,7 @@ mkdir -p src/nested/deeper && head -c 5000 /dev/urandom >src/nested/deeper/x.a.b
 
 "$LARDER" pack src -o tar --shard-size 300K --shuffle-seed 3 >pack.txt
 grep -q "packed 121 samples" pack.txt || fail "pack summary: $(cat pack.txt)"
-"$LARDER" verify tar/index.larder | grep -q "^ok: 121 samples" || fail "verify"
+"$LARDER" verify tar/index.larder | grep "^ok: 121 samples" >/dev/null || fail "verify"
 
 # the shards are ordinary tars holding every file under its own name
 for s in tar/shard-*.tar; do tar tf "$s"; done | sort >listed.txt
