@@ -384,8 +384,11 @@ int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progre
         int rc = shard_origin(d, i, &o);
         if (rc == 0) rc = larder__origin_stream(o, verify_sink, &v);
         if (rc < 0) {
-            larder__fail_context(rc, "shard %u ('%s')", i, shard.name);
+            /* one problem for the shard, not one per sample it could not check */
+            larder__fail_context(rc, "shard %u ('%s'), %zu samples left unchecked", i, shard.name,
+                                 v.count - v.next);
             report(&v, LARDER_NO_SAMPLE, rc);
+            continue;
         } else if (v.position != shard.size) {
             larder__fail(LARDER_ETRUNCATED, "shard %u ('%s'): %llu bytes, index says %llu", i,
                          shard.name, (unsigned long long)v.position,

@@ -176,47 +176,36 @@ int larder__pack_add_sample(struct larder__pack_plan *plan, struct larder__pack_
 /* ---- files source (directory trees and tar members alike) -------------- */
 
 /* A source whose fields are byte ranges of files: locator[0] = file
- * number, locator[1] = offset in that file. */
+ * number, locator[1] = offset in that file.  A tree opens each file for
+ * each read (a tree may hold more files than a process may keep open; a
+ * field is read in few, large pieces); an archive keeps its one file open. */
 struct files_source {
     struct larder__pack_source base;
     char **paths;
-    int *fds; /* opened on first read */
     size_t num_paths, cap_paths;
-    pthread_mutex_t lock;
+    int archive_fd; /* the open archive, or -1 for a tree */
 };
-
-static int files_fd(struct files_source *fs, size_t file)
-{
-    pthread_mutex_lock(&fs->lock);
-    int fd = fs->fds[file];
-    if (fd < 0) fd = fs->fds[file] = larder__open(fs->paths[file], O_RDONLY, 0);
-    pthread_mutex_unlock(&fs->lock);
-    return fd;
-}
 
 static int files_read(struct larder__pack_source *source, const struct larder__pack_field *field,
                       uint64_t offset, void *buf, size_t length)
 {
     struct files_source *fs = (struct files_source *)source;
-    int fd = files_fd(fs, (size_t)field->locator[0]);
+    const char *path = fs->paths[field->locator[0]];
+    int fd = fs->archive_fd >= 0 ? fs->archive_fd : larder__open(path, O_RDONLY, 0);
     if (fd < 0) return fd;
-    int rc = larder__pread_full(fd, buf, length, field->locator[1] + offset,
-                                fs->paths[field->locator[0]]);
-    if (rc == LARDER_ETRUNCATED)
-        return larder__fail(rc, "%s: file shrank while packing", fs->paths[field->locator[0]]);
+    int rc = larder__pread_full(fd, buf, length, field->locator[1] + offset, path);
+    if (fd != fs->archive_fd) larder__sys.close(fd);
+    if (rc == LARDER_ETRUNCATED) return larder__fail(rc, "%s: file shrank while packing", path);
     return rc;
 }
 
 static void files_close(struct larder__pack_source *source)
 {
     struct files_source *fs = (struct files_source *)source;
-    for (size_t i = 0; i < fs->num_paths; i++) {
-        if (fs->fds && fs->fds[i] >= 0) larder__sys.close(fs->fds[i]);
+    for (size_t i = 0; i < fs->num_paths; i++)
         free(fs->paths[i]);
-    }
+    if (fs->archive_fd >= 0) larder__sys.close(fs->archive_fd);
     free(fs->paths);
-    free(fs->fds);
-    pthread_mutex_destroy(&fs->lock);
     free(fs->base.name);
     free(fs);
 }
@@ -231,7 +220,7 @@ static struct files_source *files_source_new(const char *name)
         return NULL;
     }
     fs->base.ops = &files_ops;
-    pthread_mutex_init(&fs->lock, NULL);
+    fs->archive_fd = -1;
     return fs;
 }
 
@@ -242,15 +231,6 @@ static int64_t files_add_path(struct files_source *fs, const char *path)
         !(fs->paths[fs->num_paths] = strdup(path)))
         return -ENOMEM;
     return (int64_t)fs->num_paths++;
-}
-
-static int files_finish(struct files_source *fs)
-{
-    fs->fds = malloc((fs->num_paths ? fs->num_paths : 1) * sizeof *fs->fds);
-    if (!fs->fds) return -ENOMEM;
-    for (size_t i = 0; i < fs->num_paths; i++)
-        fs->fds[i] = -1;
-    return 0;
 }
 
 /*
@@ -415,7 +395,6 @@ int larder__dir_source_open(struct larder__pack_plan *plan, const char *path,
     for (size_t i = 0; i < w.count; i++)
         free(w.entries[i].relative);
     free(w.entries);
-    if (rc == 0) rc = files_finish(fs);
     if (rc == 0) rc = larder__pack_plan_add_source(plan, &fs->base);
     if (rc < 0) {
         plan->num_samples = before; /* its samples point at fs */
@@ -498,8 +477,7 @@ static int tar_scan(struct files_source *fs, const char *path, struct tar_enumer
     struct larder__tar_scanner *scanner = malloc(larder__tar_scanner_size());
     uint8_t *buf = malloc(CHUNK);
     int rc = scanner && buf ? 0 : -ENOMEM;
-    int fd = rc == 0 ? files_fd(fs, 0) : rc;
-    if (fd < 0) rc = fd;
+    int fd = fs->archive_fd;
     if (rc == 0) larder__tar_scanner_init(scanner, path, tar_on_sample, tar_on_skip, e);
     for (uint64_t offset = 0; rc == 0;) {
         ssize_t n = larder__sys.pread(fd, buf, CHUNK, (off_t)offset);
@@ -527,8 +505,9 @@ int larder__tar_source_open(struct larder__pack_plan *plan, const char *path,
     struct tar_enumeration e = {0};
     uint64_t before = plan->num_samples;
     int rc = fs ? 0 : -ENOMEM;
-    if (rc == 0 && (rc = (int)files_add_path(fs, path)) >= 0) rc = files_finish(fs);
-    if (rc == 0) rc = tar_scan(fs, path, &e);
+    if (rc == 0 && (rc = (int)files_add_path(fs, path)) >= 0)
+        rc = fs->archive_fd = larder__open(path, O_RDONLY, 0);
+    if (rc >= 0) rc = tar_scan(fs, path, &e);
     if (rc == 0 && e.count) {
         /* regroup: the order of a sample is its key's first appearance */
         qsort(e.members, e.count, sizeof *e.members, by_key_then_position);
