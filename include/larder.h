@@ -52,7 +52,8 @@ extern "C" {
     X(EEMPTY, -1010, "source holds no samples")                                                    \
     X(ETOOSMALL, -1011, "buffer too small")                                                        \
     X(EUSAGE, -1012, "invalid argument")                                                           \
-    X(EUNSUPPORTED, -1013, "unsupported input")
+    X(EUNSUPPORTED, -1013, "unsupported input")                                                    \
+    X(ECACHE, -1014, "cache directory belongs to another dataset or block size")
 
 enum larder_error {
 #define LARDER_ERR_ENUM(name, value, text) LARDER_##name = (value),
@@ -113,7 +114,15 @@ LARDER_API size_t larder_dtype_size(int dtype);
 #define LARDER_OPEN_OPTIONS_VERSION 1
 typedef struct larder_open_options {
     int version;          /* LARDER_OPEN_OPTIONS_VERSION */
-    int verify_checksums; /* nonzero: check each sample's checksum on read */
+    int verify_checksums; /* nonzero: check each checksum also on uncached reads (reads
+                           * through the cache always check) */
+    /* Node cache directory; NULL: the LARDER_CACHE environment variable,
+     * and when that is unset or empty, no cache (every read goes to the
+     * origin).  "" forces no cache. */
+    const char *cache_dir;
+    uint32_t block_size;     /* cache block size; 0: the index's hint (64 KiB) */
+    uint64_t cache_capacity; /* bytes of this dataset's cache; 0: no limit */
+    int max_inflight;        /* origin requests in flight in larder_read_samples; 0: 64 */
 } larder_open_options;
 
 /*
@@ -181,6 +190,49 @@ LARDER_API int64_t larder_read_sample(larder_dataset *dataset, uint64_t id, void
 /* The same for one field of the sample. */
 LARDER_API int64_t larder_read_field(larder_dataset *dataset, uint64_t id, uint32_t field,
                                      void *buf, size_t capacity);
+
+/*
+ * Read many samples at once: every miss is fetched concurrently (up to
+ * max_inflight origin requests), so the origin's latency is paid about
+ * once per batch, not once per sample.  bufs[i] receives sample ids[i]
+ * (capacity caps[i]); results[i] gets its length or a negative code.
+ * Returns the number of samples read, or the first error when any failed.
+ */
+LARDER_API int64_t larder_read_samples(larder_dataset *dataset, const uint64_t *ids, size_t count,
+                                       void *const *bufs, const size_t *caps, int64_t *results);
+
+/* Cache and origin counters.  With a cache they are the node's: shared by
+ * every process using the same cache directory and dataset. */
+#define LARDER_FILL_BUCKETS 24
+typedef struct larder_stats {
+    int cached;               /* whether a node cache is in use */
+    uint64_t hits;            /* samples served from the node cache */
+    uint64_t misses;          /* samples that needed an origin fetch */
+    uint64_t origin_requests; /* origin reads (one per run of missing blocks) */
+    uint64_t origin_bytes;    /* bytes read from the origin */
+    uint64_t bytes_served;    /* sample bytes handed to readers */
+    uint64_t refetches;       /* fetches repeated because cached bytes were wrong */
+    uint64_t evictions;       /* blocks evicted to honour the capacity */
+    uint64_t uncached_fills;  /* fills served without caching (disk full) */
+    /* fills by latency: bucket i counts fills of [2^i, 2^(i+1)) microseconds */
+    uint64_t fill_latency[LARDER_FILL_BUCKETS];
+    uint64_t resident_bytes, total_bytes; /* cached and total shard bytes */
+    uint32_t block_size;
+} larder_stats;
+
+LARDER_API int larder_stats_get(larder_dataset *dataset, larder_stats *stats);
+/* The latency under which `fraction` (0..1) of the fills completed, in
+ * microseconds (an upper bound from the histogram), or 0 with no fills. */
+LARDER_API uint64_t larder_stats_fill_percentile(const larder_stats *stats, double fraction);
+
+/*
+ * Every dataset cached under `dir`: calls fn with each one's dataset id
+ * and statistics (node-wide counters, resident and total bytes).  Needs
+ * no index.  Returns the number of datasets, or a negative code.
+ */
+typedef void (*larder_cache_entry_fn)(void *userdata, const char *dataset_id,
+                                      const larder_stats *stats);
+LARDER_API int larder_cache_list(const char *dir, larder_cache_entry_fn fn, void *userdata);
 
 /*
  * Check the whole dataset: the index's content hash and every record,

@@ -482,21 +482,28 @@ static int cmd_verify(int argc, char **argv)
 /* ---- cat ---------------------------------------------------------------- */
 
 static const char cat_help[] =
-    "usage: larder cat INDEX ID|KEY [--field NAME]\n"
+    "usage: larder cat INDEX ID|KEY [--field NAME] [--cache DIR]\n"
     "\n"
     "Write one sample's bytes (or one field's) to stdout.  Array fields are\n"
-    "written as their raw little-endian elements.\n";
+    "written as their raw little-endian elements.  With a cache (--cache, or\n"
+    "the LARDER_CACHE environment variable) the bytes come from node-local\n"
+    "disk when staged, and are staged there when not.\n";
 
 static int cmd_cat(int argc, char **argv)
 {
-    static const struct option options[] = {
-        {"field", required_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *field = NULL;
+    static const struct option options[] = {{"field", required_argument, 0, 'f'},
+                                            {"cache", required_argument, 0, 'c'},
+                                            {"help", no_argument, 0, 'h'},
+                                            {0, 0, 0, 0}};
+    const char *field = NULL, *cache = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "f:h", options, NULL)) != -1) {
         switch (c) {
         case 'f':
             field = optarg;
+            break;
+        case 'c':
+            cache = optarg;
             break;
         case 'h':
             fputs(cat_help, stdout);
@@ -506,8 +513,8 @@ static int cmd_cat(int argc, char **argv)
         }
     }
     if (optind + 2 != argc) return usage_error("cat", "expected INDEX and a sample id or key");
-    larder_open_options open_options = {.version = LARDER_OPEN_OPTIONS_VERSION,
-                                        .verify_checksums = 1};
+    larder_open_options open_options = {
+        .version = LARDER_OPEN_OPTIONS_VERSION, .verify_checksums = 1, .cache_dir = cache};
     larder_dataset *d;
     int rc = larder_open(&d, argv[optind], &open_options);
     if (rc < 0) return fail(rc);
@@ -548,6 +555,207 @@ static int cmd_cat(int argc, char **argv)
     return status;
 }
 
+/* ---- warm --------------------------------------------------------------- */
+
+static const char warm_help[] =
+    "usage: larder warm INDEX [--cache DIR] [--jobs N] [--block-size SIZE] [--cache-size SIZE]\n"
+    "\n"
+    "Stage the whole dataset onto the node cache (--cache, or LARDER_CACHE),\n"
+    "checking every sample's checksum, with up to N origin reads in flight\n"
+    "(default 64).  What is already staged is not fetched again.\n";
+
+static int cmd_warm(int argc, char **argv)
+{
+    static const struct option options[] = {{"cache", required_argument, 0, 'c'},
+                                            {"jobs", required_argument, 0, 'j'},
+                                            {"block-size", required_argument, 0, 'b'},
+                                            {"cache-size", required_argument, 0, 's'},
+                                            {"help", no_argument, 0, 'h'},
+                                            {0, 0, 0, 0}};
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION, .max_inflight = 64};
+    uint64_t v;
+    int c;
+    while ((c = getopt_long(argc, argv, "j:h", options, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            o.cache_dir = optarg;
+            break;
+        case 'j':
+            if (parse_u64(optarg, &v) < 0 || v == 0 || v > 1024)
+                return usage_error("warm", "bad job count '%s' (1-1024)", optarg);
+            o.max_inflight = (int)v;
+            break;
+        case 'b':
+            if (parse_size(optarg, &v) < 0 || v < 512 || v > (1u << 30) || (v & (v - 1)))
+                return usage_error("warm", "block size '%s' must be a power of two", optarg);
+            o.block_size = (uint32_t)v;
+            break;
+        case 's':
+            if (parse_size(optarg, &o.cache_capacity) < 0)
+                return usage_error("warm", "bad cache size '%s'", optarg);
+            break;
+        case 'h':
+            fputs(warm_help, stdout);
+            return 0;
+        default:
+            return usage_error("warm", "bad option");
+        }
+    }
+    if (optind + 1 != argc) return usage_error("warm", "expected one INDEX");
+    if (!o.cache_dir) o.cache_dir = getenv("LARDER_CACHE");
+    if (!o.cache_dir || !o.cache_dir[0])
+        return usage_error("warm", "no cache: give --cache DIR or set LARDER_CACHE");
+    larder_dataset *d;
+    int rc = larder_open(&d, argv[optind], &o);
+    if (rc < 0) return fail(rc);
+    larder_dataset_info info;
+    larder_dataset_info_get(d, &info);
+    enum { BATCH = 256 };
+    uint64_t ids[BATCH];
+    void *bufs[BATCH] = {0};
+    size_t caps[BATCH] = {0};
+    int64_t results[BATCH];
+    struct progress bar;
+    progress_start(&bar, "warming");
+    double started = now_seconds();
+    uint64_t done = 0, bad = 0;
+    for (uint64_t first = 0; first < info.num_samples; first += BATCH) {
+        size_t n = info.num_samples - first < BATCH ? (size_t)(info.num_samples - first) : BATCH;
+        for (size_t i = 0; i < n; i++) {
+            larder_sample_info s;
+            ids[i] = first + i;
+            if (larder_sample_info_get(d, ids[i], &s) == 0 && s.length > caps[i]) {
+                free(bufs[i]);
+                bufs[i] = malloc(s.length ? s.length : 1);
+                caps[i] = bufs[i] ? s.length : 0;
+            }
+        }
+        larder_read_samples(d, ids, n, bufs, caps, results);
+        for (size_t i = 0; i < n; i++) {
+            if (results[i] >= 0) {
+                done += (uint64_t)results[i];
+                continue;
+            }
+            progress_end(&bar);
+            larder_sample_info s;
+            const char *key = larder_sample_info_get(d, ids[i], &s) == 0 ? s.key : "?";
+            fprintf(stderr, "%s: sample %" PRIu64 " ('%s'): %s\n", program, ids[i], key,
+                    larder_strerror((int)results[i]));
+            bad++;
+        }
+        progress_update(&bar, done, info.total_bytes);
+    }
+    progress_end(&bar);
+    for (int i = 0; i < BATCH; i++)
+        free(bufs[i]);
+    double seconds = now_seconds() - started;
+    larder_stats st;
+    larder_stats_get(d, &st);
+    larder_close(d);
+    char a[32], b[32], r[32];
+    printf("warmed %" PRIu64 " samples (%s) in %.2f s (%s/s); the cache holds %s of %s\n",
+           info.num_samples - bad, human_bytes(done, a), seconds,
+           human_bytes(seconds > 0 ? (uint64_t)((double)done / seconds) : 0, r),
+           human_bytes(st.resident_bytes, b), human_bytes(st.total_bytes, a));
+    if (bad) {
+        printf("%" PRIu64 " samples failed\n", bad);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- stat --------------------------------------------------------------- */
+
+static const char stat_help[] =
+    "usage: larder stat [--cache DIR] [--json]\n"
+    "\n"
+    "Show what the node cache holds, per dataset, and its counters: hits,\n"
+    "misses, origin requests and bytes, bytes served, fill latency.\n";
+
+struct stat_print {
+    int json, count;
+};
+
+static void print_entry(void *userdata, const char *id, const larder_stats *s)
+{
+    struct stat_print *p = userdata;
+    uint64_t reads = s->hits + s->misses;
+    double hit_ratio = reads ? (double)s->hits / (double)reads : 0;
+    uint64_t p50 = larder_stats_fill_percentile(s, 0.5),
+             p95 = larder_stats_fill_percentile(s, 0.95),
+             p99 = larder_stats_fill_percentile(s, 0.99);
+    if (p->json) {
+        printf("%s{\"dataset_id\": \"%s\", \"block_size\": %u, \"resident_bytes\": %" PRIu64
+               ", \"total_bytes\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"misses\": %" PRIu64
+               ", \"hit_ratio\": %.4f, \"origin_requests\": %" PRIu64 ", \"origin_bytes\": %" PRIu64
+               ", \"bytes_served\": %" PRIu64 ", \"refetches\": %" PRIu64
+               ", \"evictions\": %" PRIu64 ", \"uncached_fills\": %" PRIu64
+               ", \"fill_latency_us\": {\"p50\": %" PRIu64 ", \"p95\": %" PRIu64
+               ", \"p99\": %" PRIu64 "}}",
+               p->count ? ", " : "", id, s->block_size, s->resident_bytes, s->total_bytes, s->hits,
+               s->misses, hit_ratio, s->origin_requests, s->origin_bytes, s->bytes_served,
+               s->refetches, s->evictions, s->uncached_fills, p50, p95, p99);
+    } else {
+        char a[32], b[32], c[32], e[32];
+        printf("dataset %s\n  staged        %s of %s (%.1f%%), %u-byte blocks\n", id,
+               human_bytes(s->resident_bytes, a), human_bytes(s->total_bytes, b),
+               s->total_bytes ? 100.0 * (double)s->resident_bytes / (double)s->total_bytes : 0,
+               s->block_size);
+        printf("  reads         %" PRIu64 " hits, %" PRIu64
+               " misses (hit ratio %.1f%%), %s served\n",
+               s->hits, s->misses, 100 * hit_ratio, human_bytes(s->bytes_served, c));
+        printf("  origin        %" PRIu64 " requests, %s\n", s->origin_requests,
+               human_bytes(s->origin_bytes, e));
+        printf("  fill latency  p50 < %" PRIu64 " us, p95 < %" PRIu64 " us, p99 < %" PRIu64 " us\n",
+               p50, p95, p99);
+        if (s->refetches || s->evictions || s->uncached_fills)
+            printf("  repairs       %" PRIu64 " refetches, %" PRIu64 " evictions, %" PRIu64
+                   " uncached fills\n",
+                   s->refetches, s->evictions, s->uncached_fills);
+    }
+    p->count++;
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+    static const struct option options[] = {{"cache", required_argument, 0, 'c'},
+                                            {"json", no_argument, 0, 'J'},
+                                            {"help", no_argument, 0, 'h'},
+                                            {0, 0, 0, 0}};
+    const char *cache = NULL;
+    struct stat_print p = {0};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            cache = optarg;
+            break;
+        case 'J':
+            p.json = 1;
+            break;
+        case 'h':
+            fputs(stat_help, stdout);
+            return 0;
+        default:
+            return usage_error("stat", "bad option");
+        }
+    }
+    if (optind != argc) return usage_error("stat", "unexpected argument '%s'", argv[optind]);
+    if (!cache) cache = getenv("LARDER_CACHE");
+    if (!cache || !cache[0])
+        return usage_error("stat", "no cache: give --cache DIR or set LARDER_CACHE");
+    if (p.json) {
+        printf("{\"cache\": ");
+        json_string(stdout, cache);
+        printf(", \"datasets\": [");
+    }
+    int rc = larder_cache_list(cache, print_entry, &p);
+    if (p.json) printf("]}\n");
+    if (rc < 0) return fail(rc);
+    if (!p.json && rc == 0) printf("%s: no datasets cached\n", cache);
+    return 0;
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static const char main_help[] =
@@ -560,6 +768,8 @@ static const char main_help[] =
     "  inspect INDEX             summarize a dataset, or one sample (--sample)\n"
     "  verify INDEX              check every sample's checksum\n"
     "  cat INDEX ID|KEY          write a sample or a field (--field) to stdout\n"
+    "  warm INDEX --cache DIR    stage a dataset onto the node cache\n"
+    "  stat --cache DIR          what the node cache holds, and its counters\n"
     "\n"
     "'larder COMMAND --help' describes a command.  Version " LARDER_VERSION_STRING ".\n";
 
@@ -578,11 +788,9 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } commands[] = {{"pack", cmd_pack},
-                    {"index", cmd_index},
-                    {"inspect", cmd_inspect},
-                    {"verify", cmd_verify},
-                    {"cat", cmd_cat}};
+    } commands[] = {{"pack", cmd_pack},     {"index", cmd_index}, {"inspect", cmd_inspect},
+                    {"verify", cmd_verify}, {"cat", cmd_cat},     {"warm", cmd_warm},
+                    {"stat", cmd_stat}};
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown command '%s'\n\n%s", program, argv[1], main_help);

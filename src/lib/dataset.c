@@ -1,10 +1,22 @@
 /*
  * dataset.c - the public dataset handle: an index (mapped when local,
- * loaded when remote) plus one origin per shard, opened on first use.
- * Reads go straight to the origin here; the node cache layers on top.
+ * loaded when remote), one origin per shard (opened on first use), and
+ * optionally the node cache.
+ *
+ * The read path: a sample whose blocks are all resident is read from the
+ * cache file and its checksum checked (no lock, no IPC).  Otherwise the
+ * reader takes the fill lock of the sample's blocks, reads whatever is
+ * still missing from the origin as one read per run of missing blocks,
+ * checks the sample's checksum over the assembled bytes, stores the new
+ * blocks and sets their bits, then releases the lock.  Wrong bytes in the
+ * cache (a damaged or truncated file) lead to one fetch of the whole
+ * range from the origin; wrong bytes from the origin are an error naming
+ * the sample.
  */
+#include "cache.h"
 #include "index.h"
 #include "origin.h"
+#include "pool.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -13,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <xxhash.h>
 
 struct larder_dataset {
@@ -22,9 +35,14 @@ struct larder_dataset {
     bool mapped;
     struct larder__index ix;
     larder_open_options options;
-    pthread_mutex_t lock; /* guards shards[] */
+    pthread_mutex_t lock; /* guards shards[] and pool */
     struct larder__origin **shards;
+    struct larder__cache *cache;         /* NULL: reads go to the origin */
+    struct larder__cache_counters local; /* counters when there is no cache */
+    struct larder__pool *pool;           /* for larder_read_samples, made on first use */
 };
+
+#define DEFAULT_INFLIGHT 64
 
 int larder_open(larder_dataset **out, const char *url, const larder_open_options *options)
 {
@@ -61,6 +79,11 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
     if (rc == 0 &&
         !(d->shards = calloc(d->ix.num_shards ? d->ix.num_shards : 1, sizeof *d->shards)))
         rc = -ENOMEM;
+    const char *cache_dir = options ? options->cache_dir : NULL;
+    if (!cache_dir) cache_dir = getenv("LARDER_CACHE");
+    if (rc == 0 && cache_dir && cache_dir[0])
+        rc = larder__cache_open(&d->cache, cache_dir, &d->ix, options ? options->block_size : 0,
+                                options ? options->cache_capacity : 0);
     if (rc < 0) {
         larder_close(d);
         return rc;
@@ -72,6 +95,8 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
 void larder_close(larder_dataset *d)
 {
     if (!d) return;
+    larder__pool_free(d->pool);
+    larder__cache_close(d->cache);
     if (d->shards)
         for (uint64_t i = 0; i < d->ix.num_shards; i++)
             larder__origin_close(d->shards[i]);
@@ -183,6 +208,11 @@ static int read_range(larder_dataset *d, const struct larder__sample *s, uint64_
     return 0;
 }
 
+static bool checksum_ok(const struct larder__sample *s, const void *data)
+{
+    return XXH3_64bits(data, (size_t)s->length) == s->checksum;
+}
+
 static int check_sample(const struct larder__sample *s, uint64_t id, const void *data)
 {
     uint64_t got = XXH3_64bits(data, (size_t)s->length);
@@ -194,6 +224,167 @@ static int check_sample(const struct larder__sample *s, uint64_t id, const void 
     return 0;
 }
 
+static struct larder__cache_counters *counters(larder_dataset *d)
+{
+    return d->cache ? larder__cache_counters(d->cache) : &d->local;
+}
+
+static uint64_t now_microseconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* The fast path: all blocks resident, bytes right, bits still set after the read. */
+static bool read_resident(larder_dataset *d, const struct larder__sample *s, uint64_t first,
+                          uint64_t last, void *buf)
+{
+    struct larder__cache *c = d->cache;
+    if (!larder__cache_resident(c, s->shard, first, last)) return false;
+    if (larder__cache_pread(c, s->shard, buf, (size_t)s->length, s->offset) < 0) return false;
+    if (!checksum_ok(s, buf) || !larder__cache_resident(c, s->shard, first, last)) return false;
+    larder__cache_touch(c, s->shard, first, last);
+    return true;
+}
+
+/*
+ * Read the blocks [first, last] into span, from the cache where resident
+ * (unless `everything`) and from the origin otherwise, one origin read
+ * per run of missing blocks; fetched[] marks what came from the origin.
+ */
+static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint64_t id,
+                         uint64_t first, uint64_t last, uint8_t *span, bool *fetched,
+                         bool everything)
+{
+    struct larder__cache *c = d->cache;
+    struct larder__cache_counters *k = counters(d);
+    uint64_t start = larder__cache_block_offset(c, first);
+    for (uint64_t b = first; b <= last;) {
+        uint64_t at = larder__cache_block_offset(c, b) - start;
+        bool have = !everything && larder__cache_resident(c, s->shard, b, b) &&
+                    larder__cache_pread(c, s->shard, span + at,
+                                        (size_t)larder__cache_span(c, s->shard, b, b),
+                                        start + at) == 0; /* a cut file: fetch it */
+        if (have) {
+            fetched[b - first] = false;
+            b++;
+            continue;
+        }
+        uint64_t end = b;
+        while (end < last && (everything || !larder__cache_resident(c, s->shard, end + 1, end + 1)))
+            end++;
+        uint64_t n = larder__cache_span(c, s->shard, b, end);
+        struct larder__origin *o;
+        int rc = shard_origin(d, s->shard, &o);
+        if (rc == 0) rc = larder__origin_read(o, span + at, (size_t)n, start + at);
+        if (rc < 0)
+            return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id, s->key);
+        larder__cache_count(&k->origin_requests, 1);
+        larder__cache_count(&k->origin_bytes, n);
+        for (uint64_t i = b; i <= end; i++)
+            fetched[i - first] = true;
+        b = end + 1;
+    }
+    return 0;
+}
+
+/* Store the blocks that came from the origin, run by run. */
+static void store_fetched(larder_dataset *d, const struct larder__sample *s, uint64_t first,
+                          uint64_t last, const uint8_t *span, const bool *fetched)
+{
+    struct larder__cache *c = d->cache;
+    uint64_t start = larder__cache_block_offset(c, first);
+    for (uint64_t b = first; b <= last;) {
+        if (!fetched[b - first]) {
+            b++;
+            continue;
+        }
+        uint64_t end = b;
+        while (end < last && fetched[end + 1 - first])
+            end++;
+        if (larder__cache_store(c, s->shard, b, end,
+                                span + larder__cache_block_offset(c, b) - start) < 0)
+            return; /* disk full: served uncached (the cache counts it and warns once) */
+        b = end + 1;
+    }
+}
+
+/* The fill path (see the top of this file).  `suspect`: the cached bytes proved wrong. */
+static int fill(larder_dataset *d, const struct larder__sample *s, uint64_t id, uint64_t first,
+                uint64_t last, void *buf, bool suspect)
+{
+    struct larder__cache *c = d->cache;
+    struct larder__cache_counters *k = counters(d);
+    uint64_t started = now_microseconds();
+    int lock = larder__cache_lock(c, s->shard, first, last);
+    if (lock < 0) return lock;
+    if (!suspect && read_resident(d, s, first, last, buf)) { /* filled while we waited */
+        larder__cache_unlock(c, lock);
+        larder__cache_count(&k->hits, 1);
+        return 0;
+    }
+    larder__cache_count(&k->misses, 1);
+    if (suspect) {
+        larder__cache_count(&k->refetches, 1);
+        larder__cache_forget(c, s->shard, first, last);
+    }
+    uint64_t span_length = larder__cache_span(c, s->shard, first, last);
+    uint8_t *span = malloc(span_length ? (size_t)span_length : 1);
+    bool *fetched = calloc(last - first + 1, sizeof *fetched);
+    int rc = span && fetched ? 0 : -ENOMEM;
+    uint64_t inside = s->offset - larder__cache_block_offset(c, first);
+    if (rc == 0) rc = fetch_missing(d, s, id, first, last, span, fetched, suspect);
+    if (rc == 0 && !checksum_ok(s, span + inside)) {
+        bool all_fetched = true;
+        for (uint64_t i = 0; i <= last - first; i++)
+            all_fetched = all_fetched && fetched[i];
+        if (!all_fetched) { /* cached neighbours may be what is wrong: fetch it all once */
+            larder__cache_count(&k->refetches, 1);
+            larder__cache_forget(c, s->shard, first, last);
+            rc = fetch_missing(d, s, id, first, last, span, fetched, true);
+        }
+        if (rc == 0 && (rc = check_sample(s, id, span + inside)) < 0)
+            rc = larder__fail_context(rc, "the origin's bytes do not match the index");
+    }
+    if (rc == 0) {
+        store_fetched(d, s, first, last, span, fetched);
+        memcpy(buf, span + inside, (size_t)s->length);
+    }
+    larder__cache_unlock(c, lock);
+    larder__cache_record_fill(c, now_microseconds() - started);
+    free(span);
+    free(fetched);
+    return rc;
+}
+
+/* Read a whole sample into buf (capacity already checked). */
+static int read_whole(larder_dataset *d, const struct larder__sample *s, uint64_t id, void *buf)
+{
+    struct larder__cache_counters *k = counters(d);
+    int rc;
+    if (!d->cache) {
+        rc = read_range(d, s, id, buf, 0, s->length);
+        larder__cache_count(&k->misses, 1);
+        larder__cache_count(&k->origin_requests, 1);
+        larder__cache_count(&k->origin_bytes, s->length);
+        if (rc == 0 && d->options.verify_checksums) rc = check_sample(s, id, buf);
+    } else {
+        uint64_t first, last;
+        larder__cache_blocks(d->cache, s->offset, s->length, &first, &last);
+        if (read_resident(d, s, first, last, buf)) {
+            larder__cache_count(&k->hits, 1);
+            rc = 0;
+        } else {
+            /* all resident yet wrong or unreadable: the cache is what is wrong */
+            bool suspect = larder__cache_resident(d->cache, s->shard, first, last);
+            rc = fill(d, s, id, first, last, buf, suspect);
+        }
+    }
+    if (rc == 0) larder__cache_count(&k->bytes_served, s->length);
+    return rc;
+}
+
 int64_t larder_read_sample(larder_dataset *d, uint64_t id, void *buf, size_t capacity)
 {
     struct larder__sample s;
@@ -202,9 +393,8 @@ int64_t larder_read_sample(larder_dataset *d, uint64_t id, void *buf, size_t cap
     if (s.length > capacity)
         return larder__fail(LARDER_ETOOSMALL, "sample %llu is %llu bytes; buffer holds %zu",
                             (unsigned long long)id, (unsigned long long)s.length, capacity);
-    if ((rc = read_range(d, &s, id, buf, 0, s.length)) < 0) return rc;
-    if (d->options.verify_checksums && (rc = check_sample(&s, id, buf)) < 0) return rc;
-    return (int64_t)s.length;
+    rc = read_whole(d, &s, id, buf);
+    return rc < 0 ? rc : (int64_t)s.length;
 }
 
 int64_t larder_read_field(larder_dataset *d, uint64_t id, uint32_t field, void *buf,
@@ -217,21 +407,136 @@ int64_t larder_read_field(larder_dataset *d, uint64_t id, uint32_t field, void *
     if (rc < 0) return rc;
     if (f.length > capacity)
         return larder__fail(LARDER_ETOOSMALL,
-                            "field '%s' of sample %llu is %llu bytes; buffer "
-                            "holds %zu",
-                            f.name, (unsigned long long)id, (unsigned long long)f.length, capacity);
-    if (!d->options.verify_checksums) {
+                            "field '%s' of sample %llu is %llu bytes; buffer holds %zu", f.name,
+                            (unsigned long long)id, (unsigned long long)f.length, capacity);
+    if (!d->cache && !d->options.verify_checksums) {
         rc = read_range(d, &s, id, buf, f.offset, f.length);
         return rc < 0 ? rc : (int64_t)f.length;
     }
     /* the checksum covers the whole sample */
     uint8_t *whole = malloc(s.length ? (size_t)s.length : 1);
     if (!whole) return -ENOMEM;
-    rc = read_range(d, &s, id, whole, 0, s.length);
-    if (rc == 0) rc = check_sample(&s, id, whole);
+    rc = read_whole(d, &s, id, whole);
     if (rc == 0) memcpy(buf, whole + f.offset, (size_t)f.length);
     free(whole);
     return rc < 0 ? rc : (int64_t)f.length;
+}
+
+/* ---- many at once ------------------------------------------------------- */
+
+struct batch_item {
+    larder_dataset *d;
+    struct larder__sample sample;
+    uint64_t id;
+    void *buf;
+    int64_t *result;
+    char message[512]; /* the worker's error detail, carried to the caller */
+    struct larder__latch *latch;
+};
+
+static void read_task(void *arg)
+{
+    struct batch_item *item = arg;
+    int rc = read_whole(item->d, &item->sample, item->id, item->buf);
+    *item->result = rc < 0 ? rc : (int64_t)item->sample.length;
+    if (rc < 0) snprintf(item->message, sizeof item->message, "%s", larder_errmsg());
+    larder__latch_arrive(item->latch);
+}
+
+int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count, void *const *bufs,
+                            const size_t *caps, int64_t *results)
+{
+    struct batch_item *items = calloc(count ? count : 1, sizeof *items);
+    if (!items) return -ENOMEM;
+    struct larder__latch latch;
+    size_t queued = 0;
+    for (size_t i = 0; i < count; i++) {
+        struct larder__sample sample;
+        int rc = larder__index_sample(&d->ix, ids[i], &sample);
+        if (rc == 0 && sample.length > caps[i])
+            rc = larder__fail(LARDER_ETOOSMALL, "sample %llu is %llu bytes; buffer holds %zu",
+                              (unsigned long long)ids[i], (unsigned long long)sample.length,
+                              caps[i]);
+        results[i] = rc;
+        if (rc < 0) continue;
+        items[queued++] = (struct batch_item){.d = d,
+                                              .sample = sample,
+                                              .id = ids[i],
+                                              .buf = bufs[i],
+                                              .result = &results[i],
+                                              .latch = &latch};
+    }
+    int rc = 0;
+    pthread_mutex_lock(&d->lock);
+    if (!d->pool)
+        rc = larder__pool_new(&d->pool, d->options.max_inflight > 0 ? d->options.max_inflight
+                                                                    : DEFAULT_INFLIGHT);
+    pthread_mutex_unlock(&d->lock);
+    if (rc < 0) {
+        free(items);
+        return rc;
+    }
+    larder__latch_init(&latch, queued);
+    for (size_t i = 0; i < queued; i++)
+        larder__pool_submit(d->pool, read_task, &items[i]);
+    larder__latch_wait(&latch);
+    int64_t done = 0, first_error = 0;
+    const char *message = NULL;
+    for (size_t i = 0; i < queued; i++)
+        if (*items[i].result < 0 && !message) message = items[i].message;
+    for (size_t i = 0; i < count; i++) {
+        if (results[i] >= 0)
+            done++;
+        else if (!first_error)
+            first_error = results[i];
+    }
+    if (first_error && message) larder__fail((int)first_error, "%s", message);
+    free(items);
+    return first_error ? first_error : done;
+}
+
+/* ---- statistics ---------------------------------------------------------- */
+
+int larder_stats_get(larder_dataset *d, larder_stats *out)
+{
+    if (d->cache) {
+        larder__cache_stats(d->cache, out);
+        return 0;
+    }
+    memset(out, 0, sizeof *out);
+    const struct larder__cache_counters *k = counters(d);
+    out->cached = d->cache != NULL;
+    out->hits = __atomic_load_n(&k->hits, __ATOMIC_RELAXED);
+    out->misses = __atomic_load_n(&k->misses, __ATOMIC_RELAXED);
+    out->origin_requests = __atomic_load_n(&k->origin_requests, __ATOMIC_RELAXED);
+    out->origin_bytes = __atomic_load_n(&k->origin_bytes, __ATOMIC_RELAXED);
+    out->bytes_served = __atomic_load_n(&k->bytes_served, __ATOMIC_RELAXED);
+    out->refetches = __atomic_load_n(&k->refetches, __ATOMIC_RELAXED);
+    out->evictions = __atomic_load_n(&k->evictions, __ATOMIC_RELAXED);
+    out->uncached_fills = __atomic_load_n(&k->uncached_fills, __ATOMIC_RELAXED);
+    for (int i = 0; i < LARDER_FILL_BUCKETS; i++)
+        out->fill_latency[i] = __atomic_load_n(&k->fill_latency[i], __ATOMIC_RELAXED);
+    for (uint64_t i = 0; i < d->ix.num_shards; i++) {
+        struct larder__shard shard;
+        larder__index_shard(&d->ix, i, &shard);
+        out->total_bytes += shard.size;
+    }
+    return 0;
+}
+
+uint64_t larder_stats_fill_percentile(const larder_stats *stats, double fraction)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < LARDER_FILL_BUCKETS; i++)
+        total += stats->fill_latency[i];
+    if (total == 0) return 0;
+    uint64_t want = (uint64_t)(fraction * (double)total + 0.5), seen = 0;
+    if (want == 0) want = 1;
+    for (int i = 0; i < LARDER_FILL_BUCKETS; i++) {
+        seen += stats->fill_latency[i];
+        if (seen >= want) return UINT64_C(2) << i;
+    }
+    return UINT64_C(2) << (LARDER_FILL_BUCKETS - 1);
 }
 
 /* ---- verify ------------------------------------------------------------ */

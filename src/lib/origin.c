@@ -10,13 +10,22 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
+#include <time.h>
 #include <unistd.h>
+
+/* Retries of transient HTTP failures (5xx, timeouts, resets): this many
+ * attempts in all, waiting about base * 2^attempt with full jitter. */
+#define HTTP_ATTEMPTS 4
+#define HTTP_BACKOFF_MS 50
+#define HTTP_POOL 256 /* idle handles kept per origin */
 
 struct larder__origin {
     char *url;
-    int fd; /* files; -1 for HTTP */
-    CURL *curl;
-    pthread_mutex_t lock; /* one transfer at a time on the handle */
+    int fd;                /* files; -1 for HTTP */
+    pthread_mutex_t lock;  /* guards idle[] and the size */
+    CURL *idle[HTTP_POOL]; /* connections to reuse: one transfer at a time each */
+    int num_idle;
     uint64_t size;
     bool have_size;
 };
@@ -48,11 +57,6 @@ int larder__origin_open(struct larder__origin **out, const char *url)
     pthread_mutex_init(&o->lock, NULL);
     if (larder__is_remote(url)) {
         pthread_once(&curl_once, curl_init_once);
-        o->curl = curl_easy_init();
-        if (!o->curl) {
-            larder__origin_close(o);
-            return -ENOMEM;
-        }
     } else {
         int fd = larder__open(file_path(url), O_RDONLY, 0);
         if (fd < 0) {
@@ -69,7 +73,8 @@ void larder__origin_close(struct larder__origin *o)
 {
     if (!o) return;
     if (o->fd >= 0) larder__sys.close(o->fd);
-    if (o->curl) curl_easy_cleanup(o->curl);
+    for (int i = 0; i < o->num_idle; i++)
+        curl_easy_cleanup(o->idle[i]);
     pthread_mutex_destroy(&o->lock);
     free(o->url);
     free(o);
@@ -82,6 +87,25 @@ const char *larder__origin_url(const struct larder__origin *o)
 
 /* ---- HTTP -------------------------------------------------------------- */
 
+static CURL *handle_take(struct larder__origin *o)
+{
+    pthread_mutex_lock(&o->lock);
+    CURL *curl = o->num_idle ? o->idle[--o->num_idle] : NULL;
+    pthread_mutex_unlock(&o->lock);
+    return curl ? curl : curl_easy_init();
+}
+
+static void handle_give(struct larder__origin *o, CURL *curl)
+{
+    pthread_mutex_lock(&o->lock);
+    if (o->num_idle < HTTP_POOL) {
+        o->idle[o->num_idle++] = curl;
+        curl = NULL;
+    }
+    pthread_mutex_unlock(&o->lock);
+    if (curl) curl_easy_cleanup(curl);
+}
+
 struct body {
     uint8_t *buf; /* fixed buffer (range reads), or NULL */
     size_t capacity;
@@ -90,6 +114,8 @@ struct body {
     void *userdata;
     int sink_error;
     bool overflow;
+    char content_range[128];   /* the Content-Range header, if any */
+    curl_off_t content_length; /* of the response, -1 when unknown */
 };
 
 static size_t on_body(char *data, size_t size, size_t count, void *userdata)
@@ -114,50 +140,134 @@ static size_t on_body(char *data, size_t size, size_t count, void *userdata)
     return n;
 }
 
-static void http_setup(struct larder__origin *o, struct body *b)
+static size_t on_header(char *data, size_t size, size_t count, void *userdata)
 {
-    curl_easy_reset(o->curl);
-    curl_easy_setopt(o->curl, CURLOPT_URL, o->url);
-    curl_easy_setopt(o->curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(o->curl, CURLOPT_WRITEDATA, b);
-    curl_easy_setopt(o->curl, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(o->curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(o->curl, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(o->curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(o->curl, CURLOPT_LOW_SPEED_TIME, 30L);
+    struct body *b = userdata;
+    size_t n = size * count;
+    if (n > 14 && strncasecmp(data, "content-range:", 14) == 0) {
+        size_t k = n - 14 < sizeof b->content_range - 1 ? n - 14 : sizeof b->content_range - 1;
+        memcpy(b->content_range, data + 14, k);
+        b->content_range[k] = '\0';
+    }
+    return n;
 }
 
-/* Run the transfer; map transport and status errors to codes with messages. */
-static int http_perform(struct larder__origin *o, struct body *b, long want_status, long *status)
+static void http_setup(CURL *curl, const char *url, struct body *b)
 {
-    CURLcode cc = curl_easy_perform(o->curl);
-    if (b->sink_error) return b->sink_error;
-    if (b->overflow)
-        return larder__fail(LARDER_EHTTP, "%s: server sent more bytes than requested", o->url);
-    if (cc != CURLE_OK) return larder__fail(LARDER_EHTTP, "%s: %s", o->url, curl_easy_strerror(cc));
-    curl_easy_getinfo(o->curl, CURLINFO_RESPONSE_CODE, status);
-    if (*status != want_status && !(want_status == 206 && *status == 200))
-        return larder__fail(*status == 404   ? -ENOENT
-                            : *status == 403 ? -EACCES
-                                             : LARDER_EHTTP,
-                            "%s: HTTP status %ld", o->url, *status);
-    return 0;
+    curl_easy_reset(curl);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, b);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, b);
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 30L);
+}
+
+/* Whether a failed attempt may succeed if repeated. */
+static bool transient(CURLcode cc, long status)
+{
+    if (cc != CURLE_OK)
+        return cc == CURLE_OPERATION_TIMEDOUT || cc == CURLE_COULDNT_CONNECT ||
+               cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR || cc == CURLE_GOT_NOTHING ||
+               cc == CURLE_PARTIAL_FILE;
+    return status >= 500 || status == 429;
+}
+
+static void backoff(int attempt)
+{
+    /* full jitter: uniform in [0, base * 2^attempt) */
+    static _Thread_local unsigned seed;
+    if (!seed) seed = (unsigned)(uintptr_t)&seed ^ (unsigned)getpid();
+    unsigned range = HTTP_BACKOFF_MS << attempt;
+    unsigned ms = (unsigned)rand_r(&seed) % range;
+    struct timespec pause = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    while (nanosleep(&pause, &pause) < 0 && errno == EINTR) {
+    }
+}
+
+/*
+ * Run one request with retries.  `prepare` sets the request up on a
+ * fresh body each attempt.  Maps transport and status errors to codes
+ * with messages; 4xx are final at once (no retry storm).
+ */
+typedef void (*prepare_fn)(CURL *curl, struct body *b, void *arg);
+
+static int http_request(struct larder__origin *o, struct body *b, prepare_fn prepare, void *arg,
+                        long *status)
+{
+    CURL *curl = handle_take(o);
+    if (!curl) return -ENOMEM;
+    struct body fresh = *b;
+    int rc = 0;
+    for (int attempt = 0;; attempt++) {
+        *b = fresh;
+        http_setup(curl, o->url, b);
+        prepare(curl, b, arg);
+        CURLcode cc = curl_easy_perform(curl);
+        *status = 0;
+        b->content_length = -1;
+        if (cc == CURLE_OK) {
+            curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, status);
+            curl_easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &b->content_length);
+        }
+        if (b->sink_error) {
+            rc = b->sink_error;
+            break;
+        }
+        if (b->overflow) {
+            rc = larder__fail(LARDER_EHTTP, "%s: server sent more bytes than requested", o->url);
+            break;
+        }
+        if (cc == CURLE_OK && *status < 400) break;
+        bool again = transient(cc, *status) && attempt + 1 < HTTP_ATTEMPTS &&
+                     !(b->sink && b->used > 0); /* a stream cannot be replayed */
+        if (!again) {
+            if (cc != CURLE_OK)
+                rc = larder__fail(LARDER_EHTTP, "%s: %s (after %d attempts)", o->url,
+                                  curl_easy_strerror(cc), attempt + 1);
+            else
+                rc = larder__fail(*status == 404   ? -ENOENT
+                                  : *status == 403 ? -EACCES
+                                                   : LARDER_EHTTP,
+                                  "%s: HTTP status %ld%s", o->url, *status,
+                                  *status >= 500 ? " (after retries)" : "");
+            break;
+        }
+        backoff(attempt);
+    }
+    handle_give(o, curl);
+    return rc;
+}
+
+static void prepare_head(CURL *curl, struct body *b, void *arg)
+{
+    (void)b, (void)arg;
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
 }
 
 static int http_size(struct larder__origin *o)
 {
     struct body b = {0};
-    http_setup(o, &b);
-    curl_easy_setopt(o->curl, CURLOPT_NOBODY, 1L);
-    long status = 0;
-    int rc = http_perform(o, &b, 200, &status);
+    long status;
+    int rc = http_request(o, &b, prepare_head, NULL, &status);
     if (rc < 0) return rc;
-    curl_off_t length = -1;
-    curl_easy_getinfo(o->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-    if (length < 0) return larder__fail(LARDER_EHTTP, "%s: server gave no Content-Length", o->url);
-    o->size = (uint64_t)length;
+    if (b.content_length < 0)
+        return larder__fail(LARDER_EHTTP, "%s: server gave no Content-Length", o->url);
+    pthread_mutex_lock(&o->lock);
+    o->size = (uint64_t)b.content_length;
     o->have_size = true;
+    pthread_mutex_unlock(&o->lock);
     return 0;
+}
+
+static void prepare_range(CURL *curl, struct body *b, void *arg)
+{
+    (void)b;
+    curl_easy_setopt(curl, CURLOPT_RANGE, (const char *)arg);
 }
 
 static int http_read(struct larder__origin *o, void *buf, size_t length, uint64_t offset)
@@ -166,16 +276,19 @@ static int http_read(struct larder__origin *o, void *buf, size_t length, uint64_
     char range[64];
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)offset,
              (unsigned long long)(offset + length - 1));
-    http_setup(o, &b);
-    curl_easy_setopt(o->curl, CURLOPT_RANGE, range);
     long status = 0;
-    int rc = http_perform(o, &b, 206, &status);
+    int rc = http_request(o, &b, prepare_range, range, &status);
     if (rc < 0) return rc;
-    if (status == 200)
+    if (status != 206)
         return larder__fail(LARDER_EHTTP,
-                            "%s: server answered 200 to a range request (bytes %s): it does not "
-                            "support ranges",
-                            o->url, range);
+                            "%s: answered %ld to a range request (bytes %s), not 206: the "
+                            "server does not serve byte ranges",
+                            o->url, status, range);
+    unsigned long long first = 0, last = 0;
+    if (sscanf(b.content_range, " bytes %llu-%llu", &first, &last) != 2 || first != offset ||
+        last != offset + length - 1)
+        return larder__fail(LARDER_EHTTP, "%s: asked for bytes %s, Content-Range says '%s'", o->url,
+                            range, b.content_range);
     if (b.used != length) {
         memset((uint8_t *)buf + b.used, 0, length - b.used);
         return larder__fail(LARDER_ETRUNCATED, "%s: short body: %zu of %zu bytes at offset %llu",
@@ -184,43 +297,44 @@ static int http_read(struct larder__origin *o, void *buf, size_t length, uint64_
     return 0;
 }
 
+static void prepare_get(CURL *curl, struct body *b, void *arg)
+{
+    (void)curl, (void)b, (void)arg;
+}
+
 /* ---- interface ---------------------------------------------------------- */
 
 int larder__origin_size(struct larder__origin *o, uint64_t *size)
 {
-    int rc = 0;
     pthread_mutex_lock(&o->lock);
-    if (!o->have_size) {
-        if (o->curl) {
-            rc = http_size(o);
-        } else if ((rc = larder__file_size(o->fd, &o->size, o->url)) == 0) {
-            o->have_size = true;
-        }
-    }
+    bool have = o->have_size;
     *size = o->size;
     pthread_mutex_unlock(&o->lock);
-    return rc;
+    if (have) return 0;
+    int rc = o->fd < 0 ? http_size(o) : larder__file_size(o->fd, size, o->url);
+    if (rc < 0) return rc;
+    pthread_mutex_lock(&o->lock);
+    if (o->fd >= 0) o->size = *size, o->have_size = true;
+    *size = o->size;
+    pthread_mutex_unlock(&o->lock);
+    return 0;
 }
 
 int larder__origin_read(struct larder__origin *o, void *buf, size_t length, uint64_t offset)
 {
     if (length == 0) return 0;
-    if (!o->curl) return larder__pread_full(o->fd, buf, length, offset, o->url);
-    pthread_mutex_lock(&o->lock);
-    int rc = http_read(o, buf, length, offset);
-    pthread_mutex_unlock(&o->lock);
-    return rc;
+    if (o->fd >= 0) return larder__pread_full(o->fd, buf, length, offset, o->url);
+    return http_read(o, buf, length, offset);
 }
 
 int larder__origin_stream(struct larder__origin *o, larder__sink_fn sink, void *userdata)
 {
-    if (o->curl) {
+    if (o->fd < 0) {
         struct body b = {.sink = sink, .userdata = userdata};
-        pthread_mutex_lock(&o->lock);
-        http_setup(o, &b);
         long status = 0;
-        int rc = http_perform(o, &b, 200, &status);
-        pthread_mutex_unlock(&o->lock);
+        int rc = http_request(o, &b, prepare_get, NULL, &status);
+        if (rc == 0 && status != 200)
+            rc = larder__fail(LARDER_EHTTP, "%s: HTTP status %ld", o->url, status);
         return rc;
     }
     size_t chunk = 1 << 20;

@@ -21,6 +21,8 @@ struct larder__sys_ops larder__sys = {
     .fstat = fstat,
     .fsync = fsync,
     .rename = rename,
+    .ftruncate = ftruncate,
+    .fallocate = fallocate,
 };
 
 int larder__open(const char *path, int flags, mode_t mode)

@@ -20,6 +20,8 @@ struct larder__sys_ops {
     int (*fstat)(int fd, struct stat *st);
     int (*fsync)(int fd);
     int (*rename)(const char *from, const char *to);
+    int (*ftruncate)(int fd, off_t length);
+    int (*fallocate)(int fd, int mode, off_t offset, off_t length);
 };
 
 /* The table in use; tests swap entries and restore them. */

@@ -1,0 +1,509 @@
+/*
+ * cache.c - the node-local block cache (design in cache.h).
+ */
+#include "cache.h"
+#include "sys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BLOCKS_MAGIC "LARDERCB"
+#define BLOCKS_VERSION 1
+#define HEADER_SIZE 4096
+
+/* The start of the shared `blocks` file. */
+struct shared_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t block_size;
+    uint64_t id_low, id_high;
+    uint64_t num_shards;
+    uint64_t total_blocks;
+    uint64_t total_bytes;
+    uint64_t resident_blocks; /* atomic */
+    uint64_t clock_hand;      /* atomic: next block the eviction clock looks at */
+    uint64_t capacity;        /* bytes, 0 unlimited; the last opener's setting */
+    uint64_t reserved[6];
+    struct larder__cache_counters counters; /* atomic */
+};
+
+_Static_assert(sizeof(struct shared_header) <= HEADER_SIZE, "header fits its page");
+
+struct larder__cache {
+    char *dir; /* DIR/<dataset id> */
+    char *locks_path;
+    uint32_t block_size;
+    unsigned block_shift;
+    uint64_t num_shards;
+    uint64_t *shard_base; /* first global block of each shard, plus the total */
+    uint64_t *shard_size;
+    uint64_t capacity;
+    struct shared_header *header;
+    uint64_t *resident, *referenced; /* bitmaps in the mapping */
+    size_t map_size;
+    pthread_mutex_t lock; /* guards data_fds[] */
+    int *data_fds;
+    bool warned_full;
+    pthread_mutex_t evict_lock;
+};
+
+static uint64_t atomic_load64(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+void larder__cache_count(uint64_t *counter, uint64_t amount)
+{
+    __atomic_fetch_add(counter, amount, __ATOMIC_RELAXED);
+}
+
+static uint64_t words_for(uint64_t bits)
+{
+    return (bits + 63) / 64;
+}
+
+static int make_dir(const char *path)
+{
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return larder__fail(-errno, "%s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Create the blocks file under a temporary name and link it into place;
+ * losing the race to another process is fine: its file is used. */
+static int create_blocks(const struct larder__cache *c, const char *path,
+                         const struct larder__index *ix, size_t map_size)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
+        return larder__fail(-ENAMETOOLONG, "%s: path too long", path);
+    int fd = larder__open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return fd;
+    struct shared_header h = {.version = BLOCKS_VERSION,
+                              .block_size = c->block_size,
+                              .id_low = ix->id_low,
+                              .id_high = ix->id_high,
+                              .num_shards = c->num_shards,
+                              .total_blocks = c->shard_base[c->num_shards]};
+    memcpy(h.magic, BLOCKS_MAGIC, 8);
+    for (uint64_t i = 0; i < c->num_shards; i++)
+        h.total_bytes += c->shard_size[i];
+    int rc = 0;
+    if (larder__sys.ftruncate(fd, (off_t)map_size) < 0)
+        rc = larder__fail(-errno, "%s: %s", tmp, strerror(errno));
+    if (rc == 0) rc = larder__pwrite_full(fd, &h, sizeof h, 0, tmp);
+    if (rc == 0 && larder__sys.fsync(fd) < 0)
+        rc = larder__fail(-errno, "%s: fsync: %s", tmp, strerror(errno));
+    larder__sys.close(fd);
+    if (rc == 0 && link(tmp, path) < 0 && errno != EEXIST)
+        rc = larder__fail(-errno, "%s: %s", path, strerror(errno));
+    unlink(tmp);
+    return rc;
+}
+
+/* Map the blocks file, creating it if absent; check it is ours. */
+static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/blocks", c->dir);
+    uint64_t words = words_for(c->shard_base[c->num_shards]);
+    c->map_size = HEADER_SIZE + 2 * words * 8;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (access(path, F_OK) != 0) {
+            int rc = create_blocks(c, path, ix, c->map_size);
+            if (rc < 0) return rc;
+        }
+        int fd = larder__open(path, O_RDWR, 0);
+        if (fd < 0) return fd;
+        uint64_t size;
+        int rc = larder__file_size(fd, &size, path);
+        struct shared_header h;
+        if (rc == 0 && size >= sizeof h) rc = larder__pread_full(fd, &h, sizeof h, 0, path);
+        bool sound = rc == 0 && size == c->map_size && memcmp(h.magic, BLOCKS_MAGIC, 8) == 0 &&
+                     h.version == BLOCKS_VERSION;
+        if (rc == 0 && sound && h.block_size != c->block_size) {
+            larder__sys.close(fd);
+            return larder__fail(LARDER_ECACHE,
+                                "%s: this cache was made with %u-byte blocks; asked for %u "
+                                "(use another cache directory, or the same block size)",
+                                c->dir, h.block_size, c->block_size);
+        }
+        if (rc == 0 && sound &&
+            (h.id_low != ix->id_low || h.id_high != ix->id_high ||
+             h.total_blocks != c->shard_base[c->num_shards])) {
+            larder__sys.close(fd);
+            return larder__fail(LARDER_ECACHE, "%s: this cache belongs to another dataset", c->dir);
+        }
+        if (rc == 0 && !sound) {
+            /* damaged (for example cut short): start this dataset's cache afresh */
+            larder__sys.close(fd);
+            larder__log(LARDER_LOG_WARN, "%s: damaged cache state, starting it afresh", path);
+            unlink(path);
+            continue;
+        }
+        if (rc < 0) {
+            larder__sys.close(fd);
+            return rc;
+        }
+        void *map = mmap(NULL, c->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        larder__sys.close(fd);
+        if (map == MAP_FAILED) return larder__fail(-errno, "%s: mmap: %s", path, strerror(errno));
+        c->header = map;
+        c->resident = (uint64_t *)((uint8_t *)map + HEADER_SIZE);
+        c->referenced = c->resident + words;
+        return 0;
+    }
+    return larder__fail(LARDER_ECACHE, "%s: cannot set up the cache state", path);
+}
+
+int larder__cache_open(struct larder__cache **out, const char *dir, const struct larder__index *ix,
+                       uint32_t block_size, uint64_t capacity)
+{
+    if (block_size == 0) block_size = ix->block_size;
+    if (block_size < 512 || (block_size & (block_size - 1)))
+        return larder__fail(LARDER_EUSAGE, "cache block size %u is not a power of two >= 512",
+                            block_size);
+    struct larder__cache *c = calloc(1, sizeof *c);
+    if (!c) return -ENOMEM;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->evict_lock, NULL);
+    c->block_size = block_size;
+    while ((1u << c->block_shift) < block_size)
+        c->block_shift++;
+    c->num_shards = ix->num_shards;
+    c->capacity = capacity;
+    char id[33];
+    larder__hex128(ix->id_high, ix->id_low, id);
+    size_t length = strlen(dir) + 40;
+    c->dir = malloc(length);
+    c->locks_path = malloc(length + 8);
+    c->shard_base = malloc((c->num_shards + 1) * sizeof *c->shard_base);
+    c->shard_size = malloc((c->num_shards + 1) * sizeof *c->shard_size);
+    c->data_fds = malloc((c->num_shards + 1) * sizeof *c->data_fds);
+    int rc = c->dir && c->locks_path && c->shard_base && c->shard_size && c->data_fds ? 0 : -ENOMEM;
+    if (rc == 0) {
+        snprintf(c->dir, length, "%s/%s", dir, id);
+        snprintf(c->locks_path, length + 8, "%s/locks", c->dir);
+        uint64_t base = 0;
+        for (uint64_t i = 0; i < c->num_shards; i++) {
+            struct larder__shard shard;
+            larder__index_shard(ix, i, &shard); /* validated when the index was parsed */
+            c->shard_base[i] = base;
+            c->shard_size[i] = shard.size;
+            c->data_fds[i] = -1;
+            base += (shard.size + block_size - 1) >> c->block_shift;
+        }
+        c->shard_base[c->num_shards] = base;
+        rc = make_dir(dir);
+    }
+    if (rc == 0) rc = make_dir(c->dir);
+    if (rc == 0) rc = map_blocks(c, ix);
+    if (rc < 0) {
+        larder__cache_close(c);
+        return rc;
+    }
+    c->header->capacity = capacity;
+    *out = c;
+    return 0;
+}
+
+void larder__cache_close(struct larder__cache *c)
+{
+    if (!c) return;
+    if (c->header) munmap(c->header, c->map_size);
+    if (c->data_fds)
+        for (uint64_t i = 0; i < c->num_shards; i++)
+            if (c->data_fds[i] >= 0) larder__sys.close(c->data_fds[i]);
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->evict_lock);
+    free(c->data_fds);
+    free(c->shard_base);
+    free(c->shard_size);
+    free(c->locks_path);
+    free(c->dir);
+    free(c);
+}
+
+uint32_t larder__cache_block_size(const struct larder__cache *c)
+{
+    return c->block_size;
+}
+
+void larder__cache_blocks(const struct larder__cache *c, uint64_t offset, uint64_t length,
+                          uint64_t *first, uint64_t *last)
+{
+    *first = offset >> c->block_shift;
+    *last = (offset + (length ? length : 1) - 1) >> c->block_shift;
+}
+
+uint64_t larder__cache_block_offset(const struct larder__cache *c, uint64_t block)
+{
+    return block << c->block_shift;
+}
+
+uint64_t larder__cache_span(const struct larder__cache *c, uint32_t shard, uint64_t first,
+                            uint64_t last)
+{
+    uint64_t start = first << c->block_shift, end = (last + 1) << c->block_shift;
+    if (end > c->shard_size[shard]) end = c->shard_size[shard];
+    return end > start ? end - start : 0;
+}
+
+static bool bit_get(const uint64_t *bits, uint64_t i)
+{
+    return (atomic_load64(&bits[i / 64]) >> (i % 64)) & 1;
+}
+
+bool larder__cache_resident(const struct larder__cache *c, uint32_t shard, uint64_t first,
+                            uint64_t last)
+{
+    uint64_t base = c->shard_base[shard];
+    for (uint64_t b = first; b <= last; b++)
+        if (!bit_get(c->resident, base + b)) return false;
+    return true;
+}
+
+void larder__cache_touch(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    uint64_t base = c->shard_base[shard];
+    for (uint64_t b = base + first; b <= base + last; b++)
+        if (!bit_get(c->referenced, b)) /* no cache-line write when already set */
+            __atomic_fetch_or(&c->referenced[b / 64], UINT64_C(1) << (b % 64), __ATOMIC_RELAXED);
+}
+
+/* The data file of a shard, opened (and created sparse) on first use. */
+static int data_fd(struct larder__cache *c, uint32_t shard)
+{
+    pthread_mutex_lock(&c->lock);
+    int fd = c->data_fds[shard];
+    if (fd < 0) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%06u.data", c->dir, shard);
+        fd = larder__open(path, O_RDWR | O_CREAT, 0644);
+        if (fd >= 0) c->data_fds[shard] = fd;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return fd;
+}
+
+int larder__cache_pread(struct larder__cache *c, uint32_t shard, void *buf, size_t length,
+                        uint64_t offset)
+{
+    int fd = data_fd(c, shard);
+    if (fd < 0) return fd;
+    return larder__pread_full(fd, buf, length, offset, c->dir);
+}
+
+int larder__cache_lock(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    /* a descriptor of its own: OFD locks of one open file description never conflict */
+    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) return fd;
+    struct flock lock = {.l_type = F_WRLCK,
+                         .l_whence = SEEK_SET,
+                         .l_start = (off_t)(c->shard_base[shard] + first),
+                         .l_len = (off_t)(last - first + 1)};
+    while (fcntl(fd, F_OFD_SETLKW, &lock) < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        larder__sys.close(fd);
+        return larder__fail(-err, "%s: lock: %s", c->locks_path, strerror(err));
+    }
+    return fd;
+}
+
+void larder__cache_unlock(struct larder__cache *c, int lock)
+{
+    (void)c;
+    if (lock >= 0) larder__sys.close(lock); /* closing drops the OFD lock */
+}
+
+static void set_bits(uint64_t *bits, uint64_t from, uint64_t to, uint64_t *newly)
+{
+    for (uint64_t b = from; b <= to; b++) {
+        uint64_t mask = UINT64_C(1) << (b % 64);
+        uint64_t old = __atomic_fetch_or(&bits[b / 64], mask, __ATOMIC_RELEASE);
+        if (newly && !(old & mask)) (*newly)++;
+    }
+}
+
+static uint64_t clear_bits(uint64_t *bits, uint64_t from, uint64_t to)
+{
+    uint64_t cleared = 0;
+    for (uint64_t b = from; b <= to; b++) {
+        uint64_t mask = UINT64_C(1) << (b % 64);
+        uint64_t old = __atomic_fetch_and(&bits[b / 64], ~mask, __ATOMIC_ACQ_REL);
+        if (old & mask) cleared++;
+    }
+    return cleared;
+}
+
+void larder__cache_forget(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    uint64_t base = c->shard_base[shard];
+    uint64_t cleared = clear_bits(c->resident, base + first, base + last);
+    __atomic_fetch_sub(&c->header->resident_blocks, cleared, __ATOMIC_RELAXED);
+}
+
+/* Shard and block of a global block number. */
+static uint32_t shard_of(const struct larder__cache *c, uint64_t global)
+{
+    uint64_t low = 0, high = c->num_shards; /* shard_base[low] <= global < shard_base[high] */
+    while (high - low > 1) {
+        uint64_t mid = (low + high) / 2;
+        if (c->shard_base[mid] <= global)
+            low = mid;
+        else
+            high = mid;
+    }
+    return (uint32_t)low;
+}
+
+/*
+ * Evict blocks until the resident bytes fit the capacity: a clock sweep
+ * that spares blocks read since its last pass, and skips blocks whose
+ * fill lock is held (a fill or the caller's own store in progress).
+ */
+static void evict(struct larder__cache *c)
+{
+    uint64_t total = c->shard_base[c->num_shards];
+    if (!c->capacity || total == 0) return;
+    uint64_t limit = c->capacity >> c->block_shift;
+    if (atomic_load64(&c->header->resident_blocks) <= limit) return;
+    pthread_mutex_lock(&c->evict_lock);
+    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, 0644);
+    for (uint64_t steps = 0;
+         fd >= 0 && steps < 2 * total && atomic_load64(&c->header->resident_blocks) > limit;
+         steps++) {
+        uint64_t b = __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total;
+        if (!bit_get(c->resident, b)) continue;
+        if (bit_get(c->referenced, b)) {
+            clear_bits(c->referenced, b, b);
+            continue;
+        }
+        struct flock lock = {
+            .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)b, .l_len = 1};
+        if (fcntl(fd, F_OFD_SETLK, &lock) < 0) continue; /* being filled */
+        if (clear_bits(c->resident, b, b)) {
+            __atomic_fetch_sub(&c->header->resident_blocks, 1, __ATOMIC_RELAXED);
+            larder__cache_count(&c->header->counters.evictions, 1);
+            uint32_t shard = shard_of(c, b);
+            int data = data_fd(c, shard);
+            uint64_t block = b - c->shard_base[shard];
+            if (data >= 0)
+                larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                      (off_t)(block << c->block_shift),
+                                      (off_t)larder__cache_span(c, shard, block, block));
+        }
+        lock.l_type = F_UNLCK;
+        fcntl(fd, F_OFD_SETLK, &lock);
+    }
+    if (fd >= 0) larder__sys.close(fd);
+    pthread_mutex_unlock(&c->evict_lock);
+}
+
+int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
+                        const void *data)
+{
+    int fd = data_fd(c, shard);
+    if (fd < 0) return fd;
+    uint64_t length = larder__cache_span(c, shard, first, last);
+    int rc = larder__pwrite_full(fd, data, (size_t)length, first << c->block_shift, c->dir);
+    if (rc < 0) {
+        if (!c->warned_full) {
+            c->warned_full = true;
+            larder__log(LARDER_LOG_WARN,
+                        "%s: cannot store fetched blocks (%s); serving them "
+                        "from the origin without caching",
+                        c->dir, larder_errmsg());
+        }
+        larder__cache_count(&c->header->counters.uncached_fills, 1);
+        return rc;
+    }
+    uint64_t base = c->shard_base[shard], newly = 0;
+    set_bits(c->referenced, base + first, base + last, NULL);
+    set_bits(c->resident, base + first, base + last, &newly); /* only after the data */
+    __atomic_fetch_add(&c->header->resident_blocks, newly, __ATOMIC_RELAXED);
+    evict(c);
+    return 0;
+}
+
+struct larder__cache_counters *larder__cache_counters(struct larder__cache *c)
+{
+    return &c->header->counters;
+}
+
+void larder__cache_record_fill(struct larder__cache *c, uint64_t microseconds)
+{
+    int bucket = 0;
+    while (bucket + 1 < LARDER__FILL_BUCKETS && microseconds >= (UINT64_C(2) << bucket))
+        bucket++;
+    larder__cache_count(&c->header->counters.fill_latency[bucket], 1);
+}
+
+/* Copy the shared counters and usage of a mapped header into stats. */
+static void header_stats(const struct shared_header *h, larder_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    const struct larder__cache_counters *k = &h->counters;
+    out->cached = 1;
+    out->hits = __atomic_load_n(&k->hits, __ATOMIC_RELAXED);
+    out->misses = __atomic_load_n(&k->misses, __ATOMIC_RELAXED);
+    out->origin_requests = __atomic_load_n(&k->origin_requests, __ATOMIC_RELAXED);
+    out->origin_bytes = __atomic_load_n(&k->origin_bytes, __ATOMIC_RELAXED);
+    out->bytes_served = __atomic_load_n(&k->bytes_served, __ATOMIC_RELAXED);
+    out->refetches = __atomic_load_n(&k->refetches, __ATOMIC_RELAXED);
+    out->evictions = __atomic_load_n(&k->evictions, __ATOMIC_RELAXED);
+    out->uncached_fills = __atomic_load_n(&k->uncached_fills, __ATOMIC_RELAXED);
+    for (int i = 0; i < LARDER_FILL_BUCKETS; i++)
+        out->fill_latency[i] = __atomic_load_n(&k->fill_latency[i], __ATOMIC_RELAXED);
+    out->block_size = h->block_size;
+    out->resident_bytes = __atomic_load_n(&h->resident_blocks, __ATOMIC_RELAXED) * h->block_size;
+    if (out->resident_bytes > h->total_bytes) out->resident_bytes = h->total_bytes;
+    out->total_bytes = h->total_bytes;
+}
+
+void larder__cache_stats(const struct larder__cache *c, larder_stats *out)
+{
+    header_stats(c->header, out);
+}
+
+int larder_cache_list(const char *dir, larder_cache_entry_fn fn, void *userdata)
+{
+    DIR *d = opendir(dir);
+    if (!d) return larder__fail(-errno, "%s: %s", dir, strerror(errno));
+    int count = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strlen(e->d_name) != 32 || strspn(e->d_name, "0123456789abcdef") != 32) continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s/blocks", dir, e->d_name);
+        int fd = larder__open(path, O_RDONLY, 0);
+        if (fd < 0) continue;
+        uint64_t size = 0;
+        if (larder__file_size(fd, &size, path) == 0 && size >= HEADER_SIZE) {
+            void *map = mmap(NULL, HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+            if (map != MAP_FAILED) {
+                const struct shared_header *h = map;
+                if (memcmp(h->magic, BLOCKS_MAGIC, 8) == 0 && h->version == BLOCKS_VERSION) {
+                    larder_stats stats;
+                    header_stats(h, &stats);
+                    if (fn) fn(userdata, e->d_name, &stats);
+                    count++;
+                }
+                munmap(map, HEADER_SIZE);
+            }
+        }
+        larder__sys.close(fd);
+    }
+    closedir(d);
+    return count;
+}

@@ -1,0 +1,108 @@
+/*
+ * cache.h - the node-local block cache of one dataset.
+ *
+ * A cache directory holds one subdirectory per dataset id:
+ *
+ *   DIR/<dataset id>/blocks         shared state, mapped by every process
+ *   DIR/<dataset id>/locks          byte-range locks: one byte per block
+ *   DIR/<dataset id>/NNNNNN.data    one sparse file per shard
+ *
+ * `blocks` holds a header (block size, counters shared by all processes
+ * of the node) and two bitmaps over all blocks of all shards: resident
+ * (the block's bytes are in its data file) and referenced (read since the
+ * eviction clock hand last passed).  A bit is set only after its data is
+ * written, so a crash leaves at worst a block to fetch again.
+ *
+ * Single flight: a fill takes an exclusive open-file-description lock
+ * (F_OFD_SETLKW) on the bytes of `locks` numbered like its blocks, then
+ * looks at the bitmap again and fetches only what is still missing.  The
+ * kernel serializes threads and processes alike, and drops the locks of
+ * a process that dies.  Reads of resident blocks take no lock at all;
+ * they check the sample's checksum and that the bits are still set after
+ * the read, so an eviction or a damaged file under them sends them to the
+ * fill path instead of returning wrong bytes.
+ */
+#ifndef LARDER_CACHE_H
+#define LARDER_CACHE_H
+
+#include "index.h"
+
+struct larder__cache;
+
+/* Counters shared by all processes using the cache (see larder_stats). */
+#define LARDER__FILL_BUCKETS 24 /* fill latency, bucket i: [2^i, 2^(i+1)) microseconds */
+
+struct larder__cache_counters {
+    uint64_t hits, misses; /* samples read from disk / needing a fill */
+    uint64_t origin_requests, origin_bytes;
+    uint64_t bytes_served;   /* sample bytes handed to readers */
+    uint64_t refetches;      /* fills repeated after a checksum mismatch */
+    uint64_t evictions;      /* blocks evicted */
+    uint64_t uncached_fills; /* fills served without caching (disk full) */
+    uint64_t fill_latency[LARDER__FILL_BUCKETS];
+};
+
+/*
+ * Open (creating if needed) the cache of the dataset `ix` under `dir`.
+ * block_size 0 takes the index's hint.  capacity 0 means no limit (else
+ * bytes of resident blocks, enforced by eviction).  Refuses a cache
+ * directory made with another block size (LARDER_EUSAGE, message says
+ * both) or for another dataset.
+ */
+LARDER_HIDDEN int larder__cache_open(struct larder__cache **out, const char *dir,
+                                     const struct larder__index *ix, uint32_t block_size,
+                                     uint64_t capacity);
+LARDER_HIDDEN void larder__cache_close(struct larder__cache *cache);
+LARDER_HIDDEN uint32_t larder__cache_block_size(const struct larder__cache *cache);
+
+/* Blocks [first, last] of `shard` covering bytes [offset, offset + length). */
+LARDER_HIDDEN void larder__cache_blocks(const struct larder__cache *cache, uint64_t offset,
+                                        uint64_t length, uint64_t *first, uint64_t *last);
+/* Whether all blocks [first, last] of `shard` are resident. */
+LARDER_HIDDEN bool larder__cache_resident(const struct larder__cache *cache, uint32_t shard,
+                                          uint64_t first, uint64_t last);
+/* Read bytes of a shard from its data file.  0, or a negative code
+ * (LARDER_ETRUNCATED when the file is shorter: it was cut underneath). */
+LARDER_HIDDEN int larder__cache_pread(struct larder__cache *cache, uint32_t shard, void *buf,
+                                      size_t length, uint64_t offset);
+/* Mark blocks as read (for eviction). */
+LARDER_HIDDEN void larder__cache_touch(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                       uint64_t last);
+
+/*
+ * Take the fill lock of blocks [first, last] of `shard`, waiting for any
+ * other filler.  Returns a lock handle (>= 0) for larder__cache_unlock,
+ * or a negative code.
+ */
+LARDER_HIDDEN int larder__cache_lock(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                     uint64_t last);
+LARDER_HIDDEN void larder__cache_unlock(struct larder__cache *cache, int lock);
+
+/*
+ * Store `data`, the bytes of blocks [first, last] of `shard` (the last
+ * block may be short at the shard's end), and mark them resident.  Call
+ * with the fill lock held.  Returns 0; or -ENOSPC/-EDQUOT/-EIO when the
+ * disk refuses, in which case nothing is marked and the caller serves
+ * the bytes uncached.
+ */
+LARDER_HIDDEN int larder__cache_store(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                      uint64_t last, const void *data);
+/* Mark blocks absent (their bytes proved wrong).  Call with the fill lock held. */
+LARDER_HIDDEN void larder__cache_forget(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                        uint64_t last);
+
+/* Shard offset of a block, and bytes in blocks [first, last] (short at the shard's end). */
+LARDER_HIDDEN uint64_t larder__cache_block_offset(const struct larder__cache *cache,
+                                                  uint64_t block);
+LARDER_HIDDEN uint64_t larder__cache_span(const struct larder__cache *cache, uint32_t shard,
+                                          uint64_t first, uint64_t last);
+
+/* The node-wide statistics of this cache (counters, usage). */
+LARDER_HIDDEN void larder__cache_stats(const struct larder__cache *cache, larder_stats *stats);
+
+/* The shared counters (live, updated atomically). */
+LARDER_HIDDEN struct larder__cache_counters *larder__cache_counters(struct larder__cache *cache);
+LARDER_HIDDEN void larder__cache_count(uint64_t *counter, uint64_t amount);
+LARDER_HIDDEN void larder__cache_record_fill(struct larder__cache *cache, uint64_t microseconds);
+
+#endif

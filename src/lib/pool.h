@@ -1,0 +1,34 @@
+/*
+ * pool.h - a fixed set of worker threads running queued tasks, so a
+ * batch of reads can keep many origin requests in flight (Little's law:
+ * throughput = requests in flight / latency) without a thread per read.
+ */
+#ifndef LARDER_POOL_H
+#define LARDER_POOL_H
+
+#include "common.h"
+
+#include <pthread.h>
+
+struct larder__pool;
+
+typedef void (*larder__task_fn)(void *arg);
+
+/* A pool of `threads` workers, started on the first submit. */
+LARDER_HIDDEN int larder__pool_new(struct larder__pool **out, int threads);
+/* Stop the workers after the queued tasks ran (NULL-safe). */
+LARDER_HIDDEN void larder__pool_free(struct larder__pool *pool);
+/* Queue fn(arg); runs it inline when no thread could be started. */
+LARDER_HIDDEN int larder__pool_submit(struct larder__pool *pool, larder__task_fn fn, void *arg);
+
+/* A countdown a batch waits on. */
+struct larder__latch {
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    size_t left;
+};
+LARDER_HIDDEN void larder__latch_init(struct larder__latch *latch, size_t count);
+LARDER_HIDDEN void larder__latch_arrive(struct larder__latch *latch);
+LARDER_HIDDEN void larder__latch_wait(struct larder__latch *latch);
+
+#endif
