@@ -127,21 +127,20 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         int rc = larder__file_size(fd, &size, path);
         struct shared_header h;
         if (rc == 0 && size >= sizeof h) rc = larder__pread_full(fd, &h, sizeof h, 0, path);
-        bool sound = rc == 0 && size == c->map_size && memcmp(h.magic, BLOCKS_MAGIC, 8) == 0 &&
+        bool known = rc == 0 && size >= sizeof h && memcmp(h.magic, BLOCKS_MAGIC, 8) == 0 &&
                      h.version == BLOCKS_VERSION;
-        if (rc == 0 && sound && h.block_size != c->block_size) {
+        if (known && h.block_size != c->block_size) {
             larder__sys.close(fd);
             return larder__fail(LARDER_ECACHE,
                                 "%s: this cache was made with %u-byte blocks; asked for %u "
                                 "(use another cache directory, or the same block size)",
                                 c->dir, h.block_size, c->block_size);
         }
-        if (rc == 0 && sound &&
-            (h.id_low != ix->id_low || h.id_high != ix->id_high ||
-             h.total_blocks != c->shard_base[c->num_shards])) {
+        if (known && (h.id_low != ix->id_low || h.id_high != ix->id_high)) {
             larder__sys.close(fd);
             return larder__fail(LARDER_ECACHE, "%s: this cache belongs to another dataset", c->dir);
         }
+        bool sound = known && size == c->map_size && h.total_blocks == c->shard_base[c->num_shards];
         if (rc == 0 && !sound) {
             /* damaged (for example cut short): start this dataset's cache afresh */
             larder__sys.close(fd);
