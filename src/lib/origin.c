@@ -114,6 +114,9 @@ struct body {
     void *userdata;
     int sink_error;
     bool overflow;
+    bool range_request; /* a 200 answer means the server ignored the range */
+    long status_seen;   /* status of the response being received */
+    bool ignored_range;
     char content_range[128];   /* the Content-Range header, if any */
     curl_off_t content_length; /* of the response, -1 when unknown */
 };
@@ -122,6 +125,7 @@ static size_t on_body(char *data, size_t size, size_t count, void *userdata)
 {
     struct body *b = userdata;
     size_t n = size * count;
+    if (b->status_seen < 200 || b->status_seen >= 300) return n; /* an error page: not data */
     if (b->sink) {
         int rc = b->sink(b->userdata, data, n);
         if (rc < 0) {
@@ -130,6 +134,10 @@ static size_t on_body(char *data, size_t size, size_t count, void *userdata)
         }
         b->used += n;
         return n;
+    }
+    if (b->range_request && b->status_seen == 200) {
+        b->ignored_range = true; /* don't download a whole object into a range buffer */
+        return 0;
     }
     if (n > b->capacity - b->used) {
         b->overflow = true;
@@ -144,6 +152,11 @@ static size_t on_header(char *data, size_t size, size_t count, void *userdata)
 {
     struct body *b = userdata;
     size_t n = size * count;
+    if (n > 9 && strncmp(data, "HTTP/", 5) == 0) {
+        const char *space = memchr(data, ' ', n);
+        b->status_seen = space ? strtol(space + 1, NULL, 10) : 0;
+        b->content_range[0] = '\0';
+    }
     if (n > 14 && strncasecmp(data, "content-range:", 14) == 0) {
         size_t k = n - 14 < sizeof b->content_range - 1 ? n - 14 : sizeof b->content_range - 1;
         memcpy(b->content_range, data + 14, k);
@@ -218,6 +231,13 @@ static int http_request(struct larder__origin *o, struct body *b, prepare_fn pre
             rc = b->sink_error;
             break;
         }
+        if (b->ignored_range) {
+            rc = larder__fail(LARDER_EHTTP,
+                              "%s: answered 200 to a range request, not 206: the server does "
+                              "not serve byte ranges",
+                              o->url);
+            break;
+        }
         if (b->overflow) {
             rc = larder__fail(LARDER_EHTTP, "%s: server sent more bytes than requested", o->url);
             break;
@@ -272,7 +292,7 @@ static void prepare_range(CURL *curl, struct body *b, void *arg)
 
 static int http_read(struct larder__origin *o, void *buf, size_t length, uint64_t offset)
 {
-    struct body b = {.buf = buf, .capacity = length};
+    struct body b = {.buf = buf, .capacity = length, .range_request = true};
     char range[64];
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)offset,
              (unsigned long long)(offset + length - 1));

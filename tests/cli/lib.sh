@@ -3,6 +3,7 @@
 # exits 0 on success, 77 to skip, anything else on failure.
 set -euo pipefail
 : "${LARDER:?run through tests/run}"
+TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) # tests/, for tools
 WORK=$(mktemp -d /tmp/larder-cli-XXXXXX)
 cleanup_hooks=()
 cleanup() {
