@@ -31,7 +31,9 @@ struct shared_header {
     uint64_t resident_blocks; /* atomic */
     uint64_t clock_hand;      /* atomic: next block the eviction clock looks at */
     uint64_t capacity;        /* bytes, 0 unlimited; the last opener's setting */
-    uint64_t reserved[6];
+    uint64_t generation;      /* atomic: bumped whenever cached bytes may have changed
+                               * under a reader (eviction, damage found, repair) */
+    uint64_t reserved[5];
     struct larder__cache_counters counters; /* atomic */
 };
 
@@ -49,8 +51,10 @@ struct larder__cache {
     struct shared_header *header;
     uint64_t *resident, *referenced; /* bitmaps in the mapping */
     size_t map_size;
-    pthread_mutex_t lock; /* guards data_fds[] */
+    pthread_mutex_t lock; /* guards data_fds[] and retired[] */
     int *data_fds;
+    int *retired; /* descriptors of data files deleted underneath, closed at the end */
+    size_t num_retired, cap_retired;
     bool warned_full;
     pthread_mutex_t evict_lock;
 };
@@ -103,6 +107,17 @@ static int create_blocks(const struct larder__cache *c, const char *path,
     if (rc == 0 && larder__sys.fsync(fd) < 0)
         rc = larder__fail(-errno, "%s: fsync: %s", tmp, strerror(errno));
     larder__sys.close(fd);
+    /* the data files exist before the state that refers to them: from then
+     * on a missing data file means one deleted underneath */
+    for (uint64_t i = 0; rc == 0 && i < c->num_shards; i++) {
+        char data[PATH_MAX];
+        snprintf(data, sizeof data, "%s/%06llu.data", c->dir, (unsigned long long)i);
+        int dfd = larder__open(data, O_RDWR | O_CREAT, 0644);
+        if (dfd < 0)
+            rc = dfd;
+        else
+            larder__sys.close(dfd);
+    }
     if (rc == 0 && link(tmp, path) < 0 && errno != EEXIST)
         rc = larder__fail(-errno, "%s: %s", path, strerror(errno));
     unlink(tmp);
@@ -221,6 +236,9 @@ void larder__cache_close(struct larder__cache *c)
     if (c->data_fds)
         for (uint64_t i = 0; i < c->num_shards; i++)
             if (c->data_fds[i] >= 0) larder__sys.close(c->data_fds[i]);
+    for (size_t i = 0; i < c->num_retired; i++)
+        larder__sys.close(c->retired[i]);
+    free(c->retired);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->evict_lock);
     free(c->data_fds);
@@ -278,16 +296,120 @@ void larder__cache_touch(struct larder__cache *c, uint32_t shard, uint64_t first
             __atomic_fetch_or(&c->referenced[b / 64], UINT64_C(1) << (b % 64), __ATOMIC_RELAXED);
 }
 
-/* The data file of a shard, opened (and created sparse) on first use. */
+static void set_bits(uint64_t *bits, uint64_t from, uint64_t to, uint64_t *newly)
+{
+    for (uint64_t b = from; b <= to; b++) {
+        uint64_t mask = UINT64_C(1) << (b % 64);
+        uint64_t old = __atomic_fetch_or(&bits[b / 64], mask, __ATOMIC_RELEASE);
+        if (newly && !(old & mask)) (*newly)++;
+    }
+}
+
+static uint64_t clear_bits(uint64_t *bits, uint64_t from, uint64_t to)
+{
+    uint64_t cleared = 0;
+    for (uint64_t b = from; b <= to; b++) {
+        uint64_t mask = UINT64_C(1) << (b % 64);
+        uint64_t old = __atomic_fetch_and(&bits[b / 64], ~mask, __ATOMIC_ACQ_REL);
+        if (old & mask) cleared++;
+    }
+    return cleared;
+}
+
+uint64_t larder__cache_generation(const struct larder__cache *c)
+{
+    return atomic_load64(&c->header->generation);
+}
+
+static void disturbed(struct larder__cache *c)
+{
+    __atomic_fetch_add(&c->header->generation, 1, __ATOMIC_ACQ_REL);
+}
+
+/*
+ * Make the bitmap of a shard agree with its data file as found: a file
+ * that is new (the old one was deleted) holds nothing; a shorter one
+ * holds nothing past its end.  Call with c->lock held.
+ */
+static void reconcile(struct larder__cache *c, uint32_t shard, int fd, bool created)
+{
+    uint64_t blocks = c->shard_base[shard + 1] - c->shard_base[shard];
+    if (blocks == 0) return;
+    uint64_t keep = 0; /* blocks wholly inside the file */
+    struct stat st;
+    if (!created && larder__sys.fstat(fd, &st) == 0) {
+        uint64_t size = (uint64_t)st.st_size;
+        keep = size >= c->shard_size[shard] ? blocks : size >> c->block_shift;
+    }
+    if (keep >= blocks) return;
+    uint64_t base = c->shard_base[shard];
+    uint64_t cleared = clear_bits(c->resident, base + keep, base + blocks - 1);
+    if (cleared) {
+        __atomic_fetch_sub(&c->header->resident_blocks, cleared, __ATOMIC_RELAXED);
+        disturbed(c);
+        larder__log(LARDER_LOG_WARN,
+                    "%s/%06u.data: %s underneath; %llu blocks will be fetched "
+                    "again",
+                    c->dir, shard, created ? "deleted" : "truncated", (unsigned long long)cleared);
+    }
+}
+
+/* Open (creating if needed) a shard's data file and reconcile the bitmap with it. */
+static int open_data(struct larder__cache *c, uint32_t shard)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%06u.data", c->dir, shard);
+    bool created = false;
+    int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0 && errno == ENOENT) {
+        fd = larder__sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        created = fd >= 0;
+        if (fd < 0 && errno == EEXIST) fd = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
+    }
+    if (fd < 0) return larder__fail(-errno, "%s: %s", path, strerror(errno));
+    reconcile(c, shard, fd, created);
+    return fd;
+}
+
+/* The data file of a shard, opened on first use. */
 static int data_fd(struct larder__cache *c, uint32_t shard)
 {
+    int open_fd = __atomic_load_n(&c->data_fds[shard], __ATOMIC_ACQUIRE);
+    if (open_fd >= 0) return open_fd; /* the read path takes no lock */
     pthread_mutex_lock(&c->lock);
     int fd = c->data_fds[shard];
     if (fd < 0) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%06u.data", c->dir, shard);
-        fd = larder__open(path, O_RDWR | O_CREAT, 0644);
-        if (fd >= 0) c->data_fds[shard] = fd;
+        fd = open_data(c, shard);
+        if (fd >= 0) __atomic_store_n(&c->data_fds[shard], fd, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return fd;
+}
+
+/*
+ * Before storing: a data file deleted underneath is replaced (the old
+ * descriptor stays open until the end, for readers still using it), and
+ * one cut short has its lost blocks forgotten.  Returns the descriptor
+ * to write to.
+ */
+static int data_fd_for_store(struct larder__cache *c, uint32_t shard)
+{
+    int fd = data_fd(c, shard);
+    if (fd < 0) return fd;
+    struct stat st;
+    if (larder__sys.fstat(fd, &st) < 0) return fd;
+    pthread_mutex_lock(&c->lock);
+    if (st.st_nlink == 0 && c->data_fds[shard] == fd &&
+        larder__reserve((void **)&c->retired, &c->cap_retired, c->num_retired + 1,
+                        sizeof *c->retired) == 0) {
+        int fresh = open_data(c, shard);
+        if (fresh >= 0) {
+            c->retired[c->num_retired++] = fd;
+            __atomic_store_n(&c->data_fds[shard], fresh, __ATOMIC_RELEASE);
+            fd = fresh;
+        }
+    } else if (st.st_nlink > 0) {
+        reconcile(c, shard, fd, false);
     }
     pthread_mutex_unlock(&c->lock);
     return fd;
@@ -325,31 +447,12 @@ void larder__cache_unlock(struct larder__cache *c, int lock)
     if (lock >= 0) larder__sys.close(lock); /* closing drops the OFD lock */
 }
 
-static void set_bits(uint64_t *bits, uint64_t from, uint64_t to, uint64_t *newly)
-{
-    for (uint64_t b = from; b <= to; b++) {
-        uint64_t mask = UINT64_C(1) << (b % 64);
-        uint64_t old = __atomic_fetch_or(&bits[b / 64], mask, __ATOMIC_RELEASE);
-        if (newly && !(old & mask)) (*newly)++;
-    }
-}
-
-static uint64_t clear_bits(uint64_t *bits, uint64_t from, uint64_t to)
-{
-    uint64_t cleared = 0;
-    for (uint64_t b = from; b <= to; b++) {
-        uint64_t mask = UINT64_C(1) << (b % 64);
-        uint64_t old = __atomic_fetch_and(&bits[b / 64], ~mask, __ATOMIC_ACQ_REL);
-        if (old & mask) cleared++;
-    }
-    return cleared;
-}
-
 void larder__cache_forget(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
     uint64_t base = c->shard_base[shard];
     uint64_t cleared = clear_bits(c->resident, base + first, base + last);
     __atomic_fetch_sub(&c->header->resident_blocks, cleared, __ATOMIC_RELAXED);
+    disturbed(c);
 }
 
 /* Shard and block of a global block number. */
@@ -392,6 +495,7 @@ static void evict(struct larder__cache *c)
             .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)b, .l_len = 1};
         if (fcntl(fd, F_OFD_SETLK, &lock) < 0) continue; /* being filled */
         if (clear_bits(c->resident, b, b)) {
+            disturbed(c); /* before the hole: a reader that raced it will look again */
             __atomic_fetch_sub(&c->header->resident_blocks, 1, __ATOMIC_RELAXED);
             larder__cache_count(&c->header->counters.evictions, 1);
             uint32_t shard = shard_of(c, b);
@@ -412,7 +516,7 @@ static void evict(struct larder__cache *c)
 int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
                         const void *data)
 {
-    int fd = data_fd(c, shard);
+    int fd = data_fd_for_store(c, shard);
     if (fd < 0) return fd;
     uint64_t length = larder__cache_span(c, shard, first, last);
     int rc = larder__pwrite_full(fd, data, (size_t)length, first << c->block_shift, c->dir);

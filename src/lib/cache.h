@@ -61,6 +61,14 @@ LARDER_HIDDEN void larder__cache_blocks(const struct larder__cache *cache, uint6
 /* Whether all blocks [first, last] of `shard` are resident. */
 LARDER_HIDDEN bool larder__cache_resident(const struct larder__cache *cache, uint32_t shard,
                                           uint64_t first, uint64_t last);
+/*
+ * The cache's generation: it changes whenever bytes a reader trusted may
+ * have changed under it (an eviction, damage found, a repair).  Readers
+ * that skip the checksum of a sample they verified before do so only
+ * while the generation they verified it in still holds.
+ */
+LARDER_HIDDEN uint64_t larder__cache_generation(const struct larder__cache *cache);
+
 /* Read bytes of a shard from its data file.  0, or a negative code
  * (LARDER_ETRUNCATED when the file is shorter: it was cut underneath). */
 LARDER_HIDDEN int larder__cache_pread(struct larder__cache *cache, uint32_t shard, void *buf,

@@ -40,6 +40,11 @@ struct larder_dataset {
     struct larder__cache *cache;         /* NULL: reads go to the origin */
     struct larder__cache_counters local; /* counters when there is no cache */
     struct larder__pool *pool;           /* for larder_read_samples, made on first use */
+    /* Samples whose cached bytes this process checked, valid while the
+     * cache's generation is verified_generation (see read_resident). */
+    uint64_t *verified;
+    uint64_t verified_generation;
+    pthread_mutex_t verified_lock;
 };
 
 #define DEFAULT_INFLIGHT 64
@@ -84,6 +89,12 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
     if (rc == 0 && cache_dir && cache_dir[0])
         rc = larder__cache_open(&d->cache, cache_dir, &d->ix, options ? options->block_size : 0,
                                 options ? options->cache_capacity : 0);
+    pthread_mutex_init(&d->verified_lock, NULL);
+    if (rc == 0 && d->cache) {
+        d->verified = calloc((d->ix.num_samples + 63) / 64 + 1, 8);
+        if (!d->verified) rc = -ENOMEM;
+        d->verified_generation = larder__cache_generation(d->cache);
+    }
     if (rc < 0) {
         larder_close(d);
         return rc;
@@ -97,6 +108,8 @@ void larder_close(larder_dataset *d)
     if (!d) return;
     larder__pool_free(d->pool);
     larder__cache_close(d->cache);
+    free(d->verified);
+    pthread_mutex_destroy(&d->verified_lock);
     if (d->shards)
         for (uint64_t i = 0; i < d->ix.num_shards; i++)
             larder__origin_close(d->shards[i]);
@@ -197,6 +210,13 @@ static int shard_origin(larder_dataset *d, uint32_t shard, struct larder__origin
     return rc;
 }
 
+/* A sample's key for messages (the read path carries only its range). */
+static const char *key_of(const larder_dataset *d, uint64_t id)
+{
+    struct larder__sample s;
+    return larder__index_sample(&d->ix, id, &s) == 0 ? s.key : "?";
+}
+
 static int read_range(larder_dataset *d, const struct larder__sample *s, uint64_t id, void *buf,
                       uint64_t offset, uint64_t length)
 {
@@ -204,7 +224,8 @@ static int read_range(larder_dataset *d, const struct larder__sample *s, uint64_
     int rc = shard_origin(d, s->shard, &o);
     if (rc == 0) rc = larder__origin_read(o, buf, (size_t)length, s->offset + offset);
     if (rc < 0)
-        return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id, s->key);
+        return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id,
+                                    key_of(d, id));
     return 0;
 }
 
@@ -213,13 +234,14 @@ static bool checksum_ok(const struct larder__sample *s, const void *data)
     return XXH3_64bits(data, (size_t)s->length) == s->checksum;
 }
 
-static int check_sample(const struct larder__sample *s, uint64_t id, const void *data)
+static int check_sample(larder_dataset *d, const struct larder__sample *s, uint64_t id,
+                        const void *data)
 {
     uint64_t got = XXH3_64bits(data, (size_t)s->length);
     if (got != s->checksum)
         return larder__fail(LARDER_ECHECKSUM,
                             "sample %llu ('%s'): checksum %016llx, index says %016llx",
-                            (unsigned long long)id, s->key, (unsigned long long)got,
+                            (unsigned long long)id, key_of(d, id), (unsigned long long)got,
                             (unsigned long long)s->checksum);
     return 0;
 }
@@ -236,14 +258,53 @@ static uint64_t now_microseconds(void)
     return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-/* The fast path: all blocks resident, bytes right, bits still set after the read. */
-static bool read_resident(larder_dataset *d, const struct larder__sample *s, uint64_t first,
-                          uint64_t last, void *buf)
+/*
+ * Whether this process checked sample `id` in the current generation.
+ * A new generation (something changed under readers) forgets them all.
+ */
+static bool verified(larder_dataset *d, uint64_t id, uint64_t generation)
+{
+    if (__atomic_load_n(&d->verified_generation, __ATOMIC_ACQUIRE) != generation) {
+        pthread_mutex_lock(&d->verified_lock);
+        if (d->verified_generation != generation) {
+            memset(d->verified, 0, ((d->ix.num_samples + 63) / 64 + 1) * 8);
+            __atomic_store_n(&d->verified_generation, generation, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&d->verified_lock);
+        return false;
+    }
+    return (__atomic_load_n(&d->verified[id / 64], __ATOMIC_RELAXED) >> (id % 64)) & 1;
+}
+
+static void mark_verified(larder_dataset *d, uint64_t id, uint64_t generation)
+{
+    if (__atomic_load_n(&d->verified_generation, __ATOMIC_ACQUIRE) == generation)
+        __atomic_fetch_or(&d->verified[id / 64], UINT64_C(1) << (id % 64), __ATOMIC_RELAXED);
+}
+
+/*
+ * The fast path: all blocks resident, read them, and make sure they were
+ * right.  The checksum is checked on the first read of a sample in this
+ * process, and again whenever the cache's generation moved (an eviction,
+ * damage found, a repair); a generation that moves during the read
+ * means the bytes may have changed under it, so they are checked too.
+ * Damage the cache's own checks cannot see (bytes rewritten in place by
+ * someone else, with the size unchanged) is caught on the first read in
+ * each process.
+ */
+static bool read_resident(larder_dataset *d, const struct larder__sample *s, uint64_t id,
+                          uint64_t first, uint64_t last, void *buf)
 {
     struct larder__cache *c = d->cache;
+    uint64_t generation = larder__cache_generation(c);
     if (!larder__cache_resident(c, s->shard, first, last)) return false;
     if (larder__cache_pread(c, s->shard, buf, (size_t)s->length, s->offset) < 0) return false;
-    if (!checksum_ok(s, buf) || !larder__cache_resident(c, s->shard, first, last)) return false;
+    bool steady = larder__cache_generation(c) == generation &&
+                  larder__cache_resident(c, s->shard, first, last);
+    if (!steady || !verified(d, id, generation)) {
+        if (!checksum_ok(s, buf) || !larder__cache_resident(c, s->shard, first, last)) return false;
+        if (steady) mark_verified(d, id, generation);
+    }
     larder__cache_touch(c, s->shard, first, last);
     return true;
 }
@@ -279,7 +340,8 @@ static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint
         int rc = shard_origin(d, s->shard, &o);
         if (rc == 0) rc = larder__origin_read(o, span + at, (size_t)n, start + at);
         if (rc < 0)
-            return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id, s->key);
+            return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id,
+                                        key_of(d, id));
         larder__cache_count(&k->origin_requests, 1);
         larder__cache_count(&k->origin_bytes, n);
         for (uint64_t i = b; i <= end; i++)
@@ -319,7 +381,7 @@ static int fill(larder_dataset *d, const struct larder__sample *s, uint64_t id, 
     uint64_t started = now_microseconds();
     int lock = larder__cache_lock(c, s->shard, first, last);
     if (lock < 0) return lock;
-    if (!suspect && read_resident(d, s, first, last, buf)) { /* filled while we waited */
+    if (!suspect && read_resident(d, s, id, first, last, buf)) { /* filled while we waited */
         larder__cache_unlock(c, lock);
         larder__cache_count(&k->hits, 1);
         return 0;
@@ -344,7 +406,7 @@ static int fill(larder_dataset *d, const struct larder__sample *s, uint64_t id, 
             larder__cache_forget(c, s->shard, first, last);
             rc = fetch_missing(d, s, id, first, last, span, fetched, true);
         }
-        if (rc == 0 && (rc = check_sample(s, id, span + inside)) < 0)
+        if (rc == 0 && (rc = check_sample(d, s, id, span + inside)) < 0)
             rc = larder__fail_context(rc, "the origin's bytes do not match the index");
     }
     if (rc == 0) {
@@ -368,11 +430,11 @@ static int read_whole(larder_dataset *d, const struct larder__sample *s, uint64_
         larder__cache_count(&k->misses, 1);
         larder__cache_count(&k->origin_requests, 1);
         larder__cache_count(&k->origin_bytes, s->length);
-        if (rc == 0 && d->options.verify_checksums) rc = check_sample(s, id, buf);
+        if (rc == 0 && d->options.verify_checksums) rc = check_sample(d, s, id, buf);
     } else {
         uint64_t first, last;
         larder__cache_blocks(d->cache, s->offset, s->length, &first, &last);
-        if (read_resident(d, s, first, last, buf)) {
+        if (read_resident(d, s, id, first, last, buf)) {
             larder__cache_count(&k->hits, 1);
             rc = 0;
         } else {
@@ -388,7 +450,7 @@ static int read_whole(larder_dataset *d, const struct larder__sample *s, uint64_
 int64_t larder_read_sample(larder_dataset *d, uint64_t id, void *buf, size_t capacity)
 {
     struct larder__sample s;
-    int rc = larder__index_sample(&d->ix, id, &s);
+    int rc = larder__index_sample_range(&d->ix, id, &s);
     if (rc < 0) return rc;
     if (s.length > capacity)
         return larder__fail(LARDER_ETOOSMALL, "sample %llu is %llu bytes; buffer holds %zu",
@@ -452,7 +514,7 @@ int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count
     size_t queued = 0;
     for (size_t i = 0; i < count; i++) {
         struct larder__sample sample;
-        int rc = larder__index_sample(&d->ix, ids[i], &sample);
+        int rc = larder__index_sample_range(&d->ix, ids[i], &sample);
         if (rc == 0 && sample.length > caps[i])
             rc = larder__fail(LARDER_ETOOSMALL, "sample %llu is %llu bytes; buffer holds %zu",
                               (unsigned long long)ids[i], (unsigned long long)sample.length,

@@ -256,6 +256,35 @@ int larder__index_sample(const struct larder__index *ix, uint64_t id, struct lar
     return 0;
 }
 
+int larder__index_sample_range(const struct larder__index *ix, uint64_t id,
+                               struct larder__sample *out)
+{
+    if (id >= ix->num_samples)
+        return larder__fail(LARDER_ENOTFOUND, "%s: no sample %llu (index has %llu)", ix->name,
+                            (unsigned long long)id, (unsigned long long)ix->num_samples);
+    const uint8_t *r = ix->samples + id * LARDER_INDEX_SAMPLE_SIZE;
+    out->offset = larder__le64(r);
+    out->length = larder__le64(r + 8);
+    out->checksum = larder__le64(r + 16);
+    out->field_first = larder__le64(r + 32);
+    out->shard = larder__le32(r + 40);
+    out->num_fields = larder__le32(r + 44);
+    out->key = NULL;
+    /* the same checks as larder__index_sample, in O(1): the key string's
+     * bounds and terminator, not its bytes */
+    uint64_t key = larder__le64(r + 24), end, fields_end;
+    bool key_fits = key <= ix->strings_size && ix->strings_size - key >= 5 &&
+                    larder__le32(ix->strings + key) <= ix->strings_size - key - 5 &&
+                    ix->strings[key + 4 + larder__le32(ix->strings + key)] == '\0';
+    if (!key_fits || out->shard >= ix->num_shards ||
+        !larder__add_ok(out->offset, out->length, &end) ||
+        end > larder__le64(ix->shards + out->shard * LARDER_INDEX_SHARD_SIZE + 8) ||
+        !larder__add_ok(out->field_first, out->num_fields, &fields_end) ||
+        fields_end > ix->num_fields)
+        return larder__index_sample(ix, id, out); /* the full check names the problem */
+    return 0;
+}
+
 int larder__index_field(const struct larder__index *ix, const struct larder__sample *sample,
                         uint64_t sample_id, uint32_t field, struct larder__field *out)
 {

@@ -66,6 +66,10 @@ LARDER_HIDDEN int larder__index_shard(const struct larder__index *ix, uint64_t s
                                       struct larder__shard *out);
 LARDER_HIDDEN int larder__index_sample(const struct larder__index *ix, uint64_t id,
                                        struct larder__sample *out);
+/* The same without the key and field checks: for the read path, which
+ * needs only the range.  out->key is NULL. */
+LARDER_HIDDEN int larder__index_sample_range(const struct larder__index *ix, uint64_t id,
+                                             struct larder__sample *out);
 LARDER_HIDDEN int larder__index_field(const struct larder__index *ix,
                                       const struct larder__sample *sample, uint64_t sample_id,
                                       uint32_t field, struct larder__field *out);
