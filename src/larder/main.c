@@ -20,6 +20,8 @@
 
 static const char *program = "larder";
 
+int cmd_plan(int argc, char **argv); /* cmd_plan.c */
+
 static void on_log(void *userdata, int level, const char *message)
 {
     (void)userdata;
@@ -560,6 +562,7 @@ static const char main_help[] =
     "  inspect INDEX             summarize a dataset, or one sample (--sample)\n"
     "  verify INDEX              check every sample's checksum\n"
     "  cat INDEX ID|KEY          write a sample or a field (--field) to stdout\n"
+    "  plan INDEX --batch G      print a rank's sample ids for an epoch, in order\n"
     "\n"
     "'larder COMMAND --help' describes a command.  Version " LARDER_VERSION_STRING ".\n";
 
@@ -578,11 +581,8 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } commands[] = {{"pack", cmd_pack},
-                    {"index", cmd_index},
-                    {"inspect", cmd_inspect},
-                    {"verify", cmd_verify},
-                    {"cat", cmd_cat}};
+    } commands[] = {{"pack", cmd_pack},     {"index", cmd_index}, {"inspect", cmd_inspect},
+                    {"verify", cmd_verify}, {"cat", cmd_cat},     {"plan", cmd_plan}};
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown command '%s'\n\n%s", program, argv[1], main_help);
