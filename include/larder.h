@@ -298,6 +298,119 @@ LARDER_API int larder_index_shards(const char *const *shards, size_t num_shards,
                                    larder_progress_fn progress, void *userdata,
                                    larder_pack_result *result);
 
+/* ---- plans ---- */
+/*
+ * The sample order of an epoch: a pure function of (seed, epoch,
+ * position), never of the number of ranks or loader workers, so a job can
+ * resume at any step on any world size that divides the global batch.
+ * docs/plan.md specifies it bit for bit.
+ *
+ * Global step t owns positions [t*G, (t+1)*G) of the epoch's order for
+ * global batch G.  Rank r of W takes [t*G + r*G/W, t*G + (r+1)*G/W).
+ * Loader worker w of K takes the rank's steps start_step + w,
+ * start_step + w + K, ...  Every rank gets the same number of steps.
+ */
+typedef struct larder_plan larder_plan;
+
+enum larder_plan_mode {
+    LARDER_PLAN_GLOBAL = 0,   /* one keyed permutation of every sample (default) */
+    LARDER_PLAN_LOCALITY = 1, /* shuffle shards, then samples within windows of shards */
+    LARDER_PLAN_NONE = 2      /* index order, for evaluation */
+};
+
+#define LARDER_PLAN_OPTIONS_VERSION 1
+typedef struct larder_plan_options {
+    int version;           /* LARDER_PLAN_OPTIONS_VERSION */
+    int mode;              /* enum larder_plan_mode */
+    uint64_t seed;         /* the order's key, with the epoch */
+    uint64_t epoch;        /* see also larder_plan_set_epoch() */
+    uint64_t global_batch; /* G, samples per global step over all ranks; 0 means 1 */
+    uint32_t world;        /* W, ranks; must divide G; 0 means 1 */
+    uint32_t rank;         /* this rank, < W */
+    uint32_t workers;      /* K, loader workers of this rank; 0 means 1 */
+    uint32_t worker;       /* this worker, < K */
+    uint64_t start_step;   /* first step of this pass (resume point); workers split from it */
+    /* 0: drop the last partial global batch; nonzero: complete it with the
+     * epoch's first samples (position p >= n reads position p mod n). */
+    int pad;
+    /* Locality mode: shards per window; 0 means 8. */
+    uint32_t locality_window;
+    /* Deny-list file (a path or URL; format in docs/plan.md), or NULL for
+     * none.  larder_plan_default_deny() finds the customary one. */
+    const char *deny_path;
+    /* More denied sample ids, any order, duplicates allowed; may be NULL. */
+    const uint64_t *deny_ids;
+    size_t num_deny_ids;
+} larder_plan_options;
+
+/*
+ * Build the plan of one epoch over `dataset`.  The plan does not keep
+ * the dataset: it may be closed afterwards.  Global and none modes take
+ * O(d) memory for d denied samples; locality mode reads every sample's
+ * shard once and keeps 12 bytes per sample.  LARDER_EUSAGE for
+ * inconsistent options (W not dividing G, rank >= W, ...); a deny-list
+ * entry that names no sample gives LARDER_ENOTFOUND with the file and
+ * line in larder_errmsg().
+ */
+LARDER_API int larder_plan_create(larder_plan **out, const larder_dataset *dataset,
+                                  const larder_plan_options *options);
+LARDER_API void larder_plan_destroy(larder_plan *plan);
+
+/*
+ * Switch the plan to another epoch in O(shards) time, keeping every other
+ * option.  Not safe against concurrent calls on the same plan; the other
+ * plan functions are (they only read).
+ */
+LARDER_API int larder_plan_set_epoch(larder_plan *plan, uint64_t epoch);
+
+typedef struct larder_plan_info {
+    uint64_t num_samples;  /* n: samples in every epoch (the dataset's minus denied) */
+    uint64_t num_denied;   /* distinct denied samples */
+    uint64_t steps;        /* global steps per epoch: n / G, rounded up with pad */
+    uint64_t global_batch; /* G */
+    uint64_t local_batch;  /* G / W: ids per larder_plan_batch() */
+    uint64_t padded;       /* positions of the last step filled by padding */
+    uint64_t dropped;      /* samples left out by dropping the last partial batch */
+    uint64_t epoch;        /* the current epoch */
+} larder_plan_info;
+
+LARDER_API int larder_plan_info_get(const larder_plan *plan, larder_plan_info *info);
+/* Global steps per epoch (the same for every rank and worker). */
+LARDER_API uint64_t larder_plan_steps(const larder_plan *plan);
+
+/*
+ * This rank's slice of global step `step`: G/W sample ids into
+ * ids[0..capacity).  Returns G/W, 0 when step is at or past the end of
+ * the epoch, or LARDER_ETOOSMALL when capacity < G/W (nothing written).
+ */
+LARDER_API int64_t larder_plan_batch(const larder_plan *plan, uint64_t step, uint64_t *ids,
+                                     size_t capacity);
+/*
+ * The i-th step (i = 0, 1, ...) this worker handles:
+ * start_step + worker + i * workers, or LARDER_ENOTFOUND once that is
+ * past the end of the epoch.
+ */
+LARDER_API int64_t larder_plan_worker_step(const larder_plan *plan, uint64_t i);
+/*
+ * The sample id at `position` of the epoch's order: position < n, or
+ * with pad any position of the last step (p >= n reads p mod n).
+ * LARDER_ENOTFOUND past that.
+ */
+LARDER_API int64_t larder_plan_sample_at(const larder_plan *plan, uint64_t position);
+/* The position (< n) of sample `id`, or LARDER_ENOTFOUND when it is
+ * denied or past the end of the dataset. */
+LARDER_API int64_t larder_plan_position_of(const larder_plan *plan, uint64_t id);
+
+/*
+ * The customary deny-list of the index at `index_url`: INDEX.deny in the
+ * same directory (for index.larder, index.larder.deny), local indexes
+ * only.  Writes its path into path[0..capacity) and returns 1 when that
+ * file exists, 0 when it does not (or the index is remote), or
+ * LARDER_ETOOSMALL.
+ */
+LARDER_API int larder_plan_default_deny(const char *index_url, char *path, size_t capacity);
+/* ---- end of plans ---- */
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,8 @@
 
 static const char *program = "larder";
 
+int cmd_plan(int argc, char **argv); /* cmd_plan.c */
+
 static void on_log(void *userdata, int level, const char *message)
 {
     (void)userdata;
@@ -770,6 +772,7 @@ static const char main_help[] =
     "  cat INDEX ID|KEY          write a sample or a field (--field) to stdout\n"
     "  warm INDEX --cache DIR    stage a dataset onto the node cache\n"
     "  stat --cache DIR          what the node cache holds, and its counters\n"
+    "  plan INDEX --batch G      print a rank's sample ids for an epoch, in order\n"
     "\n"
     "'larder COMMAND --help' describes a command.  Version " LARDER_VERSION_STRING ".\n";
 
@@ -790,7 +793,7 @@ int main(int argc, char **argv)
         int (*run)(int, char **);
     } commands[] = {{"pack", cmd_pack},     {"index", cmd_index}, {"inspect", cmd_inspect},
                     {"verify", cmd_verify}, {"cat", cmd_cat},     {"warm", cmd_warm},
-                    {"stat", cmd_stat}};
+                    {"stat", cmd_stat},     {"plan", cmd_plan}};
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown command '%s'\n\n%s", program, argv[1], main_help);

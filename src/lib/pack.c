@@ -26,7 +26,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define CHUNK (4u << 20)
+#define CHUNK (1u << 20) /* fits a core's L2 cache: a 4 MiB buffer was 2-3x slower under load */
 #define ARENA_BLOCK (1u << 20)
 
 /* ---- the plan ---------------------------------------------------------- */

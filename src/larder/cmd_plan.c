@@ -1,0 +1,265 @@
+/*
+ * cmd_plan.c - `larder plan`: print the sample ids one rank (or one
+ * loader worker of a rank) reads in an epoch, one a line, in order.
+ * The order itself lives in the library (src/lib/plan.c, docs/plan.md);
+ * this file only parses options and prints.
+ */
+#include "larder.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cmd_plan(int argc, char **argv);
+
+static const char plan_help[] =
+    "usage: larder plan INDEX --batch G [options]\n"
+    "\n"
+    "Print the sample ids that one rank reads in one epoch, one a line, in\n"
+    "order.  The order depends only on the seed, the epoch and the position:\n"
+    "global step t owns positions [t*G, (t+1)*G) and rank R of W takes the\n"
+    "R-th of W equal slices of it, so a run stopped at step T resumes on any\n"
+    "world size with --from-step T.  docs/plan.md specifies the order.\n"
+    "\n"
+    "  -s, --seed S          seed of the order (default 0)\n"
+    "  -e, --epoch E         epoch (default 0)\n"
+    "  -b, --batch G         global batch: samples per step over all ranks (default 1)\n"
+    "  -w, --world W         ranks; must divide G (default 1)\n"
+    "  -r, --rank R          this rank, 0 .. W-1 (default 0)\n"
+    "      --from-step T     start at global step T (default 0)\n"
+    "      --steps K         print at most K steps from there (default: to the epoch's end)\n"
+    "      --workers K       loader workers of the rank (default 1)\n"
+    "      --worker w        print only worker w's steps: T+w, T+w+K, ... (default 0)\n"
+    "      --mode MODE       global (default), locality (shuffle shards, then samples\n"
+    "                        within windows of --window shards) or none (index order)\n"
+    "      --window k        shards per locality window (default 8)\n"
+    "      --pad             complete the last partial global batch with the epoch's\n"
+    "                        first samples (default: drop it)\n"
+    "      --deny FILE       leave out the samples FILE lists (ids or keys, one a line;\n"
+    "                        default: INDEX.deny when it exists)\n"
+    "      --no-deny         ignore INDEX.deny\n"
+    "      --keys            print sample keys instead of ids\n"
+    "      --info            print the plan's numbers (samples, steps, ...) instead\n";
+
+static int plan_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int plan_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "larder plan: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'larder plan --help'.\n");
+    va_end(ap);
+    return 2;
+}
+
+/* The library's failure: exit 2 for inconsistent options, else 1. */
+static int plan_fail(int rc)
+{
+    const char *detail = larder_errmsg();
+    if (rc == LARDER_EUSAGE) return plan_usage("%s", detail);
+    fprintf(stderr, "larder plan: %s\n", strcmp(detail, "no error") ? detail : larder_strerror(rc));
+    return 1;
+}
+
+static int parse_number(const char *text, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)text[0])) return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_u32(const char *text, uint32_t *out)
+{
+    uint64_t v;
+    if (parse_number(text, &v) < 0 || v > UINT32_MAX) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static void print_info(const larder_plan *plan, const char *deny)
+{
+    larder_plan_info info;
+    larder_plan_info_get(plan, &info);
+    printf("samples: %" PRIu64 "\n", info.num_samples);
+    printf("denied: %" PRIu64 "\n", info.num_denied);
+    printf("deny-list: %s\n", deny ? deny : "none");
+    printf("steps: %" PRIu64 "\n", info.steps);
+    printf("global batch: %" PRIu64 "\n", info.global_batch);
+    printf("local batch: %" PRIu64 "\n", info.local_batch);
+    printf("padded: %" PRIu64 "\n", info.padded);
+    printf("dropped: %" PRIu64 "\n", info.dropped);
+}
+
+/* Print the ids of the worker's steps below `end`; 0 or an exit status. */
+static int print_ids(larder_dataset *d, const larder_plan *plan, uint64_t end, int keys)
+{
+    larder_plan_info info;
+    larder_plan_info_get(plan, &info);
+    uint64_t *ids = malloc((info.local_batch ? info.local_batch : 1) * sizeof *ids);
+    if (!ids) return plan_fail(-ENOMEM);
+    for (uint64_t i = 0;; i++) {
+        int64_t step = larder_plan_worker_step(plan, i);
+        if (step < 0 || (uint64_t)step >= end) break;
+        int64_t n = larder_plan_batch(plan, (uint64_t)step, ids, (size_t)info.local_batch);
+        if (n < 0) {
+            free(ids);
+            return plan_fail((int)n);
+        }
+        for (int64_t k = 0; k < n; k++) {
+            larder_sample_info s;
+            if (!keys) {
+                printf("%" PRIu64 "\n", ids[k]);
+            } else if (larder_sample_info_get(d, ids[k], &s) == 0) {
+                printf("%s\n", s.key);
+            } else {
+                free(ids);
+                return plan_fail(LARDER_EBADINDEX);
+            }
+        }
+    }
+    free(ids);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "larder plan: writing to stdout: %s\n", strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    enum { FROM_STEP = 256, STEPS, WORKERS, WORKER, MODE, WINDOW, PAD, DENY, NO_DENY, KEYS, INFO };
+    static const struct option options[] = {{"seed", required_argument, 0, 's'},
+                                            {"epoch", required_argument, 0, 'e'},
+                                            {"batch", required_argument, 0, 'b'},
+                                            {"world", required_argument, 0, 'w'},
+                                            {"rank", required_argument, 0, 'r'},
+                                            {"from-step", required_argument, 0, FROM_STEP},
+                                            {"steps", required_argument, 0, STEPS},
+                                            {"workers", required_argument, 0, WORKERS},
+                                            {"worker", required_argument, 0, WORKER},
+                                            {"mode", required_argument, 0, MODE},
+                                            {"window", required_argument, 0, WINDOW},
+                                            {"pad", no_argument, 0, PAD},
+                                            {"deny", required_argument, 0, DENY},
+                                            {"no-deny", no_argument, 0, NO_DENY},
+                                            {"keys", no_argument, 0, KEYS},
+                                            {"info", no_argument, 0, INFO},
+                                            {"help", no_argument, 0, 'h'},
+                                            {0, 0, 0, 0}};
+    larder_plan_options o = {.version = LARDER_PLAN_OPTIONS_VERSION, .global_batch = 1};
+    uint64_t max_steps = UINT64_MAX;
+    int no_deny = 0, keys = 0, info = 0, c;
+    while ((c = getopt_long(argc, argv, "s:e:b:w:r:h", options, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if (parse_number(optarg, &o.seed) < 0) return plan_usage("bad seed '%s'", optarg);
+            break;
+        case 'e':
+            if (parse_number(optarg, &o.epoch) < 0) return plan_usage("bad epoch '%s'", optarg);
+            break;
+        case 'b':
+            if (parse_number(optarg, &o.global_batch) < 0 || o.global_batch == 0)
+                return plan_usage("bad global batch '%s' (a positive number)", optarg);
+            break;
+        case 'w':
+            if (parse_u32(optarg, &o.world) < 0 || o.world == 0)
+                return plan_usage("bad world size '%s' (a positive number)", optarg);
+            break;
+        case 'r':
+            if (parse_u32(optarg, &o.rank) < 0) return plan_usage("bad rank '%s'", optarg);
+            break;
+        case FROM_STEP:
+            if (parse_number(optarg, &o.start_step) < 0) return plan_usage("bad step '%s'", optarg);
+            break;
+        case STEPS:
+            if (parse_number(optarg, &max_steps) < 0)
+                return plan_usage("bad step count '%s'", optarg);
+            break;
+        case WORKERS:
+            if (parse_u32(optarg, &o.workers) < 0 || o.workers == 0)
+                return plan_usage("bad worker count '%s' (a positive number)", optarg);
+            break;
+        case WORKER:
+            if (parse_u32(optarg, &o.worker) < 0) return plan_usage("bad worker '%s'", optarg);
+            break;
+        case MODE:
+            if (strcmp(optarg, "global") == 0)
+                o.mode = LARDER_PLAN_GLOBAL;
+            else if (strcmp(optarg, "locality") == 0)
+                o.mode = LARDER_PLAN_LOCALITY;
+            else if (strcmp(optarg, "none") == 0)
+                o.mode = LARDER_PLAN_NONE;
+            else
+                return plan_usage("unknown mode '%s' (global, locality or none)", optarg);
+            break;
+        case WINDOW:
+            if (parse_u32(optarg, &o.locality_window) < 0 || o.locality_window == 0)
+                return plan_usage("bad window '%s' (shards per window, a positive number)", optarg);
+            break;
+        case PAD:
+            o.pad = 1;
+            break;
+        case DENY:
+            o.deny_path = optarg;
+            break;
+        case NO_DENY:
+            no_deny = 1;
+            break;
+        case KEYS:
+            keys = 1;
+            break;
+        case INFO:
+            info = 1;
+            break;
+        case 'h':
+            fputs(plan_help, stdout);
+            return 0;
+        default:
+            return plan_usage("bad option");
+        }
+    }
+    if (optind + 1 != argc) return plan_usage("expected one INDEX");
+    if (o.deny_path && no_deny) return plan_usage("--deny and --no-deny contradict each other");
+    const char *index = argv[optind];
+    char default_deny[4096];
+    if (!o.deny_path && !no_deny) {
+        int found = larder_plan_default_deny(index, default_deny, sizeof default_deny);
+        if (found < 0) return plan_fail(found);
+        if (found) o.deny_path = default_deny;
+    }
+
+    larder_dataset *d;
+    int rc = larder_open(&d, index, NULL);
+    if (rc < 0) return plan_fail(rc);
+    larder_plan *plan;
+    rc = larder_plan_create(&plan, d, &o);
+    if (rc < 0) {
+        larder_close(d);
+        return plan_fail(rc);
+    }
+    int status = 0;
+    uint64_t steps = larder_plan_steps(plan);
+    if (info) {
+        print_info(plan, o.deny_path);
+    } else if (o.start_step > steps) {
+        status =
+            plan_usage("--from-step %" PRIu64 " is past the end of the epoch (%" PRIu64 " steps)",
+                       o.start_step, steps);
+    } else {
+        uint64_t end = steps - o.start_step < max_steps ? steps : o.start_step + max_steps;
+        status = print_ids(d, plan, end, keys);
+    }
+    larder_plan_destroy(plan);
+    larder_close(d);
+    return status;
+}
