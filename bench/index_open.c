@@ -456,8 +456,8 @@ int main(int argc, char **argv)
            (unsigned long long)num_samples, (unsigned long long)child_value(output, "shards"));
     printf("Built with the internal index builder: 2 fields per sample (\"jpg\" ~%d KiB, "
            "\"cls\" ~%d KiB), keys `train/%%09llu`, %d samples per shard, each shard added when "
-           "its first sample comes, as `larder pack` does (so shard names lie scattered through "
-           "the string table). The shards are fake "
+           "its first sample comes, as `larder pack` does (the writer gathers the shard names at "
+           "the start of the string table). The shards are fake "
            "(sizes and checksums invented; no shard file exists). Every open and memory figure "
            "comes from a fresh process; the page cache is warm (nothing dropped). "
            "Lookups: %llu random ids per run, median of %d runs (min-max in brackets).\n\n",

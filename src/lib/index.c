@@ -684,9 +684,19 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
     uint64_t num_slots = key_slots_for(b->num_samples);
     if (num_slots != b->num_slots && rebuild_slots(b, num_slots) < 0) return -ENOMEM;
 
+    /* The shard names go first in the string table, together, so that
+     * opening the index (which checks every shard record) touches a page
+     * or two of strings instead of one page per shard.  The builder's own
+     * table follows unchanged; every other reference shifts by the prefix. */
+    uint64_t prefix = 0;
+    for (size_t i = 0; i < b->num_shards; i++) {
+        size_t length;
+        builder_string(b, b->shards[i].name, &length);
+        prefix += 4 + length + 1;
+    }
     struct layout l;
     if (!compute_layout(b->num_shards, b->num_samples, b->num_fields, b->num_dims, num_slots,
-                        b->strings_size, &l))
+                        prefix + b->strings_size, &l))
         return larder__fail(LARDER_EUSAGE, "index too large");
 
     uint8_t header[LARDER_INDEX_HEADER_SIZE] = {0};
@@ -698,7 +708,7 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
     larder__put_le64(header + H_NUM_FIELDS, b->num_fields);
     larder__put_le64(header + H_NUM_DIMS, b->num_dims);
     larder__put_le64(header + H_NUM_KEY_SLOTS, num_slots);
-    larder__put_le64(header + H_STRINGS_SIZE, b->strings_size);
+    larder__put_le64(header + H_STRINGS_SIZE, prefix + b->strings_size);
     larder__put_le64(header + H_TOTAL_BYTES, b->total_bytes);
     larder__put_le64(header + H_FILE_SIZE, l.end);
     larder__put_le32(header + H_BLOCK_SIZE, b->block_size);
@@ -721,9 +731,12 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
     o->fd = fd, o->path = tmp, o->offset = 0, o->used = 0, o->error = 0;
     XXH3_128bits_reset(&o->hash);
     out_put(o, header, sizeof header);
-    for (size_t i = 0; i < b->num_shards; i++) {
+    for (size_t i = 0, name = 0; i < b->num_shards; i++) {
         uint8_t r[LARDER_INDEX_SHARD_SIZE] = {0};
-        larder__put_le64(r, b->shards[i].name);
+        size_t length;
+        builder_string(b, b->shards[i].name, &length);
+        larder__put_le64(r, name);
+        name += 4 + length + 1;
         larder__put_le64(r + 8, b->shards[i].size);
         larder__put_le64(r + 16, b->shards[i].checksum);
         larder__put_le32(r + 24, b->shards[i].format);
@@ -735,13 +748,18 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
         larder__put_le64(r, s->offset);
         larder__put_le64(r + 8, s->length);
         larder__put_le64(r + 16, s->checksum);
-        larder__put_le64(r + 24, s->key);
+        larder__put_le64(r + 24, prefix + s->key);
         larder__put_le64(r + 32, s->field_first);
         larder__put_le32(r + 40, s->shard);
         larder__put_le32(r + 44, s->num_fields);
         out_put(o, r, sizeof r);
     }
-    out_put(o, b->fields, b->num_fields * LARDER_INDEX_FIELD_SIZE);
+    for (size_t i = 0; i < b->num_fields; i++) {
+        uint8_t r[LARDER_INDEX_FIELD_SIZE];
+        memcpy(r, b->fields + i * LARDER_INDEX_FIELD_SIZE, sizeof r);
+        larder__put_le64(r, prefix + larder__le64(r));
+        out_put(o, r, sizeof r);
+    }
     for (size_t i = 0; i < b->num_dims; i++) {
         uint8_t r[8];
         larder__put_le64(r, b->dims[i]);
@@ -751,6 +769,11 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
         uint8_t r[8];
         larder__put_le64(r, b->slots[i]);
         out_put(o, r, 8);
+    }
+    for (size_t i = 0; i < b->num_shards; i++) {
+        size_t length;
+        builder_string(b, b->shards[i].name, &length);
+        out_put(o, b->strings + b->shards[i].name, 4 + length + 1);
     }
     out_put(o, b->strings, b->strings_size);
     out_flush(o);
