@@ -290,6 +290,7 @@ bool larder__cache_resident(const struct larder__cache *c, uint32_t shard, uint6
 
 void larder__cache_touch(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
+    if (!c->capacity) return; /* nothing is evicted: no use for the clock's marks */
     uint64_t base = c->shard_base[shard];
     for (uint64_t b = base + first; b <= base + last; b++)
         if (!bit_get(c->referenced, b)) /* no cache-line write when already set */

@@ -496,6 +496,15 @@ struct batch_item {
     struct larder__latch *latch;
 };
 
+static int by_position(const void *a, const void *b, void *items_)
+{
+    const struct batch_item *items = items_;
+    const struct larder__sample *x = &items[*(const size_t *)a].sample;
+    const struct larder__sample *y = &items[*(const size_t *)b].sample;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
 static void read_task(void *arg)
 {
     struct batch_item *item = arg;
@@ -538,10 +547,44 @@ int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count
         free(items);
         return rc;
     }
-    larder__latch_init(&latch, queued);
+    /* Samples that share a block would wait on each other's fill lock and
+     * hold workers idle: first fetch one sample per run of blocks (the
+     * leaders), then the rest, which mostly find their blocks resident. */
+    size_t *order = malloc((queued ? queued : 1) * sizeof *order);
+    bool *follower = calloc(queued ? queued : 1, sizeof *follower);
+    if (!order || !follower) {
+        free(order), free(follower), free(items);
+        return -ENOMEM;
+    }
     for (size_t i = 0; i < queued; i++)
-        larder__pool_submit(d->pool, read_task, &items[i]);
-    larder__latch_wait(&latch);
+        order[i] = i;
+    if (d->cache) {
+        qsort_r(order, queued, sizeof *order, by_position, items);
+        /* leaders have disjoint block ranges: a sample overlapping the last
+         * leader's range waits for the second phase */
+        uint64_t reach = 0; /* end of the last leader's range in this shard, exclusive */
+        for (size_t k = 0; k < queued; k++) {
+            const struct larder__sample *x = &items[order[k]].sample;
+            bool same_shard = k > 0 && items[order[k - 1]].sample.shard == x->shard;
+            uint64_t first, last;
+            larder__cache_blocks(d->cache, x->offset, x->length, &first, &last);
+            if (same_shard && first < reach)
+                follower[order[k]] = true;
+            else
+                reach = last + 1;
+        }
+    }
+    for (int phase = 0; phase < 2; phase++) {
+        size_t n = 0;
+        for (size_t i = 0; i < queued; i++)
+            n += follower[i] == (phase == 1);
+        larder__latch_init(&latch, n);
+        for (size_t i = 0; i < queued; i++)
+            if (follower[i] == (phase == 1)) larder__pool_submit(d->pool, read_task, &items[i]);
+        larder__latch_wait(&latch);
+    }
+    free(order);
+    free(follower);
     int64_t done = 0, first_error = 0;
     const char *message = NULL;
     for (size_t i = 0; i < queued; i++)

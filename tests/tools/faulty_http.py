@@ -13,6 +13,7 @@ path component picks the behaviour for the rest of the path:
     /flaky/...        503 for the first 2 requests of each path, then ok
     /down/...         always 503
     /forbidden/...    403
+    /delay-MS/...     ok, after waiting MS milliseconds (an origin far away)
     /__counts         JSON: requests seen per full path
 
 Full GETs (no Range) are answered normally in every mode but the status ones.
@@ -23,6 +24,7 @@ import os
 import re
 import sys
 import threading
+import time
 
 ROOT, PORT_FILE = sys.argv[1], sys.argv[2]
 counts = {}
@@ -57,6 +59,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if len(parts) != 2:
             return self.send_bytes(404, b"no mode\n")
         mode, rest = parts
+        if mode.startswith("delay-"):
+            time.sleep(int(mode[6:]) / 1000.0)
+            mode = "ok"
         if mode == "down" or (mode == "flaky" and seen <= 2):
             return self.send_bytes(503, b"try later\n")
         if mode == "forbidden":
@@ -79,7 +84,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_bytes(206, body, headers)
 
 
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+class Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 1024  # the default 5 drops connections when clients open many at once
+    daemon_threads = True
+
+
+server = Server(("127.0.0.1", 0), Handler)
 with open(PORT_FILE + ".tmp", "w") as f:
     f.write(str(server.server_address[1]))
 os.rename(PORT_FILE + ".tmp", PORT_FILE)
