@@ -411,6 +411,36 @@ LARDER_API int64_t larder_plan_position_of(const larder_plan *plan, uint64_t id)
 LARDER_API int larder_plan_default_deny(const char *index_url, char *path, size_t capacity);
 /* ---- end of plans ---- */
 
+/* ---- prefetch ------------------------------------------------------------ */
+
+/*
+ * Staging ahead of a reader.  The reader registers its plan once; a
+ * thread then keeps the samples of the reader's next window_steps steps
+ * (its own steps: larder_plan_worker_step order) staged in the node
+ * cache, at a priority below the reader's own reads.  The reader only
+ * tells it how many steps it has consumed.  Needs a cache.
+ */
+typedef struct larder_prefetch larder_prefetch;
+
+#define LARDER_PREFETCH_OPTIONS_VERSION 1
+typedef struct larder_prefetch_options {
+    int version;           /* LARDER_PREFETCH_OPTIONS_VERSION */
+    uint64_t window_steps; /* the reader's steps to keep staged ahead; 0: 8 */
+    int max_inflight;      /* fills queued or running at once; 0: the dataset's max_inflight */
+} larder_prefetch_options;
+
+/* Start prefetching `plan` (which must outlive the prefetcher) for `dataset`. */
+LARDER_API int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset,
+                                     const larder_plan *plan,
+                                     const larder_prefetch_options *options);
+/* The reader has consumed `consumed` of its steps (an atomic store and a wake-up). */
+LARDER_API void larder_prefetch_advance(larder_prefetch *prefetch, uint64_t consumed);
+/* Samples fetched ahead so far, and fetches that failed (the reader meets those errors). */
+LARDER_API int larder_prefetch_stats(larder_prefetch *prefetch, uint64_t *fills,
+                                     uint64_t *failures);
+/* Stop, waiting for fetches in flight (NULL-safe).  Call before closing the dataset. */
+LARDER_API void larder_prefetch_stop(larder_prefetch *prefetch);
+
 #ifdef __cplusplus
 }
 #endif

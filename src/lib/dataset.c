@@ -14,6 +14,7 @@
  * the sample.
  */
 #include "cache.h"
+#include "dataset.h"
 #include "index.h"
 #include "origin.h"
 #include "pool.h"
@@ -537,12 +538,8 @@ int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count
                                               .result = &results[i],
                                               .latch = &latch};
     }
-    int rc = 0;
-    pthread_mutex_lock(&d->lock);
-    if (!d->pool)
-        rc = larder__pool_new(&d->pool, d->options.max_inflight > 0 ? d->options.max_inflight
-                                                                    : DEFAULT_INFLIGHT);
-    pthread_mutex_unlock(&d->lock);
+    struct larder__pool *pool;
+    int rc = larder__dataset_pool_get(d, &pool);
     if (rc < 0) {
         free(items);
         return rc;
@@ -580,7 +577,8 @@ int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count
             n += follower[i] == (phase == 1);
         larder__latch_init(&latch, n);
         for (size_t i = 0; i < queued; i++)
-            if (follower[i] == (phase == 1)) larder__pool_submit(d->pool, read_task, &items[i]);
+            if (follower[i] == (phase == 1))
+                larder__pool_submit(d->pool, read_task, &items[i], LARDER__DEMAND);
         larder__latch_wait(&latch);
     }
     free(order);
@@ -819,4 +817,55 @@ int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progre
     }
     free(counts), free(order), free(sound), free(fill);
     return v.problems;
+}
+
+/* ---- for the prefetcher --------------------------------------------------- */
+
+bool larder__dataset_cached(const larder_dataset *d)
+{
+    return d->cache != NULL;
+}
+
+int larder__dataset_inflight(const larder_dataset *d)
+{
+    return d->options.max_inflight > 0 ? d->options.max_inflight : DEFAULT_INFLIGHT;
+}
+
+int larder__dataset_pool_get(larder_dataset *d, struct larder__pool **pool)
+{
+    int rc = 0;
+    pthread_mutex_lock(&d->lock);
+    if (!d->pool) rc = larder__pool_new(&d->pool, larder__dataset_inflight(d));
+    *pool = d->pool;
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
+
+struct larder__pool *larder__dataset_pool(larder_dataset *d)
+{
+    return d->pool;
+}
+
+bool larder__dataset_staged(const larder_dataset *d, uint64_t id)
+{
+    struct larder__sample s;
+    if (!d->cache || larder__index_sample_range(&d->ix, id, &s) < 0) return false;
+    uint64_t first, last;
+    larder__cache_blocks(d->cache, s.offset, s.length, &first, &last);
+    return larder__cache_resident(d->cache, s.shard, first, last);
+}
+
+int larder__dataset_stage(larder_dataset *d, uint64_t id)
+{
+    struct larder__sample s;
+    int rc = larder__index_sample_range(&d->ix, id, &s);
+    if (rc < 0) return rc;
+    if (!d->cache || larder__dataset_staged(d, id)) return 0;
+    uint8_t *buf = malloc(s.length ? (size_t)s.length : 1);
+    if (!buf) return -ENOMEM;
+    uint64_t first, last;
+    larder__cache_blocks(d->cache, s.offset, s.length, &first, &last);
+    rc = fill(d, &s, id, first, last, buf, false);
+    free(buf);
+    return rc;
 }

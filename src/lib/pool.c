@@ -1,5 +1,5 @@
 /*
- * pool.c - worker threads and a task queue (see pool.h).
+ * pool.c - worker threads and prioritized task queues (see pool.h).
  */
 #include "pool.h"
 
@@ -11,13 +11,17 @@ struct task {
     void *arg;
 };
 
+struct queue { /* a ring */
+    struct task *tasks;
+    size_t head, count, capacity;
+};
+
 struct larder__pool {
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    struct task *queue; /* ring */
-    size_t head, count, capacity;
+    struct queue queues[LARDER__CLASSES];
     pthread_t *threads;
-    int wanted, started;
+    int wanted, started, idle;
     bool stopping;
 };
 
@@ -35,20 +39,36 @@ int larder__pool_new(struct larder__pool **out, int threads)
     return 0;
 }
 
+/* The next task, highest class first; lock held.  false when none. */
+static bool next_task(struct larder__pool *p, struct task *t)
+{
+    for (int c = 0; c < LARDER__CLASSES; c++) {
+        struct queue *q = &p->queues[c];
+        if (q->count == 0) continue;
+        *t = q->tasks[q->head];
+        q->head = (q->head + 1) % q->capacity;
+        q->count--;
+        return true;
+    }
+    return false;
+}
+
 static void *worker(void *arg)
 {
     struct larder__pool *p = arg;
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (p->count == 0 && !p->stopping)
-            pthread_cond_wait(&p->wake, &p->lock);
-        if (p->count == 0) break;
-        struct task t = p->queue[p->head];
-        p->head = (p->head + 1) % p->capacity;
-        p->count--;
-        pthread_mutex_unlock(&p->lock);
-        t.fn(t.arg);
-        pthread_mutex_lock(&p->lock);
+        struct task t;
+        if (next_task(p, &t)) {
+            pthread_mutex_unlock(&p->lock);
+            t.fn(t.arg);
+            pthread_mutex_lock(&p->lock);
+            continue;
+        }
+        if (p->stopping) break;
+        p->idle++;
+        pthread_cond_wait(&p->wake, &p->lock);
+        p->idle--;
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -63,45 +83,66 @@ void larder__pool_free(struct larder__pool *p)
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->started; i++)
         pthread_join(p->threads[i], NULL);
+    /* with no thread ever started, queued tasks ran inline at submit */
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
-    free(p->queue);
+    for (int c = 0; c < LARDER__CLASSES; c++)
+        free(p->queues[c].tasks);
     free(p->threads);
     free(p);
 }
 
-int larder__pool_submit(struct larder__pool *p, larder__task_fn fn, void *arg)
+static bool push(struct queue *q, struct task t)
 {
-    pthread_mutex_lock(&p->lock);
-    if (p->count == p->capacity) {
-        size_t capacity = p->capacity ? p->capacity * 2 : 64;
-        struct task *queue = malloc(capacity * sizeof *queue);
-        if (!queue) {
-            pthread_mutex_unlock(&p->lock);
-            fn(arg);
-            return 0;
-        }
-        for (size_t i = 0; i < p->count; i++)
-            queue[i] = p->queue[(p->head + i) % p->capacity];
-        free(p->queue);
-        p->queue = queue;
-        p->head = 0;
-        p->capacity = capacity;
+    if (q->count == q->capacity) {
+        size_t capacity = q->capacity ? q->capacity * 2 : 64;
+        struct task *tasks = malloc(capacity * sizeof *tasks);
+        if (!tasks) return false;
+        for (size_t i = 0; i < q->count; i++)
+            tasks[i] = q->tasks[(q->head + i) % q->capacity];
+        free(q->tasks);
+        q->tasks = tasks;
+        q->head = 0;
+        q->capacity = capacity;
     }
-    p->queue[(p->head + p->count++) % p->capacity] = (struct task){fn, arg};
-    /* start another worker while there is more queued work than idle ones */
-    if (p->started < p->wanted && pthread_create(&p->threads[p->started], NULL, worker, p) == 0)
-        p->started++;
-    bool none = p->started == 0;
-    if (none) { /* no thread at all: run it here */
-        p->count--;
+    q->tasks[(q->head + q->count++) % q->capacity] = t;
+    return true;
+}
+
+int larder__pool_submit(struct larder__pool *p, larder__task_fn fn, void *arg, int priority)
+{
+    if (priority < 0 || priority >= LARDER__CLASSES) priority = LARDER__BACKGROUND;
+    pthread_mutex_lock(&p->lock);
+    if (!push(&p->queues[priority], (struct task){fn, arg})) {
         pthread_mutex_unlock(&p->lock);
-        fn(arg);
+        fn(arg); /* out of memory for the queue: do it now */
+        return 0;
+    }
+    /* another worker while there is more work than idle workers */
+    if (p->idle == 0 && p->started < p->wanted &&
+        pthread_create(&p->threads[p->started], NULL, worker, p) == 0)
+        p->started++;
+    if (p->started == 0) { /* no thread at all: run it here */
+        struct task t;
+        while (next_task(p, &t)) {
+            pthread_mutex_unlock(&p->lock);
+            t.fn(t.arg);
+            pthread_mutex_lock(&p->lock);
+        }
+        pthread_mutex_unlock(&p->lock);
         return 0;
     }
     pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->lock);
     return 0;
+}
+
+size_t larder__pool_queued(struct larder__pool *p, int priority)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t n = p->queues[priority].count;
+    pthread_mutex_unlock(&p->lock);
+    return n;
 }
 
 void larder__latch_init(struct larder__latch *latch, size_t count)

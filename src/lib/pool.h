@@ -14,12 +14,23 @@ struct larder__pool;
 
 typedef void (*larder__task_fn)(void *arg);
 
-/* A pool of `threads` workers, started on the first submit. */
+/*
+ * Priority classes, highest first (DESIGN.md): a reader is blocked; the
+ * plan needs it within the prefetch window; background staging.  A
+ * worker always takes the oldest task of the highest class waiting, so
+ * a higher class never waits behind a lower one for a free worker.
+ */
+enum larder__priority { LARDER__DEMAND = 0, LARDER__NEAR, LARDER__BACKGROUND, LARDER__CLASSES };
+
+/* A pool of `threads` workers, started as work arrives. */
 LARDER_HIDDEN int larder__pool_new(struct larder__pool **out, int threads);
 /* Stop the workers after the queued tasks ran (NULL-safe). */
 LARDER_HIDDEN void larder__pool_free(struct larder__pool *pool);
-/* Queue fn(arg); runs it inline when no thread could be started. */
-LARDER_HIDDEN int larder__pool_submit(struct larder__pool *pool, larder__task_fn fn, void *arg);
+/* Queue fn(arg) in a class; runs it inline when no thread could be started. */
+LARDER_HIDDEN int larder__pool_submit(struct larder__pool *pool, larder__task_fn fn, void *arg,
+                                      int priority);
+/* Tasks queued in a class and not yet started. */
+LARDER_HIDDEN size_t larder__pool_queued(struct larder__pool *pool, int priority);
 
 /* A countdown a batch waits on. */
 struct larder__latch {

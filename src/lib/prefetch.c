@@ -1,0 +1,161 @@
+/*
+ * prefetch.c - staging the samples a reader's plan will ask for, ahead
+ * of the reader.
+ *
+ * The reader registers its plan once and then only publishes how many of
+ * its steps it has consumed (one atomic store, no request per sample).
+ * A thread walks the same plan: it keeps the samples of the next `window`
+ * steps staged, queueing their fills at NEAR priority on the dataset's
+ * pool, so a reader's own misses (DEMAND) always go first.  It keeps at
+ * most max_inflight fills queued or running (bounded memory: one sample
+ * buffer per fill), stops at the end of the epoch, and on stop waits for
+ * its fills to finish.
+ */
+#include "dataset.h"
+#include "pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct larder_prefetch {
+    larder_dataset *dataset;
+    const larder_plan *plan;
+    uint64_t window;
+    int max_inflight;
+    uint64_t consumed; /* atomic: the reader's steps done */
+    uint64_t staged_steps;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int inflight;
+    bool stopping;
+    uint64_t fills, failures; /* counters, under lock */
+};
+
+struct fill_task {
+    struct larder_prefetch *p;
+    uint64_t id;
+};
+
+static void fill_task(void *arg)
+{
+    struct fill_task *t = arg;
+    struct larder_prefetch *p = t->p;
+    int rc = larder__dataset_stage(p->dataset, t->id);
+    pthread_mutex_lock(&p->lock);
+    p->inflight--;
+    if (rc < 0)
+        p->failures++; /* the reader will meet the error itself */
+    else
+        p->fills++;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    free(t);
+}
+
+static void *prefetch_thread(void *arg)
+{
+    struct larder_prefetch *p = arg;
+    larder_plan_info info;
+    larder_plan_info_get(p->plan, &info);
+    size_t capacity = info.local_batch ? (size_t)info.local_batch : 1;
+    uint64_t *ids = malloc(capacity * sizeof *ids);
+    pthread_mutex_lock(&p->lock);
+    while (ids && !p->stopping) {
+        uint64_t consumed = __atomic_load_n(&p->consumed, __ATOMIC_ACQUIRE);
+        if (p->staged_steps < consumed) p->staged_steps = consumed; /* behind: skip ahead */
+        if (p->staged_steps >= consumed + p->window) {
+            pthread_cond_wait(&p->changed, &p->lock);
+            continue;
+        }
+        int64_t step = larder_plan_worker_step(p->plan, p->staged_steps);
+        if (step < 0) break; /* the end of the epoch */
+        pthread_mutex_unlock(&p->lock);
+        int64_t n = larder_plan_batch(p->plan, (uint64_t)step, ids, capacity);
+        pthread_mutex_lock(&p->lock);
+        for (int64_t i = 0; i < n && !p->stopping; i++) {
+            while (p->inflight >= p->max_inflight && !p->stopping)
+                pthread_cond_wait(&p->changed, &p->lock);
+            if (p->stopping) break;
+            if (larder__dataset_staged(p->dataset, ids[i])) continue;
+            struct fill_task *t = malloc(sizeof *t);
+            if (!t) break;
+            *t = (struct fill_task){.p = p, .id = ids[i]};
+            p->inflight++;
+            pthread_mutex_unlock(&p->lock);
+            larder__pool_submit(larder__dataset_pool(p->dataset), fill_task, t, LARDER__NEAR);
+            pthread_mutex_lock(&p->lock);
+        }
+        p->staged_steps++;
+    }
+    while (p->inflight > 0)
+        pthread_cond_wait(&p->changed, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+    free(ids);
+    return NULL;
+}
+
+int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const larder_plan *plan,
+                          const larder_prefetch_options *options)
+{
+    if (!out || !dataset || !plan)
+        return larder__fail(LARDER_EUSAGE, "larder_prefetch_start: NULL");
+    if (options && options->version != LARDER_PREFETCH_OPTIONS_VERSION)
+        return larder__fail(LARDER_EUSAGE, "larder_prefetch_start: options version %d, expected %d",
+                            options->version, LARDER_PREFETCH_OPTIONS_VERSION);
+    if (!larder__dataset_cached(dataset))
+        return larder__fail(LARDER_EUSAGE, "prefetching needs a node cache to stage into "
+                                           "(cache_dir or LARDER_CACHE)");
+    struct larder__pool *pool;
+    int rc = larder__dataset_pool_get(dataset, &pool);
+    if (rc < 0) return rc;
+    struct larder_prefetch *p = calloc(1, sizeof *p);
+    if (!p) return -ENOMEM;
+    p->dataset = dataset;
+    p->plan = plan;
+    p->window = options && options->window_steps ? options->window_steps : 8;
+    p->max_inflight = options && options->max_inflight > 0 ? options->max_inflight
+                                                           : larder__dataset_inflight(dataset);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->changed, NULL);
+    if (pthread_create(&p->thread, NULL, prefetch_thread, p) != 0) {
+        pthread_mutex_destroy(&p->lock);
+        pthread_cond_destroy(&p->changed);
+        free(p);
+        return larder__fail(-EAGAIN, "cannot start the prefetch thread");
+    }
+    *out = p;
+    return 0;
+}
+
+void larder_prefetch_advance(larder_prefetch *p, uint64_t consumed)
+{
+    __atomic_store_n(&p->consumed, consumed, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&p->lock);
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+}
+
+int larder_prefetch_stats(larder_prefetch *p, uint64_t *fills, uint64_t *failures)
+{
+    pthread_mutex_lock(&p->lock);
+    if (fills) *fills = p->fills;
+    if (failures) *failures = p->failures;
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+void larder_prefetch_stop(larder_prefetch *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    p->stopping = true;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->changed);
+    free(p);
+}
