@@ -2,6 +2,7 @@
  * origin.c - file and HTTP origins behind one small interface.
  */
 #include "origin.h"
+#include "s3.h"
 #include "sys.h"
 
 #include <curl/curl.h>
@@ -28,11 +29,13 @@ struct larder__origin {
     int num_idle;
     uint64_t size;
     bool have_size;
+    struct larder__s3 *s3; /* s3:// objects: the http(s) URL and SigV4 signing; else NULL */
 };
 
 bool larder__is_remote(const char *name)
 {
-    return strncmp(name, "http://", 7) == 0 || strncmp(name, "https://", 8) == 0;
+    return strncmp(name, "http://", 7) == 0 || strncmp(name, "https://", 8) == 0 ||
+           strncmp(name, "s3://", 5) == 0;
 }
 
 static const char *file_path(const char *url)
@@ -57,6 +60,11 @@ int larder__origin_open(struct larder__origin **out, const char *url)
     pthread_mutex_init(&o->lock, NULL);
     if (larder__is_remote(url)) {
         pthread_once(&curl_once, curl_init_once);
+        int rc = strncmp(url, "s3://", 5) == 0 ? larder__s3_open(&o->s3, url, NULL) : 0;
+        if (rc < 0) {
+            larder__origin_close(o);
+            return rc;
+        }
     } else {
         int fd = larder__open(file_path(url), O_RDONLY, 0);
         if (fd < 0) {
@@ -75,6 +83,7 @@ void larder__origin_close(struct larder__origin *o)
     if (o->fd >= 0) larder__sys.close(o->fd);
     for (int i = 0; i < o->num_idle; i++)
         curl_easy_cleanup(o->idle[i]);
+    larder__s3_close(o->s3);
     pthread_mutex_destroy(&o->lock);
     free(o->url);
     free(o);
@@ -165,10 +174,10 @@ static size_t on_header(char *data, size_t size, size_t count, void *userdata)
     return n;
 }
 
-static void http_setup(CURL *curl, const char *url, struct body *b)
+static void http_setup(CURL *curl, const struct larder__origin *o, struct body *b)
 {
     curl_easy_reset(curl);
-    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_URL, o->s3 ? larder__s3_http_url(o->s3) : o->url);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, b);
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
@@ -178,6 +187,7 @@ static void http_setup(CURL *curl, const char *url, struct body *b)
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 30L);
+    if (o->s3) larder__s3_apply(o->s3, curl); /* SigV4 signing and S3's headers */
 }
 
 /* Whether a failed attempt may succeed if repeated. */
@@ -218,7 +228,7 @@ static int http_request(struct larder__origin *o, struct body *b, prepare_fn pre
     int rc = 0;
     for (int attempt = 0;; attempt++) {
         *b = fresh;
-        http_setup(curl, o->url, b);
+        http_setup(curl, o, b);
         prepare(curl, b, arg);
         CURLcode cc = curl_easy_perform(curl);
         *status = 0;
