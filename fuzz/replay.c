@@ -3,7 +3,7 @@
  * input a fuzzer once found interesting is checked in the normal test
  * run (under the sanitizer build in CI).
  *
- *   larder_fuzz_replay DIR     DIR holds index/ and tar/ corpora
+ *   larder_fuzz_replay DIR     DIR holds index/, tar/ and wire/ corpora
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -13,6 +13,7 @@
 
 int larder_fuzz_index(const uint8_t *data, size_t size);
 int larder_fuzz_tar(const uint8_t *data, size_t size);
+int larder_fuzz_wire(const uint8_t *data, size_t size);
 
 static int replay(const char *dir, int (*target)(const uint8_t *, size_t))
 {
@@ -55,7 +56,9 @@ int main(int argc, char **argv)
     int a = replay(dir, larder_fuzz_index);
     snprintf(dir, sizeof dir, "%s/tar", argv[1]);
     int b = replay(dir, larder_fuzz_tar);
-    if (a < 0 || b < 0) return 1;
-    printf("replayed %d index and %d tar inputs\n", a, b);
+    snprintf(dir, sizeof dir, "%s/wire", argv[1]);
+    int c = replay(dir, larder_fuzz_wire);
+    if (a < 0 || b < 0 || c < 0) return 1;
+    printf("replayed %d index, %d tar and %d wire inputs\n", a, b, c);
     return 0;
 }

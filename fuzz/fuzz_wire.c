@@ -1,0 +1,52 @@
+/*
+ * fuzz_wire.c - the daemon protocol's frame parser on arbitrary bytes: a
+ * stream of frames, each payload handed to its type's parser.
+ */
+#include "wire.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+int larder_fuzz_wire(const uint8_t *data, size_t size);
+
+int larder_fuzz_wire(const uint8_t *data, size_t size)
+{
+    size_t at = 0;
+    while (at < size) {
+        struct larder__frame frame;
+        if (larder__wire_header(data + at, size - at, &frame) < 0) break;
+        at += LARDER_WIRE_HEADER;
+        if (frame.length > size - at) break;
+        const uint8_t *p = data + at;
+        struct larder__hello hello;
+        struct larder__welcome welcome;
+        struct larder__read read;
+        struct larder__error_frame error;
+        switch (frame.type) {
+        case LARDER__HELLO:
+            larder__wire_hello(p, frame.length, &hello);
+            break;
+        case LARDER__WELCOME:
+            larder__wire_welcome(p, frame.length, &welcome);
+            break;
+        case LARDER__READ:
+            larder__wire_read(p, frame.length, &read);
+            break;
+        case LARDER__ERROR:
+            larder__wire_error(p, frame.length, &error);
+            break;
+        default:
+            break;
+        }
+        at += frame.length;
+    }
+    return 0;
+}
+
+#ifndef LARDER_FUZZ_REPLAY
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    return larder_fuzz_wire(data, size);
+}
+#endif

@@ -1,0 +1,178 @@
+/*
+ * wire.c - the daemon protocol's frames (docs/protocol.md).  Every length
+ * is checked against its type's limit before anything is trusted.
+ */
+#include "wire.h"
+
+/* The largest payload each type may carry. */
+static uint64_t max_payload(uint8_t type)
+{
+    switch (type) {
+    case LARDER__HELLO:
+        return 8 + LARDER_WIRE_MAX_TOKEN;
+    case LARDER__WELCOME:
+        return 20 + LARDER_WIRE_MAX_NAME;
+    case LARDER__READ:
+        return 40;
+    case LARDER__DATA:
+        return LARDER_WIRE_MAX_READ;
+    case LARDER__ERROR:
+        return 4 + LARDER_WIRE_MAX_MESSAGE;
+    case LARDER__STAT:
+        return 0;
+    case LARDER__STATS:
+        return LARDER_WIRE_MAX_STATS;
+    default:
+        return 0;
+    }
+}
+
+int larder__wire_header(const uint8_t *buf, size_t available, struct larder__frame *frame)
+{
+    if (available < LARDER_WIRE_HEADER) return LARDER_ETRUNCATED;
+    if (larder__le32(buf) != LARDER_WIRE_MAGIC)
+        return larder__fail(LARDER_EPROTOCOL, "bad magic 0x%08x", larder__le32(buf));
+    if (buf[4] != LARDER_WIRE_VERSION)
+        return larder__fail(LARDER_EPROTOCOL, "protocol version %u, this build speaks %d", buf[4],
+                            LARDER_WIRE_VERSION);
+    uint8_t type = buf[5];
+    if (type < LARDER__HELLO || type > LARDER__STATS)
+        return larder__fail(LARDER_EPROTOCOL, "unknown frame type %u", type);
+    if (larder__le16(buf + 6) != 0 || larder__le32(buf + 12) != 0)
+        return larder__fail(LARDER_EPROTOCOL, "nonzero flags or reserved bytes");
+    uint32_t length = larder__le32(buf + 8);
+    if (length > max_payload(type))
+        return larder__fail(LARDER_EPROTOCOL, "frame type %u with %u payload bytes (at most %llu)",
+                            type, length, (unsigned long long)max_payload(type));
+    frame->type = type;
+    frame->length = length;
+    frame->request = larder__le64(buf + 16);
+    return 0;
+}
+
+int larder__wire_hello(const uint8_t *p, uint32_t length, struct larder__hello *out)
+{
+    if (length < 8) return larder__fail(LARDER_EPROTOCOL, "HELLO of %u bytes", length);
+    out->role = larder__le32(p);
+    out->token_length = larder__le32(p + 4);
+    out->token = p + 8;
+    if (out->role != 1 && out->role != 2)
+        return larder__fail(LARDER_EPROTOCOL, "HELLO with unknown role %u", out->role);
+    if (out->token_length > LARDER_WIRE_MAX_TOKEN || out->token_length != length - 8)
+        return larder__fail(LARDER_EPROTOCOL, "HELLO token of %u bytes in %u", out->token_length,
+                            length);
+    return 0;
+}
+
+int larder__wire_welcome(const uint8_t *p, uint32_t length, struct larder__welcome *out)
+{
+    if (length < 20) return larder__fail(LARDER_EPROTOCOL, "WELCOME of %u bytes", length);
+    memcpy(out->member, p, 16);
+    out->name_length = larder__le32(p + 16);
+    out->name = (const char *)p + 20;
+    if (out->name_length > LARDER_WIRE_MAX_NAME || out->name_length != length - 20)
+        return larder__fail(LARDER_EPROTOCOL, "WELCOME name of %u bytes in %u", out->name_length,
+                            length);
+    return 0;
+}
+
+int larder__wire_read(const uint8_t *p, uint32_t length, struct larder__read *out)
+{
+    if (length != 40) return larder__fail(LARDER_EPROTOCOL, "READ of %u bytes, not 40", length);
+    out->id_low = larder__le64(p);
+    out->id_high = larder__le64(p + 8);
+    out->shard = larder__le32(p + 16);
+    out->priority = p[20];
+    out->offset = larder__le64(p + 24);
+    out->length = larder__le64(p + 32);
+    uint64_t end;
+    if (p[21] || p[22] || p[23])
+        return larder__fail(LARDER_EPROTOCOL, "READ with nonzero reserved bytes");
+    if (out->priority > 3)
+        return larder__fail(LARDER_EPROTOCOL, "READ with priority %u", out->priority);
+    if (out->length == 0 || out->length > LARDER_WIRE_MAX_READ ||
+        !larder__add_ok(out->offset, out->length, &end))
+        return larder__fail(LARDER_EPROTOCOL, "READ of %llu bytes at %llu",
+                            (unsigned long long)out->length, (unsigned long long)out->offset);
+    return 0;
+}
+
+int larder__wire_error(const uint8_t *p, uint32_t length, struct larder__error_frame *out)
+{
+    if (length < 4) return larder__fail(LARDER_EPROTOCOL, "ERROR of %u bytes", length);
+    out->code = (int32_t)larder__le32(p);
+    out->message_length = length - 4;
+    out->message = (const char *)p + 4;
+    if (out->code >= 0) return larder__fail(LARDER_EPROTOCOL, "ERROR with code %d", out->code);
+    return 0;
+}
+
+int larder__wire_encode_header(uint8_t *out, size_t capacity, uint8_t type, uint32_t length,
+                               uint64_t request)
+{
+    if (capacity < LARDER_WIRE_HEADER) return LARDER_ETOOSMALL;
+    larder__put_le32(out, LARDER_WIRE_MAGIC);
+    out[4] = LARDER_WIRE_VERSION;
+    out[5] = type;
+    larder__put_le16(out + 6, 0);
+    larder__put_le32(out + 8, length);
+    larder__put_le32(out + 12, 0);
+    larder__put_le64(out + 16, request);
+    return LARDER_WIRE_HEADER;
+}
+
+int larder__wire_encode_hello(uint8_t *out, size_t capacity, uint64_t request,
+                              const struct larder__hello *hello)
+{
+    uint32_t length = 8 + hello->token_length;
+    if (hello->token_length > LARDER_WIRE_MAX_TOKEN || capacity < LARDER_WIRE_HEADER + length)
+        return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__HELLO, length, request);
+    larder__put_le32(out + LARDER_WIRE_HEADER, hello->role);
+    larder__put_le32(out + LARDER_WIRE_HEADER + 4, hello->token_length);
+    if (hello->token_length)
+        memcpy(out + LARDER_WIRE_HEADER + 8, hello->token, hello->token_length);
+    return (int)(LARDER_WIRE_HEADER + length);
+}
+
+int larder__wire_encode_welcome(uint8_t *out, size_t capacity, uint64_t request,
+                                const struct larder__welcome *welcome)
+{
+    uint32_t length = 20 + welcome->name_length;
+    if (welcome->name_length > LARDER_WIRE_MAX_NAME || capacity < LARDER_WIRE_HEADER + length)
+        return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__WELCOME, length, request);
+    memcpy(out + LARDER_WIRE_HEADER, welcome->member, 16);
+    larder__put_le32(out + LARDER_WIRE_HEADER + 16, welcome->name_length);
+    if (welcome->name_length)
+        memcpy(out + LARDER_WIRE_HEADER + 20, welcome->name, welcome->name_length);
+    return (int)(LARDER_WIRE_HEADER + length);
+}
+
+int larder__wire_encode_read(uint8_t *out, size_t capacity, uint64_t request,
+                             const struct larder__read *read)
+{
+    if (capacity < LARDER_WIRE_HEADER + 40) return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__READ, 40, request);
+    uint8_t *p = out + LARDER_WIRE_HEADER;
+    memset(p, 0, 40);
+    larder__put_le64(p, read->id_low);
+    larder__put_le64(p + 8, read->id_high);
+    larder__put_le32(p + 16, read->shard);
+    p[20] = read->priority;
+    larder__put_le64(p + 24, read->offset);
+    larder__put_le64(p + 32, read->length);
+    return LARDER_WIRE_HEADER + 40;
+}
+
+int larder__wire_encode_error(uint8_t *out, size_t capacity, uint64_t request, int32_t code,
+                              const char *message)
+{
+    size_t n = strlen(message);
+    if (n > LARDER_WIRE_MAX_MESSAGE) n = LARDER_WIRE_MAX_MESSAGE;
+    if (capacity < LARDER_WIRE_HEADER + 4 + n) return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__ERROR, (uint32_t)(4 + n), request);
+    larder__put_le32(out + LARDER_WIRE_HEADER, (uint32_t)code);
+    memcpy(out + LARDER_WIRE_HEADER + 4, message, n);
+    return (int)(LARDER_WIRE_HEADER + 4 + n);
+}

@@ -1,0 +1,91 @@
+/*
+ * wire.h - frames of the daemon protocol (docs/protocol.md): encoding and
+ * parsing, with no I/O and no allocation, so the parser can be fuzzed.
+ */
+#ifndef LARDER_WIRE_H
+#define LARDER_WIRE_H
+
+#include "common.h"
+
+#define LARDER_WIRE_MAGIC UINT32_C(0x5244524c)
+#define LARDER_WIRE_VERSION 1
+#define LARDER_WIRE_HEADER 24
+#define LARDER_WIRE_MAX_READ (64u << 20)
+#define LARDER_WIRE_MAX_TOKEN 256
+#define LARDER_WIRE_MAX_NAME 256
+#define LARDER_WIRE_MAX_MESSAGE 1024
+#define LARDER_WIRE_MAX_STATS (1u << 20)
+
+enum larder__frame_type {
+    LARDER__HELLO = 1,
+    LARDER__WELCOME = 2,
+    LARDER__READ = 3,
+    LARDER__DATA = 4,
+    LARDER__ERROR = 5,
+    LARDER__STAT = 6,
+    LARDER__STATS = 7,
+};
+
+struct larder__frame {
+    uint8_t type;
+    uint32_t length; /* payload bytes */
+    uint64_t request;
+};
+
+struct larder__hello {
+    uint32_t role; /* 1 reader, 2 peer */
+    uint32_t token_length;
+    const uint8_t *token; /* points into the payload */
+};
+
+struct larder__welcome {
+    uint8_t member[16];
+    uint32_t name_length;
+    const char *name; /* points into the payload, not NUL-terminated */
+};
+
+struct larder__read {
+    uint64_t id_low, id_high; /* dataset id */
+    uint32_t shard;
+    uint8_t priority;
+    uint64_t offset, length;
+};
+
+struct larder__error_frame {
+    int32_t code;
+    uint32_t message_length;
+    const char *message; /* points into the payload, not NUL-terminated */
+};
+
+/*
+ * Parse a frame header from buf[0..available).  Returns 0 and fills
+ * `frame` when the header is whole and valid, LARDER_ETRUNCATED when more
+ * bytes are needed, or LARDER_EPROTOCOL with a message naming the field
+ * for a bad header (the connection must then be closed).
+ */
+LARDER_HIDDEN int larder__wire_header(const uint8_t *buf, size_t available,
+                                      struct larder__frame *frame);
+/* Payload parsers: 0, or a negative code with a message. */
+LARDER_HIDDEN int larder__wire_hello(const uint8_t *payload, uint32_t length,
+                                     struct larder__hello *out);
+LARDER_HIDDEN int larder__wire_welcome(const uint8_t *payload, uint32_t length,
+                                       struct larder__welcome *out);
+LARDER_HIDDEN int larder__wire_read(const uint8_t *payload, uint32_t length,
+                                    struct larder__read *out);
+LARDER_HIDDEN int larder__wire_error(const uint8_t *payload, uint32_t length,
+                                     struct larder__error_frame *out);
+
+/* Encoders write a whole frame (header and payload) into out[0..capacity)
+ * and return its size, or LARDER_ETOOSMALL. */
+LARDER_HIDDEN int larder__wire_encode_header(uint8_t *out, size_t capacity, uint8_t type,
+                                             uint32_t length, uint64_t request);
+LARDER_HIDDEN int larder__wire_encode_hello(uint8_t *out, size_t capacity, uint64_t request,
+                                            const struct larder__hello *hello);
+LARDER_HIDDEN int larder__wire_encode_welcome(uint8_t *out, size_t capacity, uint64_t request,
+                                              const struct larder__welcome *welcome);
+LARDER_HIDDEN int larder__wire_encode_read(uint8_t *out, size_t capacity, uint64_t request,
+                                           const struct larder__read *read);
+LARDER_HIDDEN int larder__wire_encode_error(uint8_t *out, size_t capacity, uint64_t request,
+                                            int32_t code, const char *message);
+
+#endif
