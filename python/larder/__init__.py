@@ -1,0 +1,54 @@
+"""larder: training data staged next to the GPUs that read it.
+
+A thin layer over liblarder (loaded with ctypes; the GIL is released
+during every call into it):
+
+    larder.Dataset     map-style access to a packed dataset: ds[i] -> fields
+    larder.Plan        the deterministic, resumable sample order
+    larder.LarderError what a failing liblarder call raises
+    larder.torch       IterableDataset and DataLoader for PyTorch (imports
+                       torch; `import larder` alone does not)
+
+docs/python.md has examples.
+"""
+
+from ._lib import (
+    ECACHE,
+    EBADINDEX,
+    EBADTAR,
+    ECHECKSUM,
+    EDUPKEY,
+    EEMPTY,
+    EHDF5,
+    EHTTP,
+    ENOTFOUND,
+    ETOOSMALL,
+    ETRUNCATED,
+    EUNSAFE,
+    EUNSUPPORTED,
+    EUSAGE,
+    EVERSION,
+    LarderError,
+    library_path,
+    strerror,
+)
+from .dataset import Dataset, DatasetInfo, Field, SampleInfo
+from .plan import Plan, PlanInfo
+from .stats import summarize
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EBADINDEX", "EVERSION", "EBADTAR", "ECHECKSUM", "ENOTFOUND", "EDUPKEY", "EUNSAFE",
+    "ETRUNCATED", "EHDF5", "EHTTP", "EEMPTY", "ETOOSMALL", "EUSAGE", "EUNSUPPORTED", "ECACHE",
+    "Dataset",
+    "DatasetInfo",
+    "Field",
+    "LarderError",
+    "Plan",
+    "PlanInfo",
+    "SampleInfo",
+    "library_path",
+    "strerror",
+    "summarize",
+]

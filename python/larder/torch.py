@@ -1,0 +1,457 @@
+"""larder.torch: the plan as a PyTorch IterableDataset, and a DataLoader
+that tracks progress for exact resumption.
+
+The order comes from larder.Plan (docs/plan.md): global step t owns
+positions [t*G, (t+1)*G) of the epoch's order; rank r of W yields its G/W
+slice of every step; a rank's K DataLoader workers take its steps
+round-robin from the step the pass starts at.  A DataLoader with
+batch_size=G/W asks worker i mod K for its i-th batch, so it hands the
+training loop the rank's batches in step order, and the sequence over all
+ranks never depends on W or K.
+
+State and workers: DataLoader workers are separate processes holding
+copies of the dataset, so only the main process can know how far training
+got.  The dataset keeps (epoch, step) -- the global step the next pass
+starts at -- in the main process, and two things advance it: iterating
+the dataset in the main process (num_workers=0), and larder.torch.DataLoader,
+which counts the batches it hands out (each one is exactly one step).
+state_dict() reads that; load_state_dict() sets it; workers started
+afterwards begin there.  A plain torch DataLoader with workers does not
+advance it: call set_epoch() each epoch and track steps yourself, or use
+larder.torch.DataLoader.
+
+Importing this module imports torch; `import larder` does not.
+"""
+
+import ctypes
+import math
+import multiprocessing
+import multiprocessing.context
+import os
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import torch.utils.data
+
+from .dataset import Dataset
+from .plan import Plan, resolve_deny
+from .stats import summarize
+
+__all__ = ["IterableDataset", "DataLoader", "StatefulLoader", "distributed_topology",
+           "torch_dtypes"]
+
+STATE_VERSION = 1
+
+# Per-step wait slots kept per dataset: a ring of at most this many steps
+# (2 MiB), so the summary covers the most recent 262144 steps of an epoch.
+_WAIT_SLOTS_MAX = 1 << 18
+
+
+def distributed_topology():
+    """(rank, world) of this process: from torch.distributed when it is
+    initialized, else the RANK and WORLD_SIZE environment variables
+    (torchrun), else SLURM_PROCID and SLURM_NTASKS (srun), else (0, 1)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except (ImportError, RuntimeError):
+        pass
+    for rank_var, world_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        rank, world = os.environ.get(rank_var), os.environ.get(world_var)
+        if rank and world:
+            return int(rank), int(world)
+    return 0, 1
+
+
+# numpy dtypes torch (1.13) has no tensor type for, and the next wider one
+_WIDER = {"uint16": "int32", "uint32": "int64", "uint64": "int64"}
+
+
+def torch_dtypes(sample):
+    """Widen a sample's unsigned arrays that torch cannot hold (uint16 ->
+    int32, uint32 and uint64 -> int64) so that the default collate can
+    turn them into tensors; pass it as decode=, or call it from your own
+    decode.  uint64 values of 2^63 or more raise ValueError."""
+    out = {}
+    for name, value in sample.items():
+        wider = _WIDER.get(getattr(getattr(value, "dtype", None), "name", None))
+        if wider is not None:
+            if value.dtype.name == "uint64" and value.size and int(value.max()) >= 1 << 63:
+                raise ValueError(f"field {name}: uint64 values do not fit in int64")
+            value = value.astype(wider)
+        out[name] = value
+    return out
+
+
+def _in_worker():
+    return torch.utils.data.get_worker_info() is not None
+
+
+class _WaitSlots:
+    """The most recent data wait of each step (seconds; NaN: none yet), in
+    memory shared with the DataLoader workers the owner starts: each step is
+    read by exactly one worker of a rank, so workers write disjoint slots
+    and need no lock.  Forked workers inherit the mapping; spawned ones get
+    it through pickling while the process is being started."""
+
+    def __init__(self, steps, shared=True):
+        self.size = max(1, min(int(steps), _WAIT_SLOTS_MAX))
+        self.shared = shared
+        if shared:
+            self._slots = multiprocessing.RawArray(ctypes.c_double, self.size)
+        else:
+            self._slots = (ctypes.c_double * self.size)()
+        self.clear()
+
+    def clear(self):
+        self._slots[:] = [float("nan")] * self.size
+
+    def record(self, step, seconds):
+        self._slots[step % self.size] = seconds
+
+    def values(self):
+        return [x for x in self._slots[:] if not math.isnan(x)]
+
+    def __getstate__(self):
+        # shared memory travels only to a process being started; any other
+        # copy (pickle, deepcopy) gets slots of its own
+        spawning = multiprocessing.context.get_spawning_popen() is not None
+        slots = self._slots if self.shared and spawning else None
+        return {"size": self.size, "shared": self.shared, "slots": slots}
+
+    def __setstate__(self, state):
+        if state["slots"] is not None:
+            self.size, self.shared, self._slots = state["size"], True, state["slots"]
+        else:
+            self.__init__(state["size"], shared=state["shared"])
+
+
+class IterableDataset(torch.utils.data.IterableDataset):
+    """A larder dataset read in plan order, split over ranks and workers.
+
+    IterableDataset(url, cache=None, seed=0, shuffle=True, batch_size=1,
+                    drop_last=True, decode=None, mode="global",
+                    locality_window=8, deny=None, rank=None, world=None,
+                    yield_batches=False, read_ahead=1, block_size=0,
+                    cache_size=0, max_inflight=0, verify=False)
+
+    batch_size is the GLOBAL batch G (samples per step over all ranks); a
+    rank yields G/world samples per step, so give its DataLoader
+    batch_size=G/world (larder.torch.DataLoader does).  With
+    yield_batches=True it yields each step's samples as one list instead:
+    use batch_size=None then.
+
+    url:        index path or URL, or an open larder.Dataset
+    cache ...:  open options, as for larder.Dataset
+    seed:       the order's key (the same on every rank)
+    shuffle:    False reads in index order (mode "none")
+    drop_last:  drop the last partial global batch (True), or complete it
+                with the epoch's first samples (False)
+    decode:     called on each sample dict in the worker; its result is
+                yielded instead
+    mode:       "global" or "locality" (shuffle shards, then samples within
+                windows of locality_window shards; for cold object stores)
+    deny:       None: INDEX.deny beside the index when it exists; False:
+                none; a path; or a list of sample ids and keys
+    rank/world: override what torch.distributed or the environment says
+                (for tests and custom launchers)
+    read_ahead: steps each reader fetches ahead on a background thread
+                while the current one is consumed (0: none)
+
+    Each step's samples are read with one Dataset.get_many() call, so every
+    cache miss of the step is in flight at once.  The time each step waited
+    for its reads is recorded; wait_stats() summarizes it (in the main
+    process, including the waits of DataLoader workers).
+    """
+
+    def __init__(self, url, cache=None, seed=0, shuffle=True, batch_size=1, drop_last=True,
+                 decode=None, mode="global", locality_window=8, deny=None, rank=None,
+                 world=None, yield_batches=False, read_ahead=1, block_size=0, cache_size=0,
+                 max_inflight=0, verify=False):
+        super().__init__()
+        if isinstance(url, Dataset):
+            self.dataset = url
+        else:
+            self.dataset = Dataset(url, cache=cache, block_size=block_size,
+                                   cache_size=cache_size, max_inflight=max_inflight,
+                                   verify=verify)
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size (the global batch) must be >= 1, not {batch_size}")
+        self.seed = int(seed)
+        self.global_batch = int(batch_size)
+        self.mode = mode if shuffle else "none"
+        self.pad = not drop_last
+        self.locality_window = int(locality_window)
+        self.decode = decode
+        self.yield_batches = bool(yield_batches)
+        self.read_ahead = max(0, int(read_ahead))
+        self._rank_override = None if rank is None else int(rank)
+        self._world_override = None if world is None else int(world)
+        self._stamped = None  # (rank, world) the main process saw when it started workers
+        # keys resolve to ids once, here; workers get plain ids
+        path, ids = resolve_deny(self.dataset, deny)
+        self._deny = path if path is not None else (ids if ids else False)
+        with self._plan(epoch=0, world=1, rank=0) as plan:
+            self._steps = plan.steps
+            self._num_samples = plan.num_samples
+            self._num_denied = plan.info.num_denied
+        self.epoch = 0
+        self._step = 0  # global steps of `epoch` done: where the next pass starts
+        self._waits = _WaitSlots(self._steps)
+
+    def _plan(self, epoch, world, rank, workers=1, worker=0, start_step=0):
+        return Plan(self.dataset, seed=self.seed, epoch=epoch, global_batch=self.global_batch,
+                    world=world, rank=rank, workers=workers, worker=worker,
+                    start_step=start_step, pad=self.pad, mode=self.mode,
+                    locality_window=self.locality_window, deny=self._deny)
+
+    # ---- topology ----------------------------------------------------------
+
+    def topology(self):
+        """(rank, world) this dataset reads for: the rank= and world=
+        overrides, else what the main process saw when it started the
+        workers, else distributed_topology()."""
+        if _in_worker() and self._stamped is not None:
+            rank, world = self._stamped
+        else:
+            rank, world = distributed_topology()
+        if self._rank_override is not None:
+            rank = self._rank_override
+        if self._world_override is not None:
+            world = self._world_override
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is not in a world of {world}")
+        if self.global_batch % world:
+            raise ValueError(f"the world size {world} does not divide the global batch "
+                             f"{self.global_batch}")
+        return rank, world
+
+    def _stamp(self):
+        if not _in_worker():
+            self._stamped = distributed_topology()
+
+    def __getstate__(self):
+        self._stamp()  # pickled for a spawned worker: it may not see torch.distributed
+        return self.__dict__.copy()
+
+    # ---- sizes -------------------------------------------------------------
+
+    @property
+    def steps(self):
+        """Global steps per epoch (the same on every rank)."""
+        return self._steps
+
+    @property
+    def num_samples(self):
+        """Samples in every epoch: the dataset's minus the denied ones."""
+        return self._num_samples
+
+    @property
+    def local_batch(self):
+        """Samples per step on this rank: G / world."""
+        return self.global_batch // self.topology()[1]
+
+    def __len__(self):
+        """What this rank yields in a whole epoch: steps * G/world samples
+        (steps batches with yield_batches)."""
+        return self._steps if self.yield_batches else self._steps * self.local_batch
+
+    # ---- state -------------------------------------------------------------
+
+    def set_epoch(self, epoch):
+        """Read epoch `epoch` next, from its start -- unless it is already
+        the current epoch, so that resuming with load_state_dict() and then
+        calling set_epoch(state['epoch']) keeps the step."""
+        epoch = int(epoch)
+        if epoch != self.epoch:
+            self.epoch, self._step = epoch, 0
+
+    def _mark(self, epoch, steps_done):
+        """The main process has handed out steps [.., steps_done) of epoch."""
+        if steps_done >= self._steps:
+            self.epoch, self._step = epoch + 1, 0
+        else:
+            self.epoch, self._step = epoch, steps_done
+
+    def state_dict(self):
+        """Where the next pass starts: {'epoch', 'step' (global steps of
+        that epoch done), ...}.  The step counts global steps, so the state
+        resumes on any world size that divides the global batch."""
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "step": self._step,
+            "seed": self.seed,
+            "global_batch": self.global_batch,
+            "mode": self.mode,
+            "pad": self.pad,
+            "num_samples": self._num_samples,
+            "steps": self._steps,
+            "dataset_id": self.dataset.info.dataset_id,
+        }
+
+    def load_state_dict(self, state, strict=True):
+        """Continue from a state_dict(): the next pass starts at its epoch
+        and step.  With strict (the default), a state from another seed,
+        global batch, mode, deny-list or dataset raises ValueError, since it
+        would not continue the same sequence."""
+        if strict:
+            mine = self.state_dict()
+            for name in ("seed", "global_batch", "mode", "pad", "num_samples", "dataset_id"):
+                if name in state and state[name] != mine[name]:
+                    raise ValueError(f"state_dict has {name} {state[name]!r}, this dataset "
+                                     f"{mine[name]!r}: not the same sequence (strict=False "
+                                     f"to load anyway)")
+        epoch, step = int(state["epoch"]), int(state["step"])
+        if step < 0:
+            raise ValueError(f"state_dict step {step} is negative")
+        if self._steps and step >= self._steps:
+            epoch, step = epoch + 1, 0  # that epoch was done
+        self.epoch, self._step = epoch, step
+
+    # ---- statistics --------------------------------------------------------
+
+    def wait_stats(self, threshold=None):
+        """Summary of the most recent data wait of each step: count, total,
+        mean, p50, p95, p99, max in seconds (and with `threshold`, the share
+        of steps waiting longer).  A wait is the time a reader (this process
+        or a DataLoader worker started from it) blocked for a step's reads,
+        decoding excluded."""
+        return summarize(self._waits.values(), threshold)
+
+    def step_waits(self):
+        """The recorded waits themselves (seconds, in step order mod the
+        ring size)."""
+        return self._waits.values()
+
+    def reset_wait_stats(self):
+        self._waits.clear()
+
+    # ---- iteration ---------------------------------------------------------
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        in_main = info is None
+        workers, worker = (1, 0) if in_main else (info.num_workers, info.id)
+        rank, world = self.topology()
+        epoch, start = self.epoch, min(self._step, self._steps)
+        plan = self._plan(epoch, world, rank, workers, worker, start)
+        return self._generate(plan, epoch, in_main)
+
+    def _generate(self, plan, epoch, in_main):
+        dataset, decode, waits = self.dataset, self.decode, self._waits
+        steps = plan.worker_steps()
+        executor = None
+        if self.read_ahead:
+            executor = ThreadPoolExecutor(1, thread_name_prefix="larder-read")
+        pending = deque()
+        try:
+            while True:
+                # queue the next reads before waiting on this one
+                while len(pending) < 1 + self.read_ahead:
+                    step = next(steps, None)
+                    if step is None:
+                        break
+                    ids = plan.batch(step)
+                    job = executor.submit(dataset.get_many, ids) if executor else ids
+                    pending.append((step, job))
+                if not pending:
+                    return
+                step, job = pending.popleft()
+                started = time.perf_counter()
+                samples = job.result() if executor else dataset.get_many(job)
+                waits.record(step, time.perf_counter() - started)
+                if decode is not None:
+                    samples = [decode(s) for s in samples]
+                # in the main process steps run start, start+1, ...: after
+                # handing out the last item of `step`, step + 1 steps are done
+                if self.yield_batches:
+                    if in_main:
+                        self._mark(epoch, step + 1)
+                    yield samples
+                    continue
+                last = len(samples) - 1
+                for k, sample in enumerate(samples):
+                    if k == last and in_main:
+                        self._mark(epoch, step + 1)
+                    yield sample
+        finally:
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+            plan.close()
+
+    def __repr__(self):
+        return (f"larder.torch.IterableDataset({self.dataset.url!r}, seed={self.seed}, "
+                f"batch_size={self.global_batch}, mode={self.mode!r}, epoch={self.epoch}, "
+                f"step={self._step}/{self._steps})")
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A torch DataLoader over a larder.torch.IterableDataset that counts the
+    steps it hands out, so state_dict() is exact with any num_workers.
+
+    DataLoader(dataset, batch_size=None, num_workers=0, **kwargs)
+
+    batch_size defaults to the dataset's local batch G/world (None with
+    yield_batches); any other value is an error, because every batch must
+    be exactly one step.  Other keyword arguments go to
+    torch.utils.data.DataLoader, except persistent_workers=True: persistent
+    workers would keep reading from where their own copy of the dataset
+    was, not from the state the main process holds.
+
+    Iterating starts at the dataset's (epoch, step).  After each batch the
+    dataset's state moves one global step on; after the epoch's last step it
+    becomes (epoch + 1, 0).  wait_stats() summarizes how long the training
+    loop waited for each batch (the stall it sees, after the workers'
+    read-ahead); dataset.wait_stats() how long the readers waited on storage.
+    """
+
+    def __init__(self, dataset, batch_size=None, **kwargs):
+        if not isinstance(dataset, IterableDataset):
+            raise TypeError("larder.torch.DataLoader needs a larder.torch.IterableDataset")
+        if kwargs.get("persistent_workers"):
+            raise ValueError("persistent_workers=True would not follow the dataset's state")
+        if batch_size is None and not dataset.yield_batches:
+            batch_size = dataset.local_batch
+        super().__init__(dataset, batch_size=batch_size, **kwargs)
+        self._loader_waits = _WaitSlots(dataset.steps, shared=False)
+
+    def __iter__(self):
+        dataset = self.dataset
+        expected = None if dataset.yield_batches else dataset.local_batch
+        if self.batch_size != expected:
+            raise ValueError(f"batch_size is {self.batch_size}, but one step of this rank is "
+                             f"{expected} samples" + (" (yield_batches: use None)"
+                                                      if dataset.yield_batches else ""))
+        dataset._stamp()  # before the workers start
+        epoch, step = dataset.epoch, dataset._step
+        batches = super().__iter__()
+        waits = self._loader_waits
+        asked = time.perf_counter()
+        for batch in batches:
+            waits.record(step, time.perf_counter() - asked)
+            step += 1
+            dataset._mark(epoch, step)
+            yield batch
+            asked = time.perf_counter()
+
+    def state_dict(self):
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state, strict=True):
+        self.dataset.load_state_dict(state, strict=strict)
+
+    def wait_stats(self, threshold=None):
+        """How long the training loop waited for each batch (seconds; the
+        most recent wait of each step)."""
+        return summarize(self._loader_waits.values(), threshold)
+
+    def reset_wait_stats(self):
+        self._loader_waits.clear()
+
+
+StatefulLoader = DataLoader

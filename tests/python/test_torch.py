@@ -1,0 +1,356 @@
+"""larder.torch: the global sequence does not depend on the world size or
+the number of DataLoader workers, a run stopped on one world size resumes
+exactly on another, every sample comes once per epoch, and
+torch.distributed ranks split the same sequence."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import larder
+from conftest import ARRAY_DTYPES, PYTHON_DIR, TREE_SAMPLES
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
+import larder.torch as lt  # noqa: E402
+
+G = 8  # global batch of most tests: 100 samples give 12 steps, 4 dropped
+SEED = 21
+
+
+def global_steps(index, seed=SEED, epoch=0, global_batch=G, **options):
+    """The world-1 sequence, one list of ids per global step."""
+    with larder.Plan(index, seed=seed, epoch=epoch, global_batch=global_batch,
+                     **options) as plan:
+        return [plan.batch(t) for t in range(plan.steps)]
+
+
+def in_process_batches(ds):
+    """Iterate ds in this process; its samples grouped into steps."""
+    ids = [sample["__index__"] for sample in ds]
+    b = ds.local_batch
+    assert len(ids) % b == 0
+    return [ids[k:k + b] for k in range(0, len(ids), b)]
+
+
+def loader_batches(ds, num_workers, ours=True, stop=None, **kwargs):
+    """The batches a rank's DataLoader hands out, as lists of ids."""
+    if ours:
+        loader = lt.DataLoader(ds, num_workers=num_workers, **kwargs)
+    else:
+        loader = torch.utils.data.DataLoader(ds, batch_size=ds.local_batch,
+                                             num_workers=num_workers, **kwargs)
+    out = []
+    for batch in loader:
+        out.append(batch["__index__"].tolist())
+        if stop is not None and len(out) == stop:
+            break
+    return out
+
+
+def assemble(per_rank):
+    """Global steps from each rank's batches: step t is rank 0's t-th batch,
+    then rank 1's, ..."""
+    lengths = {len(batches) for batches in per_rank}
+    assert len(lengths) == 1, f"ranks have different numbers of steps: {lengths}"
+    return [sum((batches[t] for batches in per_rank), []) for t in range(lengths.pop())]
+
+
+def make(index, rank=0, world=1, **kwargs):
+    kwargs.setdefault("seed", SEED)
+    kwargs.setdefault("batch_size", G)
+    return lt.IterableDataset(index, rank=rank, world=world, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["global", "locality", "none"])
+def test_same_sequence_on_every_world_size(tree_index, mode):
+    want = global_steps(tree_index, mode=mode, locality_window=2)
+    assert len(want) == TREE_SAMPLES // G
+    for world in (1, 2, 4, 8):
+        per_rank = [in_process_batches(make(tree_index, r, world, mode=mode,
+                                            locality_window=2)) for r in range(world)]
+        assert all(len(b) == G // world for batches in per_rank for b in batches)
+        assert assemble(per_rank) == want, f"world {world}"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2, 4])
+def test_same_sequence_with_dataloader_workers(tree_index, num_workers):
+    want = global_steps(tree_index)
+    for world in (1, 2):
+        for ours in (True, False):
+            per_rank = [loader_batches(make(tree_index, r, world), num_workers, ours)
+                        for r in range(world)]
+            assert assemble(per_rank) == want, (world, ours)
+
+
+def test_stop_on_4_resume_on_2_and_8(tree_index):
+    want = global_steps(tree_index)
+    stop = 5
+    first, states = [], []
+    for r in range(4):
+        ds = make(tree_index, r, 4)
+        first.append(loader_batches(ds, num_workers=2, stop=stop))
+        states.append(ds.state_dict())
+    assert all(s["epoch"] == 0 and s["step"] == stop for s in states)
+    assert all(s == states[0] for s in states)
+    head = assemble(first)
+    assert head == want[:stop]
+    for world, workers in ((2, 3), (8, 2)):
+        rest = []
+        for r in range(world):
+            ds = make(tree_index, r, world)
+            ds.load_state_dict(states[r % 4])
+            ds.set_epoch(0)  # the same epoch: keeps the step
+            rest.append(loader_batches(ds, num_workers=workers))
+            assert ds.state_dict()["epoch"] == 1 and ds.state_dict()["step"] == 0
+        assert head + assemble(rest) == want, f"resume on world {world}"
+
+
+def test_loader_continues_where_the_last_pass_stopped(tree_index):
+    want = global_steps(tree_index)
+    ds = make(tree_index)
+    loader = lt.DataLoader(ds, num_workers=2)
+    head = []
+    for batch in loader:  # the workers read ahead; only 3 batches are consumed
+        head.append(batch["__index__"].tolist())
+        if len(head) == 3:
+            break
+    assert ds.state_dict()["step"] == 3
+    assert head + [b["__index__"].tolist() for b in loader] == want
+
+
+def test_resume_in_process_mid_epoch(tree_index):
+    want = global_steps(tree_index, epoch=3)
+    ds = make(tree_index, yield_batches=True)
+    ds.set_epoch(3)
+    got = []
+    for batch in ds:
+        got.append([s["__index__"] for s in batch])
+        if len(got) == 7:
+            break
+    state = ds.state_dict()
+    assert (state["epoch"], state["step"]) == (3, 7)
+    # in the same process the next pass continues where the last stopped
+    again = make(tree_index, yield_batches=True)
+    again.load_state_dict(state)
+    got += [[s["__index__"] for s in batch] for batch in again]
+    assert got == want
+
+
+def test_epochs_advance_and_set_epoch(tree_index):
+    ds = make(tree_index)
+    assert in_process_batches(ds) == global_steps(tree_index, epoch=0)
+    assert (ds.epoch, ds.state_dict()["step"]) == (1, 0)
+    ds.set_epoch(1)  # what a training loop calls: nothing to change
+    assert in_process_batches(ds) == global_steps(tree_index, epoch=1)
+    ds.set_epoch(5)
+    assert in_process_batches(ds) == global_steps(tree_index, epoch=5)
+    # the loader advances the main process's state as well, with workers
+    ds.set_epoch(7)
+    loader = lt.DataLoader(ds, num_workers=2)
+    assert len(loader) == len(global_steps(tree_index))
+    assert [b["__index__"].tolist() for b in loader] == global_steps(tree_index, epoch=7)
+    assert [b["__index__"].tolist() for b in loader] == global_steps(tree_index, epoch=8)
+    assert loader.state_dict()["epoch"] == 9
+
+
+def test_state_dict_checks(tree_index):
+    ds = make(tree_index)
+    state = ds.state_dict()
+    assert {"epoch", "step", "seed", "global_batch"} <= set(state)
+    with pytest.raises(ValueError):
+        make(tree_index, seed=SEED + 1).load_state_dict(state)
+    with pytest.raises(ValueError):
+        make(tree_index, batch_size=2 * G).load_state_dict(state)
+    with pytest.raises(ValueError):
+        make(tree_index, shuffle=False).load_state_dict(state)
+    other = make(tree_index, seed=SEED + 1)
+    other.load_state_dict({**state, "step": 3}, strict=False)
+    assert (other.epoch, other.state_dict()["step"]) == (0, 3)
+    # the end of an epoch is the start of the next
+    ds.load_state_dict({**state, "epoch": 4, "step": ds.steps})
+    assert (ds.epoch, ds.state_dict()["step"]) == (5, 0)
+
+
+def test_every_sample_once_per_epoch(tree_index):
+    ds0 = larder.Dataset(tree_index)
+    denied = {0, 5, 9, ds0.index_of("sample00042")}
+    deny = [0, 5, 9, "sample00042"]
+    n = TREE_SAMPLES - len(denied)
+    with larder.Plan(ds0, seed=SEED, global_batch=G, deny=deny) as plan:
+        order = [plan.sample_at(p) for p in range(n)]
+    for drop_last in (True, False):
+        seen = []
+        for r in range(4):
+            ds = make(tree_index, r, 4, deny=deny, drop_last=drop_last)
+            seen += [i for batch in loader_batches(ds, num_workers=2) for i in batch]
+        if drop_last:
+            kept = n - n % G
+            assert sorted(seen) == sorted(order[:kept])
+            assert len(set(seen)) == len(seen) == kept
+        else:
+            assert len(seen) == -(-n // G) * G
+            assert set(seen) == set(range(TREE_SAMPLES)) - denied
+            extra = sorted(seen)
+            for i in set(seen):
+                extra.remove(i)
+            assert sorted(extra) == sorted(order[:len(seen) - n])
+        assert not denied & set(seen)
+
+
+def test_len_and_yield_batches(tree_index):
+    ds = make(tree_index, 1, 4)
+    steps = TREE_SAMPLES // G
+    assert ds.steps == steps and ds.local_batch == 2 and len(ds) == steps * 2
+    batched = make(tree_index, 1, 4, yield_batches=True)
+    assert len(batched) == steps
+    items = list(lt.DataLoader(batched, num_workers=2))
+    assert len(items) == steps and all(len(batch) == 2 for batch in items)
+    assert [[s["__index__"] for s in batch] for batch in items] == in_process_batches(ds)
+    assert len(lt.DataLoader(ds)) == steps
+
+
+def label(sample):
+    return int(sample["cls"])
+
+
+def test_decode_runs_in_the_workers(tree_index):
+    ds = make(tree_index, decode=label)
+    labels = [int(x) for batch in lt.DataLoader(ds, num_workers=2) for x in batch]
+    plain = larder.Dataset(tree_index)
+    want = [int(plain[i]["cls"]) for step in global_steps(tree_index) for i in step]
+    assert labels == want
+
+
+def without_uint64(sample):
+    sample = dict(sample)
+    del sample["uint64"]  # full-range test values: no torch dtype holds them
+    return lt.torch_dtypes(sample)
+
+
+def test_arrays_collate_into_tensors(array_index):
+    # the samples' arrays differ in shape, so batches of one sample
+    # (torch 1.13 has no uint16/32/64: torch_dtypes widens them)
+    ds = lt.IterableDataset(array_index, batch_size=1, seed=1, decode=without_uint64)
+    plain = larder.Dataset(array_index)
+    batches = list(lt.DataLoader(ds, num_workers=0))
+    assert len(batches) == len(plain)
+    wider = {"uint16": "int32", "uint32": "int64", "uint64": "int64"}
+    for batch in batches:
+        sample = plain[int(batch["__index__"][0])]
+        assert batch["__key__"] == [sample["__key__"]]
+        assert batch["txt"] == [sample["txt"]]
+        assert "uint64" not in batch
+        for name in (d for d in ARRAY_DTYPES if d != "uint64"):
+            tensor = batch[name][0]
+            assert tensor.dtype == getattr(torch, wider.get(name, name)), name
+            want = sample[name].astype(wider.get(name, name))
+            assert torch.equal(tensor, torch.from_numpy(want)), name
+    np = pytest.importorskip("numpy")
+    small = lt.torch_dtypes({"a": np.arange(4, dtype=np.uint64), "b": b"x"})
+    assert small["a"].dtype == np.int64 and small["b"] == b"x"
+    with pytest.raises(ValueError):
+        lt.torch_dtypes({"a": np.array([1 << 63], dtype=np.uint64)})
+
+
+def test_topology_from_environment(tree_index, monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(var, raising=False)
+    ds = lt.IterableDataset(tree_index, batch_size=G, seed=SEED)
+    assert ds.topology() == (0, 1) and ds.local_batch == G
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    assert ds.topology() == (3, 8) and ds.local_batch == 1
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert ds.topology() == (1, 4) and len(ds) == ds.steps * 2
+    assert in_process_batches(ds) == [step[2:4] for step in global_steps(tree_index)]
+    assert lt.IterableDataset(tree_index, batch_size=G, rank=0, world=2).topology() == (0, 2)
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ValueError):
+        ds.topology()
+    with pytest.raises(ValueError):
+        lt.IterableDataset(tree_index, batch_size=G, rank=2, world=2).topology()
+
+
+def test_wait_stats_include_the_workers(tree_index):
+    ds = make(tree_index, read_ahead=0)
+    empty = ds.wait_stats()
+    assert empty["count"] == 0
+    loader = lt.DataLoader(ds, num_workers=2)
+    list(loader)
+    stats = ds.wait_stats(threshold=10.0)
+    assert set(stats) == {"count", "total", "mean", "p50", "p95", "p99", "max", "over"}
+    assert stats["count"] == ds.steps, "every step's wait reached the main process"
+    assert 0 < stats["p50"] <= stats["p95"] <= stats["p99"] <= stats["max"]
+    assert stats["over"] == 0.0
+    assert len(ds.step_waits()) == ds.steps
+    assert loader.wait_stats()["count"] == ds.steps
+    ds.reset_wait_stats()
+    assert ds.wait_stats()["count"] == 0
+    in_process_batches(ds)
+    assert ds.wait_stats()["count"] == ds.steps
+
+
+def test_loader_needs_one_step_per_batch(tree_index):
+    ds = make(tree_index, 0, 2)
+    with pytest.raises(ValueError):
+        iter(lt.DataLoader(ds, batch_size=3)).__next__()
+    with pytest.raises(ValueError):
+        lt.DataLoader(ds, num_workers=1, persistent_workers=True)
+    with pytest.raises(TypeError):
+        lt.DataLoader(larder.Dataset(tree_index))
+
+
+def test_spawned_workers(tree_index, tmp_path):
+    cache = tmp_path / "cache"
+    ds = make(tree_index, 1, 2, cache=cache)
+    got = loader_batches(ds, num_workers=2, multiprocessing_context="spawn")
+    assert got == [step[4:] for step in global_steps(tree_index)]
+    assert ds.wait_stats()["count"] == ds.steps
+    stats = larder.Dataset(tree_index, cache=cache).stats()
+    assert stats["misses"] > 0 and stats["hits"] + stats["misses"] == len(ds)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torch_distributed_gloo(tree_index, tmp_path):
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_worker.py")
+    runs = {}
+    for world, loader_workers in ((2, 1), (4, 0)):
+        port = free_port()
+        out = tmp_path / f"world{world}.json"
+        procs = []
+        for rank in range(world):
+            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                   "RANK": str(rank), "WORLD_SIZE": str(world), "GLOO_SOCKET_IFNAME": "lo",
+                   "PYTHONPATH": PYTHON_DIR}
+            procs.append(subprocess.Popen(
+                [sys.executable, worker, tree_index, str(out), str(loader_workers)],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        runs[world] = (out, procs)
+    want = global_steps(tree_index)
+    for world, (out, procs) in runs.items():
+        logs = []
+        for p in procs:
+            try:
+                logs.append(p.communicate(timeout=120)[0])
+            except subprocess.TimeoutExpired:
+                p.kill()
+                logs.append(p.communicate()[0])
+        assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+        ranks = json.loads(out.read_text())
+        assert len(ranks) == world
+        assert assemble([r["batches"] for r in ranks]) == want, f"world {world}"
+        assert all(r["state"]["epoch"] == 1 and r["state"]["step"] == 0 for r in ranks)
+        assert all(r["waits"] == len(want) for r in ranks)
