@@ -53,7 +53,8 @@ extern "C" {
     X(ETOOSMALL, -1011, "buffer too small")                                                        \
     X(EUSAGE, -1012, "invalid argument")                                                           \
     X(EUNSUPPORTED, -1013, "unsupported input")                                                    \
-    X(ECACHE, -1014, "cache directory belongs to another dataset or block size")
+    X(ECACHE, -1014, "cache directory belongs to another dataset or block size")                   \
+    X(EPROTOCOL, -1015, "malformed protocol message")
 
 enum larder_error {
 #define LARDER_ERR_ENUM(name, value, text) LARDER_##name = (value),

@@ -81,6 +81,14 @@ static int make_dir(const char *path)
     return 0;
 }
 
+/* Give a data file its shard's full size, as a sparse file (no-op when it has it). */
+static void grow(const struct larder__cache *c, uint32_t shard, int fd)
+{
+    struct stat st;
+    if (larder__sys.fstat(fd, &st) == 0 && (uint64_t)st.st_size < c->shard_size[shard])
+        larder__sys.ftruncate(fd, (off_t)c->shard_size[shard]);
+}
+
 /* Create the blocks file under a temporary name and link it into place;
  * losing the race to another process is fine: its file is used. */
 static int create_blocks(const struct larder__cache *c, const char *path,
@@ -113,10 +121,12 @@ static int create_blocks(const struct larder__cache *c, const char *path,
         char data[PATH_MAX];
         snprintf(data, sizeof data, "%s/%06llu.data", c->dir, (unsigned long long)i);
         int dfd = larder__open(data, O_RDWR | O_CREAT, 0644);
-        if (dfd < 0)
+        if (dfd < 0) {
             rc = dfd;
-        else
+        } else {
+            grow(c, (uint32_t)i, dfd);
             larder__sys.close(dfd);
+        }
     }
     if (rc == 0 && link(tmp, path) < 0 && errno != EEXIST)
         rc = larder__fail(-errno, "%s: %s", path, strerror(errno));
@@ -336,6 +346,8 @@ static void reconcile(struct larder__cache *c, uint32_t shard, int fd, bool crea
 {
     uint64_t blocks = c->shard_base[shard + 1] - c->shard_base[shard];
     if (blocks == 0) return;
+    /* data files are made at the shard's full size (sparse), so stores
+     * never change it: a shorter file was cut underneath */
     uint64_t keep = 0; /* blocks wholly inside the file */
     struct stat st;
     if (!created && larder__sys.fstat(fd, &st) == 0) {
@@ -353,6 +365,7 @@ static void reconcile(struct larder__cache *c, uint32_t shard, int fd, bool crea
                     "again",
                     c->dir, shard, created ? "deleted" : "truncated", (unsigned long long)cleared);
     }
+    grow(c, shard, fd);
 }
 
 /* Open (creating if needed) a shard's data file and reconcile the bitmap with it. */
