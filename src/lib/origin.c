@@ -20,6 +20,14 @@
 #define HTTP_ATTEMPTS 4
 #define HTTP_BACKOFF_MS 50
 #define HTTP_POOL 256 /* idle handles kept per origin */
+/* Hedging: a range read still unanswered after the recent p95 latency of
+ * this origin (over the last HEDGE_WINDOW reads, once HEDGE_MIN_SAMPLES
+ * are known; HEDGE_COLD_MS before that) gets a second, identical request;
+ * the first good answer wins and the other is cancelled. */
+#define HEDGE_WINDOW 64
+#define HEDGE_MIN_SAMPLES 16
+#define HEDGE_COLD_MS 500.0
+#define HEDGE_FLOOR_MS 2.0
 
 struct larder__origin {
     char *url;
@@ -30,7 +38,17 @@ struct larder__origin {
     uint64_t size;
     bool have_size;
     struct larder__s3 *s3; /* s3:// objects: the http(s) URL and SigV4 signing; else NULL */
+    double latency_ms[HEDGE_WINDOW]; /* recent range reads, a ring (under lock) */
+    int latencies, next_latency;
+    uint64_t hedges; /* second requests sent (under lock) */
 };
+
+static _Atomic uint64_t hedges_sent; /* all origins, for tests and statistics */
+
+uint64_t larder__origin_hedges(void)
+{
+    return hedges_sent;
+}
 
 bool larder__is_remote(const char *name)
 {
@@ -219,6 +237,123 @@ static void backoff(int attempt)
  */
 typedef void (*prepare_fn)(CURL *curl, struct body *b, void *arg);
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* How long a range read may take before it is hedged. */
+static double hedge_after_ms(struct larder__origin *o)
+{
+    double recent[HEDGE_WINDOW];
+    pthread_mutex_lock(&o->lock);
+    int n = o->latencies;
+    memcpy(recent, o->latency_ms, (size_t)n * sizeof *recent);
+    pthread_mutex_unlock(&o->lock);
+    if (n < HEDGE_MIN_SAMPLES) return HEDGE_COLD_MS;
+    qsort(recent, (size_t)n, sizeof *recent, compare_double);
+    double p95 = recent[(int)(0.95 * (n - 1))];
+    return p95 > HEDGE_FLOOR_MS ? p95 : HEDGE_FLOOR_MS;
+}
+
+static void record_latency(struct larder__origin *o, double ms)
+{
+    pthread_mutex_lock(&o->lock);
+    o->latency_ms[o->next_latency] = ms;
+    o->next_latency = (o->next_latency + 1) % HEDGE_WINDOW;
+    if (o->latencies < HEDGE_WINDOW) o->latencies++;
+    pthread_mutex_unlock(&o->lock);
+}
+
+/* Whether a finished range transfer delivered everything it should. */
+static bool complete(CURL *curl, CURLcode cc, const struct body *b)
+{
+    long status = 0;
+    if (cc == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    return cc == CURLE_OK && status == 206 && !b->overflow && !b->ignored_range &&
+           b->used == b->capacity;
+}
+
+/*
+ * One attempt of a range read through a multi handle, hedged: returns the
+ * handle whose answer counts (the caller reads its status) with its
+ * CURLcode in *result, its body copied into *b.  The other transfer, if
+ * any, is cancelled and its handle goes back to the pool.
+ */
+static CURL *perform_hedged(struct larder__origin *o, CURL *curl, struct body *b,
+                            prepare_fn prepare, void *arg, CURLcode *result)
+{
+    static _Thread_local CURLM *multi;
+    if (!multi && !(multi = curl_multi_init())) {
+        *result = curl_easy_perform(curl);
+        return curl;
+    }
+    double start = now_ms(), after = hedge_after_ms(o);
+    curl_multi_add_handle(multi, curl);
+    CURL *second = NULL, *winner = NULL;
+    struct body hedge_body;
+    uint8_t *hedge_buf = NULL;
+    int finished = 0;
+    while (!winner) {
+        int running = 0;
+        curl_multi_perform(multi, &running);
+        CURLMsg *m;
+        int left;
+        while (!winner && (m = curl_multi_info_read(multi, &left))) {
+            if (m->msg != CURLMSG_DONE) continue;
+            CURL *h = m->easy_handle;
+            finished++;
+            /* a good answer wins; a bad one counts only when nothing else is coming */
+            if (complete(h, m->data.result, h == curl ? b : &hedge_body) ||
+                finished == (second ? 2 : 1)) {
+                winner = h;
+                *result = m->data.result;
+            }
+        }
+        if (winner) break;
+        if (!second && now_ms() - start > after && (hedge_buf = malloc(b->capacity)) &&
+            (second = handle_take(o))) {
+            hedge_body =
+                (struct body){.buf = hedge_buf, .capacity = b->capacity, .range_request = true};
+            http_setup(second, o, &hedge_body);
+            prepare(second, &hedge_body, arg);
+            curl_multi_add_handle(multi, second);
+            pthread_mutex_lock(&o->lock);
+            o->hedges++;
+            pthread_mutex_unlock(&o->lock);
+            hedges_sent++;
+            larder__log(LARDER_LOG_DEBUG, "%s: hedging a range read after %.1f ms", o->url,
+                        now_ms() - start);
+            continue;
+        }
+        double wait = second ? 50 : after - (now_ms() - start);
+        curl_multi_poll(multi, NULL, 0, wait < 1 ? 1 : wait > 50 ? 50 : (int)wait, NULL);
+    }
+    curl_multi_remove_handle(multi, curl);
+    if (second) curl_multi_remove_handle(multi, second);
+    if (winner == second) {
+        /* the hedge won: its bytes and headers become the answer */
+        uint8_t *buf = b->buf;
+        memcpy(buf, hedge_buf, hedge_body.used);
+        *b = hedge_body;
+        b->buf = buf;
+        handle_give(o, curl);
+    } else if (second) {
+        handle_give(o, second);
+    }
+    free(hedge_buf);
+    if (*result == CURLE_OK && complete(winner, *result, b)) record_latency(o, now_ms() - start);
+    return winner;
+}
+
 static int http_request(struct larder__origin *o, struct body *b, prepare_fn prepare, void *arg,
                         long *status)
 {
@@ -230,7 +365,11 @@ static int http_request(struct larder__origin *o, struct body *b, prepare_fn pre
         *b = fresh;
         http_setup(curl, o, b);
         prepare(curl, b, arg);
-        CURLcode cc = curl_easy_perform(curl);
+        CURLcode cc = CURLE_OK;
+        if (b->range_request)
+            curl = perform_hedged(o, curl, b, prepare, arg, &cc);
+        else
+            cc = curl_easy_perform(curl);
         *status = 0;
         b->content_length = -1;
         if (cc == CURLE_OK) {

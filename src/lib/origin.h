@@ -27,6 +27,9 @@ typedef int (*larder__sink_fn)(void *userdata, const void *data, size_t length);
 LARDER_HIDDEN int larder__origin_stream(struct larder__origin *origin, larder__sink_fn sink,
                                         void *userdata);
 
+/* Hedged second requests sent so far by this process (all origins). */
+LARDER_HIDDEN uint64_t larder__origin_hedges(void);
+
 /* Whether `name` is a URL with a scheme larder reads over the network. */
 LARDER_HIDDEN bool larder__is_remote(const char *name);
 /*

@@ -14,6 +14,8 @@ path component picks the behaviour for the rest of the path:
     /down/...         always 503
     /forbidden/...    403
     /delay-MS/...     ok, after waiting MS milliseconds (an origin far away)
+    /stall-N/...      ok, but every N-th range request (counted over the
+                      whole server) waits 3 s first: a tail to hedge against
     /__counts         JSON: requests seen per full path
 
 Full GETs (no Range) are answered normally in every mode but the status ones.
@@ -28,6 +30,7 @@ import time
 
 ROOT, PORT_FILE = sys.argv[1], sys.argv[2]
 counts = {}
+ranges = 0
 lock = threading.Lock()
 
 
@@ -61,6 +64,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         mode, rest = parts
         if mode.startswith("delay-"):
             time.sleep(int(mode[6:]) / 1000.0)
+            mode = "ok"
+        if mode.startswith("stall-"):
+            if self.headers.get("Range"):
+                global ranges
+                with lock:
+                    ranges += 1
+                    stall = ranges % int(mode[6:]) == 0
+                if stall:
+                    time.sleep(3)
             mode = "ok"
         if mode == "down" or (mode == "flaky" and seen <= 2):
             return self.send_bytes(503, b"try later\n")
