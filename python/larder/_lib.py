@@ -201,6 +201,17 @@ class PlanInfo(ctypes.Structure):
 _vp = ctypes.c_void_p  # every opaque handle
 
 
+class PrefetchOptions(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int),
+        ("window_steps", ctypes.c_uint64),
+        ("max_inflight", ctypes.c_int),
+    ]
+
+
+LARDER_PREFETCH_OPTIONS_VERSION = 1
+
+
 def _declare(name, restype, *argtypes):
     fn = getattr(lib, name)
     fn.restype = restype
@@ -242,6 +253,11 @@ _declare("larder_plan_sample_at", ctypes.c_int64, _vp, ctypes.c_uint64)
 _declare("larder_plan_position_of", ctypes.c_int64, _vp, ctypes.c_uint64)
 _declare("larder_plan_default_deny", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
          ctypes.c_size_t)
+_declare("larder_prefetch_start", ctypes.c_int, ctypes.POINTER(_vp), _vp, _vp,
+         ctypes.POINTER(PrefetchOptions))
+_declare("larder_prefetch_advance", None, _vp, ctypes.c_uint64)
+_declare("larder_prefetch_stats", ctypes.c_int, _vp, c_u64p, c_u64p)
+_declare("larder_prefetch_stop", None, _vp)
 
 
 # ---- errors -----------------------------------------------------------------

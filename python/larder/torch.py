@@ -37,6 +37,8 @@ import torch.utils.data
 
 from .dataset import Dataset
 from .plan import Plan, resolve_deny
+from . import _lib
+from ._lib import check, lib
 from .stats import summarize
 
 __all__ = ["IterableDataset", "DataLoader", "StatefulLoader", "distributed_topology",
@@ -130,14 +132,40 @@ class _WaitSlots:
             self.__init__(state["size"], shared=state["shared"])
 
 
+class _Prefetcher:
+    """larder's C prefetcher over one reader's plan, when the dataset has a
+    cache to stage into (a no-op otherwise, or with window 0)."""
+
+    def __init__(self, dataset, plan, window):
+        self._handle = None
+        if not window or not dataset.stats()["cached"]:
+            return
+        options = _lib.PrefetchOptions(version=_lib.LARDER_PREFETCH_OPTIONS_VERSION,
+                                       window_steps=int(window))
+        out = ctypes.c_void_p()
+        check(lib.larder_prefetch_start(ctypes.byref(out), dataset._ensure_open(),
+                                        plan._handle(), ctypes.byref(options)),
+              "prefetch " + dataset.url)
+        self._handle = out
+
+    def advance(self, consumed):
+        if self._handle is not None:
+            lib.larder_prefetch_advance(self._handle, consumed)
+
+    def stop(self):
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            lib.larder_prefetch_stop(handle)
+
+
 class IterableDataset(torch.utils.data.IterableDataset):
     """A larder dataset read in plan order, split over ranks and workers.
 
     IterableDataset(url, cache=None, seed=0, shuffle=True, batch_size=1,
                     drop_last=True, decode=None, mode="global",
                     locality_window=8, deny=None, rank=None, world=None,
-                    yield_batches=False, read_ahead=1, block_size=0,
-                    cache_size=0, max_inflight=0, verify=False)
+                    yield_batches=False, read_ahead=1, prefetch=8,
+                    block_size=0, cache_size=0, max_inflight=0, verify=False)
 
     batch_size is the GLOBAL batch G (samples per step over all ranks); a
     rank yields G/world samples per step, so give its DataLoader
@@ -161,6 +189,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 (for tests and custom launchers)
     read_ahead: steps each reader fetches ahead on a background thread
                 while the current one is consumed (0: none)
+    prefetch:   with a cache, the reader's next `prefetch` steps are staged
+                ahead by larder's prefetcher (in C, below the reader's own
+                reads in priority), driven by the plan it already knows;
+                0 turns it off
 
     Each step's samples are read with one Dataset.get_many() call, so every
     cache miss of the step is in flight at once.  The time each step waited
@@ -170,8 +202,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, url, cache=None, seed=0, shuffle=True, batch_size=1, drop_last=True,
                  decode=None, mode="global", locality_window=8, deny=None, rank=None,
-                 world=None, yield_batches=False, read_ahead=1, block_size=0, cache_size=0,
-                 max_inflight=0, verify=False):
+                 world=None, yield_batches=False, read_ahead=1, prefetch=8, block_size=0,
+                 cache_size=0, max_inflight=0, verify=False):
         super().__init__()
         if isinstance(url, Dataset):
             self.dataset = url
@@ -189,6 +221,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.decode = decode
         self.yield_batches = bool(yield_batches)
         self.read_ahead = max(0, int(read_ahead))
+        self.prefetch = max(0, int(prefetch))
         self._rank_override = None if rank is None else int(rank)
         self._world_override = None if world is None else int(world)
         self._stamped = None  # (rank, world) the main process saw when it started workers
@@ -345,6 +378,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def _generate(self, plan, epoch, in_main):
         dataset, decode, waits = self.dataset, self.decode, self._waits
         steps = plan.worker_steps()
+        prefetcher = _Prefetcher(dataset, plan, self.prefetch)
+        consumed = 0  # this worker's steps handed out, for the prefetcher
         executor = None
         if self.read_ahead:
             executor = ThreadPoolExecutor(1, thread_name_prefix="larder-read")
@@ -365,6 +400,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 started = time.perf_counter()
                 samples = job.result() if executor else dataset.get_many(job)
                 waits.record(step, time.perf_counter() - started)
+                consumed += 1
+                prefetcher.advance(consumed)
                 if decode is not None:
                     samples = [decode(s) for s in samples]
                 # in the main process steps run start, start+1, ...: after
@@ -382,6 +419,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         finally:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
+            prefetcher.stop()
             plan.close()
 
     def __repr__(self):
