@@ -313,7 +313,9 @@ def test_spawned_workers(tree_index, tmp_path):
     assert got == [step[4:] for step in global_steps(tree_index)]
     assert ds.wait_stats()["count"] == ds.steps
     stats = larder.Dataset(tree_index, cache=cache).stats()
-    assert stats["misses"] > 0 and stats["hits"] + stats["misses"] == len(ds)
+    # the workers shared the node cache (prefetch fills count as misses too)
+    assert stats["misses"] > 0 and stats["hits"] + stats["misses"] >= len(ds)
+    assert stats["resident_bytes"] > 0
 
 
 def free_port():
