@@ -192,6 +192,24 @@ static size_t on_header(char *data, size_t size, size_t count, void *userdata)
     return n;
 }
 
+/*
+ * The longest one HTTP request may take, start to end (a timed-out
+ * attempt is retried like a 5xx).  LARDER_HTTP_TIMEOUT in seconds
+ * (fractions allowed) overrides the default of 60 s; read once.
+ */
+static long request_timeout_ms(void)
+{
+    static long cached;
+    long t = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (t) return t;
+    const char *text = getenv("LARDER_HTTP_TIMEOUT");
+    double seconds = text ? strtod(text, NULL) : 0;
+    t = seconds > 0 && seconds < 86400 ? (long)(seconds * 1000) : 60000;
+    if (t < 1) t = 1;
+    __atomic_store_n(&cached, t, __ATOMIC_RELAXED);
+    return t;
+}
+
 static void http_setup(CURL *curl, const struct larder__origin *o, struct body *b)
 {
     curl_easy_reset(curl);
@@ -202,9 +220,9 @@ static void http_setup(CURL *curl, const struct larder__origin *o, struct body *
     curl_easy_setopt(curl, CURLOPT_HEADERDATA, b);
     curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 30L);
+    long timeout = request_timeout_ms();
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout < 10000 ? timeout : 10000L);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout);
     if (o->s3) larder__s3_apply(o->s3, curl); /* SigV4 signing and S3's headers */
 }
 

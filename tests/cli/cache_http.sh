@@ -63,3 +63,11 @@ end=$(date +%s.%N)
 awk -v s="$start" -v e="$end" 'BEGIN { exit !(e - s < 2.8) }' ||
   fail "a stalled read was not hedged: $(awk -v s="$start" -v e="$end" 'BEGIN { print e - s }') s"
 same_bytes $base/stall-5/index.larder sample00013 jpg www/data/sample00013.jpg
+
+# a server that never answers: each attempt times out (LARDER_HTTP_TIMEOUT),
+# is retried a few times, then the read fails naming the URL -- no hang
+start=$(date +%s.%N)
+LARDER_HTTP_TIMEOUT=0.5 expect_error 1 "$base/hang/a.tar" "$LARDER" cat $base/hang/index.larder sample00004 --cache c7
+end=$(date +%s.%N)
+awk -v s="$start" -v e="$end" 'BEGIN { exit !(e - s < 15) }' || fail "the timeout did not bound the read"
+grep -qi "timeout\|timed out" "$WORK/err.txt" || fail "no timeout in: $(cat "$WORK/err.txt")"

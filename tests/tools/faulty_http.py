@@ -14,6 +14,7 @@ path component picks the behaviour for the rest of the path:
     /down/...         always 503
     /forbidden/...    403
     /delay-MS/...     ok, after waiting MS milliseconds (an origin far away)
+    /hang/...         never answers range requests (until the client gives up)
     /stall-N/...      ok, but every N-th range request (counted over the
                       whole server) waits 3 s first: a tail to hedge against
     /__counts         JSON: requests seen per full path
@@ -65,6 +66,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if mode.startswith("delay-"):
             time.sleep(int(mode[6:]) / 1000.0)
             mode = "ok"
+        if mode == "hang" and self.headers.get("Range"):
+            time.sleep(30)
+            return
         if mode.startswith("stall-"):
             if self.headers.get("Range"):
                 global ranges
