@@ -399,14 +399,11 @@ static int fill(larder_dataset *d, const struct larder__sample *s, uint64_t id, 
     uint64_t inside = s->offset - larder__cache_block_offset(c, first);
     if (rc == 0) rc = fetch_missing(d, s, id, first, last, span, fetched, suspect);
     if (rc == 0 && !checksum_ok(s, span + inside)) {
-        bool all_fetched = true;
-        for (uint64_t i = 0; i <= last - first; i++)
-            all_fetched = all_fetched && fetched[i];
-        if (!all_fetched) { /* cached neighbours may be what is wrong: fetch it all once */
-            larder__cache_count(&k->refetches, 1);
-            larder__cache_forget(c, s->shard, first, last);
-            rc = fetch_missing(d, s, id, first, last, span, fetched, true);
-        }
+        /* cached neighbours, or the transfer, may be what is wrong: fetch
+         * the whole range from the origin once more, then give up */
+        larder__cache_count(&k->refetches, 1);
+        larder__cache_forget(c, s->shard, first, last);
+        rc = fetch_missing(d, s, id, first, last, span, fetched, true);
         if (rc == 0 && (rc = check_sample(d, s, id, span + inside)) < 0)
             rc = larder__fail_context(rc, "the origin's bytes do not match the index");
     }

@@ -180,6 +180,7 @@ TEST(cache_origin_corruption_is_an_error)
     CHECK_EQ(larder_read_sample(d, 3, buf, sizeof buf), LARDER_ECHECKSUM);
     CHECK(strstr(larder_errmsg(), s.key) != NULL);
     CHECK(strstr(larder_errmsg(), "origin") != NULL);
+    CHECK_EQ(stats_of(d).refetches, 1); /* fetched once more before giving up */
     CHECK_EQ(larder_read_sample(d, 3, buf, sizeof buf), LARDER_ECHECKSUM); /* not cached */
     CHECK(larder_read_sample(d, 4, buf, sizeof buf) > 0);
     larder_close(d);
