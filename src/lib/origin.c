@@ -300,6 +300,28 @@ static bool complete(CURL *curl, CURLcode cc, const struct body *b)
            b->used == b->capacity;
 }
 
+/* Each thread's multi handle, cleaned up when the thread exits. */
+static pthread_key_t multi_key;
+static pthread_once_t multi_once = PTHREAD_ONCE_INIT;
+
+static void multi_free(void *multi)
+{
+    curl_multi_cleanup(multi);
+}
+
+static void multi_key_init(void)
+{
+    pthread_key_create(&multi_key, multi_free);
+}
+
+static CURLM *thread_multi(void)
+{
+    pthread_once(&multi_once, multi_key_init);
+    CURLM *multi = pthread_getspecific(multi_key);
+    if (!multi && (multi = curl_multi_init())) pthread_setspecific(multi_key, multi);
+    return multi;
+}
+
 /*
  * One attempt of a range read through a multi handle, hedged: returns the
  * handle whose answer counts (the caller reads its status) with its
@@ -309,8 +331,8 @@ static bool complete(CURL *curl, CURLcode cc, const struct body *b)
 static CURL *perform_hedged(struct larder__origin *o, CURL *curl, struct body *b,
                             prepare_fn prepare, void *arg, CURLcode *result)
 {
-    static _Thread_local CURLM *multi;
-    if (!multi && !(multi = curl_multi_init())) {
+    CURLM *multi = thread_multi();
+    if (!multi) {
         *result = curl_easy_perform(curl);
         return curl;
     }
