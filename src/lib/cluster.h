@@ -1,0 +1,44 @@
+/*
+ * cluster.h - who the nodes are and which one owns a shard.
+ *
+ * Members come from a list ("host:port,..."), a hostfile (one a line), or
+ * Slurm's environment (SLURM_JOB_NODELIST, a compressed hostlist such as
+ * "gpu[01-04,07],login1").  Each shard of each dataset has one owner,
+ * chosen by rendezvous (highest-random-weight) hashing over the members:
+ * every node computes the same owner with no metadata service, and adding
+ * or removing a node moves only the shards it gains or had.  The parsers
+ * do no I/O.
+ */
+#ifndef LARDER_CLUSTER_H
+#define LARDER_CLUSTER_H
+
+#include "common.h"
+
+#define LARDER_MAX_MEMBERS 65536
+#define LARDER_DEFAULT_PORT 7461
+
+struct larder__members {
+    size_t count;
+    char **names;      /* "host:port", owned */
+    uint64_t *weights; /* per-member hash seeds, derived from the names */
+};
+
+LARDER_HIDDEN void larder__members_free(struct larder__members *members);
+/* Add "host" or "host:port" (default_port when absent); duplicates are ignored. */
+LARDER_HIDDEN int larder__members_add(struct larder__members *members, const char *name,
+                                      size_t length, int default_port);
+/* "a:1,b,c:3" (commas or whitespace). */
+LARDER_HIDDEN int larder__members_parse_list(struct larder__members *members, const char *text,
+                                             int default_port);
+/* One member a line; '#' starts a comment; blank lines ignored.  Errors name the line. */
+LARDER_HIDDEN int larder__members_parse_hostfile(struct larder__members *members, const char *text,
+                                                 size_t length, int default_port);
+/* A Slurm hostlist ("n[1-3,5],m[01-02]-ib,x"), expanded in order. */
+LARDER_HIDDEN int larder__members_parse_slurm(struct larder__members *members, const char *hostlist,
+                                              int default_port);
+
+/* The owner (an index into members) of shard `shard` of the dataset `id`. */
+LARDER_HIDDEN size_t larder__owner(const struct larder__members *members, uint64_t id_low,
+                                   uint64_t id_high, uint32_t shard);
+
+#endif
