@@ -22,6 +22,7 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
         struct larder__welcome welcome;
         struct larder__read read;
         struct larder__error_frame error;
+        struct larder__opened opened;
         switch (frame.type) {
         case LARDER__HELLO:
             larder__wire_hello(p, frame.length, &hello);
@@ -34,6 +35,9 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
             break;
         case LARDER__ERROR:
             larder__wire_error(p, frame.length, &error);
+            break;
+        case LARDER__OPENED:
+            larder__wire_opened(p, frame.length, &opened);
             break;
         default:
             break;

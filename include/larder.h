@@ -116,7 +116,7 @@ LARDER_API size_t larder_dtype_size(int dtype);
 typedef struct larder_open_options {
     int version;          /* LARDER_OPEN_OPTIONS_VERSION */
     int verify_checksums; /* nonzero: check each checksum also on uncached reads (reads
-                           * through the cache always check) */
+                           * through the cache or a daemon always check) */
     /* Node cache directory; NULL: the LARDER_CACHE environment variable,
      * and when that is unset or empty, no cache (every read goes to the
      * origin).  "" forces no cache. */
@@ -124,6 +124,12 @@ typedef struct larder_open_options {
     uint32_t block_size;     /* cache block size; 0: the index's hint (64 KiB) */
     uint64_t cache_capacity; /* bytes of this dataset's cache; 0: no limit */
     int max_inflight;        /* origin requests in flight in larder_read_samples; 0: 64 */
+    /* The node daemon's Unix socket (larderd --socket); NULL: the
+     * LARDER_SOCKET environment variable; unset or "": no daemon.  With a
+     * daemon, samples not in the cache are asked of it (it fetches them
+     * from the origin, or from the node that owns the shard); if it does
+     * not answer, the reader falls back to its own path to the origin. */
+    const char *daemon_socket;
 } larder_open_options;
 
 /*
@@ -219,6 +225,8 @@ typedef struct larder_stats {
     uint64_t fill_latency[LARDER_FILL_BUCKETS];
     uint64_t resident_bytes, total_bytes; /* cached and total shard bytes */
     uint32_t block_size;
+    uint64_t peer_requests; /* reads answered by the shard's owner node instead of the origin */
+    uint64_t peer_bytes;    /* bytes those reads brought */
 } larder_stats;
 
 LARDER_API int larder_stats_get(larder_dataset *dataset, larder_stats *stats);

@@ -107,6 +107,7 @@ class OpenOptions(ctypes.Structure):
         ("block_size", ctypes.c_uint32),
         ("cache_capacity", ctypes.c_uint64),
         ("max_inflight", ctypes.c_int),
+        ("daemon_socket", ctypes.c_char_p),
     ]
 
 
@@ -160,6 +161,8 @@ class Stats(ctypes.Structure):
         ("resident_bytes", ctypes.c_uint64),
         ("total_bytes", ctypes.c_uint64),
         ("block_size", ctypes.c_uint32),
+        ("peer_requests", ctypes.c_uint64),
+        ("peer_bytes", ctypes.c_uint64),
     ]
 
 

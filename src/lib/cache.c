@@ -566,12 +566,8 @@ void larder__cache_record_fill(struct larder__cache *c, uint64_t microseconds)
     larder__cache_count(&c->header->counters.fill_latency[bucket], 1);
 }
 
-/* Copy the shared counters and usage of a mapped header into stats. */
-static void header_stats(const struct shared_header *h, larder_stats *out)
+void larder__counters_copy(const struct larder__cache_counters *k, larder_stats *out)
 {
-    memset(out, 0, sizeof *out);
-    const struct larder__cache_counters *k = &h->counters;
-    out->cached = 1;
     out->hits = __atomic_load_n(&k->hits, __ATOMIC_RELAXED);
     out->misses = __atomic_load_n(&k->misses, __ATOMIC_RELAXED);
     out->origin_requests = __atomic_load_n(&k->origin_requests, __ATOMIC_RELAXED);
@@ -582,6 +578,16 @@ static void header_stats(const struct shared_header *h, larder_stats *out)
     out->uncached_fills = __atomic_load_n(&k->uncached_fills, __ATOMIC_RELAXED);
     for (int i = 0; i < LARDER_FILL_BUCKETS; i++)
         out->fill_latency[i] = __atomic_load_n(&k->fill_latency[i], __ATOMIC_RELAXED);
+    out->peer_requests = __atomic_load_n(&k->peer_requests, __ATOMIC_RELAXED);
+    out->peer_bytes = __atomic_load_n(&k->peer_bytes, __ATOMIC_RELAXED);
+}
+
+/* Copy the shared counters and usage of a mapped header into stats. */
+static void header_stats(const struct shared_header *h, larder_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    larder__counters_copy(&h->counters, out);
+    out->cached = 1;
     out->block_size = h->block_size;
     out->resident_bytes = __atomic_load_n(&h->resident_blocks, __ATOMIC_RELAXED) * h->block_size;
     if (out->resident_bytes > h->total_bytes) out->resident_bytes = h->total_bytes;

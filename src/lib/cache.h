@@ -40,6 +40,7 @@ struct larder__cache_counters {
     uint64_t evictions;      /* blocks evicted */
     uint64_t uncached_fills; /* fills served without caching (disk full) */
     uint64_t fill_latency[LARDER__FILL_BUCKETS];
+    uint64_t peer_requests, peer_bytes; /* blocks borrowed from the shard's owner node */
 };
 
 /*
@@ -104,6 +105,10 @@ LARDER_HIDDEN uint64_t larder__cache_block_offset(const struct larder__cache *ca
                                                   uint64_t block);
 LARDER_HIDDEN uint64_t larder__cache_span(const struct larder__cache *cache, uint32_t shard,
                                           uint64_t first, uint64_t last);
+
+/* Copy counters into public statistics (the rest of *stats is left alone). */
+LARDER_HIDDEN void larder__counters_copy(const struct larder__cache_counters *counters,
+                                         larder_stats *stats);
 
 /* The node-wide statistics of this cache (counters, usage). */
 LARDER_HIDDEN void larder__cache_stats(const struct larder__cache *cache, larder_stats *stats);

@@ -14,6 +14,7 @@
  * the sample.
  */
 #include "cache.h"
+#include "client.h"
 #include "dataset.h"
 #include "index.h"
 #include "origin.h"
@@ -25,6 +26,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <xxhash.h>
@@ -46,6 +48,9 @@ struct larder_dataset {
     uint64_t *verified;
     uint64_t verified_generation;
     pthread_mutex_t verified_lock;
+    struct larder__endpoint *daemon;  /* the node daemon, when one is configured */
+    larder__peer_fetch_fn peer_fetch; /* in a daemon: the shard owners */
+    void *peer_context;
 };
 
 #define DEFAULT_INFLIGHT 64
@@ -91,6 +96,16 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
         rc = larder__cache_open(&d->cache, cache_dir, &d->ix, options ? options->block_size : 0,
                                 options ? options->cache_capacity : 0);
     pthread_mutex_init(&d->verified_lock, NULL);
+    const char *daemon = options ? options->daemon_socket : NULL;
+    if (!daemon) daemon = getenv("LARDER_SOCKET");
+    if (rc == 0 && daemon && daemon[0]) {
+        /* the daemon opens the index itself: give it a path it can find */
+        char absolute[PATH_MAX];
+        const char *where = d->url;
+        if (!larder__is_remote(d->url) && realpath(larder__file_path(d->url), absolute))
+            where = absolute;
+        rc = larder__endpoint_new(&d->daemon, daemon, 1, NULL, where, 0);
+    }
     if (rc == 0 && d->cache) {
         d->verified = calloc((d->ix.num_samples + 63) / 64 + 1, 8);
         if (!d->verified) rc = -ENOMEM;
@@ -108,6 +123,7 @@ void larder_close(larder_dataset *d)
 {
     if (!d) return;
     larder__pool_free(d->pool);
+    larder__endpoint_free(d->daemon);
     larder__cache_close(d->cache);
     free(d->verified);
     pthread_mutex_destroy(&d->verified_lock);
@@ -310,17 +326,21 @@ static bool read_resident(larder_dataset *d, const struct larder__sample *s, uin
     return true;
 }
 
+static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
+                     uint8_t *buf);
+
 /*
  * Read the blocks [first, last] into span, from the cache where resident
  * (unless `everything`) and from the origin otherwise, one origin read
- * per run of missing blocks; fetched[] marks what came from the origin.
+ * per run of missing blocks (or from the shard's owner node, in a daemon);
+ * fetched[] marks what was fetched.  id is the sample's, for messages
+ * (UINT64_MAX for a raw range).
  */
 static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint64_t id,
                          uint64_t first, uint64_t last, uint8_t *span, bool *fetched,
                          bool everything)
 {
     struct larder__cache *c = d->cache;
-    struct larder__cache_counters *k = counters(d);
     uint64_t start = larder__cache_block_offset(c, first);
     for (uint64_t b = first; b <= last;) {
         uint64_t at = larder__cache_block_offset(c, b) - start;
@@ -337,18 +357,35 @@ static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint
         while (end < last && (everything || !larder__cache_resident(c, s->shard, end + 1, end + 1)))
             end++;
         uint64_t n = larder__cache_span(c, s->shard, b, end);
-        struct larder__origin *o;
-        int rc = shard_origin(d, s->shard, &o);
-        if (rc == 0) rc = larder__origin_read(o, span + at, (size_t)n, start + at);
+        int rc = fetch_run(d, s->shard, start + at, n, span + at);
         if (rc < 0)
-            return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id,
-                                        key_of(d, id));
-        larder__cache_count(&k->origin_requests, 1);
-        larder__cache_count(&k->origin_bytes, n);
+            return id == UINT64_MAX ? rc
+                                    : larder__fail_context(rc, "sample %llu ('%s')",
+                                                           (unsigned long long)id, key_of(d, id));
         for (uint64_t i = b; i <= end; i++)
             fetched[i - first] = true;
         b = end + 1;
     }
+    return 0;
+}
+
+/* One run of blocks: from the shard's owner node when a peer fetcher says
+ * so, else (or when that fails) from the origin. */
+static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
+                     uint8_t *buf)
+{
+    struct larder__cache_counters *k = counters(d);
+    if (d->peer_fetch && d->peer_fetch(d->peer_context, d, shard, offset, length, buf) == 0) {
+        larder__cache_count(&k->peer_requests, 1);
+        larder__cache_count(&k->peer_bytes, length);
+        return 0;
+    }
+    struct larder__origin *o;
+    int rc = shard_origin(d, shard, &o);
+    if (rc == 0) rc = larder__origin_read(o, buf, (size_t)length, offset);
+    if (rc < 0) return rc;
+    larder__cache_count(&k->origin_requests, 1);
+    larder__cache_count(&k->origin_bytes, length);
     return 0;
 }
 
@@ -418,12 +455,39 @@ static int fill(larder_dataset *d, const struct larder__sample *s, uint64_t id, 
     return rc;
 }
 
+/*
+ * Ask the node daemon for the sample's bytes and check them.  0 when they
+ * came and were right; otherwise the caller takes its own path.
+ */
+static int read_through_daemon(larder_dataset *d, const struct larder__sample *s, uint64_t id,
+                               void *buf)
+{
+    if (d->cache) {
+        uint64_t first, last;
+        larder__cache_blocks(d->cache, s->offset, s->length, &first, &last);
+        if (larder__cache_resident(d->cache, s->shard, first, last)) return -EAGAIN;
+    }
+    if (larder__endpoint_down(d->daemon)) return -EAGAIN;
+    int rc = larder__endpoint_read(d->daemon, d->ix.id_low, d->ix.id_high, s->shard, LARDER__DEMAND,
+                                   s->offset, s->length, buf);
+    if (rc == 0 && !checksum_ok(s, buf)) rc = LARDER_ECHECKSUM;
+    if (rc == 0) larder__cache_count(&counters(d)->misses, 1);
+    if (rc < 0)
+        larder__log(LARDER_LOG_WARN,
+                    "sample %llu: the node daemon did not serve it (%s); "
+                    "reading it directly",
+                    (unsigned long long)id, larder_errmsg());
+    return rc;
+}
+
 /* Read a whole sample into buf (capacity already checked). */
 static int read_whole(larder_dataset *d, const struct larder__sample *s, uint64_t id, void *buf)
 {
     struct larder__cache_counters *k = counters(d);
     int rc;
-    if (!d->cache) {
+    if (d->daemon && read_through_daemon(d, s, id, buf) == 0) {
+        rc = 0; /* the daemon staged it (and, sharing the cache, for the next read too) */
+    } else if (!d->cache) {
         rc = read_range(d, s, id, buf, 0, s->length);
         larder__cache_count(&k->misses, 1);
         larder__cache_count(&k->origin_requests, 1);
@@ -604,18 +668,7 @@ int larder_stats_get(larder_dataset *d, larder_stats *out)
         return 0;
     }
     memset(out, 0, sizeof *out);
-    const struct larder__cache_counters *k = counters(d);
-    out->cached = d->cache != NULL;
-    out->hits = __atomic_load_n(&k->hits, __ATOMIC_RELAXED);
-    out->misses = __atomic_load_n(&k->misses, __ATOMIC_RELAXED);
-    out->origin_requests = __atomic_load_n(&k->origin_requests, __ATOMIC_RELAXED);
-    out->origin_bytes = __atomic_load_n(&k->origin_bytes, __ATOMIC_RELAXED);
-    out->bytes_served = __atomic_load_n(&k->bytes_served, __ATOMIC_RELAXED);
-    out->refetches = __atomic_load_n(&k->refetches, __ATOMIC_RELAXED);
-    out->evictions = __atomic_load_n(&k->evictions, __ATOMIC_RELAXED);
-    out->uncached_fills = __atomic_load_n(&k->uncached_fills, __ATOMIC_RELAXED);
-    for (int i = 0; i < LARDER_FILL_BUCKETS; i++)
-        out->fill_latency[i] = __atomic_load_n(&k->fill_latency[i], __ATOMIC_RELAXED);
+    larder__counters_copy(counters(d), out);
     for (uint64_t i = 0; i < d->ix.num_shards; i++) {
         struct larder__shard shard;
         larder__index_shard(&d->ix, i, &shard);
@@ -864,5 +917,61 @@ int larder__dataset_stage(larder_dataset *d, uint64_t id)
     larder__cache_blocks(d->cache, s.offset, s.length, &first, &last);
     rc = fill(d, &s, id, first, last, buf, false);
     free(buf);
+    return rc;
+}
+
+/* ---- for the node daemon -------------------------------------------------- */
+
+void larder__dataset_set_peer_fetch(larder_dataset *d, larder__peer_fetch_fn fetch, void *context)
+{
+    d->peer_fetch = fetch;
+    d->peer_context = context;
+}
+
+void larder__dataset_id(const larder_dataset *d, uint64_t *low, uint64_t *high)
+{
+    *low = d->ix.id_low;
+    *high = d->ix.id_high;
+}
+
+uint32_t larder__dataset_num_shards(const larder_dataset *d)
+{
+    return (uint32_t)d->ix.num_shards;
+}
+
+uint64_t larder__dataset_shard_size(const larder_dataset *d, uint32_t shard)
+{
+    struct larder__shard info;
+    return larder__index_shard(&d->ix, shard, &info) == 0 ? info.size : 0;
+}
+
+int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
+                               void *buf)
+{
+    uint64_t end;
+    if (shard >= d->ix.num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
+        end > larder__dataset_shard_size(d, shard))
+        return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
+                            (unsigned long long)offset, (unsigned long long)length, shard);
+    if (!d->cache) return fetch_run(d, shard, offset, length, buf);
+    struct larder__cache *c = d->cache;
+    uint64_t first, last;
+    larder__cache_blocks(c, offset, length, &first, &last);
+    uint64_t start = larder__cache_block_offset(c, first);
+    uint64_t span_length = larder__cache_span(c, shard, first, last);
+    uint8_t *span = malloc((size_t)span_length);
+    bool *fetched = calloc(last - first + 1, sizeof *fetched);
+    int rc = span && fetched ? 0 : -ENOMEM;
+    int lock = rc == 0 ? larder__cache_lock(c, shard, first, last) : rc;
+    if (lock < 0) rc = lock;
+    struct larder__sample range = {.offset = offset, .length = length, .shard = shard};
+    if (rc == 0) rc = fetch_missing(d, &range, UINT64_MAX, first, last, span, fetched, false);
+    if (rc == 0) {
+        store_fetched(d, &range, first, last, span, fetched);
+        memcpy(buf, span + (offset - start), (size_t)length);
+    }
+    if (lock >= 0) larder__cache_unlock(c, lock);
+    free(span);
+    free(fetched);
     return rc;
 }

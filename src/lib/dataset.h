@@ -21,4 +21,30 @@ LARDER_HIDDEN struct larder__pool *larder__dataset_pool(larder_dataset *dataset)
 /* Origin requests in flight the dataset allows (its pool's size). */
 LARDER_HIDDEN int larder__dataset_inflight(const larder_dataset *dataset);
 
+/* ---- for the node daemon ------------------------------------------------- */
+
+/*
+ * A source of shard bytes tried before the origin (the daemon's peers):
+ * returns 0 when it filled buf, LARDER__NOT_MINE when the origin should be
+ * read instead (this node owns the shard, or its owner is down), or a
+ * negative code (the origin is then read instead, too).
+ */
+#define LARDER__NOT_MINE 1
+typedef int (*larder__peer_fetch_fn)(void *context, const larder_dataset *dataset, uint32_t shard,
+                                     uint64_t offset, uint64_t length, void *buf);
+LARDER_HIDDEN void larder__dataset_set_peer_fetch(larder_dataset *dataset,
+                                                  larder__peer_fetch_fn fetch, void *context);
+/* The dataset's id and shard geometry, for checking requests. */
+LARDER_HIDDEN void larder__dataset_id(const larder_dataset *dataset, uint64_t *low, uint64_t *high);
+LARDER_HIDDEN uint32_t larder__dataset_num_shards(const larder_dataset *dataset);
+LARDER_HIDDEN uint64_t larder__dataset_shard_size(const larder_dataset *dataset, uint32_t shard);
+/*
+ * Bytes [offset, offset + length) of a shard through the cache: the
+ * blocks covering them are staged (from peers or the origin, under the
+ * fill lock) and the bytes copied out.  Raw ranges carry no checksum of
+ * their own: whoever assembles a sample from them checks the sample's.
+ */
+LARDER_HIDDEN int larder__dataset_read_range(larder_dataset *dataset, uint32_t shard,
+                                             uint64_t offset, uint64_t length, void *buf);
+
 #endif

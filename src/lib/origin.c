@@ -56,7 +56,7 @@ bool larder__is_remote(const char *name)
            strncmp(name, "s3://", 5) == 0;
 }
 
-static const char *file_path(const char *url)
+const char *larder__file_path(const char *url)
 {
     return strncmp(url, "file://", 7) == 0 ? url + 7 : url;
 }
@@ -84,7 +84,7 @@ int larder__origin_open(struct larder__origin **out, const char *url)
             return rc;
         }
     } else {
-        int fd = larder__open(file_path(url), O_RDONLY, 0);
+        int fd = larder__open(larder__file_path(url), O_RDONLY, 0);
         if (fd < 0) {
             larder__origin_close(o);
             return fd;

@@ -30,6 +30,9 @@ LARDER_HIDDEN int larder__origin_stream(struct larder__origin *origin, larder__s
 /* Hedged second requests sent so far by this process (all origins). */
 LARDER_HIDDEN uint64_t larder__origin_hedges(void);
 
+/* The local path of a file URL ("file:///x" -> "/x"; a path as it is). */
+LARDER_HIDDEN const char *larder__file_path(const char *url);
+
 /* Whether `name` is a URL with a scheme larder reads over the network. */
 LARDER_HIDDEN bool larder__is_remote(const char *name);
 /*

@@ -22,6 +22,10 @@ static uint64_t max_payload(uint8_t type)
         return 0;
     case LARDER__STATS:
         return LARDER_WIRE_MAX_STATS;
+    case LARDER__OPEN:
+        return LARDER_WIRE_MAX_URL;
+    case LARDER__OPENED:
+        return 20;
     default:
         return 0;
     }
@@ -36,7 +40,7 @@ int larder__wire_header(const uint8_t *buf, size_t available, struct larder__fra
         return larder__fail(LARDER_EPROTOCOL, "protocol version %u, this build speaks %d", buf[4],
                             LARDER_WIRE_VERSION);
     uint8_t type = buf[5];
-    if (type < LARDER__HELLO || type > LARDER__STATS)
+    if (type < LARDER__HELLO || type > LARDER__OPENED)
         return larder__fail(LARDER_EPROTOCOL, "unknown frame type %u", type);
     if (larder__le16(buf + 6) != 0 || larder__le32(buf + 12) != 0)
         return larder__fail(LARDER_EPROTOCOL, "nonzero flags or reserved bytes");
@@ -175,4 +179,34 @@ int larder__wire_encode_error(uint8_t *out, size_t capacity, uint64_t request, i
     larder__put_le32(out + LARDER_WIRE_HEADER, (uint32_t)code);
     memcpy(out + LARDER_WIRE_HEADER + 4, message, n);
     return (int)(LARDER_WIRE_HEADER + 4 + n);
+}
+
+int larder__wire_opened(const uint8_t *p, uint32_t length, struct larder__opened *out)
+{
+    if (length != 20) return larder__fail(LARDER_EPROTOCOL, "OPENED of %u bytes, not 20", length);
+    out->id_low = larder__le64(p);
+    out->id_high = larder__le64(p + 8);
+    out->num_shards = larder__le32(p + 16);
+    return 0;
+}
+
+int larder__wire_encode_open(uint8_t *out, size_t capacity, uint64_t request, const char *index_url)
+{
+    size_t n = strlen(index_url);
+    if (n == 0 || n > LARDER_WIRE_MAX_URL || capacity < LARDER_WIRE_HEADER + n)
+        return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__OPEN, (uint32_t)n, request);
+    memcpy(out + LARDER_WIRE_HEADER, index_url, n);
+    return (int)(LARDER_WIRE_HEADER + n);
+}
+
+int larder__wire_encode_opened(uint8_t *out, size_t capacity, uint64_t request,
+                               const struct larder__opened *opened)
+{
+    if (capacity < LARDER_WIRE_HEADER + 20) return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__OPENED, 20, request);
+    larder__put_le64(out + LARDER_WIRE_HEADER, opened->id_low);
+    larder__put_le64(out + LARDER_WIRE_HEADER + 8, opened->id_high);
+    larder__put_le32(out + LARDER_WIRE_HEADER + 16, opened->num_shards);
+    return LARDER_WIRE_HEADER + 20;
 }

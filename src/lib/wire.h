@@ -15,6 +15,7 @@
 #define LARDER_WIRE_MAX_NAME 256
 #define LARDER_WIRE_MAX_MESSAGE 1024
 #define LARDER_WIRE_MAX_STATS (1u << 20)
+#define LARDER_WIRE_MAX_URL 4096
 
 enum larder__frame_type {
     LARDER__HELLO = 1,
@@ -24,6 +25,8 @@ enum larder__frame_type {
     LARDER__ERROR = 5,
     LARDER__STAT = 6,
     LARDER__STATS = 7,
+    LARDER__OPEN = 8,
+    LARDER__OPENED = 9,
 };
 
 struct larder__frame {
@@ -51,6 +54,12 @@ struct larder__read {
     uint64_t offset, length;
 };
 
+/* OPENED: the dataset a daemon opened for an OPEN (index URL as payload). */
+struct larder__opened {
+    uint64_t id_low, id_high;
+    uint32_t num_shards;
+};
+
 struct larder__error_frame {
     int32_t code;
     uint32_t message_length;
@@ -74,6 +83,8 @@ LARDER_HIDDEN int larder__wire_read(const uint8_t *payload, uint32_t length,
                                     struct larder__read *out);
 LARDER_HIDDEN int larder__wire_error(const uint8_t *payload, uint32_t length,
                                      struct larder__error_frame *out);
+LARDER_HIDDEN int larder__wire_opened(const uint8_t *payload, uint32_t length,
+                                      struct larder__opened *out);
 
 /* Encoders write a whole frame (header and payload) into out[0..capacity)
  * and return its size, or LARDER_ETOOSMALL. */
@@ -85,6 +96,10 @@ LARDER_HIDDEN int larder__wire_encode_welcome(uint8_t *out, size_t capacity, uin
                                               const struct larder__welcome *welcome);
 LARDER_HIDDEN int larder__wire_encode_read(uint8_t *out, size_t capacity, uint64_t request,
                                            const struct larder__read *read);
+LARDER_HIDDEN int larder__wire_encode_open(uint8_t *out, size_t capacity, uint64_t request,
+                                           const char *index_url);
+LARDER_HIDDEN int larder__wire_encode_opened(uint8_t *out, size_t capacity, uint64_t request,
+                                             const struct larder__opened *opened);
 LARDER_HIDDEN int larder__wire_encode_error(uint8_t *out, size_t capacity, uint64_t request,
                                             int32_t code, const char *message);
 

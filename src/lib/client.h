@@ -1,0 +1,38 @@
+/*
+ * client.h - blocking clients of a larder daemon (docs/protocol.md): a
+ * reader talking to its node's daemon over a Unix socket, or a daemon
+ * talking to a peer over TCP.  An endpoint keeps a pool of connections,
+ * each used by one request at a time; a peer that fails is marked down
+ * for a while, and callers then go to the origin instead.
+ */
+#ifndef LARDER_CLIENT_H
+#define LARDER_CLIENT_H
+
+#include "common.h"
+
+struct larder__endpoint;
+
+/*
+ * An endpoint at `address`: a Unix socket path (containing '/'), or
+ * host:port.  role 1 (reader) or 2 (peer); `token` is the cluster's
+ * shared secret for peers (may be NULL).  `index_url` is opened on every
+ * new connection.  timeout_ms bounds each request.
+ */
+LARDER_HIDDEN int larder__endpoint_new(struct larder__endpoint **out, const char *address, int role,
+                                       const char *token, const char *index_url, int timeout_ms);
+LARDER_HIDDEN void larder__endpoint_free(struct larder__endpoint *endpoint);
+LARDER_HIDDEN const char *larder__endpoint_address(const struct larder__endpoint *endpoint);
+/* Whether the endpoint failed recently (and is left alone for a while). */
+LARDER_HIDDEN bool larder__endpoint_down(struct larder__endpoint *endpoint);
+
+/*
+ * Read bytes [offset, offset + length) of a shard of dataset (id_low,
+ * id_high) through the endpoint, into buf.  0, or a negative code with a
+ * message (the endpoint is then marked down when the failure was the
+ * connection's, not an answer's).
+ */
+LARDER_HIDDEN int larder__endpoint_read(struct larder__endpoint *endpoint, uint64_t id_low,
+                                        uint64_t id_high, uint32_t shard, int priority,
+                                        uint64_t offset, uint64_t length, void *buf);
+
+#endif

@@ -1,0 +1,100 @@
+# Three larderd daemons on loopback, each with its own cache, over one
+# origin: every shard's bytes come from the origin once for the whole
+# cluster; a dead owner makes readers fall back to the origin with the
+# right bytes; a restarted daemon rejoins with its cache; hostile input
+# leaves the daemons up.
+source "$(dirname "$0")/lib.sh"
+LARDERD=${LARDER%/larder}/larderd
+[ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
+make_tree a 90
+make_tree b 30
+"$LARDER" pack a -o origin/A --shard-size 150K >/dev/null
+"$LARDER" pack b -o origin/B --shard-size 100K >/dev/null
+
+base=$((20000 + RANDOM % 20000))
+members="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
+printf 'cluster-secret\n' >secret
+pids=()
+start_daemon() { # node
+  "$LARDERD" --cache "$WORK/cache$1" --socket "$WORK/sock$1" --listen "127.0.0.1:$((base + $1))" \
+    --peers "$members" --secret-file secret 2>>"$WORK/daemon$1.log" &
+  pids[$1]=$!
+  for _ in $(seq 100); do [ -S "$WORK/sock$1" ] && return; sleep 0.05; done
+  fail "daemon $1 did not start: $(cat "$WORK/daemon$1.log")"
+}
+cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait')
+for n in 0 1 2; do start_daemon $n; done
+
+stat_sum() { # dataset key: the key summed over the three caches
+  for n in 0 1 2; do "$LARDER" stat --cache "$WORK/cache$n" --json; done | /usr/bin/python3 -c "
+import json, sys
+total = 0
+for line in sys.stdin:
+    for d in json.loads(line)['datasets']:
+        if d['dataset_id'] == '$1': total += d['$2']
+print(total)"
+}
+id_of() { "$LARDER" inspect "$1" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])'; }
+
+# 1. all three nodes read all of A at once
+for n in 0 1 2; do
+  LARDER_SOCKET=$WORK/sock$n "$LARDER" warm origin/A/index.larder --cache "$WORK/cache$n" >warm$n.txt &
+done
+wait %4 %5 %6 2>/dev/null || true
+for n in 0 1 2; do grep -q "warmed 90 samples" warm$n.txt || fail "node $n: $(cat warm$n.txt)"; done
+A=$(id_of origin/A/index.larder)
+total=$("$LARDER" inspect origin/A/index.larder --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["total_bytes"])')
+origin=$(stat_sum "$A" origin_bytes)
+peer=$(stat_sum "$A" peer_bytes)
+echo "dataset A: $total sample bytes; origin read $origin for the cluster; peers served $peer"
+awk -v o="$origin" -v t="$total" 'BEGIN { exit !(o <= 1.15 * t) }' ||
+  fail "the cluster read $origin bytes from the origin for $total of data"
+[ "$peer" -gt 0 ] || fail "no node borrowed from an owner"
+for n in 0 1 2; do
+  LARDER_SOCKET=$WORK/sock$n same_bytes origin/A/index.larder sample00042 jpg a/sample00042.jpg
+done
+
+# 2. kill node 1: the others read B with the right bytes (its shards from the origin)
+kill -9 "${pids[1]}"
+wait "${pids[1]}" 2>/dev/null || true
+for n in 0 2; do
+  LARDER_SOCKET=$WORK/sock$n timeout 60 "$LARDER" warm origin/B/index.larder --cache "$WORK/cache$n" >warmB$n.txt ||
+    fail "node $n with a dead owner: $(cat warmB$n.txt)"
+  LARDER_SOCKET=$WORK/sock$n same_bytes origin/B/index.larder sample00007 jpg b/sample00007.jpg
+done
+
+# 3. restart node 1 on its cache: it rejoins warm (no new origin reads for A)
+before=$(stat_sum "$A" origin_bytes)
+start_daemon 1
+LARDER_SOCKET=$WORK/sock1 "$LARDER" warm origin/A/index.larder --cache "$WORK/cache1" >/dev/null
+[ "$(stat_sum "$A" origin_bytes)" = "$before" ] || fail "the restarted node read the origin again"
+
+# 4. hostile input: garbage, a wrong secret, a read outside any shard
+/usr/bin/python3 - "$WORK/sock0" "$base" <<'PY' || fail "hostile input test"
+import os, socket, struct, sys
+path, base = sys.argv[1], int(sys.argv[2])
+def talk(sock, data):
+    sock.sendall(data)
+    sock.settimeout(2)
+    try:
+        return sock.recv(4096)
+    except (socket.timeout, ConnectionResetError):
+        return b""
+for junk in (os.urandom(64), b"LRDR" + b"\xff" * 40, b"\x00" * 24):
+    s = socket.socket(socket.AF_UNIX); s.connect(path); talk(s, junk); s.close()
+    t = socket.create_connection(("127.0.0.1", base)); talk(t, junk); t.close()
+def frame(kind, payload, request=1):
+    return struct.pack("<IBBHIIQ", 0x5244524C, 1, kind, 0, len(payload), 0, request) + payload
+# a peer with the wrong secret is refused
+t = socket.create_connection(("127.0.0.1", base))
+answer = talk(t, frame(1, struct.pack("<II", 2, 5) + b"wrong"))
+assert answer[5] == 5, answer  # ERROR
+t.close()
+# a reader asking for bytes past a shard's end, or of an unknown dataset
+s = socket.socket(socket.AF_UNIX); s.connect(path)
+assert talk(s, frame(1, struct.pack("<II", 1, 0)))[5] == 2  # WELCOME
+read = struct.pack("<QQIB3xQQ", 1, 2, 0, 0, 0, 100)
+assert talk(s, frame(3, read, 7))[5] == 5  # ERROR: not open here
+PY
+LARDER_SOCKET=$WORK/sock0 same_bytes origin/A/index.larder sample00011 cls a/sample00011.cls
+for n in 0 1 2; do kill -0 "${pids[$n]}" || fail "daemon $n died"; done
