@@ -6,6 +6,7 @@
  * data), 2 usage error.
  */
 #include "larder.h"
+#include "client.h"
 #include "ui.h"
 
 #include <ctype.h>
@@ -669,10 +670,11 @@ static int cmd_warm(int argc, char **argv)
 /* ---- stat --------------------------------------------------------------- */
 
 static const char stat_help[] =
-    "usage: larder stat [--cache DIR] [--json]\n"
+    "usage: larder stat [--cache DIR | --socket PATH] [--json]\n"
     "\n"
     "Show what the node cache holds, per dataset, and its counters: hits,\n"
-    "misses, origin requests and bytes, bytes served, fill latency.\n";
+    "misses, origin and peer requests and bytes, bytes served, fill latency.\n"
+    "With --socket, ask the node daemon (larderd) instead.\n";
 
 struct stat_print {
     int json, count;
@@ -723,19 +725,67 @@ static void print_entry(void *userdata, const char *id, const larder_stats *s)
     p->count++;
 }
 
+/* The number after "key": in a flat JSON object, or 0. */
+static uint64_t json_number(const char *object, const char *key)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
+    const char *at = strstr(object, pattern);
+    return at ? strtoull(at + strlen(pattern), NULL, 10) : 0;
+}
+
+/* The daemon's own view: its JSON as it is, or the main figures. */
+static int stat_daemon(const char *socket, int json)
+{
+    struct larder__endpoint *e;
+    char *text = NULL;
+    int rc = larder__endpoint_new(&e, socket, 1, NULL, NULL, 5000);
+    if (rc == 0) rc = larder__endpoint_stats(e, &text);
+    larder__endpoint_free(e);
+    if (rc < 0) return fail(rc);
+    if (json) {
+        printf("%s\n", text);
+    } else {
+        /* the daemon's JSON is flat: pick each dataset's figures out of it */
+        printf("daemon at %s\n", socket);
+        for (char *at = strstr(text, "{\"dataset_id\""); at;
+             at = strstr(at + 1, "{\"dataset_id\"")) {
+            char *end = strchr(at, '}');
+            if (end) *end = '\0';
+            char a[32], b[32], c[32], d[32];
+            printf("dataset %.32s\n  staged        %s of %s\n  reads         %llu hits, %llu "
+                   "misses\n  origin        %s\n  peers         %s borrowed\n",
+                   at + 16, human_bytes(json_number(at, "resident_bytes"), a),
+                   human_bytes(json_number(at, "total_bytes"), b),
+                   (unsigned long long)json_number(at, "hits"),
+                   (unsigned long long)json_number(at, "misses"),
+                   human_bytes(json_number(at, "origin_bytes"), c),
+                   human_bytes(json_number(at, "peer_bytes"), d));
+            if (!end) break;
+            at = end;
+        }
+    }
+    free(text);
+    return 0;
+}
+
 static int cmd_stat(int argc, char **argv)
 {
     static const struct option options[] = {{"cache", required_argument, 0, 'c'},
+                                            {"socket", required_argument, 0, 's'},
                                             {"json", no_argument, 0, 'J'},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
-    const char *cache = NULL;
+    const char *cache = NULL, *socket = NULL;
     struct stat_print p = {0};
     int c;
     while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (c) {
         case 'c':
             cache = optarg;
+            break;
+        case 's':
+            socket = optarg;
             break;
         case 'J':
             p.json = 1;
@@ -748,6 +798,7 @@ static int cmd_stat(int argc, char **argv)
         }
     }
     if (optind != argc) return usage_error("stat", "unexpected argument '%s'", argv[optind]);
+    if (socket) return stat_daemon(socket, p.json);
     if (!cache) cache = getenv("LARDER_CACHE");
     if (!cache || !cache[0])
         return usage_error("stat", "no cache: give --cache DIR or set LARDER_CACHE");

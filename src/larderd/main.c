@@ -38,6 +38,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_CONNECTIONS 4096
@@ -68,8 +69,10 @@ struct dataset_entry {
 };
 
 static struct {
-    const char *cache_dir, *socket_path, *listen_address, *self_name, *secret;
+    const char *cache_dir, *socket_path, *listen_address, *self_name, *secret, *metrics_address;
     int jobs;
+    bool warm;        /* stage owned shards in the background */
+    double warm_rate; /* MB/s for that, 0: unpaced */
     struct larder__members members;
     size_t self; /* index in members, or SIZE_MAX */
     int epoll, wake;
@@ -209,6 +212,8 @@ static int fetch_from_owner(void *context, const larder_dataset *dataset, uint32
     return rc;
 }
 
+static void warm_owned(struct dataset_entry *entry);
+
 /* Find the dataset at `url`, or open it when `may_open`. */
 static int open_dataset(const char *url, bool may_open, struct dataset_entry **out)
 {
@@ -250,6 +255,7 @@ static int open_dataset(const char *url, bool may_open, struct dataset_entry **o
             daemon_state.num_datasets++;
             *out = e;
             say("opened %s", url);
+            if (daemon_state.warm) warm_owned(e);
         } else {
             larder_close(e->dataset);
             free(e->url);
@@ -333,6 +339,132 @@ static void stats_frame(struct connection *c, uint64_t request)
                                request);
     enqueue(c, text, LARDER_WIRE_HEADER + used);
     free(text);
+}
+
+/* The Prometheus text exposition of every open dataset's counters. */
+static size_t metrics_text(char *out, size_t capacity)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } metrics[] = {
+        {"larder_hits_total", "counter", "Samples served from the node cache."},
+        {"larder_misses_total", "counter", "Samples that needed a fetch."},
+        {"larder_origin_requests_total", "counter", "Reads sent to the origin."},
+        {"larder_origin_bytes_total", "counter", "Bytes read from the origin."},
+        {"larder_peer_requests_total", "counter", "Reads answered by a shard's owner node."},
+        {"larder_peer_bytes_total", "counter", "Bytes borrowed from owner nodes."},
+        {"larder_served_bytes_total", "counter", "Sample bytes handed to readers."},
+        {"larder_resident_bytes", "gauge", "Bytes staged in the node cache."},
+        {"larder_dataset_bytes", "gauge", "Bytes of the dataset's shards."},
+    };
+    size_t used = 0;
+    pthread_mutex_lock(&daemon_state.lock);
+    for (size_t m = 0; m < sizeof metrics / sizeof *metrics; m++) {
+        used +=
+            (size_t)snprintf(out + used, capacity - used, "# HELP %s %s\n# TYPE %s %s\n",
+                             metrics[m].name, metrics[m].help, metrics[m].name, metrics[m].type);
+        for (int i = 0; i < daemon_state.num_datasets && used < capacity - 256; i++) {
+            larder_stats st;
+            larder_dataset_info info;
+            larder_stats_get(daemon_state.datasets[i].dataset, &st);
+            larder_dataset_info_get(daemon_state.datasets[i].dataset, &info);
+            uint64_t values[] = {st.hits,         st.misses,         st.origin_requests,
+                                 st.origin_bytes, st.peer_requests,  st.peer_bytes,
+                                 st.bytes_served, st.resident_bytes, st.total_bytes};
+            used +=
+                (size_t)snprintf(out + used, capacity - used, "%s{dataset=\"%s\"} %llu\n",
+                                 metrics[m].name, info.dataset_id, (unsigned long long)values[m]);
+        }
+        if (used >= capacity - 256) break;
+    }
+    pthread_mutex_unlock(&daemon_state.lock);
+    return used;
+}
+
+/* Answer one HTTP request on the metrics port, whatever it asks, and close. */
+static void serve_metrics(int listener)
+{
+    int fd;
+    while ((fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+        struct timeval tv = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        char request[2048];
+        if (recv(fd, request, sizeof request, 0) > 0) {
+            size_t capacity = 256 * 1024;
+            char *body = malloc(capacity);
+            size_t length = body ? metrics_text(body, capacity) : 0;
+            char head[256];
+            int n = snprintf(head, sizeof head,
+                             "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                             "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                             length);
+            if (send(fd, head, (size_t)n, MSG_NOSIGNAL) == n && length)
+                (void)!send(fd, body, length, MSG_NOSIGNAL);
+            free(body);
+        }
+        close(fd);
+    }
+}
+
+/* ---- warm mode: each owner stages its shards in the background ------------ */
+
+#define WARM_CHUNK (4u << 20)
+
+struct warm_job {
+    struct dataset_entry *entry;
+    uint32_t shard;
+    uint64_t offset, length;
+};
+
+/* One chunk of an owned shard, at the lowest priority, paced to --warm-rate. */
+static void warm_job(void *arg)
+{
+    struct warm_job *job = arg;
+    static pthread_mutex_t pace = PTHREAD_MUTEX_INITIALIZER;
+    static double next_start;
+    if (daemon_state.warm_rate > 0) { /* a token bucket of one chunk */
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double t = (double)now.tv_sec + (double)now.tv_nsec / 1e9, wait = 0;
+        pthread_mutex_lock(&pace);
+        if (next_start > t) wait = next_start - t;
+        next_start = (next_start > t ? next_start : t) +
+                     (double)job->length / (daemon_state.warm_rate * 1e6);
+        pthread_mutex_unlock(&pace);
+        if (wait > 0) {
+            struct timespec pause = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+            nanosleep(&pause, NULL);
+        }
+    }
+    uint8_t *buf = daemon_state.stopping ? NULL : malloc((size_t)job->length);
+    if (buf && larder__dataset_read_range(job->entry->dataset, job->shard, job->offset, job->length,
+                                          buf) < 0)
+        say("warm: shard %u at %llu: %s", job->shard, (unsigned long long)job->offset,
+            larder_errmsg());
+    free(buf);
+    free(job);
+}
+
+/* Queue the background staging of every shard this node owns. */
+static void warm_owned(struct dataset_entry *e)
+{
+    uint32_t shards = larder__dataset_num_shards(e->dataset);
+    for (uint32_t shard = 0; shard < shards; shard++) {
+        if (daemon_state.members.count > 1 &&
+            larder__owner(&daemon_state.members, e->id_low, e->id_high, shard) != daemon_state.self)
+            continue;
+        uint64_t size = larder__dataset_shard_size(e->dataset, shard);
+        for (uint64_t at = 0; at < size; at += WARM_CHUNK) {
+            struct warm_job *job = malloc(sizeof *job);
+            if (!job) return;
+            *job = (struct warm_job){.entry = e,
+                                     .shard = shard,
+                                     .offset = at,
+                                     .length = size - at < WARM_CHUNK ? size - at : WARM_CHUNK};
+            larder__pool_submit(daemon_state.pool, warm_job, job, LARDER__BACKGROUND);
+        }
+    }
 }
 
 /* Handle one whole frame; false closes the connection (malformed input). */
@@ -509,7 +641,8 @@ static void accept_all(int listener, bool tcp)
 static const char help[] =
     "usage: larderd --cache DIR [--socket PATH] [--listen HOST:PORT]\n"
     "               [--peers H:P,... | --hostfile FILE | --slurm] [--self H:P]\n"
-    "               [--secret-file FILE] [--jobs N]\n"
+    "               [--secret-file FILE] [--jobs N] [--warm [--warm-rate MB/S]]\n"
+    "               [--metrics HOST:PORT]\n"
     "\n"
     "The node daemon: stages what local readers miss in the node cache, and with\n"
     "peers, reads each shard from the origin on one node only (its owner, by\n"
@@ -524,6 +657,10 @@ static const char help[] =
     "  --self HOST:PORT     which member this is (default: --listen)\n"
     "  --secret-file FILE   a shared secret peers must present\n"
     "  --jobs N             reads staged at once (default 64)\n"
+    "  --warm               stage the shards this node owns in the background, at the\n"
+    "                       lowest priority, as datasets are opened\n"
+    "  --warm-rate MB/S     pace that staging (default: unpaced)\n"
+    "  --metrics HOST:PORT  serve the counters as Prometheus text over HTTP\n"
     "\n"
     "In Slurm: srun --ntasks-per-node=1 larderd --cache /local/larder --slurm \\\n"
     "          --listen 0.0.0.0:7461 --socket /tmp/larderd.sock\n";
@@ -543,17 +680,14 @@ static char *read_small_file(const char *path)
 
 int main(int argc, char **argv)
 {
-    static const struct option options[] = {{"cache", required_argument, 0, 'c'},
-                                            {"socket", required_argument, 0, 's'},
-                                            {"listen", required_argument, 0, 'l'},
-                                            {"peers", required_argument, 0, 'p'},
-                                            {"hostfile", required_argument, 0, 'H'},
-                                            {"slurm", no_argument, 0, 'S'},
-                                            {"self", required_argument, 0, 'n'},
-                                            {"secret-file", required_argument, 0, 'k'},
-                                            {"jobs", required_argument, 0, 'j'},
-                                            {"help", no_argument, 0, 'h'},
-                                            {0, 0, 0, 0}};
+    static const struct option options[] = {
+        {"cache", required_argument, 0, 'c'},    {"socket", required_argument, 0, 's'},
+        {"listen", required_argument, 0, 'l'},   {"peers", required_argument, 0, 'p'},
+        {"hostfile", required_argument, 0, 'H'}, {"slurm", no_argument, 0, 'S'},
+        {"self", required_argument, 0, 'n'},     {"secret-file", required_argument, 0, 'k'},
+        {"jobs", required_argument, 0, 'j'},     {"metrics", required_argument, 0, 'm'},
+        {"warm", no_argument, 0, 'w'},           {"warm-rate", required_argument, 0, 'r'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *peers = NULL, *hostfile = NULL;
     bool slurm = false;
     daemon_state.jobs = 64;
@@ -590,6 +724,15 @@ int main(int argc, char **argv)
             break;
         case 'j':
             daemon_state.jobs = atoi(optarg);
+            break;
+        case 'm':
+            daemon_state.metrics_address = optarg;
+            break;
+        case 'w':
+            daemon_state.warm = true;
+            break;
+        case 'r':
+            daemon_state.warm_rate = atof(optarg);
             break;
         case 'h':
             fputs(help, stdout);
@@ -657,6 +800,12 @@ int main(int argc, char **argv)
         say("%s: %s", daemon_state.listen_address, strerror(-tcp_fd));
         return 1;
     }
+    int metrics_fd = -1;
+    if (daemon_state.metrics_address &&
+        (metrics_fd = listen_tcp(daemon_state.metrics_address)) < 0) {
+        say("%s: %s", daemon_state.metrics_address, strerror(-metrics_fd));
+        return 1;
+    }
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = daemon_state.wake};
     epoll_ctl(daemon_state.epoll, EPOLL_CTL_ADD, daemon_state.wake, &ev);
     if (unix_fd >= 0) {
@@ -666,6 +815,10 @@ int main(int argc, char **argv)
     if (tcp_fd >= 0) {
         ev.data.fd = tcp_fd;
         epoll_ctl(daemon_state.epoll, EPOLL_CTL_ADD, tcp_fd, &ev);
+    }
+    if (metrics_fd >= 0) {
+        ev.data.fd = metrics_fd;
+        epoll_ctl(daemon_state.epoll, EPOLL_CTL_ADD, metrics_fd, &ev);
     }
     say("serving cache %s%s%s%s%s, %zu members", daemon_state.cache_dir, unix_fd >= 0 ? " on " : "",
         unix_fd >= 0 ? daemon_state.socket_path : "", tcp_fd >= 0 ? " and " : "",
@@ -677,7 +830,9 @@ int main(int argc, char **argv)
         int n = epoll_wait(daemon_state.epoll, events, 128, 1000);
         for (int i = 0; i < n; i++) {
             int fd = events[i].data.fd;
-            if (fd == unix_fd || fd == tcp_fd) {
+            if (fd == metrics_fd) {
+                serve_metrics(fd);
+            } else if (fd == unix_fd || fd == tcp_fd) {
                 accept_all(fd, fd == tcp_fd);
             } else if (fd == daemon_state.wake) {
                 uint64_t count;

@@ -268,3 +268,28 @@ int larder__endpoint_read(struct larder__endpoint *e, uint64_t id_low, uint64_t 
     if (fd >= 0) close(fd);
     return rc;
 }
+
+int larder__endpoint_stats(struct larder__endpoint *e, char **json)
+{
+    int fd = connect_endpoint(e);
+    if (fd < 0) return fd;
+    uint8_t request[LARDER_WIRE_HEADER];
+    larder__wire_encode_header(request, sizeof request, LARDER__STAT, 0, 3);
+    int rc = send_all(fd, request, sizeof request);
+    struct larder__frame frame;
+    char *text = malloc(LARDER_WIRE_MAX_STATS + 1);
+    if (!text) rc = -ENOMEM;
+    if (rc == 0) rc = recv_frame(fd, &frame, text, LARDER_WIRE_MAX_STATS);
+    if (rc == 0 && frame.type != LARDER__STATS)
+        rc = larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: answer type %u to STAT",
+                          e->address, frame.type);
+    close(fd);
+    if (rc < 0) {
+        free(text);
+        if (rc > -4096) rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
+        return rc;
+    }
+    text[frame.length] = '\0';
+    *json = text;
+    return 0;
+}

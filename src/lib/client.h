@@ -35,4 +35,7 @@ LARDER_HIDDEN int larder__endpoint_read(struct larder__endpoint *endpoint, uint6
                                         uint64_t id_high, uint32_t shard, int priority,
                                         uint64_t offset, uint64_t length, void *buf);
 
+/* The daemon's statistics as JSON text (malloc'd; the caller frees it). */
+LARDER_HIDDEN int larder__endpoint_stats(struct larder__endpoint *endpoint, char **json);
+
 #endif

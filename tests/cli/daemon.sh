@@ -98,3 +98,30 @@ assert talk(s, frame(3, read, 7))[5] == 5  # ERROR: not open here
 PY
 LARDER_SOCKET=$WORK/sock0 same_bytes origin/A/index.larder sample00011 cls a/sample00011.cls
 for n in 0 1 2; do kill -0 "${pids[$n]}" || fail "daemon $n died"; done
+
+# 5. what a daemon says about itself: larder stat --socket, Prometheus text
+LARDER_SOCKET=$WORK/sock0 "$LARDER" stat --socket "$WORK/sock0" >dstat.txt || fail "stat --socket"
+grep -q "dataset $A" dstat.txt || fail "stat --socket: $(cat dstat.txt)"
+"$LARDER" stat --socket "$WORK/sock0" --json | /usr/bin/python3 -c '
+import json, sys; d = json.load(sys.stdin); assert d["members"] == 3 and d["datasets"], d' ||
+  fail "stat --socket --json"
+
+# 6. warm mode: a fourth, standalone daemon stages a dataset it is asked
+# for once, in the background, and serves metrics
+mport=$((base + 3))
+"$LARDERD" --cache "$WORK/cache3" --socket "$WORK/sock3" --warm --warm-rate 50 \
+  --metrics "127.0.0.1:$mport" 2>>"$WORK/daemon3.log" &
+pids[3]=$!
+for _ in $(seq 100); do [ -S "$WORK/sock3" ] && break; sleep 0.05; done
+LARDER_SOCKET=$WORK/sock3 same_bytes origin/B/index.larder sample00001 cls b/sample00001.cls
+B=$(id_of origin/B/index.larder)
+for _ in $(seq 100); do
+  staged=$("$LARDER" stat --cache "$WORK/cache3" --json | /usr/bin/python3 -c '
+import json, sys; d = json.load(sys.stdin)["datasets"][0]; print(int(d["resident_bytes"] >= d["total_bytes"]))')
+  [ "$staged" = 1 ] && break
+  sleep 0.1
+done
+[ "$staged" = 1 ] || fail "warm mode did not stage the dataset"
+curl -sf "http://127.0.0.1:$mport/metrics" >metrics.txt || fail "no metrics endpoint"
+grep -q "^larder_resident_bytes{dataset=\"$B\"} [1-9]" metrics.txt || fail "metrics: $(head metrics.txt)"
+grep -q "^# TYPE larder_origin_bytes_total counter" metrics.txt || fail "metrics types"
