@@ -344,18 +344,24 @@ static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint
     uint64_t start = larder__cache_block_offset(c, first);
     for (uint64_t b = first; b <= last;) {
         uint64_t at = larder__cache_block_offset(c, b) - start;
-        bool have = !everything && larder__cache_resident(c, s->shard, b, b) &&
-                    larder__cache_pread(c, s->shard, span + at,
-                                        (size_t)larder__cache_span(c, s->shard, b, b),
-                                        start + at) == 0; /* a cut file: fetch it */
-        if (have) {
-            fetched[b - first] = false;
-            b++;
-            continue;
-        }
         uint64_t end = b;
-        while (end < last && (everything || !larder__cache_resident(c, s->shard, end + 1, end + 1)))
-            end++;
+        if (!everything && larder__cache_resident(c, s->shard, b, b)) {
+            /* a run of resident blocks: one read from the cache */
+            while (end < last && larder__cache_resident(c, s->shard, end + 1, end + 1))
+                end++;
+            if (larder__cache_pread(c, s->shard, span + at,
+                                    (size_t)larder__cache_span(c, s->shard, b, end),
+                                    start + at) == 0) {
+                for (uint64_t i = b; i <= end; i++)
+                    fetched[i - first] = false;
+                b = end + 1;
+                continue;
+            } /* else the file was cut underneath: fetch the run */
+        } else {
+            while (end < last &&
+                   (everything || !larder__cache_resident(c, s->shard, end + 1, end + 1)))
+                end++;
+        }
         uint64_t n = larder__cache_span(c, s->shard, b, end);
         int rc = fetch_run(d, s->shard, start + at, n, span + at);
         if (rc < 0)
