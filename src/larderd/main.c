@@ -124,15 +124,17 @@ static void connection_release(struct connection *c)
     free(c);
 }
 
-/* Queue a whole frame (from any thread) and wake the loop to send it. */
-static void enqueue(struct connection *c, const void *bytes, size_t length)
+/* An output buffer for a frame of `length` bytes, to fill and then queue. */
+static struct output *output_new(size_t length)
 {
     struct output *o = malloc(sizeof *o + length);
-    if (!o) return; /* the client times out and goes elsewhere */
-    o->next = NULL;
-    o->length = length;
-    o->sent = 0;
-    memcpy(o->bytes, bytes, length);
+    if (o) o->next = NULL, o->length = length, o->sent = 0;
+    return o;
+}
+
+/* Queue a filled output (from any thread; the queue owns it) and wake the loop. */
+static void enqueue_output(struct connection *c, struct output *o)
+{
     pthread_mutex_lock(&c->lock);
     if (c->tail)
         c->tail->next = o;
@@ -143,6 +145,15 @@ static void enqueue(struct connection *c, const void *bytes, size_t length)
     uint64_t one = 1;
     if (write(daemon_state.wake, &one, sizeof one) < 0) { /* the loop flushes anyway */
     }
+}
+
+/* Queue a copy of a whole frame. */
+static void enqueue(struct connection *c, const void *bytes, size_t length)
+{
+    struct output *o = output_new(length);
+    if (!o) return; /* the client times out and goes elsewhere */
+    memcpy(o->bytes, bytes, length);
+    enqueue_output(c, o);
 }
 
 static void send_error(struct connection *c, uint64_t request, int code, const char *message)
@@ -290,19 +301,20 @@ static void read_job(void *arg)
 {
     struct read_job *job = arg;
     size_t length = (size_t)job->read.length;
-    uint8_t *frame = malloc(LARDER_WIRE_HEADER + length);
-    int rc = frame ? 0 : -ENOMEM;
+    /* the bytes land in the frame that is sent: no copy on the way out */
+    struct output *o = output_new(LARDER_WIRE_HEADER + length);
+    int rc = o ? 0 : -ENOMEM;
     if (rc == 0)
         rc = larder__dataset_read_range(job->entry->dataset, job->read.shard, job->read.offset,
-                                        job->read.length, frame + LARDER_WIRE_HEADER);
+                                        job->read.length, o->bytes + LARDER_WIRE_HEADER);
     if (rc == 0) {
-        larder__wire_encode_header(frame, LARDER_WIRE_HEADER, LARDER__DATA, (uint32_t)length,
+        larder__wire_encode_header(o->bytes, LARDER_WIRE_HEADER, LARDER__DATA, (uint32_t)length,
                                    job->request);
-        enqueue(job->connection, frame, LARDER_WIRE_HEADER + length);
+        enqueue_output(job->connection, o);
     } else {
+        free(o);
         send_error(job->connection, job->request, rc, larder_errmsg());
     }
-    free(frame);
     connection_release(job->connection);
     free(job);
 }

@@ -965,7 +965,9 @@ int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offse
     larder__cache_blocks(c, offset, length, &first, &last);
     uint64_t start = larder__cache_block_offset(c, first);
     uint64_t span_length = larder__cache_span(c, shard, first, last);
-    uint8_t *span = malloc((size_t)span_length);
+    /* a block-aligned range (what peers ask for) is assembled in place */
+    bool in_place = offset == start && length == span_length;
+    uint8_t *span = in_place ? buf : malloc((size_t)span_length);
     bool *fetched = calloc(last - first + 1, sizeof *fetched);
     int rc = span && fetched ? 0 : -ENOMEM;
     int lock = rc == 0 ? larder__cache_lock(c, shard, first, last) : rc;
@@ -974,10 +976,10 @@ int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offse
     if (rc == 0) rc = fetch_missing(d, &range, UINT64_MAX, first, last, span, fetched, false);
     if (rc == 0) {
         store_fetched(d, &range, first, last, span, fetched);
-        memcpy(buf, span + (offset - start), (size_t)length);
+        if (!in_place) memcpy(buf, span + (offset - start), (size_t)length);
     }
     if (lock >= 0) larder__cache_unlock(c, lock);
-    free(span);
+    if (!in_place) free(span);
     free(fetched);
     return rc;
 }

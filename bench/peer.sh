@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# larderd across nodes (issue 5), on loopback, in one run:
+#   1. peer serving throughput: a node borrowing a dataset's blocks from
+#      the owners against a plain TCP copy of the same bytes (target >= 0.8x);
+#   2. origin bytes per epoch for 1, 2 and 4 nodes, each node reading the
+#      whole dataset at once (every shard from the origin once per cluster).
+# Writes bench/results/peer.md.  SAMPLES and SIZE (bytes) set the dataset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+scripts/install-deps >/dev/null
+cmake -S . -B "$build" -G Ninja >/dev/null && ninja -C "$build" larder_cli larderd >/dev/null
+larder=$PWD/$build/larder larderd=$PWD/$build/larderd
+samples=${SAMPLES:-2000} size=${SIZE:-262144}
+work=$PWD/bench/work/peer
+out=bench/results/peer.md
+rm -rf "$work" && mkdir -p "$work/src"
+pids=()
+trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null' EXIT
+/usr/bin/python3 - "$work/src" "$samples" "$size" <<'PY'
+import os, sys
+root, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(n):
+    with open(os.path.join(root, "s%06d.bin" % i), "wb") as f:
+        f.write(os.urandom(size))
+PY
+"$larder" pack "$work/src" -o "$work/origin" --shard-size 8M >/dev/null
+index=$work/origin/index.larder
+id=$("$larder" inspect "$index" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')
+shard_bytes=$(cat "$work"/origin/shard-*.tar | wc -c)
+printf 'bench-secret\n' >"$work/secret"
+base=$((30000 + RANDOM % 20000))
+
+start_cluster() { # nodes: start that many daemons with fresh caches
+  local n=$1 members="" i
+  for ((i = 0; i < n; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
+  for ((i = 0; i < n; i++)); do
+    rm -rf "$work/cache$i" "$work/sock$i"
+    "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+      --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
+    pids+=($!)
+  done
+  for ((i = 0; i < n; i++)); do
+    for _ in $(seq 100); do [ -S "$work/sock$i" ] && break; sleep 0.05; done
+  done
+}
+stop_cluster() {
+  for p in "${pids[@]}"; do kill $p 2>/dev/null; done
+  wait 2>/dev/null || true
+  pids=()
+  base=$((base + 10))
+}
+stat_of() { # node key
+  "$larder" stat --cache "$work/cache$1" --json |
+    /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['datasets'][0]['$2'])"
+}
+seconds() { awk -v s="$1" -v e="$2" 'BEGIN { print e - s }'; }
+
+# ---- 1. peer serving throughput -----------------------------------------------
+start_cluster 2
+LARDER_SOCKET=$work/sock0 "$larder" warm "$index" --cache "$work/cache0" >/dev/null # node 0 holds it all
+t0=$(date +%s.%N)
+LARDER_SOCKET=$work/sock1 "$larder" warm "$index" --cache "$work/cache1" >/dev/null
+t1=$(date +%s.%N)
+peer_bytes=$(stat_of 1 peer_bytes)
+stop_cluster
+# the plain copy: the same number of bytes, from the same files, over one TCP connection
+copy=$(/usr/bin/python3 - "$work/origin" "$peer_bytes" <<'PY'
+import glob, os, socket, sys, threading, time
+root, want = sys.argv[1], int(sys.argv[2])
+files = sorted(glob.glob(os.path.join(root, "shard-*.tar")))
+listener = socket.create_server(("127.0.0.1", 0))
+port = listener.getsockname()[1]
+def serve():
+    conn, _ = listener.accept()
+    left = want
+    while left > 0:
+        for path in files:
+            with open(path, "rb") as f:
+                n = min(left, os.fstat(f.fileno()).st_size)
+                conn.sendfile(f, 0, n)
+                left -= n
+            if left <= 0:
+                break
+    conn.close()
+threading.Thread(target=serve, daemon=True).start()
+client = socket.create_connection(("127.0.0.1", port))
+buf = bytearray(1 << 20)
+view = memoryview(buf)
+got, start = 0, time.perf_counter()
+while got < want:
+    n = client.recv_into(view)
+    if not n:
+        break
+    got += n
+print(got / (time.perf_counter() - start) / 1e6)
+PY
+)
+peer_rate=$(awk -v b="$peer_bytes" -v s="$(seconds "$t0" "$t1")" 'BEGIN { print b / s / 1e6 }')
+
+# ---- 2. origin bytes per epoch for 1, 2 and 4 nodes ---------------------------------
+rows=""
+for n in 1 2 4; do
+  start_cluster $n
+  for ((i = 0; i < n; i++)); do
+    LARDER_SOCKET=$work/sock$i "$larder" warm "$index" --cache "$work/cache$i" >/dev/null &
+  done
+  wait $(jobs -p | grep -v -F -x -f <(printf '%s\n' "${pids[@]}")) 2>/dev/null || true
+  total=0 most=0 borrowed=0
+  for ((i = 0; i < n; i++)); do
+    o=$(stat_of $i origin_bytes) b=$(stat_of $i peer_bytes)
+    total=$((total + o)) borrowed=$((borrowed + b))
+    [ "$o" -gt "$most" ] && most=$o
+  done
+  rows+=$(awk -v n=$n -v t=$total -v m=$most -v b=$borrowed -v s="$shard_bytes" 'BEGIN {
+    printf "| %d | %.1f | %.3f | %.3f | %.1f |\n", n, t / 1e6, t / s, m / s, b / 1e6 }')$'\n'
+  stop_cluster
+done
+
+{
+  echo "# larderd across nodes, on loopback"
+  echo
+  echo "Written by \`bench/peer.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores;"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')."
+  echo "Reproduce: \`SAMPLES=$samples SIZE=$size bench/peer.sh\`. Dataset: $samples samples of"
+  echo "$size bytes, $(awk -v s="$shard_bytes" 'BEGIN { printf "%.1f", s / 1e6 }') MB in 8 MB tar shards on a local origin."
+  echo
+  echo "## 1. Peer serving against a plain TCP copy"
+  echo
+  echo "Two daemons. Node 0 reads the whole dataset (so it holds it all); then node 1 reads it,"
+  echo "borrowing the shards node 0 owns over TCP (the time includes node 1's own shards, read"
+  echo "from its cache). The copy sends the same number of bytes from the same files over one"
+  echo "loopback TCP connection (Python, sendfile on one side, recv_into a 1 MiB buffer on the other)."
+  echo
+  echo "| | MB | MB/s | vs copy |"
+  echo "|---|---|---|---|"
+  awk -v b="$peer_bytes" -v p="$peer_rate" -v c="$copy" 'BEGIN {
+    printf "| larderd peer reads | %.1f | %.0f | %.2fx |\n| plain TCP copy | %.1f | %.0f | 1.00x |\n",
+      b / 1e6, p, p / c, b / 1e6, c }'
+  echo
+  echo "## 2. Origin bytes per epoch"
+  echo
+  echo "Every node reads the whole dataset at the same time, each through its own daemon and cache."
+  echo
+  echo "| nodes | origin MB, all nodes | origin bytes / dataset | most one node read / dataset | borrowed MB |"
+  echo "|---|---|---|---|---|"
+  printf '%s' "$rows"
+} >"$out"
+cat "$out"
