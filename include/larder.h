@@ -130,6 +130,10 @@ typedef struct larder_open_options {
      * from the origin, or from the node that owns the shard); if it does
      * not answer, the reader falls back to its own path to the origin. */
     const char *daemon_socket;
+    /* Bytes of this dataset's cache that blocks borrowed from other nodes
+     * (in a cluster of daemons) may take; they are evicted first.  0: no
+     * limit of their own. */
+    uint64_t borrow_capacity;
 } larder_open_options;
 
 /*
@@ -225,8 +229,9 @@ typedef struct larder_stats {
     uint64_t fill_latency[LARDER_FILL_BUCKETS];
     uint64_t resident_bytes, total_bytes; /* cached and total shard bytes */
     uint32_t block_size;
-    uint64_t peer_requests; /* reads answered by the shard's owner node instead of the origin */
-    uint64_t peer_bytes;    /* bytes those reads brought */
+    uint64_t peer_requests;  /* reads answered by the shard's owner node instead of the origin */
+    uint64_t peer_bytes;     /* bytes those reads brought */
+    uint64_t borrowed_bytes; /* cached bytes borrowed from other nodes */
 } larder_stats;
 
 LARDER_API int larder_stats_get(larder_dataset *dataset, larder_stats *stats);

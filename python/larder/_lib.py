@@ -108,6 +108,7 @@ class OpenOptions(ctypes.Structure):
         ("cache_capacity", ctypes.c_uint64),
         ("max_inflight", ctypes.c_int),
         ("daemon_socket", ctypes.c_char_p),
+        ("borrow_capacity", ctypes.c_uint64),
     ]
 
 
@@ -163,6 +164,7 @@ class Stats(ctypes.Structure):
         ("block_size", ctypes.c_uint32),
         ("peer_requests", ctypes.c_uint64),
         ("peer_bytes", ctypes.c_uint64),
+        ("borrowed_bytes", ctypes.c_uint64),
     ]
 
 

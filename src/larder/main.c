@@ -695,12 +695,12 @@ static void print_entry(void *userdata, const char *id, const larder_stats *s)
                ", \"bytes_served\": %" PRIu64 ", \"refetches\": %" PRIu64
                ", \"evictions\": %" PRIu64 ", \"uncached_fills\": %" PRIu64
                ", \"peer_requests\": %" PRIu64 ", \"peer_bytes\": %" PRIu64
-               ", \"fill_latency_us\": {\"p50\": %" PRIu64 ", \"p95\": %" PRIu64
-               ", \"p99\": %" PRIu64 "}}",
+               ", \"borrowed_bytes\": %" PRIu64 ", \"fill_latency_us\": {\"p50\": %" PRIu64
+               ", \"p95\": %" PRIu64 ", \"p99\": %" PRIu64 "}}",
                p->count ? ", " : "", id, s->block_size, s->resident_bytes, s->total_bytes, s->hits,
                s->misses, hit_ratio, s->origin_requests, s->origin_bytes, s->bytes_served,
-               s->refetches, s->evictions, s->uncached_fills, s->peer_requests, s->peer_bytes, p50,
-               p95, p99);
+               s->refetches, s->evictions, s->uncached_fills, s->peer_requests, s->peer_bytes,
+               s->borrowed_bytes, p50, p95, p99);
     } else {
         char a[32], b[32], c[32], e[32];
         printf("dataset %s\n  staged        %s of %s (%.1f%%), %u-byte blocks\n", id,
@@ -713,8 +713,9 @@ static void print_entry(void *userdata, const char *id, const larder_stats *s)
         printf("  origin        %" PRIu64 " requests, %s\n", s->origin_requests,
                human_bytes(s->origin_bytes, e));
         if (s->peer_requests)
-            printf("  peers         %" PRIu64 " requests, %s\n", s->peer_requests,
-                   human_bytes(s->peer_bytes, e));
+            printf("  peers         %" PRIu64 " requests, %s (%s of it still cached)\n",
+                   s->peer_requests, human_bytes(s->peer_bytes, e),
+                   human_bytes(s->borrowed_bytes, a));
         printf("  fill latency  p50 < %" PRIu64 " us, p95 < %" PRIu64 " us, p99 < %" PRIu64 " us\n",
                p50, p95, p99);
         if (s->refetches || s->evictions || s->uncached_fills)

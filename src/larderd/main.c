@@ -18,6 +18,7 @@
 #include "cluster.h"
 #include "dataset.h"
 #include "pool.h"
+#include "ui.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -71,8 +72,9 @@ struct dataset_entry {
 static struct {
     const char *cache_dir, *socket_path, *listen_address, *self_name, *secret, *metrics_address;
     int jobs;
-    bool warm;        /* stage owned shards in the background */
-    double warm_rate; /* MB/s for that, 0: unpaced */
+    uint64_t borrow_capacity; /* bytes of a dataset's cache for borrowed blocks */
+    bool warm;                /* stage owned shards in the background */
+    double warm_rate;         /* MB/s for that, 0: unpaced */
     struct larder__members members;
     size_t self; /* index in members, or SIZE_MAX */
     int epoll, wake;
@@ -246,7 +248,8 @@ static int open_dataset(const char *url, bool may_open, struct dataset_entry **o
         larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
                                  .cache_dir = daemon_state.cache_dir,
                                  .max_inflight = daemon_state.jobs,
-                                 .daemon_socket = ""};
+                                 .daemon_socket = "",
+                                 .borrow_capacity = daemon_state.borrow_capacity};
         struct dataset_entry *e = &daemon_state.datasets[daemon_state.num_datasets];
         memset(e, 0, sizeof *e);
         rc = larder_open(&e->dataset, url, &o);
@@ -673,6 +676,8 @@ static const char help[] =
     "                       lowest priority, as datasets are opened\n"
     "  --warm-rate MB/S     pace that staging (default: unpaced)\n"
     "  --metrics HOST:PORT  serve the counters as Prometheus text over HTTP\n"
+    "  --borrow-size SIZE   cache bytes per dataset for blocks borrowed from other\n"
+    "                       nodes, evicted first (default: no limit of their own)\n"
     "\n"
     "In Slurm: srun --ntasks-per-node=1 larderd --cache /local/larder --slurm \\\n"
     "          --listen 0.0.0.0:7461 --socket /tmp/larderd.sock\n";
@@ -692,14 +697,21 @@ static char *read_small_file(const char *path)
 
 int main(int argc, char **argv)
 {
-    static const struct option options[] = {
-        {"cache", required_argument, 0, 'c'},    {"socket", required_argument, 0, 's'},
-        {"listen", required_argument, 0, 'l'},   {"peers", required_argument, 0, 'p'},
-        {"hostfile", required_argument, 0, 'H'}, {"slurm", no_argument, 0, 'S'},
-        {"self", required_argument, 0, 'n'},     {"secret-file", required_argument, 0, 'k'},
-        {"jobs", required_argument, 0, 'j'},     {"metrics", required_argument, 0, 'm'},
-        {"warm", no_argument, 0, 'w'},           {"warm-rate", required_argument, 0, 'r'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static const struct option options[] = {{"cache", required_argument, 0, 'c'},
+                                            {"socket", required_argument, 0, 's'},
+                                            {"listen", required_argument, 0, 'l'},
+                                            {"peers", required_argument, 0, 'p'},
+                                            {"hostfile", required_argument, 0, 'H'},
+                                            {"slurm", no_argument, 0, 'S'},
+                                            {"self", required_argument, 0, 'n'},
+                                            {"secret-file", required_argument, 0, 'k'},
+                                            {"jobs", required_argument, 0, 'j'},
+                                            {"metrics", required_argument, 0, 'm'},
+                                            {"warm", no_argument, 0, 'w'},
+                                            {"warm-rate", required_argument, 0, 'r'},
+                                            {"borrow-size", required_argument, 0, 'b'},
+                                            {"help", no_argument, 0, 'h'},
+                                            {0, 0, 0, 0}};
     const char *peers = NULL, *hostfile = NULL;
     bool slurm = false;
     daemon_state.jobs = 64;
@@ -745,6 +757,12 @@ int main(int argc, char **argv)
             break;
         case 'r':
             daemon_state.warm_rate = atof(optarg);
+            break;
+        case 'b':
+            if (parse_size(optarg, &daemon_state.borrow_capacity) < 0) {
+                say("bad --borrow-size '%s'", optarg);
+                return 2;
+            }
             break;
         case 'h':
             fputs(help, stdout);

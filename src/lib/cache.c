@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #define BLOCKS_MAGIC "LARDERCB"
-#define BLOCKS_VERSION 1
+#define BLOCKS_VERSION 2 /* 2: a third bitmap, of borrowed blocks */
 #define HEADER_SIZE 4096
 
 /* The start of the shared `blocks` file. */
@@ -33,7 +33,8 @@ struct shared_header {
     uint64_t capacity;        /* bytes, 0 unlimited; the last opener's setting */
     uint64_t generation;      /* atomic: bumped whenever cached bytes may have changed
                                * under a reader (eviction, damage found, repair) */
-    uint64_t reserved[5];
+    uint64_t borrowed_blocks; /* atomic: resident blocks that came from another node */
+    uint64_t reserved[4];
     struct larder__cache_counters counters; /* atomic */
 };
 
@@ -50,6 +51,8 @@ struct larder__cache {
     uint64_t capacity;
     struct shared_header *header;
     uint64_t *resident, *referenced; /* bitmaps in the mapping */
+    uint64_t *borrowed;              /* resident blocks borrowed from the shard's owner node */
+    uint64_t borrow_capacity;        /* bytes of borrowed blocks kept; 0: no own limit */
     size_t map_size;
     pthread_mutex_t lock; /* guards data_fds[] and retired[] */
     int *data_fds;
@@ -140,7 +143,7 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/blocks", c->dir);
     uint64_t words = words_for(c->shard_base[c->num_shards]);
-    c->map_size = HEADER_SIZE + 2 * words * 8;
+    c->map_size = HEADER_SIZE + 3 * words * 8;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (access(path, F_OK) != 0) {
             int rc = create_blocks(c, path, ix, c->map_size);
@@ -183,13 +186,14 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         c->header = map;
         c->resident = (uint64_t *)((uint8_t *)map + HEADER_SIZE);
         c->referenced = c->resident + words;
+        c->borrowed = c->referenced + words;
         return 0;
     }
     return larder__fail(LARDER_ECACHE, "%s: cannot set up the cache state", path);
 }
 
 int larder__cache_open(struct larder__cache **out, const char *dir, const struct larder__index *ix,
-                       uint32_t block_size, uint64_t capacity)
+                       uint32_t block_size, uint64_t capacity, uint64_t borrow_capacity)
 {
     if (block_size == 0) block_size = ix->block_size;
     if (block_size < 512 || (block_size & (block_size - 1)))
@@ -204,6 +208,7 @@ int larder__cache_open(struct larder__cache **out, const char *dir, const struct
         c->block_shift++;
     c->num_shards = ix->num_shards;
     c->capacity = capacity;
+    c->borrow_capacity = borrow_capacity;
     char id[33];
     larder__hex128(ix->id_high, ix->id_low, id);
     size_t length = strlen(dir) + 40;
@@ -466,6 +471,8 @@ void larder__cache_forget(struct larder__cache *c, uint32_t shard, uint64_t firs
     uint64_t base = c->shard_base[shard];
     uint64_t cleared = clear_bits(c->resident, base + first, base + last);
     __atomic_fetch_sub(&c->header->resident_blocks, cleared, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&c->header->borrowed_blocks,
+                       clear_bits(c->borrowed, base + first, base + last), __ATOMIC_RELAXED);
     disturbed(c);
 }
 
@@ -483,52 +490,75 @@ static uint32_t shard_of(const struct larder__cache *c, uint64_t global)
     return (uint32_t)low;
 }
 
+/* Evict one resident block if the clock allows; true when it did. */
+static bool evict_block(struct larder__cache *c, int lock_fd, uint64_t b, bool borrowed_only)
+{
+    if (!bit_get(c->resident, b)) return false;
+    bool borrowed = bit_get(c->borrowed, b);
+    if (borrowed_only && !borrowed) return false;
+    if (!borrowed && bit_get(c->referenced, b)) { /* borrowed blocks get no second chance */
+        clear_bits(c->referenced, b, b);
+        return false;
+    }
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)b, .l_len = 1};
+    if (fcntl(lock_fd, F_OFD_SETLK, &lock) < 0) return false; /* being filled */
+    bool evicted = false;
+    if (clear_bits(c->resident, b, b)) {
+        disturbed(c); /* before the hole: a reader that raced it will look again */
+        __atomic_fetch_sub(&c->header->resident_blocks, 1, __ATOMIC_RELAXED);
+        if (clear_bits(c->borrowed, b, b))
+            __atomic_fetch_sub(&c->header->borrowed_blocks, 1, __ATOMIC_RELAXED);
+        larder__cache_count(&c->header->counters.evictions, 1);
+        uint32_t shard = shard_of(c, b);
+        int data = data_fd(c, shard);
+        uint64_t block = b - c->shard_base[shard];
+        if (data >= 0)
+            larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                  (off_t)(block << c->block_shift),
+                                  (off_t)larder__cache_span(c, shard, block, block));
+        evicted = true;
+    }
+    lock.l_type = F_UNLCK;
+    fcntl(lock_fd, F_OFD_SETLK, &lock);
+    return evicted;
+}
+
 /*
- * Evict blocks until the resident bytes fit the capacity: a clock sweep
- * that spares blocks read since its last pass, and skips blocks whose
- * fill lock is held (a fill or the caller's own store in progress).
+ * Keep the cache within its limits: borrowed blocks within their own
+ * share, all blocks within the capacity.  Borrowed blocks go first (the
+ * owner node still has them); then a clock sweep spares blocks read since
+ * its last pass.  Blocks whose fill lock is held (a fill, or the caller's
+ * own store) are never evicted.
  */
 static void evict(struct larder__cache *c)
 {
     uint64_t total = c->shard_base[c->num_shards];
-    if (!c->capacity || total == 0) return;
-    uint64_t limit = c->capacity >> c->block_shift;
-    if (atomic_load64(&c->header->resident_blocks) <= limit) return;
+    uint64_t limit = c->capacity ? c->capacity >> c->block_shift : UINT64_MAX;
+    uint64_t borrow_limit = c->borrow_capacity ? c->borrow_capacity >> c->block_shift : UINT64_MAX;
+    if (total == 0 || (atomic_load64(&c->header->resident_blocks) <= limit &&
+                       atomic_load64(&c->header->borrowed_blocks) <= borrow_limit))
+        return;
     pthread_mutex_lock(&c->evict_lock);
     int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, 0644);
+    /* first pass: borrowed blocks only, while either limit is exceeded */
+    for (uint64_t steps = 0;
+         fd >= 0 && steps < total && atomic_load64(&c->header->borrowed_blocks) > 0 &&
+         (atomic_load64(&c->header->resident_blocks) > limit ||
+          atomic_load64(&c->header->borrowed_blocks) > borrow_limit);
+         steps++)
+        evict_block(c, fd, __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
+                    true);
     for (uint64_t steps = 0;
          fd >= 0 && steps < 2 * total && atomic_load64(&c->header->resident_blocks) > limit;
-         steps++) {
-        uint64_t b = __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total;
-        if (!bit_get(c->resident, b)) continue;
-        if (bit_get(c->referenced, b)) {
-            clear_bits(c->referenced, b, b);
-            continue;
-        }
-        struct flock lock = {
-            .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)b, .l_len = 1};
-        if (fcntl(fd, F_OFD_SETLK, &lock) < 0) continue; /* being filled */
-        if (clear_bits(c->resident, b, b)) {
-            disturbed(c); /* before the hole: a reader that raced it will look again */
-            __atomic_fetch_sub(&c->header->resident_blocks, 1, __ATOMIC_RELAXED);
-            larder__cache_count(&c->header->counters.evictions, 1);
-            uint32_t shard = shard_of(c, b);
-            int data = data_fd(c, shard);
-            uint64_t block = b - c->shard_base[shard];
-            if (data >= 0)
-                larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                                      (off_t)(block << c->block_shift),
-                                      (off_t)larder__cache_span(c, shard, block, block));
-        }
-        lock.l_type = F_UNLCK;
-        fcntl(fd, F_OFD_SETLK, &lock);
-    }
+         steps++)
+        evict_block(c, fd, __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
+                    false);
     if (fd >= 0) larder__sys.close(fd);
     pthread_mutex_unlock(&c->evict_lock);
 }
 
 int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
-                        const void *data)
+                        const void *data, bool borrowed)
 {
     int fd = data_fd_for_store(c, shard);
     if (fd < 0) return fd;
@@ -547,8 +577,11 @@ int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first,
     }
     uint64_t base = c->shard_base[shard], newly = 0;
     set_bits(c->referenced, base + first, base + last, NULL);
+    uint64_t newly_borrowed = 0;
+    if (borrowed) set_bits(c->borrowed, base + first, base + last, &newly_borrowed);
     set_bits(c->resident, base + first, base + last, &newly); /* only after the data */
     __atomic_fetch_add(&c->header->resident_blocks, newly, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->header->borrowed_blocks, newly_borrowed, __ATOMIC_RELAXED);
     evict(c);
     return 0;
 }
@@ -592,6 +625,7 @@ static void header_stats(const struct shared_header *h, larder_stats *out)
     out->resident_bytes = __atomic_load_n(&h->resident_blocks, __ATOMIC_RELAXED) * h->block_size;
     if (out->resident_bytes > h->total_bytes) out->resident_bytes = h->total_bytes;
     out->total_bytes = h->total_bytes;
+    out->borrowed_bytes = __atomic_load_n(&h->borrowed_blocks, __ATOMIC_RELAXED) * h->block_size;
 }
 
 void larder__cache_stats(const struct larder__cache *c, larder_stats *out)

@@ -46,13 +46,15 @@ struct larder__cache_counters {
 /*
  * Open (creating if needed) the cache of the dataset `ix` under `dir`.
  * block_size 0 takes the index's hint.  capacity 0 means no limit (else
- * bytes of resident blocks, enforced by eviction).  Refuses a cache
+ * bytes of resident blocks, enforced by eviction); borrow_capacity bounds
+ * the blocks borrowed from other nodes (stored with borrowed set), which
+ * are evicted first.  Refuses a cache
  * directory made with another block size (LARDER_EUSAGE, message says
  * both) or for another dataset.
  */
 LARDER_HIDDEN int larder__cache_open(struct larder__cache **out, const char *dir,
                                      const struct larder__index *ix, uint32_t block_size,
-                                     uint64_t capacity);
+                                     uint64_t capacity, uint64_t borrow_capacity);
 LARDER_HIDDEN void larder__cache_close(struct larder__cache *cache);
 LARDER_HIDDEN uint32_t larder__cache_block_size(const struct larder__cache *cache);
 
@@ -89,13 +91,14 @@ LARDER_HIDDEN void larder__cache_unlock(struct larder__cache *cache, int lock);
 
 /*
  * Store `data`, the bytes of blocks [first, last] of `shard` (the last
- * block may be short at the shard's end), and mark them resident.  Call
+ * block may be short at the shard's end), and mark them resident (and
+ * borrowed, when they came from another node).  Call
  * with the fill lock held.  Returns 0; or -ENOSPC/-EDQUOT/-EIO when the
  * disk refuses, in which case nothing is marked and the caller serves
  * the bytes uncached.
  */
 LARDER_HIDDEN int larder__cache_store(struct larder__cache *cache, uint32_t shard, uint64_t first,
-                                      uint64_t last, const void *data);
+                                      uint64_t last, const void *data, bool borrowed);
 /* Mark blocks absent (their bytes proved wrong).  Call with the fill lock held. */
 LARDER_HIDDEN void larder__cache_forget(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                         uint64_t last);

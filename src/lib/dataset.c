@@ -94,7 +94,8 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
     if (!cache_dir) cache_dir = getenv("LARDER_CACHE");
     if (rc == 0 && cache_dir && cache_dir[0])
         rc = larder__cache_open(&d->cache, cache_dir, &d->ix, options ? options->block_size : 0,
-                                options ? options->cache_capacity : 0);
+                                options ? options->cache_capacity : 0,
+                                options ? options->borrow_capacity : 0);
     pthread_mutex_init(&d->verified_lock, NULL);
     const char *daemon = options ? options->daemon_socket : NULL;
     if (!daemon) daemon = getenv("LARDER_SOCKET");
@@ -327,17 +328,20 @@ static bool read_resident(larder_dataset *d, const struct larder__sample *s, uin
 }
 
 static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
-                     uint8_t *buf);
+                     uint8_t *buf, bool *from_peer);
+
+/* Where each block of a fill came from. */
+enum { FROM_CACHE = 0, FROM_ORIGIN, FROM_PEER };
 
 /*
  * Read the blocks [first, last] into span, from the cache where resident
  * (unless `everything`) and from the origin otherwise, one origin read
  * per run of missing blocks (or from the shard's owner node, in a daemon);
- * fetched[] marks what was fetched.  id is the sample's, for messages
+ * fetched[] marks where each block came from.  id is the sample's, for messages
  * (UINT64_MAX for a raw range).
  */
 static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint64_t id,
-                         uint64_t first, uint64_t last, uint8_t *span, bool *fetched,
+                         uint64_t first, uint64_t last, uint8_t *span, uint8_t *fetched,
                          bool everything)
 {
     struct larder__cache *c = d->cache;
@@ -353,7 +357,7 @@ static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint
                                     (size_t)larder__cache_span(c, s->shard, b, end),
                                     start + at) == 0) {
                 for (uint64_t i = b; i <= end; i++)
-                    fetched[i - first] = false;
+                    fetched[i - first] = FROM_CACHE;
                 b = end + 1;
                 continue;
             } /* else the file was cut underneath: fetch the run */
@@ -363,13 +367,14 @@ static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint
                 end++;
         }
         uint64_t n = larder__cache_span(c, s->shard, b, end);
-        int rc = fetch_run(d, s->shard, start + at, n, span + at);
+        bool from_peer;
+        int rc = fetch_run(d, s->shard, start + at, n, span + at, &from_peer);
         if (rc < 0)
             return id == UINT64_MAX ? rc
                                     : larder__fail_context(rc, "sample %llu ('%s')",
                                                            (unsigned long long)id, key_of(d, id));
         for (uint64_t i = b; i <= end; i++)
-            fetched[i - first] = true;
+            fetched[i - first] = from_peer ? FROM_PEER : FROM_ORIGIN;
         b = end + 1;
     }
     return 0;
@@ -378,10 +383,12 @@ static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint
 /* One run of blocks: from the shard's owner node when a peer fetcher says
  * so, else (or when that fails) from the origin. */
 static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
-                     uint8_t *buf)
+                     uint8_t *buf, bool *from_peer)
 {
     struct larder__cache_counters *k = counters(d);
+    *from_peer = false;
     if (d->peer_fetch && d->peer_fetch(d->peer_context, d, shard, offset, length, buf) == 0) {
+        *from_peer = true;
         larder__cache_count(&k->peer_requests, 1);
         larder__cache_count(&k->peer_bytes, length);
         return 0;
@@ -397,20 +404,21 @@ static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_
 
 /* Store the blocks that came from the origin, run by run. */
 static void store_fetched(larder_dataset *d, const struct larder__sample *s, uint64_t first,
-                          uint64_t last, const uint8_t *span, const bool *fetched)
+                          uint64_t last, const uint8_t *span, const uint8_t *fetched)
 {
     struct larder__cache *c = d->cache;
     uint64_t start = larder__cache_block_offset(c, first);
     for (uint64_t b = first; b <= last;) {
-        if (!fetched[b - first]) {
+        if (fetched[b - first] == FROM_CACHE) {
             b++;
             continue;
         }
-        uint64_t end = b;
-        while (end < last && fetched[end + 1 - first])
+        uint64_t end = b; /* a run of blocks that came from the same place */
+        while (end < last && fetched[end + 1 - first] == fetched[b - first])
             end++;
         if (larder__cache_store(c, s->shard, b, end,
-                                span + larder__cache_block_offset(c, b) - start) < 0)
+                                span + larder__cache_block_offset(c, b) - start,
+                                fetched[b - first] == FROM_PEER) < 0)
             return; /* disk full: served uncached (the cache counts it and warns once) */
         b = end + 1;
     }
@@ -437,7 +445,7 @@ static int fill(larder_dataset *d, const struct larder__sample *s, uint64_t id, 
     }
     uint64_t span_length = larder__cache_span(c, s->shard, first, last);
     uint8_t *span = malloc(span_length ? (size_t)span_length : 1);
-    bool *fetched = calloc(last - first + 1, sizeof *fetched);
+    uint8_t *fetched = calloc(last - first + 1, sizeof *fetched);
     int rc = span && fetched ? 0 : -ENOMEM;
     uint64_t inside = s->offset - larder__cache_block_offset(c, first);
     if (rc == 0) rc = fetch_missing(d, s, id, first, last, span, fetched, suspect);
@@ -959,7 +967,8 @@ int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offse
         end > larder__dataset_shard_size(d, shard))
         return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
                             (unsigned long long)offset, (unsigned long long)length, shard);
-    if (!d->cache) return fetch_run(d, shard, offset, length, buf);
+    bool from_peer;
+    if (!d->cache) return fetch_run(d, shard, offset, length, buf, &from_peer);
     struct larder__cache *c = d->cache;
     uint64_t first, last;
     larder__cache_blocks(c, offset, length, &first, &last);
@@ -968,7 +977,7 @@ int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offse
     /* a block-aligned range (what peers ask for) is assembled in place */
     bool in_place = offset == start && length == span_length;
     uint8_t *span = in_place ? buf : malloc((size_t)span_length);
-    bool *fetched = calloc(last - first + 1, sizeof *fetched);
+    uint8_t *fetched = calloc(last - first + 1, sizeof *fetched);
     int rc = span && fetched ? 0 : -ENOMEM;
     int lock = rc == 0 ? larder__cache_lock(c, shard, first, last) : rc;
     if (lock < 0) rc = lock;

@@ -15,15 +15,21 @@ base=$((20000 + RANDOM % 20000))
 members="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
 printf 'cluster-secret\n' >secret
 pids=()
-start_daemon() { # node
-  "$LARDERD" --cache "$WORK/cache$1" --socket "$WORK/sock$1" --listen "127.0.0.1:$((base + $1))" \
-    --peers "$members" --secret-file secret 2>>"$WORK/daemon$1.log" &
-  pids[$1]=$!
-  for _ in $(seq 100); do [ -S "$WORK/sock$1" ] && return; sleep 0.05; done
-  fail "daemon $1 did not start: $(cat "$WORK/daemon$1.log")"
+start_daemon() { # node [options]
+  local node=$1
+  shift
+  "$LARDERD" --cache "$WORK/cache$node" --socket "$WORK/sock$node" \
+    --listen "127.0.0.1:$((base + node))" --peers "$members" --secret-file secret "$@" \
+    2>>"$WORK/daemon$node.log" &
+  pids[$node]=$!
+  for _ in $(seq 100); do [ -S "$WORK/sock$node" ] && return; sleep 0.05; done
+  fail "daemon $node did not start: $(cat "$WORK/daemon$node.log")"
 }
 cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait')
-for n in 0 1 2; do start_daemon $n; done
+# node 2 keeps at most 100 KB of what it borrows
+start_daemon 0
+start_daemon 1
+start_daemon 2 --borrow-size 100K
 
 stat_sum() { # dataset key: the key summed over the three caches
   for n in 0 1 2; do "$LARDER" stat --cache "$WORK/cache$n" --json; done | /usr/bin/python3 -c "
@@ -53,13 +59,29 @@ awk -v o="$origin" -v t="$total" 'BEGIN { exit !(o <= 1.15 * t) }' ||
 for n in 0 1 2; do
   LARDER_SOCKET=$WORK/sock$n same_bytes origin/A/index.larder sample00042 jpg a/sample00042.jpg
 done
+borrowed=$("$LARDER" stat --cache "$WORK/cache2" --json | /usr/bin/python3 -c '
+import json, sys; d = json.load(sys.stdin)["datasets"][0]; print(d["borrowed_bytes"], d["evictions"], d["peer_bytes"])')
+read -r kept evicted got <<<"$borrowed"
+[ "$got" -gt 200000 ] && [ "$kept" -le $((100 * 1024 + 65536)) ] && [ "$evicted" -gt 0 ] ||
+  fail "node 2 kept $kept of $got borrowed bytes ($evicted evictions)"
 
-# 2. kill node 1: the others read B with the right bytes (its shards from the origin)
+# 2. kill node 1 in the middle of an epoch of B: every reader carries on
+# with the right bytes -- node 1's own reader without its daemon, the others
+# reading node 1's shards from the origin
+readers=()
+for n in 0 1 2; do
+  LARDER_SOCKET=$WORK/sock$n timeout 60 "$LARDER" warm origin/B/index.larder --cache "$WORK/cache$n" \
+    --jobs 2 >warmB$n.txt 2>&1 &
+  readers+=($!)
+done
+sleep 0.1
 kill -9 "${pids[1]}"
 wait "${pids[1]}" 2>/dev/null || true
+for n in 0 1 2; do
+  wait "${readers[$n]}" || fail "node $n's reader with a dead daemon or owner: $(cat warmB$n.txt)"
+  grep -q "warmed 30 samples" warmB$n.txt || fail "node $n: $(cat warmB$n.txt)"
+done
 for n in 0 2; do
-  LARDER_SOCKET=$WORK/sock$n timeout 60 "$LARDER" warm origin/B/index.larder --cache "$WORK/cache$n" >warmB$n.txt ||
-    fail "node $n with a dead owner: $(cat warmB$n.txt)"
   LARDER_SOCKET=$WORK/sock$n same_bytes origin/B/index.larder sample00007 jpg b/sample00007.jpg
 done
 
