@@ -11,6 +11,7 @@
 # Writes bench/results/cache_http.md.  SAMPLES, SIZE (bytes), DELAY (ms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 build=${BUILD_DIR:-build}
 larder=$PWD/$build/larder
 samples=${SAMPLES:-2000}
@@ -20,20 +21,12 @@ work=$PWD/bench/work/cache_http
 out=${OUT:-bench/results/cache_http.md}
 rm -rf "$work" && mkdir -p "$work/src"
 
-/usr/bin/python3 - "$work/src" "$samples" "$size" <<'PY'
-import os, sys
-root, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(n):
-    with open(os.path.join(root, "s%06d.bin" % i), "wb") as f:
-        f.write(os.urandom(size))
-PY
+random_samples "$work/src" "$samples" "$size"
 "$larder" pack "$work/src" -o "$work/www" --shard-size 8M >/dev/null
 
-"$build/httpdelay" "$work/www" "$work/port" "$delay" 2>/dev/null &
-server=$!
+start_httpdelay "$build" "$work/www" "$work" "$delay"
 trap 'kill $server 2>/dev/null' EXIT
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
-url=http://127.0.0.1:$(cat "$work/port")/index.larder
+url=$base_url/index.larder
 
 stat_field() { # json key
   "$larder" stat --cache "$work/cache" --json |

@@ -7,6 +7,7 @@
 # Writes bench/results/peer.md.  SAMPLES and SIZE (bytes) set the dataset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 build=${BUILD_DIR:-build}
 scripts/install-deps >/dev/null
 cmake -S . -B "$build" -G Ninja >/dev/null && ninja -C "$build" larder_cli larderd larder_bench_peer >/dev/null
@@ -17,13 +18,7 @@ out=bench/results/peer.md
 rm -rf "$work" && mkdir -p "$work/src"
 pids=()
 trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null' EXIT
-/usr/bin/python3 - "$work/src" "$samples" "$size" <<'PY'
-import os, sys
-root, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(n):
-    with open(os.path.join(root, "s%06d.bin" % i), "wb") as f:
-        f.write(os.urandom(size))
-PY
+random_samples "$work/src" "$samples" "$size"
 "$larder" pack "$work/src" -o "$work/origin" --shard-size 8M >/dev/null
 index=$work/origin/index.larder
 id=$("$larder" inspect "$index" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')

@@ -5,6 +5,7 @@
 # SAMPLES, SIZE (bytes), DELAY (ms), STEPS, BATCH, COMPUTE (ms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 build=${BUILD_DIR:-build}
 scripts/install-deps >/dev/null
 cmake -S . -B "$build" -G Ninja >/dev/null && ninja -C "$build" larder_cli larder_bench_prefetch httpdelay >/dev/null
@@ -13,19 +14,11 @@ steps=${STEPS:-100} batch=${BATCH:-32} compute=${COMPUTE:-100}
 work=$PWD/bench/work/prefetch
 out=bench/results/prefetch.md
 rm -rf "$work" && mkdir -p "$work/src"
-/usr/bin/python3 - "$work/src" "$samples" "$size" <<'PY'
-import os, sys
-root, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(n):
-    with open(os.path.join(root, "s%06d.bin" % i), "wb") as f:
-        f.write(os.urandom(size))
-PY
+random_samples "$work/src" "$samples" "$size"
 "$build/larder" pack "$work/src" -o "$work/www" --shard-size 64M >/dev/null
-"$build/httpdelay" "$work/www" "$work/port" "$delay" 2>/dev/null &
-server=$!
+start_httpdelay "$build" "$work/www" "$work" "$delay"
 trap 'kill $server 2>/dev/null' EXIT
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
-url=http://127.0.0.1:$(cat "$work/port")/index.larder
+url=$base_url/index.larder
 {
   echo "# Prefetch from the known order"
   echo

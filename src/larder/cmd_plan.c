@@ -5,6 +5,7 @@
  * this file only parses options and prints.
  */
 #include "larder.h"
+#include "ui.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -67,21 +68,10 @@ static int plan_fail(int rc)
     return 1;
 }
 
-static int parse_number(const char *text, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (!isdigit((unsigned char)text[0])) return -1;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || *end) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_u32(const char *text, uint32_t *out)
 {
     uint64_t v;
-    if (parse_number(text, &v) < 0 || v > UINT32_MAX) return -1;
+    if (parse_u64(text, &v) < 0 || v > UINT32_MAX) return -1;
     *out = (uint32_t)v;
     return 0;
 }
@@ -162,13 +152,13 @@ int cmd_plan(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "s:e:b:w:r:h", options, NULL)) != -1) {
         switch (c) {
         case 's':
-            if (parse_number(optarg, &o.seed) < 0) return plan_usage("bad seed '%s'", optarg);
+            if (parse_u64(optarg, &o.seed) < 0) return plan_usage("bad seed '%s'", optarg);
             break;
         case 'e':
-            if (parse_number(optarg, &o.epoch) < 0) return plan_usage("bad epoch '%s'", optarg);
+            if (parse_u64(optarg, &o.epoch) < 0) return plan_usage("bad epoch '%s'", optarg);
             break;
         case 'b':
-            if (parse_number(optarg, &o.global_batch) < 0 || o.global_batch == 0)
+            if (parse_u64(optarg, &o.global_batch) < 0 || o.global_batch == 0)
                 return plan_usage("bad global batch '%s' (a positive number)", optarg);
             break;
         case 'w':
@@ -179,11 +169,10 @@ int cmd_plan(int argc, char **argv)
             if (parse_u32(optarg, &o.rank) < 0) return plan_usage("bad rank '%s'", optarg);
             break;
         case FROM_STEP:
-            if (parse_number(optarg, &o.start_step) < 0) return plan_usage("bad step '%s'", optarg);
+            if (parse_u64(optarg, &o.start_step) < 0) return plan_usage("bad step '%s'", optarg);
             break;
         case STEPS:
-            if (parse_number(optarg, &max_steps) < 0)
-                return plan_usage("bad step count '%s'", optarg);
+            if (parse_u64(optarg, &max_steps) < 0) return plan_usage("bad step count '%s'", optarg);
             break;
         case WORKERS:
             if (parse_u32(optarg, &o.workers) < 0 || o.workers == 0)

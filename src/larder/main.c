@@ -56,17 +56,6 @@ static void on_progress(void *userdata, uint64_t done, uint64_t total)
     progress_update(userdata, done, total);
 }
 
-static int parse_u64(const char *text, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (!isdigit((unsigned char)text[0])) return -1;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || *end) return -1;
-    *out = v;
-    return 0;
-}
-
 /* A sample named on the command line: an exact key first, else a decimal id. */
 static int64_t resolve_sample(larder_dataset *d, const char *what)
 {

@@ -4,6 +4,7 @@
 #include "ui.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -29,6 +30,17 @@ const char *human_bytes(uint64_t bytes, char buf[32])
     else
         snprintf(buf, 32, "%.1f %s", v, units[u]);
     return buf;
+}
+
+int parse_u64(const char *text, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)text[0])) return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
 }
 
 int parse_size(const char *text, uint64_t *out)

@@ -7,12 +7,14 @@
  *   larder_tests -l            list them
  */
 #include "test.h"
+#include "sys.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_TESTS 1024
@@ -103,6 +105,32 @@ void test_fill_random(void *buf, size_t length, uint64_t seed)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         p[i] = (uint8_t)(x >> 24);
     }
+}
+
+static ssize_t (*real_pread)(int, void *, size_t, off_t);
+static int slow_milliseconds;
+
+static ssize_t slow_pread(int fd, void *buf, size_t count, off_t offset)
+{
+    char link[64], target[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 0) {
+        target[n] = '\0';
+        if (strstr(target, "/packed/shard-")) {
+            struct timespec pause = {slow_milliseconds / 1000,
+                                     (long)(slow_milliseconds % 1000) * 1000000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    return real_pread(fd, buf, count, offset);
+}
+
+void test_slow_origin(int milliseconds)
+{
+    if (!real_pread) real_pread = larder__sys.pread;
+    slow_milliseconds = milliseconds;
+    larder__sys.pread = milliseconds ? slow_pread : real_pread;
 }
 
 static int compare_names(const void *a, const void *b)

@@ -59,6 +59,12 @@ void test_write_file(const char *path, const void *data, size_t length);
 uint8_t *test_read_file(const char *path, size_t *length);
 /* Run a shell command; returns its exit status. */
 int test_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * Make reads of packed shards (paths containing "/packed/shard-": the
+ * origin in these tests, not the cache) take `milliseconds` each, through
+ * liblarder's system call table; 0 restores the real pread.
+ */
+void test_slow_origin(int milliseconds);
 /* Deterministic pseudo-random bytes. */
 void test_fill_random(void *buf, size_t length, uint64_t seed);
 

@@ -188,26 +188,6 @@ TEST(cache_origin_corruption_is_an_error)
 
 /* ---- a slow origin, for single flight -------------------------------------- */
 
-static ssize_t (*real_pread)(int, void *, size_t, off_t);
-static int slow_fd = -1;
-
-/* Reads of the shard files (not the cache's) take 30 ms. */
-static ssize_t slow_pread(int fd, void *buf, size_t count, off_t offset)
-{
-    char link[64], target[4096];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    if (n > 0) {
-        target[n] = '\0';
-        if (strstr(target, "/packed/shard-")) {
-            struct timespec pause = {0, 30 * 1000 * 1000};
-            nanosleep(&pause, NULL);
-        }
-    }
-    (void)slow_fd;
-    return real_pread(fd, buf, count, offset);
-}
-
 struct reader {
     larder_dataset *d;
     uint64_t id;
@@ -225,8 +205,7 @@ static void *read_one(void *arg)
 TEST(cache_single_flight_threads)
 {
     make_dataset(10, 1 << 20);
-    real_pread = larder__sys.pread;
-    larder__sys.pread = slow_pread;
+    test_slow_origin(30);
     larder_dataset *d = open_cached(test_path("cache"), 0, 0);
     pthread_t threads[8];
     struct reader readers[8];
@@ -243,7 +222,7 @@ TEST(cache_single_flight_threads)
     CHECK_EQ(st.misses, 1);
     CHECK_EQ(st.hits, 7);
     larder_close(d);
-    larder__sys.pread = real_pread;
+    test_slow_origin(0);
 }
 
 TEST(cache_single_flight_processes)
@@ -254,8 +233,7 @@ TEST(cache_single_flight_processes)
     pid_t children[4];
     for (int c = 0; c < 4; c++) {
         if ((children[c] = fork()) == 0) {
-            real_pread = larder__sys.pread;
-            larder__sys.pread = slow_pread;
+            test_slow_origin(30);
             larder_dataset *d = open_cached(test_path("cache"), 0, 0);
             static uint8_t buf[300000];
             int bad = 0;
@@ -290,8 +268,7 @@ TEST(cache_survives_killed_readers)
     for (int round = 0; round < 12; round++) {
         pid_t child = fork();
         if (child == 0) {
-            real_pread = larder__sys.pread;
-            larder__sys.pread = slow_pread;
+            test_slow_origin(30);
             larder_dataset *d = open_cached(test_path("cache"), 0, 0);
             static uint8_t buf[300000];
             for (uint64_t i = 0;; i = (i + 1) % larder_num_samples(d))

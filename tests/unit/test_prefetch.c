@@ -8,24 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static ssize_t (*real_pread)(int, void *, size_t, off_t);
-
-/* Origin reads (the packed shards, not the cache) take 10 ms. */
-static ssize_t slow_pread(int fd, void *buf, size_t count, off_t offset)
-{
-    char link[64], target[4096];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    if (n > 0) {
-        target[n] = '\0';
-        if (strstr(target, "/packed/shard-")) {
-            struct timespec pause = {0, 10 * 1000 * 1000};
-            nanosleep(&pause, NULL);
-        }
-    }
-    return real_pread(fd, buf, count, offset);
-}
-
 static void make_dataset(int n)
 {
     for (int i = 0; i < n; i++) {
@@ -94,11 +76,10 @@ static uint64_t train(bool prefetch, int steps)
 TEST(prefetch_stages_ahead_of_the_reader)
 {
     make_dataset(80);
-    real_pread = larder__sys.pread;
-    larder__sys.pread = slow_pread;
+    test_slow_origin(10);
     uint64_t with = train(true, 8);
     uint64_t without = train(false, 8);
-    larder__sys.pread = real_pread;
+    test_slow_origin(0);
     /* after the first two steps, 6 steps x 8 samples were read */
     fprintf(stderr, "    reader hits from step 2: %llu with prefetch, %llu without\n",
             (unsigned long long)with, (unsigned long long)without);
