@@ -77,11 +77,17 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
         if (fd >= 0) {
             rc = larder__file_size(fd, &d->image_size, path);
             if (rc == 0 && d->image_size > 0) {
-                void *map = mmap(NULL, d->image_size, PROT_READ, MAP_SHARED, fd, 0);
-                if (map == MAP_FAILED)
-                    rc = larder__fail(-errno, "%s: mmap: %s", path, strerror(errno));
-                else
+                void *map = larder__sys.mmap(NULL, d->image_size, PROT_READ, MAP_SHARED, fd, 0);
+                if (map != MAP_FAILED) {
                     d->image = map, d->mapped = true;
+                } else if (d->image_size > SIZE_MAX / 2 || !(d->image = malloc(d->image_size))) {
+                    rc = larder__fail(-ENOMEM, "%s: cannot map or load %llu bytes", path,
+                                      (unsigned long long)d->image_size);
+                } else {
+                    /* some file systems (FUSE with direct I/O, for one) cannot map
+                     * files: read the index into memory instead */
+                    rc = larder__pread_full(fd, d->image, (size_t)d->image_size, 0, path);
+                }
             }
             larder__sys.close(fd);
         }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static int sys_open(const char *path, int flags, mode_t mode)
@@ -23,6 +24,7 @@ struct larder__sys_ops larder__sys = {
     .rename = rename,
     .ftruncate = ftruncate,
     .fallocate = fallocate,
+    .mmap = mmap,
 };
 
 int larder__open(const char *path, int flags, mode_t mode)

@@ -22,6 +22,7 @@ struct larder__sys_ops {
     int (*rename)(const char *from, const char *to);
     int (*ftruncate)(int fd, off_t length);
     int (*fallocate)(int fd, int mode, off_t offset, off_t length);
+    void *(*mmap)(void *address, size_t length, int protection, int flags, int fd, off_t offset);
 };
 
 /* The table in use; tests swap entries and restore them. */

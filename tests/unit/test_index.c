@@ -3,9 +3,11 @@
  * every kind of corruption the reader must turn into a clear error.
  */
 #include "index.h"
+#include "sys.h"
 #include "test.h"
 
 #include <errno.h>
+#include <sys/mman.h>
 
 /* An index of `n` samples with two fields each over 3 shards. */
 static void build_index(const char *path, uint64_t n, char id[33])
@@ -289,5 +291,30 @@ TEST(index_damage_found_by_verify)
     CHECK(larder_verify(d, count_problem, NULL, &p) >= 2);
     CHECK_EQ(p.hash, 1);    /* content hash no longer matches the dataset id */
     CHECK_EQ(p.records, 1); /* the changed key no longer leads back to its sample */
+    larder_close(d);
+}
+
+static void *no_mmap(void *address, size_t length, int protection, int flags, int fd, off_t offset)
+{
+    (void)address, (void)length, (void)protection, (void)flags, (void)fd, (void)offset;
+    errno = ENODEV;
+    return MAP_FAILED;
+}
+
+/* File systems that cannot map files (FUSE with direct I/O) still open. */
+TEST(index_opens_without_mmap)
+{
+    char id[33];
+    build_index(test_path("index.larder"), 50, id);
+    void *(*real_mmap)(void *, size_t, int, int, int, off_t) = larder__sys.mmap;
+    larder__sys.mmap = no_mmap;
+    larder_dataset *d;
+    int rc = larder_open(&d, test_path("index.larder"), NULL);
+    larder__sys.mmap = real_mmap;
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(larder_find_key(d, "dir/sample000042"), 42);
+    larder_dataset_info info;
+    larder_dataset_info_get(d, &info);
+    CHECK(strcmp(info.dataset_id, id) == 0);
     larder_close(d);
 }
