@@ -115,8 +115,9 @@ LARDER_API size_t larder_dtype_size(int dtype);
 #define LARDER_OPEN_OPTIONS_VERSION 1
 typedef struct larder_open_options {
     int version;          /* LARDER_OPEN_OPTIONS_VERSION */
-    int verify_checksums; /* nonzero: check each checksum also on uncached reads (reads
-                           * through the cache or a daemon always check) */
+    int verify_checksums; /* nonzero: check each checksum also on uncached reads (fills,
+                           * daemon answers and a process's first read of a cached
+                           * sample are always checked: docs/cache.md) */
     /* Node cache directory; NULL: the LARDER_CACHE environment variable,
      * and when that is unset or empty, no cache (every read goes to the
      * origin).  "" forces no cache. */
