@@ -511,6 +511,171 @@ static void prepare_get(CURL *curl, struct body *b, void *arg)
     (void)curl, (void)b, (void)arg;
 }
 
+/* ---- hedged file reads ------------------------------------------------------ */
+
+/*
+ * A shared file system has tails too (a stalled server thread, a busy
+ * OST): a pread slower than the origin's recent p95 gets a second pread of
+ * the same range on another thread, and the first to finish wins.  Each
+ * attempt reads into a buffer of its own, so the loser can finish late
+ * without touching the caller's memory.  An origin whose reads are fast
+ * (p95 under FILE_HEDGE_MIN_MS, local disk or page cache) is read inline.
+ */
+#define FILE_HEDGE_MIN_MS 2.0
+
+struct file_hedge {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int fd;
+    size_t length;
+    uint64_t offset;
+    char url[512]; /* for messages: a copy, as a losing attempt may outlive the origin */
+    uint8_t *buf[2];
+    int rc[2];
+    char message[2][256];
+    int started, finished, winner, refs;
+};
+
+struct file_attempt {
+    struct file_hedge *h;
+    int index;
+    int fd; /* its own descriptor: a losing attempt may outlive the origin's */
+};
+
+static void file_hedge_release(struct file_hedge *h)
+{
+    pthread_mutex_lock(&h->lock);
+    bool last = --h->refs == 0;
+    pthread_mutex_unlock(&h->lock);
+    if (!last) return;
+    free(h->buf[0]);
+    free(h->buf[1]);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->changed);
+    free(h);
+}
+
+static void *file_attempt(void *arg)
+{
+    struct file_attempt *a = arg;
+    struct file_hedge *h = a->h;
+    int i = a->index, a_fd = a->fd;
+    free(a);
+    int fd = a_fd;
+    int rc = larder__pread_full(fd, h->buf[i], h->length, h->offset, h->url);
+    close(fd);
+    pthread_mutex_lock(&h->lock);
+    h->rc[i] = rc;
+    if (rc < 0) snprintf(h->message[i], sizeof h->message[i], "%s", larder_errmsg());
+    h->finished++;
+    if (rc == 0 && h->winner < 0) h->winner = i;
+    pthread_cond_broadcast(&h->changed);
+    pthread_mutex_unlock(&h->lock);
+    file_hedge_release(h);
+    return NULL;
+}
+
+static bool file_attempt_start(struct file_hedge *h)
+{
+    struct file_attempt *a = malloc(sizeof *a);
+    int i = h->started;
+    int fd = a ? dup(h->fd) : -1;
+    if (fd < 0 || !(h->buf[i] = malloc(h->length ? h->length : 1))) {
+        if (fd >= 0) close(fd);
+        free(a);
+        return false;
+    }
+    *a = (struct file_attempt){.h = h, .index = i, .fd = fd};
+    h->refs++;
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    bool ok = pthread_create(&thread, &attr, file_attempt, a) == 0;
+    pthread_attr_destroy(&attr);
+    if (!ok) {
+        h->refs--;
+        close(fd);
+        free(a);
+        return false;
+    }
+    h->started++;
+    return true;
+}
+
+/* Whether this origin's reads are slow enough to be worth hedging. */
+static bool file_reads_slow(struct larder__origin *o)
+{
+    pthread_mutex_lock(&o->lock);
+    int n = o->latencies;
+    pthread_mutex_unlock(&o->lock);
+    return n < HEDGE_MIN_SAMPLES || hedge_after_ms(o) >= FILE_HEDGE_MIN_MS;
+}
+
+static int file_read(struct larder__origin *o, void *buf, size_t length, uint64_t offset)
+{
+    double start = now_ms();
+    if (!file_reads_slow(o)) {
+        int rc = larder__pread_full(o->fd, buf, length, offset, o->url);
+        if (rc == 0) record_latency(o, now_ms() - start);
+        return rc;
+    }
+    struct file_hedge *h = calloc(1, sizeof *h);
+    if (!h) return -ENOMEM;
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->changed, NULL);
+    h->fd = o->fd;
+    h->length = length;
+    h->offset = offset;
+    snprintf(h->url, sizeof h->url, "%s", o->url);
+    h->winner = -1;
+    h->refs = 1;
+    double after = hedge_after_ms(o);
+    pthread_mutex_lock(&h->lock);
+    if (!file_attempt_start(h)) {
+        pthread_mutex_unlock(&h->lock);
+        file_hedge_release(h);
+        return larder__pread_full(o->fd, buf, length, offset, o->url);
+    }
+    while (h->winner < 0 && h->finished < h->started) {
+        if (h->started == 1) {
+            double left = after - (now_ms() - start);
+            if (left <= 0) {
+                if (file_attempt_start(h)) {
+                    pthread_mutex_lock(&o->lock);
+                    o->hedges++;
+                    pthread_mutex_unlock(&o->lock);
+                    hedges_sent++;
+                    larder__log(LARDER_LOG_DEBUG, "%s: hedging a read after %.1f ms", o->url,
+                                now_ms() - start);
+                }
+                continue;
+            }
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            long nanos = until.tv_nsec + (long)(left * 1e6);
+            until.tv_sec += nanos / 1000000000;
+            until.tv_nsec = nanos % 1000000000;
+            pthread_cond_timedwait(&h->changed, &h->lock, &until);
+        } else {
+            pthread_cond_wait(&h->changed, &h->lock);
+        }
+    }
+    int rc;
+    if (h->winner >= 0) {
+        memcpy(buf, h->buf[h->winner], length);
+        rc = 0;
+    } else { /* every attempt failed: report the first (its buffer: what was read, then zeros) */
+        rc = h->rc[0];
+        memcpy(buf, h->buf[0], length);
+        larder__fail(rc, "%s", h->message[0]);
+    }
+    pthread_mutex_unlock(&h->lock);
+    file_hedge_release(h);
+    if (rc == 0) record_latency(o, now_ms() - start);
+    return rc;
+}
+
 /* ---- interface ---------------------------------------------------------- */
 
 int larder__origin_size(struct larder__origin *o, uint64_t *size)
@@ -532,7 +697,7 @@ int larder__origin_size(struct larder__origin *o, uint64_t *size)
 int larder__origin_read(struct larder__origin *o, void *buf, size_t length, uint64_t offset)
 {
     if (length == 0) return 0;
-    if (o->fd >= 0) return larder__pread_full(o->fd, buf, length, offset, o->url);
+    if (o->fd >= 0) return file_read(o, buf, length, offset);
     return http_read(o, buf, length, offset);
 }
 
