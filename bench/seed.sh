@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The seed experiment (issue 6), reproduced as one command: direct reads
+# (PyTorch + h5py, PyTorch over one file per sample) against larder's
+# epochs 1 (cold) to 3, on an emulated slow shared file system (slowfs),
+# in an emulated data-parallel training run (2 ranks, gloo, a fixed
+# compute sleep per step).  Writes bench/results/seed.md and the plots
+# bench/results/seed-waits.png and seed-ccdf.png; about 11 minutes on 2
+# cores (the first run also generates the dataset: 3 x 3.7 GB under
+# bench/work/seed, reused afterwards).
+#
+#   bench/seed.sh            # the full benchmark
+#   bench/seed.sh --quick    # a ~1 minute cut: prints the table, writes only
+#                            # under bench/work/seed-quick (SEED_QUICK=1 too)
+#
+# Environment (defaults for the full run; the quick cut in brackets):
+#   SAMPLES (12800 [960]), BATCH (64), RANKS (2), WORKERS (2, per rank),
+#   COMPUTE (150, ms per step), EPOCHS (3, larder's), PROFILE
+#   (lustre-contended; nfs-flash also exists), FS_SEED (7), SEED (1),
+#   CONFIGS (memory,h5,files,larder [h5,files,larder]), BUILD_DIR (build),
+#   SEED_WORK (bench/work/seed [bench/work/seed-quick]: data, mount, cache).
+# A PROFILE other than lustre-contended writes seed-PROFILE.md instead.
+# Needs root (or fusermount3 rights) and /dev/fuse.  Every mount is undone
+# and every process it started is ended on exit, on failure and on signals.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=${SEED_QUICK:-0}
+for arg in "$@"; do
+  case $arg in
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: bench/seed.sh [--quick]" >&2; exit 2 ;;
+  esac
+done
+
+build=${BUILD_DIR:-build}
+profile=${PROFILE:-lustre-contended}
+if [ "$quick" = 1 ]; then
+  work=${SEED_WORK:-$PWD/bench/work/seed-quick}
+  results=$work
+  name=seed-quick
+  samples=${SAMPLES:-960}
+  configs=${CONFIGS:-h5,files,larder}
+  extra=(--no-plots --print --timeout 300 --command "bench/seed.sh --quick")
+else
+  work=${SEED_WORK:-$PWD/bench/work/seed}
+  results=$PWD/bench/results
+  name=seed
+  [ "$profile" = lustre-contended ] || name=seed-$profile
+  samples=${SAMPLES:-12800}
+  configs=${CONFIGS:-memory,h5,files,larder}
+  extra=(--command "bench/seed.sh")
+  [ "$profile" = lustre-contended ] || extra=(--command "PROFILE=$profile bench/seed.sh")
+fi
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+mnt=$work/mnt
+
+[ -e /dev/fuse ] || { echo "seed: /dev/fuse is missing: slowfs cannot mount" >&2; exit 77; }
+scripts/install-deps >/dev/null
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S . -B "$build" -G Ninja -DLARDER_WERROR=ON >/dev/null
+fi
+ninja -C "$build" larder larder_cli slowfs >/dev/null
+
+driver=""
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM HUP
+  if [ -n "$driver" ] && kill -0 "$driver" 2>/dev/null; then
+    kill -TERM "$driver" 2>/dev/null || true
+    wait "$driver" 2>/dev/null || true
+  fi
+  # what the driver could not end (killed outright): its ranks, then slowfs
+  if [ -s "$work/pids" ]; then
+    while read -r kind group; do
+      if [ "$kind" = rank ]; then kill -KILL -- "-$group" 2>/dev/null || true; fi
+    done <"$work/pids"
+  fi
+  if grep -qs " $mnt fuse" /proc/self/mounts; then
+    fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" || true
+  fi
+  if [ -s "$work/pids" ]; then
+    while read -r kind group; do
+      if [ "$kind" = slowfs ]; then kill -TERM -- "-$group" 2>/dev/null || true; fi
+    done <"$work/pids"
+    rm -f "$work/pids"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# a mount left by a run that was killed outright
+if grep -qs " $mnt fuse" /proc/self/mounts; then
+  fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt"
+fi
+rm -f "$work/pids"
+
+/usr/bin/python3 bench/seed/run.py --work "$work" --results "$results" --name "$name" \
+  --samples "$samples" --batch "${BATCH:-64}" --ranks "${RANKS:-2}" --workers "${WORKERS:-2}" \
+  --compute-ms "${COMPUTE:-150}" --epochs "${EPOCHS:-3}" --configs "$configs" \
+  --profile "$profile" --fs-seed "${FS_SEED:-7}" --seed "${SEED:-1}" \
+  --slowfs "$build/slowfs" --larder "$build/larder" --library "$build/liblarder.so" \
+  "${extra[@]}" &
+driver=$!
+wait "$driver"
+driver=""
+if [ "$quick" != 1 ]; then
+  cat "$results/$name.md"
+fi
