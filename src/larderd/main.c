@@ -36,6 +36,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -49,6 +50,9 @@
 struct output {
     struct output *next;
     size_t length, sent;
+    int file;           /* then file_length bytes of this file (sendfile), or -1 */
+    off_t file_offset;  /* advanced as they are sent */
+    size_t file_length; /* left to send */
     uint8_t bytes[];
 };
 
@@ -130,7 +134,7 @@ static void connection_release(struct connection *c)
 static struct output *output_new(size_t length)
 {
     struct output *o = malloc(sizeof *o + length);
-    if (o) o->next = NULL, o->length = length, o->sent = 0;
+    if (o) o->next = NULL, o->length = length, o->sent = 0, o->file = -1, o->file_length = 0;
     return o;
 }
 
@@ -172,14 +176,25 @@ static bool flush(struct connection *c)
     bool ok = true;
     while (c->head) {
         struct output *o = c->head;
-        ssize_t n = send(c->fd, o->bytes + o->sent, o->length - o->sent, MSG_NOSIGNAL);
+        ssize_t n;
+        if (o->sent < o->length)
+            n = send(c->fd, o->bytes + o->sent, o->length - o->sent, MSG_NOSIGNAL);
+        else /* the bytes of the frame come straight from the cache file */
+            n = sendfile(c->fd, o->file, &o->file_offset, o->file_length);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             ok = errno == EAGAIN;
             break;
         }
-        o->sent += (size_t)n;
-        if (o->sent < o->length) continue;
+        if (n == 0 && o->sent == o->length) { /* the file ended early: a cut cache file */
+            ok = false;
+            break;
+        }
+        if (o->sent < o->length)
+            o->sent += (size_t)n;
+        else
+            o->file_length -= (size_t)n;
+        if (o->sent < o->length || o->file_length) continue;
         c->head = o->next;
         if (!c->head) c->tail = NULL;
         free(o);
@@ -304,7 +319,32 @@ static void read_job(void *arg)
 {
     struct read_job *job = arg;
     size_t length = (size_t)job->read.length;
-    /* the bytes land in the frame that is sent: no copy on the way out */
+    int file = -1;
+    int staged = larder__dataset_stage_range(job->entry->dataset, job->read.shard, job->read.offset,
+                                             job->read.length, &file);
+    if (staged == 0) { /* in the cache: send it from there with sendfile */
+        struct output *o = output_new(LARDER_WIRE_HEADER);
+        if (o) {
+            larder__wire_encode_header(o->bytes, LARDER_WIRE_HEADER, LARDER__DATA, (uint32_t)length,
+                                       job->request);
+            o->file = file;
+            o->file_offset = (off_t)job->read.offset;
+            o->file_length = length;
+            enqueue_output(job->connection, o);
+        } else {
+            send_error(job->connection, job->request, -ENOMEM, "out of memory");
+        }
+        connection_release(job->connection);
+        free(job);
+        return;
+    }
+    if (staged < 0) {
+        send_error(job->connection, job->request, staged, larder_errmsg());
+        connection_release(job->connection);
+        free(job);
+        return;
+    }
+    /* not cacheable (no room): the bytes land in the frame that is sent */
     struct output *o = output_new(LARDER_WIRE_HEADER + length);
     int rc = o ? 0 : -ENOMEM;
     if (rc == 0)

@@ -434,6 +434,16 @@ static int data_fd_for_store(struct larder__cache *c, uint32_t shard)
     return fd;
 }
 
+bool larder__cache_evicts(const struct larder__cache *c)
+{
+    return c->capacity || c->borrow_capacity;
+}
+
+int larder__cache_data_fd(struct larder__cache *c, uint32_t shard)
+{
+    return data_fd(c, shard);
+}
+
 int larder__cache_pread(struct larder__cache *c, uint32_t shard, void *buf, size_t length,
                         uint64_t offset)
 {

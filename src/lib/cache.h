@@ -76,6 +76,10 @@ LARDER_HIDDEN uint64_t larder__cache_generation(const struct larder__cache *cach
  * (LARDER_ETRUNCATED when the file is shorter: it was cut underneath). */
 LARDER_HIDDEN int larder__cache_pread(struct larder__cache *cache, uint32_t shard, void *buf,
                                       size_t length, uint64_t offset);
+/* Whether this cache may evict blocks (it has a capacity or a borrowed share). */
+LARDER_HIDDEN bool larder__cache_evicts(const struct larder__cache *cache);
+/* The data file of a shard (opened on first use; valid until the cache closes). */
+LARDER_HIDDEN int larder__cache_data_fd(struct larder__cache *cache, uint32_t shard);
 /* Mark blocks as read (for eviction). */
 LARDER_HIDDEN void larder__cache_touch(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                        uint64_t last);

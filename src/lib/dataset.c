@@ -373,7 +373,8 @@ static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint
                 end++;
         }
         uint64_t n = larder__cache_span(c, s->shard, b, end);
-        bool from_peer;
+        /* a refetch after wrong bytes goes to the origin itself, past any peer */
+        bool from_peer = everything;
         int rc = fetch_run(d, s->shard, start + at, n, span + at, &from_peer);
         if (rc < 0)
             return id == UINT64_MAX ? rc
@@ -387,13 +388,16 @@ static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint
 }
 
 /* One run of blocks: from the shard's owner node when a peer fetcher says
- * so, else (or when that fails) from the origin. */
+ * so, else (or when that fails) from the origin.  *from_peer: in, true to
+ * skip the peers; out, whether a peer answered. */
 static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
                      uint8_t *buf, bool *from_peer)
 {
     struct larder__cache_counters *k = counters(d);
+    bool skip_peers = *from_peer;
     *from_peer = false;
-    if (d->peer_fetch && d->peer_fetch(d->peer_context, d, shard, offset, length, buf) == 0) {
+    if (d->peer_fetch && !skip_peers &&
+        d->peer_fetch(d->peer_context, d, shard, offset, length, buf) == 0) {
         *from_peer = true;
         larder__cache_count(&k->peer_requests, 1);
         larder__cache_count(&k->peer_bytes, length);
@@ -408,8 +412,8 @@ static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_
     return 0;
 }
 
-/* Store the blocks that came from the origin, run by run. */
-static void store_fetched(larder_dataset *d, const struct larder__sample *s, uint64_t first,
+/* Store the blocks that were fetched, run by run; false when the disk refused some. */
+static bool store_fetched(larder_dataset *d, const struct larder__sample *s, uint64_t first,
                           uint64_t last, const uint8_t *span, const uint8_t *fetched)
 {
     struct larder__cache *c = d->cache;
@@ -425,9 +429,10 @@ static void store_fetched(larder_dataset *d, const struct larder__sample *s, uin
         if (larder__cache_store(c, s->shard, b, end,
                                 span + larder__cache_block_offset(c, b) - start,
                                 fetched[b - first] == FROM_PEER) < 0)
-            return; /* disk full: served uncached (the cache counts it and warns once) */
+            return false; /* disk full: served uncached (the cache counts it and warns once) */
         b = end + 1;
     }
+    return true;
 }
 
 /* The fill path (see the top of this file).  `suspect`: the cached bytes proved wrong. */
@@ -965,23 +970,27 @@ uint64_t larder__dataset_shard_size(const larder_dataset *d, uint32_t shard)
     return larder__index_shard(&d->ix, shard, &info) == 0 ? info.size : 0;
 }
 
-int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
-                               void *buf)
+/*
+ * The blocks covering [offset, offset + length) through the cache: staged
+ * under the fill lock, and the bytes copied to buf when it is not NULL.
+ * *stored tells whether they are all in the cache now.
+ */
+static int range_through_cache(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
+                               void *buf, bool *stored)
 {
     uint64_t end;
+    *stored = false;
     if (shard >= d->ix.num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
         end > larder__dataset_shard_size(d, shard))
         return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
                             (unsigned long long)offset, (unsigned long long)length, shard);
-    bool from_peer;
-    if (!d->cache) return fetch_run(d, shard, offset, length, buf, &from_peer);
     struct larder__cache *c = d->cache;
     uint64_t first, last;
     larder__cache_blocks(c, offset, length, &first, &last);
     uint64_t start = larder__cache_block_offset(c, first);
     uint64_t span_length = larder__cache_span(c, shard, first, last);
     /* a block-aligned range (what peers ask for) is assembled in place */
-    bool in_place = offset == start && length == span_length;
+    bool in_place = buf && offset == start && length == span_length;
     uint8_t *span = in_place ? buf : malloc((size_t)span_length);
     uint8_t *fetched = calloc(last - first + 1, sizeof *fetched);
     int rc = span && fetched ? 0 : -ENOMEM;
@@ -990,11 +999,39 @@ int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offse
     struct larder__sample range = {.offset = offset, .length = length, .shard = shard};
     if (rc == 0) rc = fetch_missing(d, &range, UINT64_MAX, first, last, span, fetched, false);
     if (rc == 0) {
-        store_fetched(d, &range, first, last, span, fetched);
-        if (!in_place) memcpy(buf, span + (offset - start), (size_t)length);
+        *stored = store_fetched(d, &range, first, last, span, fetched);
+        if (buf && !in_place) memcpy(buf, span + (offset - start), (size_t)length);
     }
     if (lock >= 0) larder__cache_unlock(c, lock);
     if (!in_place) free(span);
     free(fetched);
     return rc;
+}
+
+int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
+                               void *buf)
+{
+    bool flag = false;
+    if (!d->cache) {
+        uint64_t end;
+        if (shard >= d->ix.num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
+            end > larder__dataset_shard_size(d, shard))
+            return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
+                                (unsigned long long)offset, (unsigned long long)length, shard);
+        return fetch_run(d, shard, offset, length, buf, &flag);
+    }
+    return range_through_cache(d, shard, offset, length, buf, &flag);
+}
+
+int larder__dataset_stage_range(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
+                                int *fd)
+{
+    /* an eviction between staging and sending would send a hole: only a
+     * cache that never evicts can hand out its files */
+    if (!d->cache || larder__cache_evicts(d->cache)) return 1;
+    bool stored;
+    int rc = range_through_cache(d, shard, offset, length, NULL, &stored);
+    if (rc < 0) return rc;
+    if (!stored || (*fd = larder__cache_data_fd(d->cache, shard)) < 0) return 1;
+    return 0;
 }

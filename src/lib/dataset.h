@@ -46,5 +46,15 @@ LARDER_HIDDEN uint64_t larder__dataset_shard_size(const larder_dataset *dataset,
  */
 LARDER_HIDDEN int larder__dataset_read_range(larder_dataset *dataset, uint32_t shard,
                                              uint64_t offset, uint64_t length, void *buf);
+/*
+ * Stage the same range in the cache without copying it out, for sending
+ * straight from the data file: 0 and the file's descriptor in *fd (valid
+ * while the dataset is open) when every block is in the cache now, 1 when
+ * it cannot be (no cache, a full disk, a cache that evicts and so might
+ * punch a hole before the send: use larder__dataset_read_range),
+ * or a negative code.
+ */
+LARDER_HIDDEN int larder__dataset_stage_range(larder_dataset *dataset, uint32_t shard,
+                                              uint64_t offset, uint64_t length, int *fd);
 
 #endif
