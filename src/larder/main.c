@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *program = "larder";
@@ -659,11 +660,12 @@ static int cmd_warm(int argc, char **argv)
 /* ---- stat --------------------------------------------------------------- */
 
 static const char stat_help[] =
-    "usage: larder stat [--cache DIR | --socket PATH] [--json]\n"
+    "usage: larder stat [--cache DIR | --socket PATH] [--json] [--watch [SECONDS]]\n"
     "\n"
     "Show what the node cache holds, per dataset, and its counters: hits,\n"
     "misses, origin and peer requests and bytes, bytes served, fill latency.\n"
-    "With --socket, ask the node daemon (larderd) instead.\n";
+    "With --socket, ask the node daemon (larderd) instead.  --watch redraws\n"
+    "the view every SECONDS (default 1) until interrupted.\n";
 
 struct stat_print {
     int json, count;
@@ -759,35 +761,10 @@ static int stat_daemon(const char *socket, int json)
     return 0;
 }
 
-static int cmd_stat(int argc, char **argv)
+/* One view of a cache (or of a daemon, with socket). */
+static int stat_once(const char *socket, const char *cache, struct stat_print *pp)
 {
-    static const struct option options[] = {{"cache", required_argument, 0, 'c'},
-                                            {"socket", required_argument, 0, 's'},
-                                            {"json", no_argument, 0, 'J'},
-                                            {"help", no_argument, 0, 'h'},
-                                            {0, 0, 0, 0}};
-    const char *cache = NULL, *socket = NULL;
-    struct stat_print p = {0};
-    int c;
-    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            cache = optarg;
-            break;
-        case 's':
-            socket = optarg;
-            break;
-        case 'J':
-            p.json = 1;
-            break;
-        case 'h':
-            fputs(stat_help, stdout);
-            return 0;
-        default:
-            return usage_error("stat", "bad option");
-        }
-    }
-    if (optind != argc) return usage_error("stat", "unexpected argument '%s'", argv[optind]);
+    struct stat_print p = *pp;
     if (socket) return stat_daemon(socket, p.json);
     if (!cache) cache = getenv("LARDER_CACHE");
     if (!cache || !cache[0])
@@ -802,6 +779,50 @@ static int cmd_stat(int argc, char **argv)
     if (rc < 0) return fail(rc);
     if (!p.json && rc == 0) printf("%s: no datasets cached\n", cache);
     return 0;
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"cache", required_argument, 0, 'c'}, {"socket", required_argument, 0, 's'},
+        {"json", no_argument, 0, 'J'},        {"watch", optional_argument, 0, 'w'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    const char *cache = NULL, *socket = NULL;
+    struct stat_print p = {0};
+    double watch = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            cache = optarg;
+            break;
+        case 's':
+            socket = optarg;
+            break;
+        case 'J':
+            p.json = 1;
+            break;
+        case 'w':
+            watch = optarg ? atof(optarg) : 1;
+            if (watch <= 0) return usage_error("stat", "bad --watch interval '%s'", optarg);
+            break;
+        case 'h':
+            fputs(stat_help, stdout);
+            return 0;
+        default:
+            return usage_error("stat", "bad option");
+        }
+    }
+    if (optind != argc) return usage_error("stat", "unexpected argument '%s'", argv[optind]);
+    for (;;) {
+        if (watch > 0 && isatty(STDOUT_FILENO)) printf("\033[H\033[2J"); /* home, clear */
+        int status = stat_once(socket, cache, &p);
+        if (watch <= 0 || status != 0) return status;
+        fflush(stdout);
+        struct timespec pause = {(time_t)watch, (long)((watch - (double)(time_t)watch) * 1e9)};
+        nanosleep(&pause, NULL);
+        p.count = 0;
+    }
 }
 
 /* ---- main --------------------------------------------------------------- */

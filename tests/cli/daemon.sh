@@ -147,3 +147,8 @@ done
 curl -sf "http://127.0.0.1:$mport/metrics" >metrics.txt || fail "no metrics endpoint"
 grep -q "^larder_resident_bytes{dataset=\"$B\"} [1-9]" metrics.txt || fail "metrics: $(head metrics.txt)"
 grep -q "^# TYPE larder_origin_bytes_total counter" metrics.txt || fail "metrics types"
+
+# 7. the live view redraws until stopped
+timeout 3 "$LARDER" stat --cache "$WORK/cache0" --watch=0.3 >watch.txt || [ $? -eq 124 ] ||
+  fail "stat --watch"
+[ "$(grep -c "^dataset $A" watch.txt)" -ge 2 ] || fail "stat --watch drew $(grep -c "^dataset" watch.txt) views"
