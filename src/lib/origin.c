@@ -43,7 +43,22 @@ struct larder__origin {
     uint64_t hedges; /* second requests sent (under lock) */
 };
 
-static _Atomic uint64_t hedges_sent; /* all origins, for tests and statistics */
+static _Atomic uint64_t hedges_sent;   /* all origins, for tests and statistics */
+static _Atomic uint64_t reads_started; /* range and file reads that could be hedged */
+
+/*
+ * Hedges are a budget, not a reflex: at most HEDGE_SHARE of all reads (plus
+ * a few, so a cold start can cut its first stall).  Against an origin that
+ * queues (a shared file system at its cap), unbounded hedging adds load
+ * exactly when it is slow, and makes the tail worse.
+ */
+#define HEDGE_SHARE 0.05
+#define HEDGE_SPARE 4
+
+static bool hedge_allowed(void)
+{
+    return (double)hedges_sent < HEDGE_SHARE * (double)reads_started + HEDGE_SPARE;
+}
 
 uint64_t larder__origin_hedges(void)
 {
@@ -337,6 +352,7 @@ static CURL *perform_hedged(struct larder__origin *o, CURL *curl, struct body *b
         return curl;
     }
     double start = now_ms(), after = hedge_after_ms(o);
+    reads_started++;
     curl_multi_add_handle(multi, curl);
     CURL *second = NULL, *winner = NULL;
     struct body hedge_body;
@@ -359,8 +375,8 @@ static CURL *perform_hedged(struct larder__origin *o, CURL *curl, struct body *b
             }
         }
         if (winner) break;
-        if (!second && now_ms() - start > after && (hedge_buf = malloc(b->capacity)) &&
-            (second = handle_take(o))) {
+        if (!second && now_ms() - start > after && hedge_allowed() &&
+            (hedge_buf = malloc(b->capacity)) && (second = handle_take(o))) {
             hedge_body =
                 (struct body){.buf = hedge_buf, .capacity = b->capacity, .range_request = true};
             http_setup(second, o, &hedge_body);
@@ -631,6 +647,7 @@ static int file_read(struct larder__origin *o, void *buf, size_t length, uint64_
     h->winner = -1;
     h->refs = 1;
     double after = hedge_after_ms(o);
+    reads_started++;
     pthread_mutex_lock(&h->lock);
     if (!file_attempt_start(h)) {
         pthread_mutex_unlock(&h->lock);
@@ -640,6 +657,10 @@ static int file_read(struct larder__origin *o, void *buf, size_t length, uint64_
     while (h->winner < 0 && h->finished < h->started) {
         if (h->started == 1) {
             double left = after - (now_ms() - start);
+            if (left <= 0 && !hedge_allowed()) { /* over the budget: just wait */
+                pthread_cond_wait(&h->changed, &h->lock);
+                continue;
+            }
             if (left <= 0) {
                 if (file_attempt_start(h)) {
                     pthread_mutex_lock(&o->lock);
