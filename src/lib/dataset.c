@@ -970,6 +970,17 @@ uint64_t larder__dataset_shard_size(const larder_dataset *d, uint32_t shard)
     return larder__index_shard(&d->ix, shard, &info) == 0 ? info.size : 0;
 }
 
+/* A raw range request (a daemon's client asks for it): inside one shard, not empty. */
+static int check_range(const larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length)
+{
+    uint64_t end;
+    if (shard >= d->ix.num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
+        end > larder__dataset_shard_size(d, shard))
+        return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
+                            (unsigned long long)offset, (unsigned long long)length, shard);
+    return 0;
+}
+
 /*
  * The blocks covering [offset, offset + length) through the cache: staged
  * under the fill lock, and the bytes copied to buf when it is not NULL.
@@ -978,12 +989,9 @@ uint64_t larder__dataset_shard_size(const larder_dataset *d, uint32_t shard)
 static int range_through_cache(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
                                void *buf, bool *stored)
 {
-    uint64_t end;
     *stored = false;
-    if (shard >= d->ix.num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
-        end > larder__dataset_shard_size(d, shard))
-        return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
-                            (unsigned long long)offset, (unsigned long long)length, shard);
+    int rc = check_range(d, shard, offset, length);
+    if (rc < 0) return rc;
     struct larder__cache *c = d->cache;
     uint64_t first, last;
     larder__cache_blocks(c, offset, length, &first, &last);
@@ -993,7 +1001,7 @@ static int range_through_cache(larder_dataset *d, uint32_t shard, uint64_t offse
     bool in_place = buf && offset == start && length == span_length;
     uint8_t *span = in_place ? buf : malloc((size_t)span_length);
     uint8_t *fetched = calloc(last - first + 1, sizeof *fetched);
-    int rc = span && fetched ? 0 : -ENOMEM;
+    rc = span && fetched ? 0 : -ENOMEM;
     int lock = rc == 0 ? larder__cache_lock(c, shard, first, last) : rc;
     if (lock < 0) rc = lock;
     struct larder__sample range = {.offset = offset, .length = length, .shard = shard};
@@ -1013,12 +1021,8 @@ int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offse
 {
     bool flag = false;
     if (!d->cache) {
-        uint64_t end;
-        if (shard >= d->ix.num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
-            end > larder__dataset_shard_size(d, shard))
-            return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
-                                (unsigned long long)offset, (unsigned long long)length, shard);
-        return fetch_run(d, shard, offset, length, buf, &flag);
+        int rc = check_range(d, shard, offset, length);
+        return rc < 0 ? rc : fetch_run(d, shard, offset, length, buf, &flag);
     }
     return range_through_cache(d, shard, offset, length, buf, &flag);
 }
