@@ -54,7 +54,8 @@ extern "C" {
     X(EUSAGE, -1012, "invalid argument")                                                           \
     X(EUNSUPPORTED, -1013, "unsupported input")                                                    \
     X(ECACHE, -1014, "cache directory belongs to another dataset or block size")                   \
-    X(EPROTOCOL, -1015, "malformed protocol message")
+    X(EPROTOCOL, -1015, "malformed protocol message")                                              \
+    X(EDENIED, -1016, "refused: outside what this opener or daemon allows")
 
 enum larder_error {
 #define LARDER_ERR_ENUM(name, value, text) LARDER_##name = (value),
@@ -112,9 +113,11 @@ LARDER_API size_t larder_dtype_size(int dtype);
 
 #define LARDER_MAX_DIMS 32
 
-#define LARDER_OPEN_OPTIONS_VERSION 1
+/* 2 added trust_index and allow_prefixes; version 1 structs are still taken. */
+#define LARDER_OPEN_OPTIONS_VERSION 2
 typedef struct larder_open_options {
-    int version;          /* LARDER_OPEN_OPTIONS_VERSION */
+    int version;          /* LARDER_OPEN_OPTIONS_VERSION (or 1, without the fields after
+                           * borrow_capacity) */
     int verify_checksums; /* nonzero: check each checksum also on uncached reads (fills,
                            * daemon answers and a process's first read of a cached
                            * sample are always checked: docs/cache.md) */
@@ -135,6 +138,18 @@ typedef struct larder_open_options {
      * (in a cluster of daemons) may take; they are evicted first.  0: no
      * limit of their own. */
     uint64_t borrow_capacity;
+    /* Nonzero: take the index's shard names as they are, even where they
+     * leave the index's base (absolute paths, file:// URLs, "..", other
+     * hosts).  Only for an index you trust as much as your own files:
+     * otherwise such a name is refused at open (LARDER_EBADINDEX naming
+     * the shard).  See docs/security.md. */
+    int trust_index;
+    /* NULL, or a NULL-terminated list of path or URL prefixes: the index
+     * and every shard it names must lie under one of them (whole path
+     * components; after resolving ".." and, for local paths, symbolic
+     * links), else open fails with LARDER_EDENIED naming the first that
+     * does not.  The node daemon passes its --allow list here. */
+    const char *const *allow_prefixes;
 } larder_open_options;
 
 /*

@@ -14,6 +14,8 @@ docs/python.md has examples.
 
 from ._lib import (
     ECACHE,
+    EDENIED,
+    EPROTOCOL,
     EBADINDEX,
     EBADTAR,
     ECHECKSUM,
@@ -41,6 +43,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EBADINDEX", "EVERSION", "EBADTAR", "ECHECKSUM", "ENOTFOUND", "EDUPKEY", "EUNSAFE",
     "ETRUNCATED", "EHDF5", "EHTTP", "EEMPTY", "ETOOSMALL", "EUSAGE", "EUNSUPPORTED", "ECACHE",
+    "EPROTOCOL", "EDENIED",
     "Dataset",
     "DatasetInfo",
     "Field",

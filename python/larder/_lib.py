@@ -75,7 +75,7 @@ c_sizep = ctypes.POINTER(ctypes.c_size_t)
 
 LARDER_MAX_DIMS = 32
 LARDER_FILL_BUCKETS = 24
-LARDER_OPEN_OPTIONS_VERSION = 1
+LARDER_OPEN_OPTIONS_VERSION = 2
 LARDER_PLAN_OPTIONS_VERSION = 1
 LARDER_NO_SAMPLE = (1 << 64) - 1
 
@@ -95,6 +95,8 @@ ETOOSMALL = -1011
 EUSAGE = -1012
 EUNSUPPORTED = -1013
 ECACHE = -1014
+EPROTOCOL = -1015
+EDENIED = -1016
 
 PLAN_MODES = {"global": 0, "locality": 1, "none": 2}
 
@@ -109,6 +111,8 @@ class OpenOptions(ctypes.Structure):
         ("max_inflight", ctypes.c_int),
         ("daemon_socket", ctypes.c_char_p),
         ("borrow_capacity", ctypes.c_uint64),
+        ("trust_index", ctypes.c_int),
+        ("allow_prefixes", ctypes.POINTER(ctypes.c_char_p)),
     ]
 
 

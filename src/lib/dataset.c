@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <limits.h>
@@ -58,8 +59,8 @@ struct larder_dataset {
 int larder_open(larder_dataset **out, const char *url, const larder_open_options *options)
 {
     if (!out || !url) return larder__fail(LARDER_EUSAGE, "larder_open: NULL argument");
-    if (options && options->version != LARDER_OPEN_OPTIONS_VERSION)
-        return larder__fail(LARDER_EUSAGE, "larder_open: options version %d, expected %d",
+    if (options && (options->version < 1 || options->version > LARDER_OPEN_OPTIONS_VERSION))
+        return larder__fail(LARDER_EUSAGE, "larder_open: options version %d, expected 1 to %d",
                             options->version, LARDER_OPEN_OPTIONS_VERSION);
     larder_dataset *d = calloc(1, sizeof *d);
     if (!d || !(d->url = strdup(url))) {
@@ -67,7 +68,10 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
         return -ENOMEM;
     }
     pthread_mutex_init(&d->lock, NULL);
-    if (options) d->options = *options;
+    if (options && options->version == 1) /* a version 1 struct ends before trust_index */
+        memcpy(&d->options, options, offsetof(larder_open_options, trust_index));
+    else if (options)
+        d->options = *options;
     int rc;
     if (larder__is_remote(url)) {
         rc = larder__origin_load(url, &d->image, &d->image_size);

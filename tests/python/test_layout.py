@@ -33,7 +33,7 @@ CONSTANTS = {
     **{f"LARDER_{name}": getattr(_lib, name) for name in (
         "EBADINDEX", "EVERSION", "EBADTAR", "ECHECKSUM", "ENOTFOUND", "EDUPKEY", "EUNSAFE",
         "ETRUNCATED", "EHDF5", "EHTTP", "EEMPTY", "ETOOSMALL", "EUSAGE", "EUNSUPPORTED",
-        "ECACHE")},
+        "ECACHE", "EPROTOCOL", "EDENIED")},
 }
 
 
