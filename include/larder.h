@@ -172,6 +172,18 @@ typedef struct larder_dataset_info {
 } larder_dataset_info;
 
 LARDER_API int larder_dataset_info_get(const larder_dataset *dataset, larder_dataset_info *info);
+
+/*
+ * Check the whole index without reading any shard: its content hash
+ * against the dataset id, every shard, sample and field record, that
+ * every key leads back to its sample (none duplicated), and that no two
+ * samples of a shard overlap.  O(samples).  Returns 0 or the first
+ * problem's code (LARDER_ECHECKSUM, LARDER_EBADINDEX, LARDER_EDUPKEY)
+ * with larder_errmsg() naming it.  larder_open checks only what reading
+ * needs (sizes, names, each record as it is used); the node daemon calls
+ * this before it serves a dataset.
+ */
+LARDER_API int larder_validate(larder_dataset *dataset);
 LARDER_API uint64_t larder_num_samples(const larder_dataset *dataset);
 
 typedef struct larder_sample_info {

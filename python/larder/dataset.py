@@ -72,7 +72,7 @@ class Dataset:
     """A packed dataset, opened by the URL or path of its index.
 
     Dataset(url, cache=None, block_size=0, cache_size=0, max_inflight=0,
-            verify=False)
+            verify=False, trust_index=False)
 
     url:          index path, file://, http:// or https:// URL
     cache:        node cache directory; None: the LARDER_CACHE environment
@@ -81,6 +81,9 @@ class Dataset:
     cache_size:   bytes of cache this dataset may use; 0: no limit
     max_inflight: origin requests in flight in read_many(); 0: 64
     verify:       check checksums on uncached reads too
+    trust_index:  take shard names that leave the index's base (absolute
+                  paths, '..', file:// or other hosts) as they are; only for
+                  an index you trust as much as your own files
 
     ds[i] (negative i counts from the end) returns a dict: field name ->
     bytes for plain fields, or numpy.ndarray for array fields (.npy members,
@@ -94,11 +97,12 @@ class Dataset:
     """
 
     def __init__(self, url, cache=None, block_size=0, cache_size=0, max_inflight=0,
-                 verify=False):
+                 verify=False, trust_index=False):
         self.url = os.fspath(url)
         self._options = dict(cache=None if cache is None else os.fspath(cache),
                              block_size=int(block_size), cache_size=int(cache_size),
-                             max_inflight=int(max_inflight), verify=bool(verify))
+                             max_inflight=int(max_inflight), verify=bool(verify),
+                             trust_index=bool(trust_index))
         self._setup()
         self._ensure_open()  # fail here, not at the first read
 
@@ -137,6 +141,7 @@ class Dataset:
             options.block_size = o["block_size"]
             options.cache_capacity = o["cache_size"]
             options.max_inflight = o["max_inflight"]
+            options.trust_index = 1 if o.get("trust_index") else 0
             out = ctypes.c_void_p()
             rc = lib.larder_open(ctypes.byref(out), _lib.as_bytes(self.url),
                                  ctypes.byref(options))

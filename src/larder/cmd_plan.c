@@ -17,6 +17,7 @@
 #include <string.h>
 
 int cmd_plan(int argc, char **argv);
+int cli_open(larder_dataset **dataset, const char *url, larder_open_options *options); /* main.c */
 
 static const char plan_help[] =
     "usage: larder plan INDEX --batch G [options]\n"
@@ -228,7 +229,7 @@ int cmd_plan(int argc, char **argv)
     }
 
     larder_dataset *d;
-    int rc = larder_open(&d, index, NULL);
+    int rc = cli_open(&d, index, NULL);
     if (rc < 0) return plan_fail(rc);
     larder_plan *plan;
     rc = larder_plan_create(&plan, d, &o);

@@ -23,6 +23,20 @@
 static const char *program = "larder";
 
 int cmd_plan(int argc, char **argv); /* cmd_plan.c */
+int cli_open(larder_dataset **dataset, const char *url, larder_open_options *options);
+
+/* --trust-index, taken out of the arguments of any command */
+static bool trust_index;
+
+/* larder_open with the command line's trust setting (options may be NULL). */
+int cli_open(larder_dataset **dataset, const char *url, larder_open_options *options)
+{
+    larder_open_options defaults = {.version = LARDER_OPEN_OPTIONS_VERSION};
+    if (!options) options = &defaults;
+    options->version = LARDER_OPEN_OPTIONS_VERSION;
+    options->trust_index = trust_index;
+    return larder_open(dataset, url, options);
+}
 
 static void on_log(void *userdata, int level, const char *message)
 {
@@ -402,8 +416,13 @@ static int cmd_inspect(int argc, char **argv)
     }
     if (optind + 1 != argc) return usage_error("inspect", "expected one INDEX");
     larder_dataset *d;
-    int rc = larder_open(&d, argv[optind], NULL);
+    int rc = cli_open(&d, argv[optind], NULL);
     if (rc < 0) return fail(rc);
+    /* inspect is where a person asks whether an index is sound: check all of it */
+    if ((rc = larder_validate(d)) < 0) {
+        larder_close(d);
+        return fail(rc);
+    }
     int status = sample ? inspect_sample(d, sample, json) : inspect_summary(d, argv[optind], json);
     larder_close(d);
     return status;
@@ -453,7 +472,7 @@ static int cmd_verify(int argc, char **argv)
     }
     if (optind + 1 != argc) return usage_error("verify", "expected one INDEX");
     struct verify_state v;
-    int rc = larder_open(&v.d, argv[optind], NULL);
+    int rc = cli_open(&v.d, argv[optind], NULL);
     if (rc < 0) return fail(rc);
     progress_start(&v.bar, "verifying");
     int64_t bad = larder_verify(v.d, on_bad, on_verify_progress, &v);
@@ -509,7 +528,7 @@ static int cmd_cat(int argc, char **argv)
     larder_open_options open_options = {
         .version = LARDER_OPEN_OPTIONS_VERSION, .verify_checksums = 1, .cache_dir = cache};
     larder_dataset *d;
-    int rc = larder_open(&d, argv[optind], &open_options);
+    int rc = cli_open(&d, argv[optind], &open_options);
     if (rc < 0) return fail(rc);
     int status = 1;
     int64_t id = resolve_sample(d, argv[optind + 1]);
@@ -599,7 +618,7 @@ static int cmd_warm(int argc, char **argv)
     if (!o.cache_dir || !o.cache_dir[0])
         return usage_error("warm", "no cache: give --cache DIR or set LARDER_CACHE");
     larder_dataset *d;
-    int rc = larder_open(&d, argv[optind], &o);
+    int rc = cli_open(&d, argv[optind], &o);
     if (rc < 0) return fail(rc);
     larder_dataset_info info;
     larder_dataset_info_get(d, &info);
@@ -841,6 +860,10 @@ static const char main_help[] =
     "  stat --cache DIR          what the node cache holds, and its counters\n"
     "  plan INDEX --batch G      print a rank's sample ids for an epoch, in order\n"
     "\n"
+    "Every command that reads an index refuses one whose shard names leave its\n"
+    "base (absolute paths, '..', file:// or other hosts' URLs) unless given\n"
+    "--trust-index: only for an index you trust as much as your own files.\n"
+    "\n"
     "'larder COMMAND --help' describes a command.  Version " LARDER_VERSION_STRING ".\n";
 
 int main(int argc, char **argv)
@@ -855,6 +878,20 @@ int main(int argc, char **argv)
         printf("larder %s\n", LARDER_VERSION_STRING);
         return 0;
     }
+    int kept = 2;
+    for (int i = 2; i < argc; i++) { /* a flag of every command */
+        if (strcmp(argv[i], "--") == 0) {
+            while (i < argc)
+                argv[kept++] = argv[i++];
+            break;
+        }
+        if (strcmp(argv[i], "--trust-index") == 0)
+            trust_index = true;
+        else
+            argv[kept++] = argv[i];
+    }
+    argc = kept;
+    argv[argc] = NULL;
     static const struct {
         const char *name;
         int (*run)(int, char **);

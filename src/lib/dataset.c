@@ -15,10 +15,12 @@
  */
 #include "cache.h"
 #include "client.h"
+#include "confine.h"
 #include "dataset.h"
 #include "index.h"
 #include "origin.h"
 #include "pool.h"
+#include "shardmap.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -41,6 +43,7 @@ struct larder_dataset {
     larder_open_options options;
     pthread_mutex_t lock; /* guards shards[] and pool */
     struct larder__origin **shards;
+    char **locations;                    /* where each shard is, resolved and checked at open */
     struct larder__cache *cache;         /* NULL: reads go to the origin */
     struct larder__cache_counters local; /* counters when there is no cache */
     struct larder__pool *pool;           /* for larder_read_samples, made on first use */
@@ -72,8 +75,12 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
         memcpy(&d->options, options, offsetof(larder_open_options, trust_index));
     else if (options)
         d->options = *options;
-    int rc;
-    if (larder__is_remote(url)) {
+    const char *const *allow = d->options.version >= 2 ? d->options.allow_prefixes : NULL;
+    /* a confined opener (the node daemon) reads nothing it may not: not even an index */
+    int rc = larder__allowed(url, allow, "index");
+    if (rc < 0) {
+        /* nothing */
+    } else if (larder__is_remote(url)) {
         rc = larder__origin_load(url, &d->image, &d->image_size);
     } else {
         const char *path = strncmp(url, "file://", 7) == 0 ? url + 7 : url;
@@ -98,8 +105,20 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
     }
     if (rc == 0) rc = larder__index_parse(&d->ix, d->image, d->image_size, d->url);
     if (rc == 0 &&
-        !(d->shards = calloc(d->ix.num_shards ? d->ix.num_shards : 1, sizeof *d->shards)))
+        (!(d->shards = calloc(d->ix.num_shards ? d->ix.num_shards : 1, sizeof *d->shards)) ||
+         !(d->locations = calloc(d->ix.num_shards ? d->ix.num_shards : 1, sizeof *d->locations))))
         rc = -ENOMEM;
+    /* every shard's location, confined to the index's base and the allowed
+     * prefixes, before any byte is read on the index's word */
+    for (uint64_t i = 0; rc == 0 && i < d->ix.num_shards; i++) {
+        rc = larder__shard_location(&d->ix, d->url, i, d->options.trust_index != 0,
+                                    &d->locations[i]);
+        if (rc == 0 && allow) {
+            char what[32];
+            snprintf(what, sizeof what, "shard %llu", (unsigned long long)i);
+            rc = larder__allowed(d->locations[i], allow, what);
+        }
+    }
     const char *cache_dir = options ? options->cache_dir : NULL;
     if (!cache_dir) cache_dir = getenv("LARDER_CACHE");
     if (rc == 0 && cache_dir && cache_dir[0])
@@ -142,6 +161,10 @@ void larder_close(larder_dataset *d)
         for (uint64_t i = 0; i < d->ix.num_shards; i++)
             larder__origin_close(d->shards[i]);
     free(d->shards);
+    if (d->locations)
+        for (uint64_t i = 0; i < d->ix.num_shards; i++)
+            free(d->locations[i]);
+    free(d->locations);
     if (d->mapped)
         munmap(d->image, d->image_size);
     else
@@ -165,6 +188,13 @@ int larder_dataset_info_get(const larder_dataset *d, larder_dataset_info *info)
     info->version = d->ix.version;
     larder__hex128(d->ix.id_high, d->ix.id_low, info->dataset_id);
     return 0;
+}
+
+int larder_validate(larder_dataset *d)
+{
+    if (!d) return larder__fail(LARDER_EUSAGE, "larder_validate: NULL dataset");
+    int rc = larder__index_check_hash(&d->ix);
+    return rc < 0 ? rc : larder__index_validate(&d->ix);
 }
 
 int larder_sample_info_get(const larder_dataset *d, uint64_t id, larder_sample_info *info)
@@ -225,14 +255,7 @@ static int shard_origin(larder_dataset *d, uint32_t shard, struct larder__origin
 {
     pthread_mutex_lock(&d->lock);
     int rc = 0;
-    if (!d->shards[shard]) {
-        struct larder__shard info;
-        rc = larder__index_shard(&d->ix, shard, &info);
-        char *url = rc == 0 ? larder__resolve(d->url, info.name) : NULL;
-        if (rc == 0 && !url) rc = -ENOMEM;
-        if (rc == 0) rc = larder__origin_open(&d->shards[shard], url);
-        free(url);
-    }
+    if (!d->shards[shard]) rc = larder__origin_open(&d->shards[shard], d->locations[shard]);
     *out = d->shards[shard];
     pthread_mutex_unlock(&d->lock);
     return rc;

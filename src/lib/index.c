@@ -33,7 +33,8 @@ enum {
     H_FILE_SIZE = 88,
     H_BLOCK_SIZE = 96,
     H_FLAGS = 100,
-    H_RESERVED = 104,
+    H_BASE = 104, /* version 2, with LARDER_INDEX_FLAG_BASE: string reference */
+    H_RESERVED = 112,
     H_CHECKSUM = 120,
 };
 
@@ -131,10 +132,10 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
         return larder__fail(LARDER_EBADINDEX, "%s: bad magic at offset 0: not a larder index",
                             name);
     ix->version = larder__le32(h + H_VERSION);
-    if (ix->version != LARDER_INDEX_VERSION)
+    if (ix->version < 1 || ix->version > LARDER_INDEX_VERSION)
         return larder__fail(LARDER_EVERSION,
-                            "%s: index format version %u at offset %d; this build reads %d", name,
-                            ix->version, H_VERSION, LARDER_INDEX_VERSION);
+                            "%s: index format version %u at offset %d; this build reads 1 to %d",
+                            name, ix->version, H_VERSION, LARDER_INDEX_VERSION);
     if (larder__le32(h + H_HEADER_SIZE) != LARDER_INDEX_HEADER_SIZE)
         return larder__fail(LARDER_EBADINDEX, "%s: header size %u at offset %d, expected %d", name,
                             larder__le32(h + H_HEADER_SIZE), H_HEADER_SIZE,
@@ -172,9 +173,16 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
                             "%s: key table of %llu slots for %llu samples (offset %d)", name,
                             (unsigned long long)ix->num_key_slots,
                             (unsigned long long)ix->num_samples, H_NUM_KEY_SLOTS);
-    if (ix->block_size == 0 || ix->block_size & (ix->block_size - 1))
-        return larder__fail(LARDER_EBADINDEX, "%s: block size %u is not a power of two", name,
-                            ix->block_size);
+    if (ix->block_size < LARDER_MIN_BLOCK_SIZE || ix->block_size > LARDER_MAX_BLOCK_SIZE ||
+        ix->block_size & (ix->block_size - 1))
+        return larder__fail(
+            LARDER_EBADINDEX, "%s: block size %u is not a power of two from %u to %u (offset %d)",
+            name, ix->block_size, LARDER_MIN_BLOCK_SIZE, LARDER_MAX_BLOCK_SIZE, H_BLOCK_SIZE);
+    uint32_t flags = larder__le32(h + H_FLAGS);
+    uint32_t known_flags = ix->version >= 2 ? LARDER_INDEX_FLAG_BASE : 0;
+    if (flags & ~known_flags)
+        return larder__fail(LARDER_EBADINDEX, "%s: unknown flags %#x at offset %d", name, flags,
+                            H_FLAGS);
     ix->image = h;
     ix->image_size = size;
     ix->shards = h + l.shards;
@@ -183,10 +191,23 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
     ix->dims = h + l.dims;
     ix->key_slots = h + l.key_slots;
     ix->strings = h + l.strings;
+    if (flags & LARDER_INDEX_FLAG_BASE) {
+        ix->base = string_at(ix, larder__le64(h + H_BASE));
+        if (!ix->base || !ix->base[0])
+            return larder__fail(LARDER_EBADINDEX,
+                                "%s: base string offset %llu (offset %d) out of range", name,
+                                (unsigned long long)larder__le64(h + H_BASE), H_BASE);
+    }
     for (uint64_t i = 0; i < ix->num_shards; i++) {
         struct larder__shard shard;
         int rc = larder__index_shard(ix, i, &shard);
         if (rc < 0) return rc;
+        /* bounded one by one, the sum cannot overflow before it is checked */
+        ix->shard_bytes += shard.size;
+        if (ix->shard_bytes > LARDER_MAX_DATASET_SIZE)
+            return larder__fail(LARDER_EBADINDEX,
+                                "%s: shards 0-%llu hold more than 2^60 bytes together", name,
+                                (unsigned long long)i);
     }
     return 0;
 }
@@ -207,6 +228,12 @@ int larder__index_shard(const struct larder__index *ix, uint64_t shard, struct l
                             "%s: shard %llu (offset %llu): name string offset %llu out of range",
                             ix->name, (unsigned long long)shard, (unsigned long long)record_offset,
                             (unsigned long long)larder__le64(r));
+    if (out->size > LARDER_MAX_SHARD_SIZE)
+        return larder__fail(LARDER_EBADINDEX,
+                            "%s: shard %llu ('%s', offset %llu): size %llu is more than larder "
+                            "supports (2^56 bytes)",
+                            ix->name, (unsigned long long)shard, out->name,
+                            (unsigned long long)record_offset, (unsigned long long)out->size);
     if (out->format != LARDER_FORMAT_TAR && out->format != LARDER_FORMAT_FLAT)
         return larder__fail(LARDER_EBADINDEX, "%s: shard %llu (offset %llu): unknown format %u",
                             ix->name, (unsigned long long)shard, (unsigned long long)record_offset,
@@ -348,6 +375,7 @@ int64_t larder__index_find_key(const struct larder__index *ix, const char *key, 
     if (ix->num_key_slots == 0) return LARDER_ENOTFOUND;
     uint64_t hash = larder__key_hash(key, key_length);
     uint64_t mask = ix->num_key_slots - 1;
+    int64_t found = -1;
     /* The table has at least one empty slot (slots > samples), but a
      * corrupt one might not: bound the probe by the table size. */
     for (uint64_t i = 0, slot = hash & mask; i < ix->num_key_slots; i++, slot = (slot + 1) & mask) {
@@ -358,9 +386,20 @@ int64_t larder__index_find_key(const struct larder__index *ix, const char *key, 
         if (id >= ix->num_samples) continue;
         const uint8_t *r = ix->samples + id * LARDER_INDEX_SAMPLE_SIZE;
         const char *candidate = string_at(ix, larder__le64(r + 24));
-        if (candidate && strlen(candidate) == key_length && memcmp(candidate, key, key_length) == 0)
-            return (int64_t)id;
+        if (candidate && strlen(candidate) == key_length &&
+            memcmp(candidate, key, key_length) == 0) {
+            if (found >= 0)
+                return larder__fail(LARDER_EDUPKEY,
+                                    "%s: samples %lld and %llu both have key '%.*s' (keys are "
+                                    "unique: the index is corrupt)",
+                                    ix->name, (long long)found, (unsigned long long)id,
+                                    (int)(key_length > 200 ? 200 : key_length), key);
+            /* go on to the end of the probe run: a second sample with this
+             * key would make every lookup of it ambiguous */
+            found = (int64_t)id;
+        }
     }
+    if (found >= 0) return found;
     return larder__fail(LARDER_ENOTFOUND, "%s: no sample with key '%.*s'", ix->name,
                         (int)(key_length > 200 ? 200 : key_length), key);
 }
@@ -404,6 +443,7 @@ struct larder__index_builder {
     /* key slots (same encoding as the file) for duplicate detection */
     uint64_t *slots;
     uint64_t num_slots;
+    char *base; /* NULL, or the base shard names are relative to (makes a version 2 index) */
     /* interned non-key strings (field and shard names): offset+1, 0 empty */
     uint64_t *names;
     uint64_t num_name_slots, num_names;
@@ -441,7 +481,20 @@ void larder__index_builder_free(struct larder__index_builder *b)
     free(b->strings);
     free(b->slots);
     free(b->names);
+    free(b->base);
     free(b);
+}
+
+int larder__index_builder_set_base(struct larder__index_builder *b, const char *base)
+{
+    char *copy = base ? strdup(base) : NULL;
+    if (base && (!copy || !base[0] || strlen(base) > UINT32_MAX)) {
+        free(copy);
+        return copy ? larder__fail(LARDER_EUSAGE, "bad index base '%s'", base) : -ENOMEM;
+    }
+    free(b->base);
+    b->base = copy;
+    return 0;
 }
 
 /* Append a string to the table; returns its offset or a negative code. */
@@ -693,6 +746,8 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
         builder_string(b, b->shards[i].name, &length);
         prefix += 4 + length + 1;
     }
+    uint64_t base_offset = prefix; /* the base, if any, follows the shard names */
+    if (b->base) prefix += 4 + strlen(b->base) + 1;
     struct layout l;
     if (!compute_layout(b->num_shards, b->num_samples, b->num_fields, b->num_dims, num_slots,
                         prefix + b->strings_size, &l))
@@ -700,7 +755,13 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
 
     uint8_t header[LARDER_INDEX_HEADER_SIZE] = {0};
     memcpy(header + H_MAGIC, LARDER_INDEX_MAGIC, 8);
-    larder__put_le32(header + H_VERSION, LARDER_INDEX_VERSION);
+    /* version 1 unless a base needs version 2: older readers keep reading
+     * what they can read right, and refuse what they would misread */
+    larder__put_le32(header + H_VERSION, b->base ? 2 : 1);
+    if (b->base) {
+        larder__put_le32(header + H_FLAGS, LARDER_INDEX_FLAG_BASE);
+        larder__put_le64(header + H_BASE, base_offset);
+    }
     larder__put_le32(header + H_HEADER_SIZE, LARDER_INDEX_HEADER_SIZE);
     larder__put_le64(header + H_NUM_SHARDS, b->num_shards);
     larder__put_le64(header + H_NUM_SAMPLES, b->num_samples);
@@ -773,6 +834,12 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
         size_t length;
         builder_string(b, b->shards[i].name, &length);
         out_put(o, b->strings + b->shards[i].name, 4 + length + 1);
+    }
+    if (b->base) {
+        uint8_t length[4];
+        larder__put_le32(length, (uint32_t)strlen(b->base));
+        out_put(o, length, 4);
+        out_put(o, b->base, strlen(b->base) + 1);
     }
     out_put(o, b->strings, b->strings_size);
     out_flush(o);

@@ -56,37 +56,79 @@ static int sink(void *userdata, const void *data, size_t length)
 }
 
 /*
- * The name to record for `shard` in an index written to `index_path`:
- * a URL as it is; a local path relative to the index's directory.
+ * Where each shard is, absolute: a URL as it is, a local path through
+ * realpath(3).  NULL (errno set) when a local shard cannot be found.
  */
-static char *shard_name_for(const char *index_path, const char *shard)
+static char *shard_location(const char *shard)
 {
-    if (larder__is_remote(shard)) return strdup(shard);
+    if (larder__is_remote(shard) || strncmp(shard, "s3://", 5) == 0) return strdup(shard);
     const char *path = strncmp(shard, "file://", 7) == 0 ? shard + 7 : shard;
-    char target[PATH_MAX], dir[PATH_MAX], base[PATH_MAX];
-    if (!realpath(path, target)) return NULL;
-    snprintf(base, sizeof base, "%s", index_path);
-    char *slash = strrchr(base, '/');
+    char target[PATH_MAX];
+    return realpath(path, target) ? strdup(target) : NULL;
+}
+
+/*
+ * The names to record for the shards at `locations` in an index written
+ * to `index_path`, and the base they are relative to (NULL: the index's
+ * own directory).  Shards inside the index's directory tree are named
+ * relative to it, so the two move together; otherwise the index records
+ * the shards' common directory (or URL directory) as its base, since a
+ * name may not climb out with "..".  Shards with nothing in common (two
+ * hosts, or files and URLs) keep their full locations, and only an
+ * opener that trusts the index will read it.  Returns 0 or -ENOMEM.
+ */
+static int shard_names(const char *index_path, char **locations, size_t count, char **base,
+                       const char **names)
+{
+    char dir[PATH_MAX], directory[PATH_MAX];
+    snprintf(directory, sizeof directory, "%s", index_path);
+    char *slash = strrchr(directory, '/');
     if (slash)
-        *slash = '\0';
+        slash[1] = '\0';
     else
-        snprintf(base, sizeof base, ".");
-    if (!realpath(base[0] ? base : "/", dir)) return NULL;
-    /* drop the leading directories both share, then climb out of the rest of dir */
-    size_t common = 0; /* length of the shared prefix, ending at a component boundary */
-    for (size_t i = 0;; i++) {
-        bool dir_end = dir[i] == '\0' || dir[i] == '/';
-        bool target_end = target[i] == '\0' || target[i] == '/';
-        if (dir_end && target_end) common = i;
-        if (dir[i] == '\0' || dir[i] != target[i]) break;
+        snprintf(directory, sizeof directory, "./");
+    size_t inside = 0;
+    if (realpath(directory, dir)) {
+        size_t length = strlen(dir);
+        if (length > 1) dir[length++] = '/', dir[length] = '\0';
+        while (inside < count && strncmp(locations[inside], dir, length) == 0)
+            inside++;
+        if (inside == count) { /* all under the index's directory */
+            *base = NULL;
+            for (size_t i = 0; i < count; i++)
+                names[i] = locations[i] + length;
+            return 0;
+        }
     }
-    if (strcmp(dir, "/") == 0) common = 0;
-    char out[PATH_MAX * 2];
-    size_t used = 0;
-    for (size_t i = common; dir[i]; i++)
-        if (dir[i] == '/') used += (size_t)snprintf(out + used, sizeof out - used, "../");
-    snprintf(out + used, sizeof out - used, "%s", target + common + 1);
-    return strdup(out);
+    /* the longest common prefix ending in '/', past any "scheme://host/" */
+    size_t common = strlen(locations[0]);
+    for (size_t i = 1; i < count; i++) {
+        size_t k = 0;
+        while (k < common && locations[i][k] == locations[0][k])
+            k++;
+        common = k;
+    }
+    while (common > 0 && locations[0][common - 1] != '/')
+        common--;
+    const char *scheme = strstr(locations[0], "://");
+    size_t minimum = scheme ? (size_t)(scheme - locations[0]) + 3 : 1;
+    if (scheme) {
+        const char *host_end = strchr(scheme + 3, '/');
+        minimum = host_end ? (size_t)(host_end - locations[0]) + 1 : strlen(locations[0]) + 1;
+    }
+    if (common < minimum) {
+        *base = NULL; /* nothing shared: full names, for trusting openers only */
+        for (size_t i = 0; i < count; i++)
+            names[i] = locations[i];
+        larder__log(LARDER_LOG_WARN,
+                    "the shards share no directory or URL prefix: the index names them in "
+                    "full, and opening it takes --trust-index");
+        return 0;
+    }
+    if (!(*base = strndup(locations[0], common))) return -ENOMEM;
+    for (size_t i = 0; i < count; i++)
+        names[i] = locations[i] + common;
+    return 0;
 }
 
 int larder_index_shards(const char *const *shards, size_t num_shards, const char *index_path,
@@ -100,15 +142,20 @@ int larder_index_shards(const char *const *shards, size_t num_shards, const char
     ix.scanner = malloc(larder__tar_scanner_size());
     if (!ix.scanner) rc = -ENOMEM;
     uint64_t total = 0;
+    char **locations = calloc(num_shards, sizeof *locations);
+    const char **names = calloc(num_shards, sizeof *names);
+    char *base = NULL;
+    if (rc == 0 && (!locations || !names)) rc = -ENOMEM;
     for (size_t i = 0; rc == 0 && i < num_shards; i++) {
-        char *name = shard_name_for(index_path, shards[i]);
-        if (!name) {
+        errno = 0;
+        if (!(locations[i] = shard_location(shards[i])))
             rc = larder__fail(-errno ? -errno : -ENOMEM, "%s: %s", shards[i],
                               strerror(errno ? errno : ENOMEM));
-            break;
-        }
-        int64_t shard = larder__index_builder_add_shard(ix.builder, name, LARDER_FORMAT_TAR);
-        free(name);
+    }
+    if (rc == 0) rc = shard_names(index_path, locations, num_shards, &base, names);
+    if (rc == 0 && base) rc = larder__index_builder_set_base(ix.builder, base);
+    for (size_t i = 0; rc == 0 && i < num_shards; i++) {
+        int64_t shard = larder__index_builder_add_shard(ix.builder, names[i], LARDER_FORMAT_TAR);
         if (shard < 0) {
             rc = (int)shard;
             break;
@@ -144,6 +191,11 @@ int larder_index_shards(const char *const *shards, size_t num_shards, const char
         result->bytes_written = total;
         memcpy(result->dataset_id, id, sizeof id);
     }
+    for (size_t i = 0; locations && i < num_shards; i++)
+        free(locations[i]);
+    free(locations);
+    free(names);
+    free(base);
     free(ix.scanner);
     larder__index_builder_free(ix.builder);
     return rc;

@@ -11,8 +11,12 @@ mkdir -p elsewhere
 "$LARDER" index shards/a.tar shards/b.tar -o elsewhere/index.larder >out.txt
 grep -q "indexed 60 samples in 2 shards" out.txt || fail "$(cat out.txt)"
 [ "$(sha256sum shards/*.tar)" = "$before" ] || fail "shards were modified"
-"$LARDER" inspect elsewhere/index.larder --sample 0 | grep "../shards/a.tar" >/dev/null ||
-  fail "shard names are not relative to the index"
+# shards outside the index's directory: the index records their directory as
+# its base (format version 2) and names them under it, never with ".."
+"$LARDER" inspect elsewhere/index.larder --sample 0 | grep -E "shard +0 \(a.tar\)" >/dev/null ||
+  fail "shard names are not relative to the shards' directory"
+"$LARDER" inspect elsewhere/index.larder | grep -E "^version +2" >/dev/null ||
+  fail "an index with a base is not version 2"
 "$LARDER" verify elsewhere/index.larder >/dev/null || fail "verify"
 
 mkdir -p extracted && tar xf shards/a.tar -C extracted && tar xf shards/b.tar -C extracted
@@ -25,6 +29,10 @@ done
 "$LARDER" cat elsewhere/index.larder sample00001 >whole.bin
 tar tf whole.bin 2>/dev/null | grep sample00001.cls >/dev/null || fail "sample range is not tar members"
 
-# moving the index and shards together keeps working (relative names)
-mkdir moved && mv elsewhere shards moved/
-"$LARDER" verify moved/elsewhere/index.larder >/dev/null || fail "verify after move"
+# an index beside its shards names them relative to itself (version 1), so
+# moving the directory keeps it working
+"$LARDER" index shards/a.tar shards/b.tar -o shards/index.larder >/dev/null
+"$LARDER" inspect shards/index.larder | grep -E "^version +1" >/dev/null ||
+  fail "an index beside its shards needs no base"
+mkdir moved && mv shards moved/
+"$LARDER" verify moved/shards/index.larder >/dev/null || fail "verify after move"
