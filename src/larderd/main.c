@@ -53,6 +53,9 @@ struct output {
     int file;           /* then file_length bytes of this file (sendfile), or -1 */
     off_t file_offset;  /* advanced as they are sent */
     size_t file_length; /* left to send */
+    /* the lease that keeps those blocks from eviction until they are sent */
+    larder_dataset *leased_from;
+    int lease;
     uint8_t bytes[];
 };
 
@@ -115,6 +118,13 @@ static void on_signal(int signal_number)
 
 /* ---- connections and their output ---------------------------------------- */
 
+/* Free an output, ending its lease on cache blocks if it holds one. */
+static void output_free(struct output *o)
+{
+    if (o->leased_from) larder__dataset_release(o->leased_from, o->lease);
+    free(o);
+}
+
 static void connection_release(struct connection *c)
 {
     pthread_mutex_lock(&c->lock);
@@ -123,7 +133,7 @@ static void connection_release(struct connection *c)
     if (!last) return;
     while (c->head) {
         struct output *next = c->head->next;
-        free(c->head);
+        output_free(c->head);
         c->head = next;
     }
     pthread_mutex_destroy(&c->lock);
@@ -134,7 +144,9 @@ static void connection_release(struct connection *c)
 static struct output *output_new(size_t length)
 {
     struct output *o = malloc(sizeof *o + length);
-    if (o) o->next = NULL, o->length = length, o->sent = 0, o->file = -1, o->file_length = 0;
+    if (o)
+        o->next = NULL, o->length = length, o->sent = 0, o->file = -1, o->file_length = 0,
+        o->leased_from = NULL, o->lease = -1;
     return o;
 }
 
@@ -197,7 +209,7 @@ static bool flush(struct connection *c)
         if (o->sent < o->length || o->file_length) continue;
         c->head = o->next;
         if (!c->head) c->tail = NULL;
-        free(o);
+        output_free(o);
     }
     bool pending = c->head != NULL;
     pthread_mutex_unlock(&c->lock);
@@ -319,9 +331,9 @@ static void read_job(void *arg)
 {
     struct read_job *job = arg;
     size_t length = (size_t)job->read.length;
-    int file = -1;
+    int file = -1, lease = -1;
     int staged = larder__dataset_stage_range(job->entry->dataset, job->read.shard, job->read.offset,
-                                             job->read.length, &file);
+                                             job->read.length, &file, &lease);
     if (staged == 0) { /* in the cache: send it from there with sendfile */
         struct output *o = output_new(LARDER_WIRE_HEADER);
         if (o) {
@@ -330,8 +342,10 @@ static void read_job(void *arg)
             o->file = file;
             o->file_offset = (off_t)job->read.offset;
             o->file_length = length;
+            o->leased_from = job->entry->dataset, o->lease = lease;
             enqueue_output(job->connection, o);
         } else {
+            larder__dataset_release(job->entry->dataset, lease);
             send_error(job->connection, job->request, -ENOMEM, "out of memory");
         }
         connection_release(job->connection);

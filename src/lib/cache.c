@@ -16,7 +16,12 @@
 #include <unistd.h>
 
 #define BLOCKS_MAGIC "LARDERCB"
-#define BLOCKS_VERSION 2 /* 2: a third bitmap, of borrowed blocks */
+#define BLOCKS_VERSION 3 /* 2: a third bitmap, of borrowed blocks; 3: suspect blocks, boot id */
+#define FILE_MODE 0640   /* cache files: never world-readable (docs/security.md) */
+#define DIR_MODE 0750
+/* The most blocks one dataset's cache tracks: 2^36 (4 PiB in 64 KiB
+ * blocks) keeps the bitmaps within 32 GiB of sparse mapping. */
+#define MAX_BLOCKS (UINT64_C(1) << 36)
 #define HEADER_SIZE 4096
 
 /* The start of the shared `blocks` file. */
@@ -34,6 +39,7 @@ struct shared_header {
     uint64_t generation;      /* atomic: bumped whenever cached bytes may have changed
                                * under a reader (eviction, damage found, repair) */
     uint64_t borrowed_blocks; /* atomic: resident blocks that came from another node */
+    char boot_id[40];         /* the boot whose writes the resident bits trust (see suspect) */
     uint64_t reserved[4];
     struct larder__cache_counters counters; /* atomic */
 };
@@ -52,7 +58,13 @@ struct larder__cache {
     struct shared_header *header;
     uint64_t *resident, *referenced; /* bitmaps in the mapping */
     uint64_t *borrowed;              /* resident blocks borrowed from the shard's owner node */
-    uint64_t borrow_capacity;        /* bytes of borrowed blocks kept; 0: no own limit */
+    /* Resident blocks not trusted until a fill checks them again: those
+     * the cache held when the machine last went down.  A resident bit is
+     * set after its data is written, but nothing orders the two on the
+     * way to disk, so after a power loss a set bit may stand over a hole
+     * or stale bytes. */
+    uint64_t *suspect;
+    uint64_t borrow_capacity; /* bytes of borrowed blocks kept; 0: no own limit */
     size_t map_size;
     pthread_mutex_t lock; /* guards data_fds[] and retired[] */
     int *data_fds;
@@ -61,6 +73,8 @@ struct larder__cache {
     bool warned_full;
     pthread_mutex_t evict_lock;
 };
+
+static void disturbed(struct larder__cache *c);
 
 static uint64_t atomic_load64(const uint64_t *p)
 {
@@ -79,7 +93,7 @@ static uint64_t words_for(uint64_t bits)
 
 static int make_dir(const char *path)
 {
-    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+    if (mkdir(path, DIR_MODE) < 0 && errno != EEXIST)
         return larder__fail(-errno, "%s: %s", path, strerror(errno));
     return 0;
 }
@@ -92,6 +106,18 @@ static void grow(const struct larder__cache *c, uint32_t shard, int fd)
         larder__sys.ftruncate(fd, (off_t)c->shard_size[shard]);
 }
 
+/* This boot's id (a fixed string where the kernel does not say). */
+static void boot_id(char out[40])
+{
+    memset(out, 0, 40);
+    int fd = larder__sys.open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC, 0);
+    ssize_t n = fd >= 0 ? larder__sys.pread(fd, out, 39, 0) : -1;
+    if (fd >= 0) larder__sys.close(fd);
+    if (n <= 0) snprintf(out, 40, "unknown");
+    for (int i = 0; i < 40; i++)
+        if (out[i] == '\n') out[i] = '\0';
+}
+
 /* Create the blocks file under a temporary name and link it into place;
  * losing the race to another process is fine: its file is used. */
 static int create_blocks(const struct larder__cache *c, const char *path,
@@ -100,7 +126,7 @@ static int create_blocks(const struct larder__cache *c, const char *path,
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
         return larder__fail(-ENAMETOOLONG, "%s: path too long", path);
-    int fd = larder__open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    int fd = larder__open(tmp, O_RDWR | O_CREAT | O_TRUNC, FILE_MODE);
     if (fd < 0) return fd;
     struct shared_header h = {.version = BLOCKS_VERSION,
                               .block_size = c->block_size,
@@ -109,6 +135,7 @@ static int create_blocks(const struct larder__cache *c, const char *path,
                               .num_shards = c->num_shards,
                               .total_blocks = c->shard_base[c->num_shards]};
     memcpy(h.magic, BLOCKS_MAGIC, 8);
+    boot_id(h.boot_id);
     for (uint64_t i = 0; i < c->num_shards; i++)
         h.total_bytes += c->shard_size[i];
     int rc = 0;
@@ -123,7 +150,7 @@ static int create_blocks(const struct larder__cache *c, const char *path,
     for (uint64_t i = 0; rc == 0 && i < c->num_shards; i++) {
         char data[PATH_MAX];
         snprintf(data, sizeof data, "%s/%06llu.data", c->dir, (unsigned long long)i);
-        int dfd = larder__open(data, O_RDWR | O_CREAT, 0644);
+        int dfd = larder__open(data, O_RDWR | O_CREAT, FILE_MODE);
         if (dfd < 0) {
             rc = dfd;
         } else {
@@ -137,13 +164,46 @@ static int create_blocks(const struct larder__cache *c, const char *path,
     return rc;
 }
 
+/*
+ * After a reboot, every resident block becomes suspect: what reached the
+ * disk before the machine went down is not known.  The first opener of
+ * this boot marks them, under an exclusive lock on the blocks file so
+ * that no other process is between the check and the stamp.
+ */
+static void distrust_after_reboot(struct larder__cache *c, uint64_t words, const char *path)
+{
+    char now[40];
+    boot_id(now);
+    if (memcmp(c->header->boot_id, now, sizeof now) == 0) return;
+    int fd = larder__open(path, O_RDWR, 0);
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    while (fd >= 0 && fcntl(fd, F_OFD_SETLKW, &lock) < 0 && errno == EINTR)
+        ;
+    if (memcmp(c->header->boot_id, now, sizeof now) != 0) {
+        uint64_t marked = 0;
+        for (uint64_t w = 0; w < words; w++) {
+            uint64_t bits = atomic_load64(&c->resident[w]);
+            __atomic_fetch_or(&c->suspect[w], bits, __ATOMIC_RELEASE);
+            marked += (uint64_t)__builtin_popcountll(bits);
+        }
+        disturbed(c);
+        memcpy(c->header->boot_id, now, sizeof now);
+        if (marked)
+            larder__log(LARDER_LOG_INFO,
+                        "%s: the machine restarted since these %llu blocks were staged; each is "
+                        "checked again before it is served",
+                        c->dir, (unsigned long long)marked);
+    }
+    if (fd >= 0) larder__sys.close(fd); /* drops the lock */
+}
+
 /* Map the blocks file, creating it if absent; check it is ours. */
 static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/blocks", c->dir);
     uint64_t words = words_for(c->shard_base[c->num_shards]);
-    c->map_size = HEADER_SIZE + 3 * words * 8;
+    c->map_size = HEADER_SIZE + 4 * words * 8;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (access(path, F_OK) != 0) {
             int rc = create_blocks(c, path, ix, c->map_size);
@@ -187,6 +247,8 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         c->resident = (uint64_t *)((uint8_t *)map + HEADER_SIZE);
         c->referenced = c->resident + words;
         c->borrowed = c->referenced + words;
+        c->suspect = c->borrowed + words;
+        distrust_after_reboot(c, words, path);
         return 0;
     }
     return larder__fail(LARDER_ECACHE, "%s: cannot set up the cache state", path);
@@ -231,7 +293,12 @@ int larder__cache_open(struct larder__cache **out, const char *dir, const struct
             base += (shard.size + block_size - 1) >> c->block_shift;
         }
         c->shard_base[c->num_shards] = base;
-        rc = make_dir(dir);
+        if (base > MAX_BLOCKS)
+            rc = larder__fail(LARDER_ECACHE,
+                              "%s: %llu blocks of %u bytes is more than one cache tracks (2^36); "
+                              "use larger blocks",
+                              dir, (unsigned long long)base, block_size);
+        if (rc == 0) rc = make_dir(dir);
     }
     if (rc == 0) rc = make_dir(c->dir);
     if (rc == 0) rc = map_blocks(c, ix);
@@ -239,7 +306,10 @@ int larder__cache_open(struct larder__cache **out, const char *dir, const struct
         larder__cache_close(c);
         return rc;
     }
-    c->header->capacity = capacity;
+    /* the capacity is the node's: an opener that sets one sets it for every
+     * process sharing this cache (the daemon's --cache-size); one that
+     * sets none follows it */
+    if (capacity) __atomic_store_n(&c->header->capacity, capacity, __ATOMIC_RELEASE);
     *out = c;
     return 0;
 }
@@ -299,13 +369,27 @@ bool larder__cache_resident(const struct larder__cache *c, uint32_t shard, uint6
 {
     uint64_t base = c->shard_base[shard];
     for (uint64_t b = first; b <= last; b++)
+        if (!bit_get(c->resident, base + b) || bit_get(c->suspect, base + b)) return false;
+    return true;
+}
+
+bool larder__cache_present(const struct larder__cache *c, uint32_t shard, uint64_t first,
+                           uint64_t last)
+{
+    uint64_t base = c->shard_base[shard];
+    for (uint64_t b = first; b <= last; b++)
         if (!bit_get(c->resident, base + b)) return false;
     return true;
 }
 
+static uint64_t capacity_of(const struct larder__cache *c)
+{
+    return __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
+}
+
 void larder__cache_touch(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
-    if (!c->capacity) return; /* nothing is evicted: no use for the clock's marks */
+    if (!capacity_of(c)) return; /* nothing is evicted: no use for the clock's marks */
     uint64_t base = c->shard_base[shard];
     for (uint64_t b = base + first; b <= base + last; b++)
         if (!bit_get(c->referenced, b)) /* no cache-line write when already set */
@@ -381,7 +465,7 @@ static int open_data(struct larder__cache *c, uint32_t shard)
     bool created = false;
     int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0 && errno == ENOENT) {
-        fd = larder__sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        fd = larder__sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, FILE_MODE);
         created = fd >= 0;
         if (fd < 0 && errno == EEXIST) fd = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
     }
@@ -436,7 +520,7 @@ static int data_fd_for_store(struct larder__cache *c, uint32_t shard)
 
 bool larder__cache_evicts(const struct larder__cache *c)
 {
-    return c->capacity || c->borrow_capacity;
+    return capacity_of(c) || c->borrow_capacity;
 }
 
 int larder__cache_data_fd(struct larder__cache *c, uint32_t shard)
@@ -455,7 +539,7 @@ int larder__cache_pread(struct larder__cache *c, uint32_t shard, void *buf, size
 int larder__cache_lock(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
     /* a descriptor of its own: OFD locks of one open file description never conflict */
-    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, 0644);
+    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, FILE_MODE);
     if (fd < 0) return fd;
     struct flock lock = {.l_type = F_WRLCK,
                          .l_whence = SEEK_SET,
@@ -476,9 +560,40 @@ void larder__cache_unlock(struct larder__cache *c, int lock)
     if (lock >= 0) larder__sys.close(lock); /* closing drops the OFD lock */
 }
 
+void larder__cache_trust(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    uint64_t base = c->shard_base[shard];
+    for (uint64_t b = base + first; b <= base + last; b++)
+        if (bit_get(c->suspect, b)) clear_bits(c->suspect, b, b);
+}
+
+int larder__cache_lease(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    /* a shared lock on the blocks' bytes of `locks`: the evictor's
+     * non-blocking exclusive lock fails on it, so the blocks stay */
+    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, FILE_MODE);
+    if (fd < 0) return fd;
+    struct flock lock = {.l_type = F_RDLCK,
+                         .l_whence = SEEK_SET,
+                         .l_start = (off_t)(c->shard_base[shard] + first),
+                         .l_len = (off_t)(last - first + 1)};
+    while (fcntl(fd, F_OFD_SETLKW, &lock) < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        larder__sys.close(fd);
+        return larder__fail(-err, "%s: lease: %s", c->locks_path, strerror(err));
+    }
+    if (!larder__cache_resident(c, shard, first, last)) { /* evicted before the lease */
+        larder__sys.close(fd);
+        return LARDER_ENOTFOUND;
+    }
+    return fd;
+}
+
 void larder__cache_forget(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
     uint64_t base = c->shard_base[shard];
+    clear_bits(c->suspect, base + first, base + last);
     uint64_t cleared = clear_bits(c->resident, base + first, base + last);
     __atomic_fetch_sub(&c->header->resident_blocks, cleared, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&c->header->borrowed_blocks,
@@ -518,6 +633,7 @@ static bool evict_block(struct larder__cache *c, int lock_fd, uint64_t b, bool b
         __atomic_fetch_sub(&c->header->resident_blocks, 1, __ATOMIC_RELAXED);
         if (clear_bits(c->borrowed, b, b))
             __atomic_fetch_sub(&c->header->borrowed_blocks, 1, __ATOMIC_RELAXED);
+        clear_bits(c->suspect, b, b);
         larder__cache_count(&c->header->counters.evictions, 1);
         uint32_t shard = shard_of(c, b);
         int data = data_fd(c, shard);
@@ -543,13 +659,14 @@ static bool evict_block(struct larder__cache *c, int lock_fd, uint64_t b, bool b
 static void evict(struct larder__cache *c)
 {
     uint64_t total = c->shard_base[c->num_shards];
-    uint64_t limit = c->capacity ? c->capacity >> c->block_shift : UINT64_MAX;
+    uint64_t capacity = capacity_of(c);
+    uint64_t limit = capacity ? capacity >> c->block_shift : UINT64_MAX;
     uint64_t borrow_limit = c->borrow_capacity ? c->borrow_capacity >> c->block_shift : UINT64_MAX;
     if (total == 0 || (atomic_load64(&c->header->resident_blocks) <= limit &&
                        atomic_load64(&c->header->borrowed_blocks) <= borrow_limit))
         return;
     pthread_mutex_lock(&c->evict_lock);
-    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, 0644);
+    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, FILE_MODE);
     /* first pass: borrowed blocks only, while either limit is exceeded */
     for (uint64_t steps = 0;
          fd >= 0 && steps < total && atomic_load64(&c->header->borrowed_blocks) > 0 &&
@@ -567,8 +684,13 @@ static void evict(struct larder__cache *c)
     pthread_mutex_unlock(&c->evict_lock);
 }
 
+void larder__cache_trim(struct larder__cache *c)
+{
+    evict(c);
+}
+
 int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
-                        const void *data, bool borrowed)
+                        const void *data, bool borrowed, bool checked)
 {
     int fd = data_fd_for_store(c, shard);
     if (fd < 0) return fd;
@@ -589,6 +711,10 @@ int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first,
     set_bits(c->referenced, base + first, base + last, NULL);
     uint64_t newly_borrowed = 0;
     if (borrowed) set_bits(c->borrowed, base + first, base + last, &newly_borrowed);
+    if (checked)
+        clear_bits(c->suspect, base + first, base + last);
+    else /* suspect before resident: never a moment of trust */
+        set_bits(c->suspect, base + first, base + last, NULL);
     set_bits(c->resident, base + first, base + last, &newly); /* only after the data */
     __atomic_fetch_add(&c->header->resident_blocks, newly, __ATOMIC_RELAXED);
     __atomic_fetch_add(&c->header->borrowed_blocks, newly_borrowed, __ATOMIC_RELAXED);

@@ -7,11 +7,20 @@
  *   DIR/<dataset id>/locks          byte-range locks: one byte per block
  *   DIR/<dataset id>/NNNNNN.data    one sparse file per shard
  *
- * `blocks` holds a header (block size, counters shared by all processes
- * of the node) and two bitmaps over all blocks of all shards: resident
- * (the block's bytes are in its data file) and referenced (read since the
- * eviction clock hand last passed).  A bit is set only after its data is
- * written, so a crash leaves at worst a block to fetch again.
+ * Directories are created 0750 and files 0640 (less what the umask
+ * takes): other users reach the cache only through the node daemon.
+ *
+ * `blocks` holds a header (block size, the capacity every process
+ * sharing the cache evicts to, counters shared by all processes of the
+ * node, the boot id) and four bitmaps over all blocks of all shards:
+ * resident (the block's bytes are in its data file, and were checked
+ * against the index's checksums before the bit was set), referenced (read
+ * since the eviction clock hand last passed), borrowed (came from another
+ * node), and suspect (resident before the machine last restarted).  A
+ * bit is set only after its data is written, so a process crash leaves at
+ * worst a block to fetch again; a power loss can leave a set bit over a
+ * hole, which is why a new boot marks every resident block suspect, and a
+ * suspect block is served only after a fill has checked it again.
  *
  * Single flight: a fill takes an exclusive open-file-description lock
  * (F_OFD_SETLKW) on the bytes of `locks` numbered like its blocks, then
@@ -45,8 +54,10 @@ struct larder__cache_counters {
 
 /*
  * Open (creating if needed) the cache of the dataset `ix` under `dir`.
- * block_size 0 takes the index's hint.  capacity 0 means no limit (else
- * bytes of resident blocks, enforced by eviction); borrow_capacity bounds
+ * block_size 0 takes the index's hint.  capacity: bytes of resident
+ * blocks, enforced by eviction, for every process sharing the cache (the
+ * last opener that sets one sets it); 0 follows what is set, and no one
+ * having set one means no limit.  borrow_capacity bounds
  * the blocks borrowed from other nodes (stored with borrowed set), which
  * are evicted first.  Refuses a cache
  * directory made with another block size (LARDER_EUSAGE, message says
@@ -61,9 +72,26 @@ LARDER_HIDDEN uint32_t larder__cache_block_size(const struct larder__cache *cach
 /* Blocks [first, last] of `shard` covering bytes [offset, offset + length). */
 LARDER_HIDDEN void larder__cache_blocks(const struct larder__cache *cache, uint64_t offset,
                                         uint64_t length, uint64_t *first, uint64_t *last);
-/* Whether all blocks [first, last] of `shard` are resident. */
+/* Whether all blocks [first, last] of `shard` are resident and trusted
+ * (none suspect): their bytes may be served as they are. */
 LARDER_HIDDEN bool larder__cache_resident(const struct larder__cache *cache, uint32_t shard,
                                           uint64_t first, uint64_t last);
+/* Whether all blocks [first, last] are in the data file, trusted or not
+ * (a fill may read suspect blocks, and checks them). */
+LARDER_HIDDEN bool larder__cache_present(const struct larder__cache *cache, uint32_t shard,
+                                         uint64_t first, uint64_t last);
+/* Trust suspect blocks a fill has checked.  Call with the fill lock held. */
+LARDER_HIDDEN void larder__cache_trust(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                       uint64_t last);
+/*
+ * Lease blocks [first, last] of `shard` so that no process evicts them
+ * until larder__cache_unlock(cache, lease): for sending them straight
+ * from the data file.  Waits for a fill of those blocks to finish.
+ * Returns the lease (>= 0), LARDER_ENOTFOUND when they are not all
+ * resident and trusted once leased, or a negative code.
+ */
+LARDER_HIDDEN int larder__cache_lease(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                      uint64_t last);
 /*
  * The cache's generation: it changes whenever bytes a reader trusted may
  * have changed under it (an eviction, damage found, a repair).  Readers
@@ -76,7 +104,7 @@ LARDER_HIDDEN uint64_t larder__cache_generation(const struct larder__cache *cach
  * (LARDER_ETRUNCATED when the file is shorter: it was cut underneath). */
 LARDER_HIDDEN int larder__cache_pread(struct larder__cache *cache, uint32_t shard, void *buf,
                                       size_t length, uint64_t offset);
-/* Whether this cache may evict blocks (it has a capacity or a borrowed share). */
+/* Whether this cache may evict blocks (the node's capacity, or this opener's borrowed share). */
 LARDER_HIDDEN bool larder__cache_evicts(const struct larder__cache *cache);
 /* The data file of a shard (opened on first use; valid until the cache closes). */
 LARDER_HIDDEN int larder__cache_data_fd(struct larder__cache *cache, uint32_t shard);
@@ -96,13 +124,18 @@ LARDER_HIDDEN void larder__cache_unlock(struct larder__cache *cache, int lock);
 /*
  * Store `data`, the bytes of blocks [first, last] of `shard` (the last
  * block may be short at the shard's end), and mark them resident (and
- * borrowed, when they came from another node).  Call
- * with the fill lock held.  Returns 0; or -ENOSPC/-EDQUOT/-EIO when the
- * disk refuses, in which case nothing is marked and the caller serves
+ * borrowed, when they came from another node).  `checked`: every sample
+ * byte in them matched its checksum; otherwise (a block shared with a
+ * sample the fill did not read whole) they are kept suspect, for a later
+ * fill to check without fetching them again.  Call with the fill lock held.  Returns 0; or
+ * -ENOSPC/-EDQUOT/-EIO when the disk refuses, in which case nothing is marked and the caller serves
  * the bytes uncached.
  */
 LARDER_HIDDEN int larder__cache_store(struct larder__cache *cache, uint32_t shard, uint64_t first,
-                                      uint64_t last, const void *data, bool borrowed);
+                                      uint64_t last, const void *data, bool borrowed, bool checked);
+/* Evict down to the limits again (stores do it as they go, but cannot evict
+ * what their own fill lock covers): call after releasing a fill lock. */
+LARDER_HIDDEN void larder__cache_trim(struct larder__cache *cache);
 /* Mark blocks absent (their bytes proved wrong).  Call with the fill lock held. */
 LARDER_HIDDEN void larder__cache_forget(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                         uint64_t last);

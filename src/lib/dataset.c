@@ -44,6 +44,8 @@ struct larder_dataset {
     pthread_mutex_t lock; /* guards shards[] and pool */
     struct larder__origin **shards;
     char **locations;                    /* where each shard is, resolved and checked at open */
+    struct larder__shard_map *map;       /* samples by offset, for fills (made on first use) */
+    int map_error;                       /* why the map could not be made (a corrupt index) */
     struct larder__cache *cache;         /* NULL: reads go to the origin */
     struct larder__cache_counters local; /* counters when there is no cache */
     struct larder__pool *pool;           /* for larder_read_samples, made on first use */
@@ -165,6 +167,7 @@ void larder_close(larder_dataset *d)
         for (uint64_t i = 0; i < d->ix.num_shards; i++)
             free(d->locations[i]);
     free(d->locations);
+    larder__shard_map_free(d->map);
     if (d->mapped)
         munmap(d->image, d->image_size);
     else
@@ -366,28 +369,34 @@ static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_
 /* Where each block of a fill came from. */
 enum { FROM_CACHE = 0, FROM_ORIGIN, FROM_PEER };
 
+/* A fill may read this much beyond what was asked to take in the whole
+ * samples at its edges (so that their blocks can be checked and kept);
+ * a raw range cutting into a larger sample is refused rather than read
+ * whole (docs/cache.md). */
+#define EDGE_EXTENSION (1u << 20)
+#define MAX_EXTRA_BYTES (UINT64_C(256) << 20)
+
 /*
- * Read the blocks [first, last] into span, from the cache where resident
- * (unless `everything`) and from the origin otherwise, one origin read
- * per run of missing blocks (or from the shard's owner node, in a daemon);
- * fetched[] marks where each block came from.  id is the sample's, for messages
- * (UINT64_MAX for a raw range).
+ * Read the blocks [first, last] of `shard` into span: those present in
+ * the cache from there (unless `everything`), the rest as one read per run
+ * of missing blocks, from the shard's owner node in a daemon or else the
+ * origin; fetched[] marks where each block came from.  Present blocks
+ * include suspect ones: the caller checks everything it keeps.
  */
-static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint64_t id,
-                         uint64_t first, uint64_t last, uint8_t *span, uint8_t *fetched,
-                         bool everything)
+static int fetch_missing(larder_dataset *d, uint32_t shard, uint64_t first, uint64_t last,
+                         uint8_t *span, uint8_t *fetched, bool everything)
 {
     struct larder__cache *c = d->cache;
     uint64_t start = larder__cache_block_offset(c, first);
     for (uint64_t b = first; b <= last;) {
         uint64_t at = larder__cache_block_offset(c, b) - start;
         uint64_t end = b;
-        if (!everything && larder__cache_resident(c, s->shard, b, b)) {
-            /* a run of resident blocks: one read from the cache */
-            while (end < last && larder__cache_resident(c, s->shard, end + 1, end + 1))
+        if (!everything && larder__cache_present(c, shard, b, b)) {
+            /* a run of present blocks: one read from the cache */
+            while (end < last && larder__cache_present(c, shard, end + 1, end + 1))
                 end++;
-            if (larder__cache_pread(c, s->shard, span + at,
-                                    (size_t)larder__cache_span(c, s->shard, b, end),
+            if (larder__cache_pread(c, shard, span + at,
+                                    (size_t)larder__cache_span(c, shard, b, end),
                                     start + at) == 0) {
                 for (uint64_t i = b; i <= end; i++)
                     fetched[i - first] = FROM_CACHE;
@@ -395,18 +404,14 @@ static int fetch_missing(larder_dataset *d, const struct larder__sample *s, uint
                 continue;
             } /* else the file was cut underneath: fetch the run */
         } else {
-            while (end < last &&
-                   (everything || !larder__cache_resident(c, s->shard, end + 1, end + 1)))
+            while (end < last && (everything || !larder__cache_present(c, shard, end + 1, end + 1)))
                 end++;
         }
-        uint64_t n = larder__cache_span(c, s->shard, b, end);
+        uint64_t n = larder__cache_span(c, shard, b, end);
         /* a refetch after wrong bytes goes to the origin itself, past any peer */
         bool from_peer = everything;
-        int rc = fetch_run(d, s->shard, start + at, n, span + at, &from_peer);
-        if (rc < 0)
-            return id == UINT64_MAX ? rc
-                                    : larder__fail_context(rc, "sample %llu ('%s')",
-                                                           (unsigned long long)id, key_of(d, id));
+        int rc = fetch_run(d, shard, start + at, n, span + at, &from_peer);
+        if (rc < 0) return rc;
         for (uint64_t i = b; i <= end; i++)
             fetched[i - first] = from_peer ? FROM_PEER : FROM_ORIGIN;
         b = end + 1;
@@ -439,71 +444,274 @@ static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_
     return 0;
 }
 
-/* Store the blocks that were fetched, run by run; false when the disk refused some. */
-static bool store_fetched(larder_dataset *d, const struct larder__sample *s, uint64_t first,
-                          uint64_t last, const uint8_t *span, const uint8_t *fetched)
+/* The shard map, built (and the sample records checked) on first use. */
+static int shard_map(larder_dataset *d, struct larder__shard_map **out)
 {
-    struct larder__cache *c = d->cache;
-    uint64_t start = larder__cache_block_offset(c, first);
-    for (uint64_t b = first; b <= last;) {
-        if (fetched[b - first] == FROM_CACHE) {
-            b++;
-            continue;
-        }
-        uint64_t end = b; /* a run of blocks that came from the same place */
-        while (end < last && fetched[end + 1 - first] == fetched[b - first])
-            end++;
-        if (larder__cache_store(c, s->shard, b, end,
-                                span + larder__cache_block_offset(c, b) - start,
-                                fetched[b - first] == FROM_PEER) < 0)
-            return false; /* disk full: served uncached (the cache counts it and warns once) */
-        b = end + 1;
+    struct larder__shard_map *map = __atomic_load_n(&d->map, __ATOMIC_ACQUIRE);
+    if (map) {
+        *out = map;
+        return 0;
     }
-    return true;
+    pthread_mutex_lock(&d->lock);
+    int rc = d->map_error;
+    if (!d->map && rc == 0) {
+        rc = larder__shard_map_build(&map, &d->ix);
+        if (rc == 0)
+            __atomic_store_n(&d->map, map, __ATOMIC_RELEASE);
+        else if (rc != -ENOMEM)
+            d->map_error = rc; /* a bad index stays bad: say so on every fill */
+    }
+    if (rc == LARDER_EBADINDEX && d->map_error)
+        rc = larder__fail(rc, "%s: the index is corrupt (see the first error for which record)",
+                          d->url);
+    *out = d->map;
+    pthread_mutex_unlock(&d->lock);
+    return *out ? 0 : rc;
 }
 
-/* The fill path (see the top of this file).  `suspect`: the cached bytes proved wrong. */
-static int fill(larder_dataset *d, const struct larder__sample *s, uint64_t id, uint64_t first,
-                uint64_t last, void *buf, bool suspect)
+/* A sample's offset and end, from a record the shard map has checked. */
+static void sample_span(const larder_dataset *d, uint64_t id, uint64_t *offset, uint64_t *end)
+{
+    struct larder__sample s;
+    larder__index_sample_range(&d->ix, id, &s);
+    *offset = s.offset;
+    *end = s.offset + s.length;
+}
+
+/*
+ * What a fill reads and checks: the samples overlapping what was asked
+ * (which must be checked, or nothing is served), and those overlapping
+ * the blocks around it (checked when cheap, so that their blocks can be
+ * kept).  Positions are the shard map's.
+ */
+struct fill_plan {
+    uint64_t need_first, need_last;   /* samples overlapping [lo, hi): [first, last) */
+    uint64_t check_first, check_last; /* every sample checked: [first, last) */
+    uint64_t first, last;             /* blocks read */
+};
+
+static int plan_fill(larder_dataset *d, struct larder__shard_map *map, uint32_t shard, uint64_t lo,
+                     uint64_t hi, struct fill_plan *p)
+{
+    struct larder__cache *c = d->cache;
+    uint64_t shard_size = larder__dataset_shard_size(d, shard);
+    larder__shard_map_overlapping(map, shard, lo, hi, &p->need_first, &p->need_last);
+    uint64_t start = lo, end = hi;
+    if (p->need_first < p->need_last) {
+        uint64_t a, z;
+        sample_span(d, larder__shard_map_id(map, p->need_first), &a, &z);
+        if (a < start) start = a;
+        sample_span(d, larder__shard_map_id(map, p->need_last - 1), &a, &z);
+        if (z > end) end = z;
+    }
+    if ((start < lo ? lo - start : 0) + (end - hi) > MAX_EXTRA_BYTES)
+        return larder__fail(LARDER_EUNSUPPORTED,
+                            "bytes %llu+%llu of shard %u cut into a sample too large to check "
+                            "for them (%llu bytes around them); read the sample itself",
+                            (unsigned long long)lo, (unsigned long long)(hi - lo), shard,
+                            (unsigned long long)(end - start));
+    /* the blocks these bytes fill, and the samples sharing them */
+    uint64_t first, last;
+    larder__cache_blocks(c, start, end - start, &first, &last);
+    uint64_t block_start = larder__cache_block_offset(c, first);
+    uint64_t block_end = block_start + larder__cache_span(c, shard, first, last);
+    larder__shard_map_overlapping(map, shard, block_start, block_end, &p->check_first,
+                                  &p->check_last);
+    /* take in the samples straddling the edges when that costs little more */
+    if (p->check_first < p->need_first || p->need_first == p->need_last) {
+        uint64_t a, z;
+        sample_span(d, larder__shard_map_id(map, p->check_first), &a, &z);
+        if (p->check_first < p->check_last && a < block_start && block_start - a > EDGE_EXTENSION)
+            p->check_first++;
+        else if (p->check_first < p->check_last && a < start)
+            start = a;
+    }
+    if (p->check_first < p->check_last) {
+        uint64_t a, z;
+        sample_span(d, larder__shard_map_id(map, p->check_last - 1), &a, &z);
+        bool needed = p->check_last == p->need_last && p->need_first < p->need_last;
+        if (!needed && z > block_end && z - block_end > EDGE_EXTENSION)
+            p->check_last--;
+        else if (z > end)
+            end = z;
+    }
+    if (p->check_first > p->check_last) p->check_first = p->check_last;
+    if (end > shard_size) end = shard_size;
+    larder__cache_blocks(c, start, end - start, &p->first, &p->last);
+    return 0;
+}
+
+/*
+ * Check the samples of a fill against their checksums.  ok[] (one per
+ * sample of the plan's checked range) says which matched; returns the
+ * first needed sample that did not (as an id), or UINT64_MAX.
+ */
+static uint64_t check_plan(larder_dataset *d, struct larder__shard_map *map,
+                           const struct fill_plan *p, const uint8_t *span, uint64_t span_start,
+                           bool *ok)
+{
+    uint64_t bad_needed = UINT64_MAX;
+    for (uint64_t q = p->check_first; q < p->check_last; q++) {
+        uint64_t id = larder__shard_map_id(map, q);
+        struct larder__sample s;
+        larder__index_sample_range(&d->ix, id, &s);
+        ok[q - p->check_first] = checksum_ok(&s, span + (s.offset - span_start));
+        if (!ok[q - p->check_first] && q >= p->need_first && q < p->need_last &&
+            bad_needed == UINT64_MAX)
+            bad_needed = id;
+    }
+    return bad_needed;
+}
+
+/* What becomes of each block a fill read. */
+enum { KEEP_CHECKED = 0, KEEP_SUSPECT, DISCARD };
+
+/*
+ * Which blocks of the fill may be kept: trusted, those whose every sample
+ * byte was checked and matched; suspect, those shared with a sample the
+ * fill did not check (a later fill checks them without fetching them
+ * again); none that hold bytes of a sample that failed.  Bytes of no
+ * sample (a tar's end blocks) have no checksum to check and no reader to
+ * mislead.  keep[] is per block.
+ */
+static void keepable(larder_dataset *d, struct larder__shard_map *map, uint32_t shard,
+                     const struct fill_plan *p, const bool *ok, uint8_t *keep)
+{
+    struct larder__cache *c = d->cache;
+    uint64_t n = p->last - p->first + 1;
+    for (uint64_t i = 0; i < n; i++)
+        keep[i] = KEEP_CHECKED;
+    uint64_t start = larder__cache_block_offset(c, p->first);
+    uint64_t end = start + larder__cache_span(c, shard, p->first, p->last);
+    uint64_t from, to;
+    larder__shard_map_overlapping(map, shard, start, end, &from, &to);
+    for (uint64_t q = from; q < to; q++) {
+        bool checked = q >= p->check_first && q < p->check_last;
+        if (checked && ok[q - p->check_first]) continue;
+        uint64_t a, z, first, last;
+        sample_span(d, larder__shard_map_id(map, q), &a, &z);
+        if (z == a) continue;
+        larder__cache_blocks(c, a, z - a, &first, &last);
+        for (uint64_t b = first < p->first ? p->first : first; b <= last && b <= p->last; b++)
+            if (keep[b - p->first] != DISCARD)
+                keep[b - p->first] = checked ? DISCARD : KEEP_SUSPECT;
+    }
+}
+
+/* Store (or trust, when they were read from the cache) the blocks that may be kept. */
+static void keep_blocks(larder_dataset *d, uint32_t shard, const struct fill_plan *p,
+                        const uint8_t *span, const uint8_t *fetched, const uint8_t *keep)
+{
+    struct larder__cache *c = d->cache;
+    uint64_t start = larder__cache_block_offset(c, p->first);
+    for (uint64_t b = p->first; b <= p->last;) {
+        uint64_t end = b; /* a run of blocks kept alike, from the same place */
+        while (end < p->last && keep[end + 1 - p->first] == keep[b - p->first] &&
+               fetched[end + 1 - p->first] == fetched[b - p->first])
+            end++;
+        uint8_t what = keep[b - p->first];
+        if (what == KEEP_CHECKED && fetched[b - p->first] == FROM_CACHE)
+            larder__cache_trust(c, shard, b, end);
+        else if (what != DISCARD && fetched[b - p->first] != FROM_CACHE &&
+                 larder__cache_store(c, shard, b, end,
+                                     span + larder__cache_block_offset(c, b) - start,
+                                     fetched[b - p->first] == FROM_PEER, what == KEEP_CHECKED) < 0)
+            return; /* disk full: served uncached (the cache counts it and warns once) */
+        b = end + 1;
+    }
+}
+
+/*
+ * The fill engine: bytes [lo, hi) of `shard` through the cache.  Under
+ * the fill lock of the blocks it reads, it reads what the cache does not
+ * hold, checks every sample those bytes belong to (and the samples
+ * sharing their blocks, when cheap), keeps the blocks whose bytes all
+ * checked out, and copies [lo, hi) to buf (when not NULL).  Nothing is
+ * copied or kept that failed its checksum: wrong bytes lead to one more
+ * read of everything from the origin itself, then to LARDER_ECHECKSUM
+ * naming the sample.  `suspect`: cached bytes already proved wrong.
+ */
+static int fill_range(larder_dataset *d, uint32_t shard, uint64_t lo, uint64_t hi, void *buf,
+                      bool suspect)
 {
     struct larder__cache *c = d->cache;
     struct larder__cache_counters *k = counters(d);
+    struct larder__shard_map *map;
+    int rc = shard_map(d, &map);
+    if (rc < 0) return rc;
+    struct fill_plan p;
+    if ((rc = plan_fill(d, map, shard, lo, hi, &p)) < 0) return rc;
     uint64_t started = now_microseconds();
-    int lock = larder__cache_lock(c, s->shard, first, last);
+    int lock = larder__cache_lock(c, shard, p.first, p.last);
     if (lock < 0) return lock;
-    if (!suspect && read_resident(d, s, id, first, last, buf)) { /* filled while we waited */
+    uint64_t want_first, want_last;
+    larder__cache_blocks(c, lo, hi - lo, &want_first, &want_last);
+    if (!suspect && larder__cache_resident(c, shard, want_first, want_last)) {
+        /* filled while we waited: resident blocks were checked when kept */
+        rc = buf ? larder__cache_pread(c, shard, buf, (size_t)(hi - lo), lo) : 0;
         larder__cache_unlock(c, lock);
-        larder__cache_count(&k->hits, 1);
-        return 0;
+        if (rc == 0) {
+            larder__cache_count(&k->hits, 1);
+            return 0;
+        }
+        lock = larder__cache_lock(c, shard, p.first, p.last); /* cut underneath: fill it */
+        if (lock < 0) return lock;
     }
     larder__cache_count(&k->misses, 1);
     if (suspect) {
         larder__cache_count(&k->refetches, 1);
-        larder__cache_forget(c, s->shard, first, last);
+        larder__cache_forget(c, shard, want_first, want_last);
     }
-    uint64_t span_length = larder__cache_span(c, s->shard, first, last);
+    uint64_t blocks = p.last - p.first + 1, checked = p.check_last - p.check_first;
+    uint64_t span_start = larder__cache_block_offset(c, p.first);
+    uint64_t span_length = larder__cache_span(c, shard, p.first, p.last);
     uint8_t *span = malloc(span_length ? (size_t)span_length : 1);
-    uint8_t *fetched = calloc(last - first + 1, sizeof *fetched);
-    int rc = span && fetched ? 0 : -ENOMEM;
-    uint64_t inside = s->offset - larder__cache_block_offset(c, first);
-    if (rc == 0) rc = fetch_missing(d, s, id, first, last, span, fetched, suspect);
-    if (rc == 0 && !checksum_ok(s, span + inside)) {
-        /* cached neighbours, or the transfer, may be what is wrong: fetch
-         * the whole range from the origin once more, then give up */
+    uint8_t *fetched = calloc(blocks, sizeof *fetched);
+    bool *ok = calloc(checked ? checked : 1, sizeof *ok);
+    uint8_t *keep = calloc(blocks, sizeof *keep);
+    rc = span && fetched && ok && keep ? 0 : -ENOMEM;
+    if (rc == 0) rc = fetch_missing(d, shard, p.first, p.last, span, fetched, suspect);
+    uint64_t bad = rc == 0 ? check_plan(d, map, &p, span, span_start, ok) : UINT64_MAX;
+    bool all_ok = true;
+    for (uint64_t i = 0; rc == 0 && i < checked; i++)
+        all_ok = all_ok && ok[i];
+    if (rc == 0 && !all_ok) {
+        /* cached neighbours, a peer, or the transfer may be what is wrong:
+         * read it all from the origin once more, then give up */
         larder__cache_count(&k->refetches, 1);
-        larder__cache_forget(c, s->shard, first, last);
-        rc = fetch_missing(d, s, id, first, last, span, fetched, true);
-        if (rc == 0 && (rc = check_sample(d, s, id, span + inside)) < 0)
-            rc = larder__fail_context(rc, "the origin's bytes do not match the index");
+        larder__cache_forget(c, shard, p.first, p.last);
+        rc = fetch_missing(d, shard, p.first, p.last, span, fetched, true);
+        bad = rc == 0 ? check_plan(d, map, &p, span, span_start, ok) : UINT64_MAX;
+    }
+    if (rc == 0 && bad != UINT64_MAX) {
+        struct larder__sample s;
+        larder__index_sample_range(&d->ix, bad, &s);
+        check_sample(d, &s, bad, span + (s.offset - span_start));
+        rc = larder__fail_context(LARDER_ECHECKSUM, "the origin's bytes do not match the index");
     }
     if (rc == 0) {
-        store_fetched(d, s, first, last, span, fetched);
-        memcpy(buf, span + inside, (size_t)s->length);
+        keepable(d, map, shard, &p, ok, keep);
+        keep_blocks(d, shard, &p, span, fetched, keep);
+        if (buf) memcpy(buf, span + (lo - span_start), (size_t)(hi - lo));
     }
     larder__cache_unlock(c, lock);
+    larder__cache_trim(c);
     larder__cache_record_fill(c, now_microseconds() - started);
     free(span);
     free(fetched);
+    free(ok);
+    free(keep);
+    return rc;
+}
+
+/* The fill path for one sample (see fill_range); `suspect`: its cached bytes proved wrong. */
+static int fill(larder_dataset *d, const struct larder__sample *s, uint64_t id, void *buf,
+                bool suspect)
+{
+    if (s->length == 0) return 0;
+    int rc = fill_range(d, s->shard, s->offset, s->offset + s->length, buf, suspect);
+    if (rc < 0 && rc != LARDER_ECHECKSUM)
+        rc = larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id, key_of(d, id));
     return rc;
 }
 
@@ -522,7 +730,7 @@ static int read_through_daemon(larder_dataset *d, const struct larder__sample *s
     if (larder__endpoint_down(d->daemon)) return -EAGAIN;
     int rc = larder__endpoint_read(d->daemon, d->ix.id_low, d->ix.id_high, s->shard, LARDER__DEMAND,
                                    s->offset, s->length, buf);
-    if (rc == 0 && !checksum_ok(s, buf)) rc = LARDER_ECHECKSUM;
+    if (rc == 0 && !checksum_ok(s, buf)) rc = check_sample(d, s, id, buf);
     if (rc == 0) larder__cache_count(&counters(d)->misses, 1);
     if (rc < 0)
         larder__log(LARDER_LOG_WARN,
@@ -554,7 +762,7 @@ static int read_whole(larder_dataset *d, const struct larder__sample *s, uint64_
         } else {
             /* all resident yet wrong or unreadable: the cache is what is wrong */
             bool suspect = larder__cache_resident(d->cache, s->shard, first, last);
-            rc = fill(d, s, id, first, last, buf, suspect);
+            rc = fill(d, s, id, buf, suspect);
         }
     }
     if (rc == 0) larder__cache_count(&k->bytes_served, s->length);
@@ -965,9 +1173,7 @@ int larder__dataset_stage(larder_dataset *d, uint64_t id)
     if (!d->cache || larder__dataset_staged(d, id)) return 0;
     uint8_t *buf = malloc(s.length ? (size_t)s.length : 1);
     if (!buf) return -ENOMEM;
-    uint64_t first, last;
-    larder__cache_blocks(d->cache, s.offset, s.length, &first, &last);
-    rc = fill(d, &s, id, first, last, buf, false);
+    rc = fill(d, &s, id, buf, false);
     free(buf);
     return rc;
 }
@@ -1008,61 +1214,91 @@ static int check_range(const larder_dataset *d, uint32_t shard, uint64_t offset,
     return 0;
 }
 
-/*
- * The blocks covering [offset, offset + length) through the cache: staged
- * under the fill lock, and the bytes copied to buf when it is not NULL.
- * *stored tells whether they are all in the cache now.
- */
-static int range_through_cache(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
-                               void *buf, bool *stored)
-{
-    *stored = false;
-    int rc = check_range(d, shard, offset, length);
-    if (rc < 0) return rc;
-    struct larder__cache *c = d->cache;
-    uint64_t first, last;
-    larder__cache_blocks(c, offset, length, &first, &last);
-    uint64_t start = larder__cache_block_offset(c, first);
-    uint64_t span_length = larder__cache_span(c, shard, first, last);
-    /* a block-aligned range (what peers ask for) is assembled in place */
-    bool in_place = buf && offset == start && length == span_length;
-    uint8_t *span = in_place ? buf : malloc((size_t)span_length);
-    uint8_t *fetched = calloc(last - first + 1, sizeof *fetched);
-    rc = span && fetched ? 0 : -ENOMEM;
-    int lock = rc == 0 ? larder__cache_lock(c, shard, first, last) : rc;
-    if (lock < 0) rc = lock;
-    struct larder__sample range = {.offset = offset, .length = length, .shard = shard};
-    if (rc == 0) rc = fetch_missing(d, &range, UINT64_MAX, first, last, span, fetched, false);
-    if (rc == 0) {
-        *stored = store_fetched(d, &range, first, last, span, fetched);
-        if (buf && !in_place) memcpy(buf, span + (offset - start), (size_t)length);
-    }
-    if (lock >= 0) larder__cache_unlock(c, lock);
-    if (!in_place) free(span);
-    free(fetched);
-    return rc;
-}
-
 int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
                                void *buf)
 {
-    bool flag = false;
-    if (!d->cache) {
-        int rc = check_range(d, shard, offset, length);
-        return rc < 0 ? rc : fetch_run(d, shard, offset, length, buf, &flag);
+    int rc = check_range(d, shard, offset, length);
+    if (rc < 0) return rc;
+    if (d->cache) {
+        uint64_t first, last;
+        larder__cache_blocks(d->cache, offset, length, &first, &last);
+        /* resident blocks were checked when they were kept; no lock, so
+         * an eviction (and a refill) racing the read must be seen: every
+         * eviction moves the generation before it punches its hole */
+        uint64_t generation = larder__cache_generation(d->cache);
+        if (larder__cache_resident(d->cache, shard, first, last) &&
+            larder__cache_pread(d->cache, shard, buf, (size_t)length, offset) == 0 &&
+            larder__cache_generation(d->cache) == generation &&
+            larder__cache_resident(d->cache, shard, first, last))
+            return 0;
+        return fill_range(d, shard, offset, offset + length, buf, false);
     }
-    return range_through_cache(d, shard, offset, length, buf, &flag);
+    /* no cache: read the samples these bytes belong to, and check them */
+    struct larder__shard_map *map;
+    struct fill_plan p;
+    if ((rc = shard_map(d, &map)) < 0) return rc;
+    uint64_t start = offset, end = offset + length;
+    larder__shard_map_overlapping(map, shard, start, end, &p.need_first, &p.need_last);
+    p.check_first = p.need_first, p.check_last = p.need_last;
+    for (uint64_t q = p.need_first; q < p.need_last; q++) {
+        uint64_t a, z;
+        sample_span(d, larder__shard_map_id(map, q), &a, &z);
+        if (a < start) start = a;
+        if (z > end) end = z;
+    }
+    if (end - start - length > MAX_EXTRA_BYTES)
+        return larder__fail(LARDER_EUNSUPPORTED,
+                            "bytes %llu+%llu of shard %u cut into a sample too large to check",
+                            (unsigned long long)offset, (unsigned long long)length, shard);
+    uint8_t *span = start == offset && end == offset + length ? buf : malloc((size_t)(end - start));
+    bool *ok = calloc(p.need_last - p.need_first + 1, sizeof *ok);
+    bool from_peer = false;
+    rc = span && ok ? fetch_run(d, shard, start, end - start, span, &from_peer) : -ENOMEM;
+    uint64_t bad = rc == 0 ? check_plan(d, map, &p, span, start, ok) : UINT64_MAX;
+    if (rc == 0 && bad != UINT64_MAX) {
+        struct larder__sample s;
+        larder__index_sample_range(&d->ix, bad, &s);
+        rc = check_sample(d, &s, bad, span + (s.offset - start));
+    }
+    if (rc == 0 && span != buf) memcpy(buf, span + (offset - start), (size_t)length);
+    if (span != buf) free(span);
+    free(ok);
+    return rc;
 }
 
 int larder__dataset_stage_range(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
-                                int *fd)
+                                int *fd, int *lease)
 {
-    /* an eviction between staging and sending would send a hole: only a
-     * cache that never evicts can hand out its files */
+    /* sendfile hands the socket references to page-cache pages, read when
+     * the bytes go out, after sendfile has returned and the lease has
+     * ended: an eviction's hole punched then would reach the peer as
+     * zeros (seen in tests/cli/daemon.sh).  So zero-copy only from a cache
+     * that evicts nothing, node-wide; the lease still covers the window
+     * between staging and sending. */
     if (!d->cache || larder__cache_evicts(d->cache)) return 1;
-    bool stored;
-    int rc = range_through_cache(d, shard, offset, length, NULL, &stored);
+    int rc = check_range(d, shard, offset, length);
     if (rc < 0) return rc;
-    if (!stored || (*fd = larder__cache_data_fd(d->cache, shard)) < 0) return 1;
-    return 0;
+    uint64_t first, last;
+    larder__cache_blocks(d->cache, offset, length, &first, &last);
+    /* stage, then lease: an eviction in between sends us round again */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (!larder__cache_resident(d->cache, shard, first, last) &&
+            (rc = fill_range(d, shard, offset, offset + length, NULL, false)) < 0)
+            return rc;
+        int held = larder__cache_lease(d->cache, shard, first, last);
+        if (held == LARDER_ENOTFOUND) continue; /* evicted, or not kept (disk full) */
+        if (held < 0) return 1;
+        if ((*fd = larder__cache_data_fd(d->cache, shard)) < 0) {
+            larder__cache_unlock(d->cache, held);
+            return 1;
+        }
+        *lease = held;
+        return 0;
+    }
+    return 1;
+}
+
+void larder__dataset_release(larder_dataset *d, int lease)
+{
+    if (lease >= 0) larder__cache_unlock(d->cache, lease);
 }

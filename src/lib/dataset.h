@@ -39,22 +39,29 @@ LARDER_HIDDEN void larder__dataset_id(const larder_dataset *dataset, uint64_t *l
 LARDER_HIDDEN uint32_t larder__dataset_num_shards(const larder_dataset *dataset);
 LARDER_HIDDEN uint64_t larder__dataset_shard_size(const larder_dataset *dataset, uint32_t shard);
 /*
- * Bytes [offset, offset + length) of a shard through the cache: the
- * blocks covering them are staged (from peers or the origin, under the
- * fill lock) and the bytes copied out.  Raw ranges carry no checksum of
- * their own: whoever assembles a sample from them checks the sample's.
+ * Bytes [offset, offset + length) of a shard, through the cache when there
+ * is one: the blocks covering them are staged (from peers or the origin,
+ * under the fill lock) and the bytes copied out.  Every sample those bytes
+ * belong to is read whole and checked first, so raw ranges are as
+ * trustworthy as samples (bytes of no sample, such as a tar's end blocks,
+ * have nothing to check).  A range cutting into a sample of more than
+ * 256 MiB around it is refused (LARDER_EUNSUPPORTED).
  */
 LARDER_HIDDEN int larder__dataset_read_range(larder_dataset *dataset, uint32_t shard,
                                              uint64_t offset, uint64_t length, void *buf);
 /*
  * Stage the same range in the cache without copying it out, for sending
- * straight from the data file: 0 and the file's descriptor in *fd (valid
- * while the dataset is open) when every block is in the cache now, 1 when
- * it cannot be (no cache, a full disk, a cache that evicts and so might
- * punch a hole before the send: use larder__dataset_read_range),
- * or a negative code.
+ * straight from the data file: 0 when every block is resident now, with
+ * the file's descriptor in *fd (valid while the dataset is open) and a
+ * lease in *lease that keeps any process from evicting those blocks until
+ * larder__dataset_release; 1 when it cannot be (no cache, a full disk,
+ * evicted again and again: use larder__dataset_read_range), or a negative
+ * code.
  */
 LARDER_HIDDEN int larder__dataset_stage_range(larder_dataset *dataset, uint32_t shard,
-                                              uint64_t offset, uint64_t length, int *fd);
+                                              uint64_t offset, uint64_t length, int *fd,
+                                              int *lease);
+/* End a lease from larder__dataset_stage_range (a negative lease is ignored). */
+LARDER_HIDDEN void larder__dataset_release(larder_dataset *dataset, int lease);
 
 #endif
