@@ -68,7 +68,7 @@ print("%d range reads, %d hedged (%.1f%%), bound %d; %d requests stalled"
 with open(sys.argv[1], "rb") as f:
     page = f.read()
 magic, version, size, per_hedge, spare, credit, b_reads, b_hedges = struct.unpack_from(
-    "<8sIIIIQQQ", page)
+    "=8sIIIIQQQ", page)
 assert len(page) == 4096 and magic == b"LARDERHB" and version == 1, (magic, version)
 assert (per_hedge, spare) == (20, 16), (per_hedge, spare)
 print("budget file: %d reads, %d hedges, credit %d" % (b_reads, b_hedges, credit))
