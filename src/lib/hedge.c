@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BUDGET_MAGIC "LARDERHB"
@@ -75,10 +76,15 @@ int larder__hedge_open_local(struct larder__hedge_budget **out)
  * a half-written one; losing the race to another creator is fine. */
 static int create_file(const char *path)
 {
-    static unsigned attempts; /* tells apart threads of one process creating at once */
-    char tmp[PATH_MAX];
+    /* a name no other creator uses: threads of one process, and processes
+     * in other pid namespaces (containers) sharing the directory */
+    static unsigned attempts;
     unsigned n = __atomic_fetch_add(&attempts, 1, __ATOMIC_RELAXED);
-    if (snprintf(tmp, sizeof tmp, "%s.%d.%u.tmp", path, (int)getpid(), n) >= (int)sizeof tmp)
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.%d.%u.%ld.tmp", path, (int)getpid(), n, now.tv_nsec) >=
+        (int)sizeof tmp)
         return larder__fail(-ENAMETOOLONG, "%s: path too long", path);
     int fd = larder__open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0640);
     if (fd < 0) return fd;
