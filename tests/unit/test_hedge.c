@@ -454,7 +454,8 @@ TEST(hedge_origin_reads_draw_on_the_node_budget)
     CHECK_EQ(larder__origin_read(o, buf, sizeof buf, 2000), 0);
     CHECK(memcmp(buf, data + 2000, sizeof buf) == 0);
     CHECK_EQ(larder__origin_hedges(), hedges + 1);
-    larder__sys.pread = real_pread;
+    /* pread stays slow: a losing attempt may still be on its way in (this
+     * test's process ends with it) */
     struct larder__hedge_stats s = stats_of(node);
     CHECK_EQ(s.reads, 20 + 2); /* both reads were counted on the node */
     CHECK_EQ(s.hedges, SPARE + 1);
