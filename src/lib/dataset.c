@@ -17,6 +17,7 @@
 #include "client.h"
 #include "confine.h"
 #include "dataset.h"
+#include "hedge.h"
 #include "index.h"
 #include "origin.h"
 #include "pool.h"
@@ -127,6 +128,7 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
         rc = larder__cache_open(&d->cache, cache_dir, &d->ix, options ? options->block_size : 0,
                                 options ? options->cache_capacity : 0,
                                 options ? options->borrow_capacity : 0);
+    if (rc == 0 && d->cache) larder__hedge_attach(cache_dir); /* else the process's own budget */
     pthread_mutex_init(&d->verified_lock, NULL);
     const char *daemon = options ? options->daemon_socket : NULL;
     if (!daemon) daemon = getenv("LARDER_SOCKET");

@@ -2,6 +2,7 @@
  * origin.c - file and HTTP origins behind one small interface.
  */
 #include "origin.h"
+#include "hedge.h"
 #include "s3.h"
 #include "sys.h"
 
@@ -28,6 +29,9 @@
 #define HEDGE_MIN_SAMPLES 16
 #define HEDGE_COLD_MS 500.0
 #define HEDGE_FLOOR_MS 2.0
+/* A read refused a hedge by the budget (hedge.h) asks again this often:
+ * credit comes with every read on the node, and the read may still stall. */
+#define HEDGE_RETRY_MS 50
 
 struct larder__origin {
     char *url;
@@ -43,21 +47,38 @@ struct larder__origin {
     uint64_t hedges; /* second requests sent (under lock) */
 };
 
-static _Atomic uint64_t hedges_sent;   /* all origins, for tests and statistics */
-static _Atomic uint64_t reads_started; /* range and file reads that could be hedged */
+static _Atomic uint64_t hedges_sent; /* by this process, all origins: for tests and statistics */
 
 /*
- * Hedges are a budget, not a reflex: at most HEDGE_SHARE of all reads (plus
- * a few, so a cold start can cut its first stall).  Against an origin that
- * queues (a shared file system at its cap), unbounded hedging adds load
- * exactly when it is slow, and makes the tail worse.
+ * Hedges are a budget, not a reflex: every read that may be hedged is
+ * counted, and every hedge is asked for, in the budget of the node (or of
+ * this process, until a dataset with a cache attaches the node's); the
+ * rule, 5% of reads plus a start-up allowance, is in hedge.h.
  */
-#define HEDGE_SHARE 0.05
-#define HEDGE_SPARE 4
-
-static bool hedge_allowed(void)
+static void hedge_count_read(void)
 {
-    return (double)hedges_sent < HEDGE_SHARE * (double)reads_started + HEDGE_SPARE;
+    larder__hedge_count_read(larder__hedge_process());
+}
+
+/* Whether the budget grants one more hedge (counted when it does). */
+static bool hedge_take(void)
+{
+    return larder__hedge_take(larder__hedge_process());
+}
+
+/* Give back a granted hedge that could not be sent (no memory, no thread). */
+static void hedge_unused(void)
+{
+    larder__hedge_refund(larder__hedge_process());
+}
+
+/* Count a hedge sent for a read of `o`. */
+static void hedge_sent(struct larder__origin *o)
+{
+    pthread_mutex_lock(&o->lock);
+    o->hedges++;
+    pthread_mutex_unlock(&o->lock);
+    hedges_sent++;
 }
 
 uint64_t larder__origin_hedges(void)
@@ -352,12 +373,13 @@ static CURL *perform_hedged(struct larder__origin *o, CURL *curl, struct body *b
         return curl;
     }
     double start = now_ms(), after = hedge_after_ms(o);
-    reads_started++;
+    hedge_count_read();
     curl_multi_add_handle(multi, curl);
     CURL *second = NULL, *winner = NULL;
     struct body hedge_body;
     uint8_t *hedge_buf = NULL;
     int finished = 0;
+    bool refused = false; /* the budget said no: ask again in HEDGE_RETRY_MS, not at once */
     while (!winner) {
         int running = 0;
         curl_multi_perform(multi, &running);
@@ -375,22 +397,27 @@ static CURL *perform_hedged(struct larder__origin *o, CURL *curl, struct body *b
             }
         }
         if (winner) break;
-        if (!second && now_ms() - start > after && hedge_allowed() &&
-            (hedge_buf = malloc(b->capacity)) && (second = handle_take(o))) {
-            hedge_body =
-                (struct body){.buf = hedge_buf, .capacity = b->capacity, .range_request = true};
-            http_setup(second, o, &hedge_body);
-            prepare(second, &hedge_body, arg);
-            curl_multi_add_handle(multi, second);
-            pthread_mutex_lock(&o->lock);
-            o->hedges++;
-            pthread_mutex_unlock(&o->lock);
-            hedges_sent++;
-            larder__log(LARDER_LOG_DEBUG, "%s: hedging a range read after %.1f ms", o->url,
-                        now_ms() - start);
-            continue;
+        if (!second && now_ms() - start > after) {
+            refused = !hedge_take();
+            if (!refused && (hedge_buf = malloc(b->capacity)) && (second = handle_take(o))) {
+                hedge_body =
+                    (struct body){.buf = hedge_buf, .capacity = b->capacity, .range_request = true};
+                http_setup(second, o, &hedge_body);
+                prepare(second, &hedge_body, arg);
+                curl_multi_add_handle(multi, second);
+                hedge_sent(o);
+                larder__log(LARDER_LOG_DEBUG, "%s: hedging a range read after %.1f ms", o->url,
+                            now_ms() - start);
+                continue;
+            }
+            if (!refused) { /* granted, but no memory or handle for it */
+                free(hedge_buf);
+                hedge_buf = NULL;
+                hedge_unused();
+                refused = true;
+            }
         }
-        double wait = second ? 50 : after - (now_ms() - start);
+        double wait = second || refused ? HEDGE_RETRY_MS : after - (now_ms() - start);
         curl_multi_poll(multi, NULL, 0, wait < 1 ? 1 : wait > 50 ? 50 : (int)wait, NULL);
     }
     curl_multi_remove_handle(multi, curl);
@@ -647,28 +674,30 @@ static int file_read(struct larder__origin *o, void *buf, size_t length, uint64_
     h->winner = -1;
     h->refs = 1;
     double after = hedge_after_ms(o);
-    reads_started++;
+    hedge_count_read();
     pthread_mutex_lock(&h->lock);
     if (!file_attempt_start(h)) {
         pthread_mutex_unlock(&h->lock);
         file_hedge_release(h);
         return larder__pread_full(o->fd, buf, length, offset, o->url);
     }
+    double ask_at = after; /* ms after start: when to ask the budget for a hedge */
+    bool may_hedge = true; /* false once a hedge could not be started (no thread) */
     while (h->winner < 0 && h->finished < h->started) {
-        if (h->started == 1) {
-            double left = after - (now_ms() - start);
-            if (left <= 0 && !hedge_allowed()) { /* over the budget: just wait */
-                pthread_cond_wait(&h->changed, &h->lock);
+        if (h->started == 1 && may_hedge) {
+            double left = ask_at - (now_ms() - start);
+            if (left <= 0 && !hedge_take()) { /* over the budget: credit may come later */
+                ask_at = now_ms() - start + HEDGE_RETRY_MS;
                 continue;
             }
             if (left <= 0) {
                 if (file_attempt_start(h)) {
-                    pthread_mutex_lock(&o->lock);
-                    o->hedges++;
-                    pthread_mutex_unlock(&o->lock);
-                    hedges_sent++;
+                    hedge_sent(o);
                     larder__log(LARDER_LOG_DEBUG, "%s: hedging a read after %.1f ms", o->url,
                                 now_ms() - start);
+                } else {
+                    hedge_unused();
+                    may_hedge = false;
                 }
                 continue;
             }
