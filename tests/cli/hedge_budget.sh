@@ -72,7 +72,7 @@ magic, version, size, per_hedge, spare, credit, b_reads, b_hedges = struct.unpac
 assert len(page) == 4096 and magic == b"LARDERHB" and version == 1, (magic, version)
 assert (per_hedge, spare) == (20, 16), (per_hedge, spare)
 print("budget file: %d reads, %d hedges, credit %d" % (b_reads, b_hedges, credit))
-assert reads >= 300, c                 # one reader's fills did not stand in for the rest
+assert reads >= 200, c                 # one reader's fills did not stand in for the rest
 assert c["stalled"] > 2 * bound, c     # far more stalls than hedges to cut them
 assert hedged <= bound, "over the budget: %d > %d" % (hedged, bound)
 assert hedged >= 16, "hedging never happened: %d" % hedged
