@@ -44,9 +44,10 @@ struct larder_dataset {
     larder_open_options options;
     pthread_mutex_t lock; /* guards shards[] and pool */
     struct larder__origin **shards;
-    char **locations;                    /* where each shard is, resolved and checked at open */
-    struct larder__shard_map *map;       /* samples by offset, for fills (made on first use) */
-    int map_error;                       /* why the map could not be made (a corrupt index) */
+    char **locations;              /* where each shard is, resolved and checked at open */
+    struct larder__shard_map *map; /* samples by offset, for fills (made on first use) */
+    int map_error;                 /* why the map could not be made (a corrupt index) */
+    char map_message[512];
     struct larder__cache *cache;         /* NULL: reads go to the origin */
     struct larder__cache_counters local; /* counters when there is no cache */
     struct larder__pool *pool;           /* for larder_read_samples, made on first use */
@@ -460,12 +461,13 @@ static int shard_map(larder_dataset *d, struct larder__shard_map **out)
         rc = larder__shard_map_build(&map, &d->ix);
         if (rc == 0)
             __atomic_store_n(&d->map, map, __ATOMIC_RELEASE);
-        else if (rc != -ENOMEM)
-            d->map_error = rc; /* a bad index stays bad: say so on every fill */
+        else if (rc != -ENOMEM) { /* a bad index stays bad: say why on every fill */
+            d->map_error = rc;
+            snprintf(d->map_message, sizeof d->map_message, "%s", larder_errmsg());
+        }
+    } else if (!d->map) {
+        rc = larder__fail(rc, "%s", d->map_message);
     }
-    if (rc == LARDER_EBADINDEX && d->map_error)
-        rc = larder__fail(rc, "%s: the index is corrupt (see the first error for which record)",
-                          d->url);
     *out = d->map;
     pthread_mutex_unlock(&d->lock);
     return *out ? 0 : rc;
