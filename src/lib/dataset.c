@@ -125,14 +125,22 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
     }
     const char *cache_dir = options ? options->cache_dir : NULL;
     if (!cache_dir) cache_dir = getenv("LARDER_CACHE");
-    if (rc == 0 && cache_dir && cache_dir[0])
+    const char *daemon = options ? options->daemon_socket : NULL;
+    if (!daemon) daemon = getenv("LARDER_SOCKET");
+    if (rc == 0 && cache_dir && cache_dir[0]) {
         rc = larder__cache_open(&d->cache, cache_dir, &d->ix, options ? options->block_size : 0,
                                 options ? options->cache_capacity : 0,
                                 options ? options->borrow_capacity : 0);
+        if ((rc == -EACCES || rc == -EPERM) && daemon && daemon[0]) {
+            /* another user's daemon owns the node cache (0750/0640): its
+             * clients go through it for everything */
+            larder__log(LARDER_LOG_INFO, "%s; reading through the node daemon only",
+                        larder_errmsg());
+            rc = 0;
+        }
+    }
     if (rc == 0 && d->cache) larder__hedge_attach(cache_dir); /* else the process's own budget */
     pthread_mutex_init(&d->verified_lock, NULL);
-    const char *daemon = options ? options->daemon_socket : NULL;
-    if (!daemon) daemon = getenv("LARDER_SOCKET");
     if (rc == 0 && daemon && daemon[0]) {
         /* the daemon opens the index itself: give it a path it can find */
         char absolute[PATH_MAX];
