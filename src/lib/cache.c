@@ -232,7 +232,10 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         if (rc == 0 && !sound) {
             /* damaged (for example cut short): start this dataset's cache afresh */
             larder__sys.close(fd);
-            larder__log(LARDER_LOG_WARN, "%s: damaged cache state, starting it afresh", path);
+            bool older = rc == 0 && size >= sizeof h && memcmp(h.magic, BLOCKS_MAGIC, 8) == 0 &&
+                         h.version != BLOCKS_VERSION;
+            larder__log(LARDER_LOG_WARN, "%s: %s, starting it afresh", path,
+                        older ? "cache state of another larder version" : "damaged cache state");
             unlink(path);
             continue;
         }
