@@ -33,6 +33,13 @@
 #define READER_TIMEOUT_MS 1000
 #define OPEN_TIMEOUT_MS 10000 /* opening an index may read it from a remote origin */
 
+/* Whether a negative code is -errno (larder's own range starts at -1000),
+ * whose message is then worth adding the daemon's address to. */
+static bool is_errno(int rc)
+{
+    return rc < 0 && rc > -1000;
+}
+
 struct larder__endpoint {
     char *address, *token, *index_url;
     int role, timeout_ms, down_ms;
@@ -321,7 +328,7 @@ static int connect_endpoint(struct larder__endpoint *e)
     }
     if (rc < 0) {
         close(fd);
-        if (rc > -4096)
+        if (is_errno(rc))
             return larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
         return rc;
     }
@@ -406,7 +413,7 @@ int larder__endpoint_read(struct larder__endpoint *e, uint64_t id_low, uint64_t 
              * the daemon's failure; once more on a fresh one */
             if (pooled && unanswered && attempt == 0) continue;
             mark_down(e, e->down_ms);
-            if (rc > -4096 && rc < 0)
+            if (is_errno(rc))
                 rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
             return rc;
         }
@@ -438,7 +445,8 @@ int larder__endpoint_stats(struct larder__endpoint *e, char **json)
     close(fd);
     if (rc < 0) {
         free(text);
-        if (rc > -4096) rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
+        if (is_errno(rc))
+            rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
         return rc;
     }
     text[frame.length] = '\0';
