@@ -23,6 +23,7 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
         struct larder__read read;
         struct larder__error_frame error;
         struct larder__opened opened;
+        struct larder__prove prove;
         switch (frame.type) {
         case LARDER__HELLO:
             larder__wire_hello(p, frame.length, &hello);
@@ -38,6 +39,9 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
             break;
         case LARDER__OPENED:
             larder__wire_opened(p, frame.length, &opened);
+            break;
+        case LARDER__PROVE:
+            larder__wire_prove(p, frame.length, &prove);
             break;
         default:
             break;

@@ -570,29 +570,6 @@ void larder__cache_trust(struct larder__cache *c, uint32_t shard, uint64_t first
         if (bit_get(c->suspect, b)) clear_bits(c->suspect, b, b);
 }
 
-int larder__cache_lease(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
-{
-    /* a shared lock on the blocks' bytes of `locks`: the evictor's
-     * non-blocking exclusive lock fails on it, so the blocks stay */
-    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, FILE_MODE);
-    if (fd < 0) return fd;
-    struct flock lock = {.l_type = F_RDLCK,
-                         .l_whence = SEEK_SET,
-                         .l_start = (off_t)(c->shard_base[shard] + first),
-                         .l_len = (off_t)(last - first + 1)};
-    while (fcntl(fd, F_OFD_SETLKW, &lock) < 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        larder__sys.close(fd);
-        return larder__fail(-err, "%s: lease: %s", c->locks_path, strerror(err));
-    }
-    if (!larder__cache_resident(c, shard, first, last)) { /* evicted before the lease */
-        larder__sys.close(fd);
-        return LARDER_ENOTFOUND;
-    }
-    return fd;
-}
-
 void larder__cache_forget(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
     uint64_t base = c->shard_base[shard];

@@ -84,15 +84,6 @@ LARDER_HIDDEN bool larder__cache_present(const struct larder__cache *cache, uint
 LARDER_HIDDEN void larder__cache_trust(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                        uint64_t last);
 /*
- * Lease blocks [first, last] of `shard` so that no process evicts them
- * until larder__cache_unlock(cache, lease): for sending them straight
- * from the data file.  Waits for a fill of those blocks to finish.
- * Returns the lease (>= 0), LARDER_ENOTFOUND when they are not all
- * resident and trusted once leased, or a negative code.
- */
-LARDER_HIDDEN int larder__cache_lease(struct larder__cache *cache, uint32_t shard, uint64_t first,
-                                      uint64_t last);
-/*
  * The cache's generation: it changes whenever bytes a reader trusted may
  * have changed under it (an eviction, damage found, a repair).  Readers
  * that skip the checksum of a sample they verified before do so only

@@ -1,7 +1,16 @@
 /*
  * client.c - blocking daemon clients with connection pools (client.h).
+ *
+ * Timeouts are what make a reader's fallback prompt: a reader (role 1,
+ * created with timeout 0) gives its daemon LARDER_DAEMON_TIMEOUT_MS
+ * (default 1000 ms) to accept, to greet and to start answering a READ,
+ * and goes to its own path to the origin when it does not; a dead
+ * daemon's socket refuses a connect at once.  A pooled connection the
+ * daemon closed meanwhile (its idle timeout) is not a failure of the
+ * daemon: the request is sent again, once, on a fresh connection.
  */
 #include "client.h"
+#include "auth.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -18,22 +27,43 @@
 #include <unistd.h>
 
 #define POOL 64
-#define DOWN_SECONDS 10
+#define PEER_DOWN_MS 10000   /* a peer that failed is left alone this long */
+#define READER_DOWN_MS 2000  /* a node daemon that failed: short, it may be restarting */
+#define DENIED_DOWN_MS 60000 /* a daemon that refused us will refuse again */
+#define READER_TIMEOUT_MS 1000
+#define OPEN_TIMEOUT_MS 10000 /* opening an index may read it from a remote origin */
+
+/* Whether a negative code is -errno (larder's own range starts at -1000),
+ * whose message is then worth adding the daemon's address to. */
+static bool is_errno(int rc)
+{
+    return rc < 0 && rc > -1000;
+}
 
 struct larder__endpoint {
     char *address, *token, *index_url;
-    int role, timeout_ms;
+    int role, timeout_ms, down_ms;
     pthread_mutex_t lock;
     int idle[POOL];
     int num_idle;
-    time_t down_until;
+    int64_t down_until_ms;
 };
 
-static time_t now_s(void)
+static int64_t now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The reader's timeout: LARDER_DAEMON_TIMEOUT_MS when it is a positive number, else 1000 ms. */
+static int reader_timeout_ms(void)
+{
+    const char *text = getenv("LARDER_DAEMON_TIMEOUT_MS");
+    char *end;
+    long value = text ? strtol(text, &end, 10) : 0;
+    if (text && *end == '\0' && value > 0 && value <= 3600000) return (int)value;
+    return READER_TIMEOUT_MS;
 }
 
 int larder__endpoint_new(struct larder__endpoint **out, const char *address, int role,
@@ -46,7 +76,8 @@ int larder__endpoint_new(struct larder__endpoint **out, const char *address, int
         return -ENOMEM;
     }
     e->role = role;
-    e->timeout_ms = timeout_ms > 0 ? timeout_ms : 10000;
+    e->timeout_ms = timeout_ms > 0 ? timeout_ms : reader_timeout_ms();
+    e->down_ms = role == LARDER__ROLE_READER ? READER_DOWN_MS : PEER_DOWN_MS;
     pthread_mutex_init(&e->lock, NULL);
     *out = e;
     return 0;
@@ -59,6 +90,7 @@ void larder__endpoint_free(struct larder__endpoint *e)
         close(e->idle[i]);
     pthread_mutex_destroy(&e->lock);
     free(e->address);
+    if (e->token) memset(e->token, 0, strlen(e->token));
     free(e->token);
     free(e->index_url);
     free(e);
@@ -72,35 +104,37 @@ const char *larder__endpoint_address(const struct larder__endpoint *e)
 bool larder__endpoint_down(struct larder__endpoint *e)
 {
     pthread_mutex_lock(&e->lock);
-    bool down = e->down_until > now_s();
+    bool down = e->down_until_ms > now_ms();
     pthread_mutex_unlock(&e->lock);
     return down;
 }
 
-static void mark_down(struct larder__endpoint *e)
+/* Leave the endpoint alone for down_ms, and drop its pooled connections. */
+static void mark_down(struct larder__endpoint *e, int down_ms)
 {
     pthread_mutex_lock(&e->lock);
-    e->down_until = now_s() + DOWN_SECONDS;
+    e->down_until_ms = now_ms() + down_ms;
     for (int i = 0; i < e->num_idle; i++)
         close(e->idle[i]);
     e->num_idle = 0;
     pthread_mutex_unlock(&e->lock);
 }
 
-/* Send all of buf, or fail. */
+/* Send all of buf: 0, or -errno (EPIPE when the other end is gone). */
 static int send_all(int fd, const void *buf, size_t length)
 {
     const uint8_t *p = buf;
     while (length) {
         ssize_t n = send(fd, p, length, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) return -ETIMEDOUT;
         if (n <= 0) return -(n < 0 ? errno : EPIPE);
         p += n, length -= (size_t)n;
     }
     return 0;
 }
 
-/* Receive exactly length bytes (the socket has a receive timeout). */
+/* Receive exactly length bytes (the socket has a receive timeout): 0 or -errno. */
 static int recv_all(int fd, void *buf, size_t length)
 {
     uint8_t *p = buf;
@@ -114,11 +148,42 @@ static int recv_all(int fd, void *buf, size_t length)
     return 0;
 }
 
-/* One frame: header into *frame, payload (up to capacity) into payload. */
-static int recv_frame(int fd, struct larder__frame *frame, void *payload, size_t capacity)
+/*
+ * Wait up to timeout_ms for an answer to start, then receive its header.
+ * 0; -ETIMEDOUT when nothing came in time; -ECONNRESET (or another
+ * -errno) with *answered false when the connection ended before any byte
+ * of the answer, with *answered true when it ended inside the header.
+ */
+static int recv_header(int fd, uint8_t header[LARDER_WIRE_HEADER], int timeout_ms, bool *answered)
+{
+    *answered = false;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(deadline - now_ms());
+        int n = poll(&p, 1, left > 0 ? left : 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -errno;
+        if (n == 0) return -ETIMEDOUT;
+        break;
+    }
+    ssize_t n;
+    do
+        n = recv(fd, header, LARDER_WIRE_HEADER, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return -(errno == EAGAIN ? ETIMEDOUT : errno);
+    if (n == 0) return -ECONNRESET;
+    *answered = true;
+    return recv_all(fd, header + n, LARDER_WIRE_HEADER - (size_t)n);
+}
+
+/* One frame: header into *frame, payload (up to capacity) into payload.  0 or a negative code. */
+static int recv_frame(int fd, struct larder__frame *frame, void *payload, size_t capacity,
+                      int timeout_ms)
 {
     uint8_t header[LARDER_WIRE_HEADER];
-    int rc = recv_all(fd, header, sizeof header);
+    bool answered;
+    int rc = recv_header(fd, header, timeout_ms, &answered);
     if (rc < 0) return rc;
     if ((rc = larder__wire_header(header, sizeof header, frame)) < 0) return rc;
     if (frame->length > capacity)
@@ -127,16 +192,32 @@ static int recv_frame(int fd, struct larder__frame *frame, void *payload, size_t
     return recv_all(fd, payload, frame->length);
 }
 
+/* The daemon's ERROR frame (its payload in hand) as our failure: its code and message. */
+static int error_answer(const struct larder__endpoint *e, const uint8_t *payload, uint32_t length)
+{
+    struct larder__error_frame error;
+    int rc = larder__wire_error(payload, length, &error);
+    if (rc < 0) return rc;
+    return larder__fail(error.code, "larder daemon at %s: %.*s", e->address,
+                        (int)error.message_length, error.message);
+}
+
+/* A connected socket (blocking, with send and receive timeouts), or -errno. */
 static int dial(const struct larder__endpoint *e)
 {
     int fd = -1;
+    struct timeval tv = {e->timeout_ms / 1000, (e->timeout_ms % 1000) * 1000};
     if (strchr(e->address, '/')) {
         struct sockaddr_un a = {.sun_family = AF_UNIX};
         if (strlen(e->address) >= sizeof a.sun_path) return -ENAMETOOLONG;
         strcpy(a.sun_path, e->address);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-            int err = errno;
+        if (fd < 0) return -errno;
+        /* a dead daemon's socket refuses at once; a hung one's full backlog
+         * would block the connect: the send timeout bounds that */
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+            int err = errno == EAGAIN || errno == EINPROGRESS ? ETIMEDOUT : errno;
             close(fd);
             return -err;
         }
@@ -151,11 +232,10 @@ static int dial(const struct larder__endpoint *e)
         for (struct addrinfo *ai = list; ai && fd < 0; ai = ai->ai_next) {
             fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
             if (fd < 0) continue;
-            /* connect with the timeout: non-blocking, then poll */
-            struct timeval tv = {e->timeout_ms / 1000, (e->timeout_ms % 1000) * 1000};
+            /* the send timeout bounds the connect too */
             setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
             if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-                err = errno;
+                err = errno == EINPROGRESS ? ETIMEDOUT : errno;
                 close(fd);
                 fd = -1;
             }
@@ -165,108 +245,187 @@ static int dial(const struct larder__endpoint *e)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
-    if (fd < 0) return -errno;
-    struct timeval tv = {e->timeout_ms / 1000, (e->timeout_ms % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     return fd;
 }
 
-/* A fresh connection: dialled, greeted, the dataset opened. */
+/*
+ * HELLO, WELCOME and, where the daemon asks for it, the proof of the
+ * cluster secret (docs/protocol.md, "Handshake").  A peer endpoint with a
+ * secret believes only a daemon that proves it first, and never sends
+ * the secret itself.  0, or a negative code with a message.
+ */
+static int greet(struct larder__endpoint *e, int fd)
+{
+    struct larder__hello hello = {.role = (uint32_t)e->role};
+    int rc = larder__auth_nonce(hello.nonce);
+    if (rc < 0) return larder__fail(rc, "no random nonce: %s", strerror(-rc));
+    uint8_t buf[LARDER_WIRE_HEADER + 8 + LARDER_WIRE_NONCE];
+    int n = larder__wire_encode_hello(buf, sizeof buf, 0, &hello);
+    if (n < 0) return n;
+    if ((rc = send_all(fd, buf, (size_t)n)) < 0) return rc;
+    struct larder__frame frame;
+    uint8_t answer[LARDER_WIRE_MAX_MESSAGE + 300];
+    if ((rc = recv_frame(fd, &frame, answer, sizeof answer, e->timeout_ms)) < 0) return rc;
+    if (frame.type == LARDER__ERROR) return error_answer(e, answer, frame.length);
+    if (frame.type != LARDER__WELCOME)
+        return larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: answer type %u to HELLO",
+                            e->address, frame.type);
+    struct larder__welcome welcome;
+    if ((rc = larder__wire_welcome(answer, frame.length, &welcome)) < 0) return rc;
+    bool with_secret = e->token && e->token[0];
+    if (welcome.auth == LARDER__AUTH_NONE) {
+        if (with_secret && e->role == LARDER__ROLE_PEER)
+            return larder__fail(LARDER_EDENIED,
+                                "larder daemon at %s does not authenticate (it has no cluster "
+                                "secret): not trusted",
+                                e->address);
+        return 0;
+    }
+    if (!with_secret)
+        return larder__fail(LARDER_EDENIED,
+                            "larder daemon at %s asks for the cluster secret, and none is set "
+                            "here",
+                            e->address);
+    uint8_t expected[LARDER_WIRE_PROOF];
+    size_t secret_length = strlen(e->token);
+    rc = larder__auth_proof(e->token, secret_length, LARDER__AUTH_SERVER_LABEL, hello.nonce,
+                            welcome.nonce, expected);
+    if (rc < 0) return rc;
+    if (!larder__auth_equal(expected, welcome.proof))
+        return larder__fail(LARDER_EDENIED,
+                            "larder daemon at %s did not prove the cluster secret: not trusted",
+                            e->address);
+    struct larder__prove prove;
+    rc = larder__auth_proof(e->token, secret_length, LARDER__AUTH_CLIENT_LABEL, welcome.nonce,
+                            hello.nonce, prove.proof);
+    if (rc < 0) return rc;
+    uint8_t frame_bytes[LARDER_WIRE_HEADER + LARDER_WIRE_PROOF];
+    n = larder__wire_encode_prove(frame_bytes, sizeof frame_bytes, 0, &prove);
+    return n < 0 ? n : send_all(fd, frame_bytes, (size_t)n);
+}
+
+/* A fresh connection: dialled, greeted, the dataset opened.  The fd, or a negative code. */
 static int connect_endpoint(struct larder__endpoint *e)
 {
     int fd = dial(e);
     if (fd < 0) return larder__fail(fd, "larder daemon at %s: %s", e->address, strerror(-fd));
-    uint8_t buf[LARDER_WIRE_HEADER + LARDER_WIRE_MAX_URL + 64];
-    struct larder__hello hello = {.role = (uint32_t)e->role,
-                                  .token_length = e->token ? (uint32_t)strlen(e->token) : 0,
-                                  .token = (const uint8_t *)e->token};
-    int n = larder__wire_encode_hello(buf, sizeof buf, 0, &hello);
-    int rc = n < 0 ? n : send_all(fd, buf, (size_t)n);
-    struct larder__frame frame;
-    uint8_t answer[LARDER_WIRE_MAX_MESSAGE + 300];
-    if (rc == 0) rc = recv_frame(fd, &frame, answer, sizeof answer);
-    if (rc == 0 && frame.type != LARDER__WELCOME) rc = LARDER_EPROTOCOL;
+    int rc = greet(e, fd);
     if (rc == 0 && e->index_url) {
-        n = larder__wire_encode_open(buf, sizeof buf, 1, e->index_url);
+        uint8_t buf[LARDER_WIRE_HEADER + LARDER_WIRE_MAX_URL];
+        struct larder__frame frame;
+        uint8_t answer[LARDER_WIRE_MAX_MESSAGE + 300];
+        int n = larder__wire_encode_open(buf, sizeof buf, 1, e->index_url);
         rc = n < 0 ? n : send_all(fd, buf, (size_t)n);
-        if (rc == 0) rc = recv_frame(fd, &frame, answer, sizeof answer);
-        if (rc == 0 && frame.type == LARDER__ERROR) {
-            struct larder__error_frame error;
-            rc = larder__wire_error(answer, frame.length, &error);
-            if (rc == 0)
-                rc = larder__fail(error.code, "larder daemon at %s: %.*s", e->address,
-                                  (int)error.message_length, error.message);
-        } else if (rc == 0 && frame.type != LARDER__OPENED) {
-            rc = LARDER_EPROTOCOL;
-        }
+        int timeout = e->timeout_ms > OPEN_TIMEOUT_MS ? e->timeout_ms : OPEN_TIMEOUT_MS;
+        if (rc == 0) rc = recv_frame(fd, &frame, answer, sizeof answer, timeout);
+        if (rc == 0 && frame.type == LARDER__ERROR)
+            rc = error_answer(e, answer, frame.length);
+        else if (rc == 0 && frame.type != LARDER__OPENED)
+            rc = larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: answer type %u to OPEN",
+                              e->address, frame.type);
     }
     if (rc < 0) {
         close(fd);
-        if (rc == LARDER_EPROTOCOL || rc > -4096)
-            return larder__fail(rc, "larder daemon at %s: %s", e->address, larder_strerror(rc));
+        if (is_errno(rc))
+            return larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
         return rc;
     }
     return fd;
 }
 
+/* A pooled connection that still looks open (no EOF or stray bytes waiting), or -1. */
+static int take_idle(struct larder__endpoint *e)
+{
+    for (;;) {
+        pthread_mutex_lock(&e->lock);
+        int fd = e->num_idle ? e->idle[--e->num_idle] : -1;
+        pthread_mutex_unlock(&e->lock);
+        if (fd < 0) return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+        if (poll(&p, 1, 0) == 0) return fd;
+        close(fd); /* closed by the daemon (idle timeout), or out of step */
+    }
+}
+
+/*
+ * One READ on fd.  0, or a negative code with a message; *connection_fault
+ * says the failure was the connection's (close it), *unanswered that it
+ * ended before any byte of an answer (EOF, EPIPE or ECONNRESET).
+ */
+static int read_on(struct larder__endpoint *e, int fd, const struct larder__read *read, void *buf,
+                   bool *connection_fault, bool *unanswered)
+{
+    uint8_t request[LARDER_WIRE_HEADER + 40];
+    int n = larder__wire_encode_read(request, sizeof request, 2, read);
+    int rc = n < 0 ? n : send_all(fd, request, (size_t)n);
+    uint8_t header[LARDER_WIRE_HEADER];
+    struct larder__frame frame;
+    bool answered = false;
+    if (rc == 0) rc = recv_header(fd, header, e->timeout_ms, &answered);
+    *unanswered = !answered && (rc == -EPIPE || rc == -ECONNRESET);
+    if (rc == 0) rc = larder__wire_header(header, sizeof header, &frame);
+    *connection_fault = rc < 0;
+    if (rc < 0) return rc;
+    if (frame.type == LARDER__DATA && frame.length == read->length) {
+        rc = recv_all(fd, buf, (size_t)read->length);
+        *connection_fault = rc < 0;
+    } else if (frame.type == LARDER__ERROR && frame.length <= 4 + LARDER_WIRE_MAX_MESSAGE) {
+        uint8_t payload[4 + LARDER_WIRE_MAX_MESSAGE];
+        rc = recv_all(fd, payload, frame.length);
+        *connection_fault = rc < 0;
+        if (rc == 0) {
+            rc = error_answer(e, payload, frame.length);
+            /* a malformed ERROR leaves the stream out of step */
+            *connection_fault = rc == LARDER_EPROTOCOL;
+        }
+    } else {
+        rc = larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: unexpected answer type %u",
+                          e->address, frame.type);
+        *connection_fault = true;
+    }
+    return rc;
+}
+
 int larder__endpoint_read(struct larder__endpoint *e, uint64_t id_low, uint64_t id_high,
                           uint32_t shard, int priority, uint64_t offset, uint64_t length, void *buf)
 {
-    pthread_mutex_lock(&e->lock);
-    int fd = e->num_idle ? e->idle[--e->num_idle] : -1;
-    pthread_mutex_unlock(&e->lock);
-    if (fd < 0 && (fd = connect_endpoint(e)) < 0) {
-        if (fd != LARDER_ENOTFOUND) mark_down(e);
-        return fd;
-    }
-    uint8_t request[LARDER_WIRE_HEADER + 40];
     struct larder__read read = {.id_low = id_low,
                                 .id_high = id_high,
                                 .shard = shard,
                                 .priority = (uint8_t)priority,
                                 .offset = offset,
                                 .length = length};
-    int n = larder__wire_encode_read(request, sizeof request, 2, &read);
-    int rc = send_all(fd, request, (size_t)n);
-    uint8_t header[LARDER_WIRE_HEADER];
-    struct larder__frame frame;
-    if (rc == 0) rc = recv_all(fd, header, sizeof header);
-    if (rc == 0) rc = larder__wire_header(header, sizeof header, &frame);
-    bool connection_fault = rc < 0;
-    if (rc == 0 && frame.type == LARDER__DATA && frame.length == length) {
-        rc = recv_all(fd, buf, length);
-        connection_fault = rc < 0;
-    } else if (rc == 0 && frame.type == LARDER__ERROR &&
-               frame.length <= 4 + LARDER_WIRE_MAX_MESSAGE) {
-        uint8_t payload[4 + LARDER_WIRE_MAX_MESSAGE];
-        struct larder__error_frame error;
-        rc = recv_all(fd, payload, frame.length);
-        if (rc == 0) rc = larder__wire_error(payload, frame.length, &error);
-        connection_fault = rc < 0;
-        if (rc == 0)
-            rc = larder__fail(error.code, "larder daemon at %s: %.*s", e->address,
-                              (int)error.message_length, error.message);
-    } else if (rc == 0) {
-        rc = larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: unexpected answer type %u",
-                          e->address, frame.type);
-        connection_fault = true;
-    }
-    if (connection_fault) {
-        close(fd);
-        mark_down(e);
-        if (rc > -4096 && rc < 0)
-            rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
+    for (int attempt = 0;; attempt++) {
+        int fd = take_idle(e);
+        bool pooled = fd >= 0;
+        if (!pooled && (fd = connect_endpoint(e)) < 0) {
+            if (fd != LARDER_ENOTFOUND)
+                mark_down(e, fd == LARDER_EDENIED ? DENIED_DOWN_MS : e->down_ms);
+            return fd;
+        }
+        bool connection_fault, unanswered;
+        int rc = read_on(e, fd, &read, buf, &connection_fault, &unanswered);
+        if (connection_fault) {
+            close(fd);
+            /* a pooled connection the daemon closed while it sat idle: not
+             * the daemon's failure; once more on a fresh one */
+            if (pooled && unanswered && attempt == 0) continue;
+            mark_down(e, e->down_ms);
+            if (is_errno(rc))
+                rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
+            return rc;
+        }
+        pthread_mutex_lock(&e->lock);
+        if (e->num_idle < POOL) {
+            e->idle[e->num_idle++] = fd;
+            fd = -1;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (fd >= 0) close(fd);
         return rc;
     }
-    pthread_mutex_lock(&e->lock);
-    if (e->num_idle < POOL) {
-        e->idle[e->num_idle++] = fd;
-        fd = -1;
-    }
-    pthread_mutex_unlock(&e->lock);
-    if (fd >= 0) close(fd);
-    return rc;
 }
 
 int larder__endpoint_stats(struct larder__endpoint *e, char **json)
@@ -279,14 +438,15 @@ int larder__endpoint_stats(struct larder__endpoint *e, char **json)
     struct larder__frame frame;
     char *text = malloc(LARDER_WIRE_MAX_STATS + 1);
     if (!text) rc = -ENOMEM;
-    if (rc == 0) rc = recv_frame(fd, &frame, text, LARDER_WIRE_MAX_STATS);
+    if (rc == 0) rc = recv_frame(fd, &frame, text, LARDER_WIRE_MAX_STATS, e->timeout_ms);
     if (rc == 0 && frame.type != LARDER__STATS)
         rc = larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: answer type %u to STAT",
                           e->address, frame.type);
     close(fd);
     if (rc < 0) {
         free(text);
-        if (rc > -4096) rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
+        if (is_errno(rc))
+            rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
         return rc;
     }
     text[frame.length] = '\0';

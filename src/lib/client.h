@@ -15,8 +15,12 @@ struct larder__endpoint;
 /*
  * An endpoint at `address`: a Unix socket path (containing '/'), or
  * host:port.  role 1 (reader) or 2 (peer); `token` is the cluster's
- * shared secret for peers (may be NULL).  `index_url` is opened on every
- * new connection.  timeout_ms bounds each request.
+ * shared secret for peers (may be NULL): it is never sent, only proofs
+ * over the handshake's nonces, and a daemon must prove it first.
+ * `index_url` is opened on every new connection.  timeout_ms bounds the
+ * connect, the wait for each answer to start and each stall inside one;
+ * 0 takes LARDER_DAEMON_TIMEOUT_MS from the environment (default 1000),
+ * which is what readers of a node daemon use.  0, or -ENOMEM.
  */
 LARDER_HIDDEN int larder__endpoint_new(struct larder__endpoint **out, const char *address, int role,
                                        const char *token, const char *index_url, int timeout_ms);
@@ -28,8 +32,10 @@ LARDER_HIDDEN bool larder__endpoint_down(struct larder__endpoint *endpoint);
 /*
  * Read bytes [offset, offset + length) of a shard of dataset (id_low,
  * id_high) through the endpoint, into buf.  0, or a negative code with a
- * message (the endpoint is then marked down when the failure was the
- * connection's, not an answer's).
+ * message (the endpoint is then marked down for a while when the failure
+ * was the connection's, not an answer's).  A pooled connection found
+ * closed before any byte of the answer is not a failure: the request is
+ * sent once more on a fresh connection.
  */
 LARDER_HIDDEN int larder__endpoint_read(struct larder__endpoint *endpoint, uint64_t id_low,
                                         uint64_t id_high, uint32_t shard, int priority,

@@ -1279,38 +1279,25 @@ int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offse
 }
 
 int larder__dataset_stage_range(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,
-                                int *fd, int *lease)
+                                int *fd)
 {
-    /* sendfile hands the socket references to page-cache pages, read when
-     * the bytes go out, after sendfile has returned and the lease has
-     * ended: an eviction's hole punched then would reach the peer as
-     * zeros (seen in tests/cli/daemon.sh).  So zero-copy only from a cache
-     * that evicts nothing, node-wide; the lease still covers the window
-     * between staging and sending. */
+    /* sendfile hands the socket references to page-cache pages that are
+     * read when the bytes go out, after sendfile has returned: an
+     * eviction's hole punched then reaches the client as zeros (seen in
+     * tests/cli/daemon.sh).  Holding a lock on the blocks until the client
+     * has taken them would let a slow client stall every fill of them.
+     * So zero-copy only from a cache that evicts nothing, node-wide (the
+     * capacity is in the shared header: a reader that sets one turns it
+     * off here too). */
     if (!d->cache || larder__cache_evicts(d->cache)) return 1;
     int rc = check_range(d, shard, offset, length);
     if (rc < 0) return rc;
     uint64_t first, last;
     larder__cache_blocks(d->cache, offset, length, &first, &last);
-    /* stage, then lease: an eviction in between sends us round again */
-    for (int attempt = 0; attempt < 3; attempt++) {
-        if (!larder__cache_resident(d->cache, shard, first, last) &&
-            (rc = fill_range(d, shard, offset, offset + length, NULL, false)) < 0)
-            return rc;
-        int held = larder__cache_lease(d->cache, shard, first, last);
-        if (held == LARDER_ENOTFOUND) continue; /* evicted, or not kept (disk full) */
-        if (held < 0) return 1;
-        if ((*fd = larder__cache_data_fd(d->cache, shard)) < 0) {
-            larder__cache_unlock(d->cache, held);
-            return 1;
-        }
-        *lease = held;
-        return 0;
-    }
-    return 1;
-}
-
-void larder__dataset_release(larder_dataset *d, int lease)
-{
-    if (lease >= 0) larder__cache_unlock(d->cache, lease);
+    if (!larder__cache_resident(d->cache, shard, first, last) &&
+        (rc = fill_range(d, shard, offset, offset + length, NULL, false)) < 0)
+        return rc;
+    /* not kept (a full disk, or suspect neighbours): send a copy */
+    if (!larder__cache_resident(d->cache, shard, first, last)) return 1;
+    return (*fd = larder__cache_data_fd(d->cache, shard)) < 0 ? 1 : 0;
 }

@@ -51,17 +51,14 @@ LARDER_HIDDEN int larder__dataset_read_range(larder_dataset *dataset, uint32_t s
                                              uint64_t offset, uint64_t length, void *buf);
 /*
  * Stage the same range in the cache without copying it out, for sending
- * straight from the data file: 0 when every block is resident now, with
- * the file's descriptor in *fd (valid while the dataset is open) and a
- * lease in *lease that keeps any process from evicting those blocks until
- * larder__dataset_release; 1 when it cannot be (no cache, a full disk,
- * evicted again and again: use larder__dataset_read_range), or a negative
- * code.
+ * straight from the data file: 0 and the file's descriptor in *fd (valid
+ * while the dataset is open) when every block is resident and trusted
+ * now and the node's cache evicts nothing (so nothing can punch a hole
+ * under bytes the socket has yet to read); 1 when that cannot be (no
+ * cache, a cache that evicts, a full disk: use larder__dataset_read_range);
+ * or a negative code.
  */
 LARDER_HIDDEN int larder__dataset_stage_range(larder_dataset *dataset, uint32_t shard,
-                                              uint64_t offset, uint64_t length, int *fd,
-                                              int *lease);
-/* End a lease from larder__dataset_stage_range (a negative lease is ignored). */
-LARDER_HIDDEN void larder__dataset_release(larder_dataset *dataset, int lease);
+                                              uint64_t offset, uint64_t length, int *fd);
 
 #endif

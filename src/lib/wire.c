@@ -9,9 +9,11 @@ static uint64_t max_payload(uint8_t type)
 {
     switch (type) {
     case LARDER__HELLO:
-        return 8 + LARDER_WIRE_MAX_TOKEN;
+        return 8 + LARDER_WIRE_NONCE;
     case LARDER__WELCOME:
-        return 20 + LARDER_WIRE_MAX_NAME;
+        return 88 + LARDER_WIRE_MAX_NAME;
+    case LARDER__PROVE:
+        return LARDER_WIRE_PROOF;
     case LARDER__READ:
         return 40;
     case LARDER__DATA:
@@ -40,7 +42,7 @@ int larder__wire_header(const uint8_t *buf, size_t available, struct larder__fra
         return larder__fail(LARDER_EPROTOCOL, "protocol version %u, this build speaks %d", buf[4],
                             LARDER_WIRE_VERSION);
     uint8_t type = buf[5];
-    if (type < LARDER__HELLO || type > LARDER__OPENED)
+    if (type < LARDER__HELLO || type > LARDER__PROVE)
         return larder__fail(LARDER_EPROTOCOL, "unknown frame type %u", type);
     if (larder__le16(buf + 6) != 0 || larder__le32(buf + 12) != 0)
         return larder__fail(LARDER_EPROTOCOL, "nonzero flags or reserved bytes");
@@ -56,27 +58,41 @@ int larder__wire_header(const uint8_t *buf, size_t available, struct larder__fra
 
 int larder__wire_hello(const uint8_t *p, uint32_t length, struct larder__hello *out)
 {
-    if (length < 8) return larder__fail(LARDER_EPROTOCOL, "HELLO of %u bytes", length);
+    if (length != 8 + LARDER_WIRE_NONCE)
+        return larder__fail(LARDER_EPROTOCOL, "HELLO of %u bytes, not %d", length,
+                            8 + LARDER_WIRE_NONCE);
     out->role = larder__le32(p);
-    out->token_length = larder__le32(p + 4);
-    out->token = p + 8;
-    if (out->role != 1 && out->role != 2)
+    if (out->role != LARDER__ROLE_READER && out->role != LARDER__ROLE_PEER)
         return larder__fail(LARDER_EPROTOCOL, "HELLO with unknown role %u", out->role);
-    if (out->token_length > LARDER_WIRE_MAX_TOKEN || out->token_length != length - 8)
-        return larder__fail(LARDER_EPROTOCOL, "HELLO token of %u bytes in %u", out->token_length,
-                            length);
+    if (larder__le32(p + 4) != 0)
+        return larder__fail(LARDER_EPROTOCOL, "HELLO with nonzero reserved bytes");
+    memcpy(out->nonce, p + 8, LARDER_WIRE_NONCE);
     return 0;
 }
 
 int larder__wire_welcome(const uint8_t *p, uint32_t length, struct larder__welcome *out)
 {
-    if (length < 20) return larder__fail(LARDER_EPROTOCOL, "WELCOME of %u bytes", length);
+    if (length < 88) return larder__fail(LARDER_EPROTOCOL, "WELCOME of %u bytes", length);
     memcpy(out->member, p, 16);
-    out->name_length = larder__le32(p + 16);
-    out->name = (const char *)p + 20;
-    if (out->name_length > LARDER_WIRE_MAX_NAME || out->name_length != length - 20)
+    out->auth = larder__le32(p + 16);
+    memcpy(out->nonce, p + 20, LARDER_WIRE_NONCE);
+    memcpy(out->proof, p + 52, LARDER_WIRE_PROOF);
+    out->name_length = larder__le32(p + 84);
+    out->name = (const char *)p + 88;
+    if (out->auth != LARDER__AUTH_NONE && out->auth != LARDER__AUTH_HMAC)
+        return larder__fail(LARDER_EPROTOCOL, "WELCOME with unknown authentication %u", out->auth);
+    if (out->name_length > LARDER_WIRE_MAX_NAME || out->name_length != length - 88)
         return larder__fail(LARDER_EPROTOCOL, "WELCOME name of %u bytes in %u", out->name_length,
                             length);
+    return 0;
+}
+
+int larder__wire_prove(const uint8_t *p, uint32_t length, struct larder__prove *out)
+{
+    if (length != LARDER_WIRE_PROOF)
+        return larder__fail(LARDER_EPROTOCOL, "PROVE of %u bytes, not %d", length,
+                            LARDER_WIRE_PROOF);
+    memcpy(out->proof, p, LARDER_WIRE_PROOF);
     return 0;
 }
 
@@ -128,29 +144,39 @@ int larder__wire_encode_header(uint8_t *out, size_t capacity, uint8_t type, uint
 int larder__wire_encode_hello(uint8_t *out, size_t capacity, uint64_t request,
                               const struct larder__hello *hello)
 {
-    uint32_t length = 8 + hello->token_length;
-    if (hello->token_length > LARDER_WIRE_MAX_TOKEN || capacity < LARDER_WIRE_HEADER + length)
-        return LARDER_ETOOSMALL;
+    uint32_t length = 8 + LARDER_WIRE_NONCE;
+    if (capacity < LARDER_WIRE_HEADER + length) return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__HELLO, length, request);
     larder__put_le32(out + LARDER_WIRE_HEADER, hello->role);
-    larder__put_le32(out + LARDER_WIRE_HEADER + 4, hello->token_length);
-    if (hello->token_length)
-        memcpy(out + LARDER_WIRE_HEADER + 8, hello->token, hello->token_length);
+    larder__put_le32(out + LARDER_WIRE_HEADER + 4, 0);
+    memcpy(out + LARDER_WIRE_HEADER + 8, hello->nonce, LARDER_WIRE_NONCE);
     return (int)(LARDER_WIRE_HEADER + length);
 }
 
 int larder__wire_encode_welcome(uint8_t *out, size_t capacity, uint64_t request,
                                 const struct larder__welcome *welcome)
 {
-    uint32_t length = 20 + welcome->name_length;
+    uint32_t length = 88 + welcome->name_length;
     if (welcome->name_length > LARDER_WIRE_MAX_NAME || capacity < LARDER_WIRE_HEADER + length)
         return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__WELCOME, length, request);
-    memcpy(out + LARDER_WIRE_HEADER, welcome->member, 16);
-    larder__put_le32(out + LARDER_WIRE_HEADER + 16, welcome->name_length);
-    if (welcome->name_length)
-        memcpy(out + LARDER_WIRE_HEADER + 20, welcome->name, welcome->name_length);
+    uint8_t *p = out + LARDER_WIRE_HEADER;
+    memcpy(p, welcome->member, 16);
+    larder__put_le32(p + 16, welcome->auth);
+    memcpy(p + 20, welcome->nonce, LARDER_WIRE_NONCE);
+    memcpy(p + 52, welcome->proof, LARDER_WIRE_PROOF);
+    larder__put_le32(p + 84, welcome->name_length);
+    if (welcome->name_length) memcpy(p + 88, welcome->name, welcome->name_length);
     return (int)(LARDER_WIRE_HEADER + length);
+}
+
+int larder__wire_encode_prove(uint8_t *out, size_t capacity, uint64_t request,
+                              const struct larder__prove *prove)
+{
+    if (capacity < LARDER_WIRE_HEADER + LARDER_WIRE_PROOF) return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__PROVE, LARDER_WIRE_PROOF, request);
+    memcpy(out + LARDER_WIRE_HEADER, prove->proof, LARDER_WIRE_PROOF);
+    return LARDER_WIRE_HEADER + LARDER_WIRE_PROOF;
 }
 
 int larder__wire_encode_read(uint8_t *out, size_t capacity, uint64_t request,

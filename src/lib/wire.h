@@ -8,10 +8,13 @@
 #include "common.h"
 
 #define LARDER_WIRE_MAGIC UINT32_C(0x5244524c)
-#define LARDER_WIRE_VERSION 1
+/* 2: HELLO carries a nonce instead of a token, WELCOME a nonce and a proof,
+ * and PROVE answers it: the cluster secret never travels. */
+#define LARDER_WIRE_VERSION 2
 #define LARDER_WIRE_HEADER 24
 #define LARDER_WIRE_MAX_READ (64u << 20)
-#define LARDER_WIRE_MAX_TOKEN 256
+#define LARDER_WIRE_NONCE 32 /* bytes of a handshake nonce */
+#define LARDER_WIRE_PROOF 32 /* bytes of an HMAC-SHA256 proof */
 #define LARDER_WIRE_MAX_NAME 256
 #define LARDER_WIRE_MAX_MESSAGE 1024
 #define LARDER_WIRE_MAX_STATS (1u << 20)
@@ -27,7 +30,16 @@ enum larder__frame_type {
     LARDER__STATS = 7,
     LARDER__OPEN = 8,
     LARDER__OPENED = 9,
+    LARDER__PROVE = 10,
 };
+
+/* Roles a HELLO may claim. */
+#define LARDER__ROLE_READER 1
+#define LARDER__ROLE_PEER 2
+
+/* How a WELCOME says the daemon authenticates peers. */
+#define LARDER__AUTH_NONE 0 /* no cluster secret: proof is zero, no PROVE expected */
+#define LARDER__AUTH_HMAC 1 /* HMAC-SHA256 over the nonces (docs/protocol.md) */
 
 struct larder__frame {
     uint8_t type;
@@ -35,16 +47,25 @@ struct larder__frame {
     uint64_t request;
 };
 
+/* HELLO: the first frame a client sends. */
 struct larder__hello {
-    uint32_t role; /* 1 reader, 2 peer */
-    uint32_t token_length;
-    const uint8_t *token; /* points into the payload */
+    uint32_t role;                    /* LARDER__ROLE_READER or LARDER__ROLE_PEER */
+    uint8_t nonce[LARDER_WIRE_NONCE]; /* fresh random bytes of the client's */
 };
 
+/* WELCOME: the daemon's answer to HELLO. */
 struct larder__welcome {
     uint8_t member[16];
+    uint32_t auth;                    /* LARDER__AUTH_NONE or LARDER__AUTH_HMAC */
+    uint8_t nonce[LARDER_WIRE_NONCE]; /* fresh random bytes of the daemon's */
+    uint8_t proof[LARDER_WIRE_PROOF]; /* the daemon's proof of the secret, or zeros */
     uint32_t name_length;
     const char *name; /* points into the payload, not NUL-terminated */
+};
+
+/* PROVE: a peer's proof of the secret, answering a WELCOME with AUTH_HMAC. */
+struct larder__prove {
+    uint8_t proof[LARDER_WIRE_PROOF];
 };
 
 struct larder__read {
@@ -79,6 +100,8 @@ LARDER_HIDDEN int larder__wire_hello(const uint8_t *payload, uint32_t length,
                                      struct larder__hello *out);
 LARDER_HIDDEN int larder__wire_welcome(const uint8_t *payload, uint32_t length,
                                        struct larder__welcome *out);
+LARDER_HIDDEN int larder__wire_prove(const uint8_t *payload, uint32_t length,
+                                     struct larder__prove *out);
 LARDER_HIDDEN int larder__wire_read(const uint8_t *payload, uint32_t length,
                                     struct larder__read *out);
 LARDER_HIDDEN int larder__wire_error(const uint8_t *payload, uint32_t length,
@@ -94,6 +117,8 @@ LARDER_HIDDEN int larder__wire_encode_hello(uint8_t *out, size_t capacity, uint6
                                             const struct larder__hello *hello);
 LARDER_HIDDEN int larder__wire_encode_welcome(uint8_t *out, size_t capacity, uint64_t request,
                                               const struct larder__welcome *welcome);
+LARDER_HIDDEN int larder__wire_encode_prove(uint8_t *out, size_t capacity, uint64_t request,
+                                            const struct larder__prove *prove);
 LARDER_HIDDEN int larder__wire_encode_read(uint8_t *out, size_t capacity, uint64_t request,
                                            const struct larder__read *read);
 LARDER_HIDDEN int larder__wire_encode_open(uint8_t *out, size_t capacity, uint64_t request,

@@ -106,15 +106,19 @@ for junk in (os.urandom(64), b"LRDR" + b"\xff" * 40, b"\x00" * 24):
     s = socket.socket(socket.AF_UNIX); s.connect(path); talk(s, junk); s.close()
     t = socket.create_connection(("127.0.0.1", base)); talk(t, junk); t.close()
 def frame(kind, payload, request=1):
-    return struct.pack("<IBBHIIQ", 0x5244524C, 1, kind, 0, len(payload), 0, request) + payload
+    return struct.pack("<IBBHIIQ", 0x5244524C, 2, kind, 0, len(payload), 0, request) + payload
+def hello(role):
+    return frame(1, struct.pack("<II", role, 0) + os.urandom(32))
 # a peer with the wrong secret is refused
 t = socket.create_connection(("127.0.0.1", base))
-answer = talk(t, frame(1, struct.pack("<II", 2, 5) + b"wrong"))
+answer = talk(t, hello(2))
+assert answer[5] == 2, answer  # WELCOME, with the daemon's proof
+answer = talk(t, frame(10, os.urandom(32)))  # PROVE with a made-up proof
 assert answer[5] == 5, answer  # ERROR
 t.close()
 # a reader asking for bytes past a shard's end, or of an unknown dataset
 s = socket.socket(socket.AF_UNIX); s.connect(path)
-assert talk(s, frame(1, struct.pack("<II", 1, 0)))[5] == 2  # WELCOME
+assert talk(s, hello(1))[5] == 2  # WELCOME
 read = struct.pack("<QQIB3xQQ", 1, 2, 0, 0, 0, 100)
 assert talk(s, frame(3, read, 7))[5] == 5  # ERROR: not open here
 PY

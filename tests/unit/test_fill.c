@@ -85,8 +85,8 @@ TEST(fill_raw_ranges_are_checked)
     CHECK(strstr(larder_errmsg(), s.key) != NULL);
     CHECK_EQ(larder__dataset_read_range(d, 0, s.offset + 1, 10, buf), LARDER_ECHECKSUM);
     /* nothing of it was kept */
-    int fd = -1, lease = -1;
-    CHECK(larder__dataset_stage_range(d, 0, s.offset, s.length, &fd, &lease) < 0);
+    int fd = -1;
+    CHECK(larder__dataset_stage_range(d, 0, s.offset, s.length, &fd) < 0);
     larder_close(d);
     d = open_with_cache();
     CHECK(!larder__dataset_staged(d, 5));
@@ -170,15 +170,14 @@ TEST(fill_power_loss_leaves_nothing_trusted)
              0);
     fake_boot_id = test_path("boot-b"); /* and the machine comes back */
     d = open_with_cache();
-    int fd = -1, lease = -1;
+    int fd = -1;
     /* neither a raw range, nor zero-copy, nor a sample serves the hole */
     CHECK_EQ(larder__dataset_read_range(d, 0, 65536, 65536, buf), 0);
     CHECK(memcmp(buf, want + 65536, 65536) == 0);
-    CHECK_EQ(larder__dataset_stage_range(d, 0, 0, size, &fd, &lease), 0);
+    CHECK_EQ(larder__dataset_stage_range(d, 0, 0, size, &fd), 0);
     uint8_t *sent = malloc(size);
     CHECK_EQ(pread(fd, sent, size, 0), (ssize_t)size);
     CHECK(memcmp(sent, want, size) == 0);
-    larder__dataset_release(d, lease);
     for (uint64_t id = 0; id < larder_num_samples(d); id++)
         CHECK(larder_read_sample(d, id, buf, sizeof buf) > 0);
     CHECK(stats_of(d).origin_bytes > 0); /* the hole was fetched again */

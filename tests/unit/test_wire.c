@@ -1,7 +1,9 @@
 /*
  * test_wire.c - daemon protocol frames: round trips, and every malformed
- * header or payload refused with a message.
+ * header or payload refused with a message; the handshake's HMAC-SHA256
+ * against RFC 4231's published vectors.
  */
+#include "auth.h"
 #include "test.h"
 #include "wire.h"
 
@@ -28,19 +30,44 @@ TEST(wire_roundtrip)
     CHECK_EQ(back.offset, UINT64_C(5) << 32);
     CHECK_EQ(back.id_high, 2);
 
-    struct larder__hello hello = {.role = 2, .token_length = 3, .token = (const uint8_t *)"abc"};
+    struct larder__hello hello = {.role = LARDER__ROLE_PEER};
+    for (int i = 0; i < LARDER_WIRE_NONCE; i++)
+        hello.nonce[i] = (uint8_t)(i * 7 + 1);
     n = larder__wire_encode_hello(buf, sizeof buf, 1, &hello);
+    CHECK_EQ(n, LARDER_WIRE_HEADER + 40);
+    CHECK_EQ(buf[4], 2); /* the version that carries nonces, not secrets */
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
     struct larder__hello hello_back;
     CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, frame.length, &hello_back), 0);
-    CHECK(memcmp(hello_back.token, "abc", 3) == 0);
+    CHECK_EQ(hello_back.role, LARDER__ROLE_PEER);
+    CHECK(memcmp(hello_back.nonce, hello.nonce, LARDER_WIRE_NONCE) == 0);
+    /* the layout of docs/protocol.md: role at 0, reserved at 4, nonce at 8 */
+    CHECK_EQ(larder__le32(buf + LARDER_WIRE_HEADER), 2);
+    CHECK_EQ(buf[LARDER_WIRE_HEADER + 8 + 31], hello.nonce[31]);
 
-    struct larder__welcome welcome = {.member = {1, 2, 3}, .name_length = 9, .name = "node:4000"};
+    struct larder__welcome welcome = {
+        .member = {1, 2, 3}, .auth = LARDER__AUTH_HMAC, .name_length = 9, .name = "node:4000"};
+    welcome.nonce[0] = 0xaa, welcome.proof[31] = 0xbb;
     n = larder__wire_encode_welcome(buf, sizeof buf, 1, &welcome);
+    CHECK_EQ(n, LARDER_WIRE_HEADER + 88 + 9);
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
+    CHECK_EQ(buf[LARDER_WIRE_HEADER + 20], 0xaa); /* nonce at 20 */
+    CHECK_EQ(buf[LARDER_WIRE_HEADER + 83], 0xbb); /* proof at 52..84 */
     struct larder__welcome welcome_back;
     CHECK_EQ(larder__wire_welcome(buf + LARDER_WIRE_HEADER, frame.length, &welcome_back), 0);
     CHECK(memcmp(welcome_back.name, "node:4000", 9) == 0);
+    CHECK_EQ(welcome_back.auth, LARDER__AUTH_HMAC);
+    CHECK(memcmp(welcome_back.proof, welcome.proof, LARDER_WIRE_PROOF) == 0);
+    CHECK(memcmp(welcome_back.nonce, welcome.nonce, LARDER_WIRE_NONCE) == 0);
+
+    struct larder__prove prove = {.proof = {9, 8, 7}};
+    n = larder__wire_encode_prove(buf, sizeof buf, 4, &prove);
+    CHECK_EQ(n, LARDER_WIRE_HEADER + 32);
+    CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
+    CHECK_EQ(frame.type, LARDER__PROVE);
+    struct larder__prove prove_back;
+    CHECK_EQ(larder__wire_prove(buf + LARDER_WIRE_HEADER, frame.length, &prove_back), 0);
+    CHECK(memcmp(prove_back.proof, prove.proof, LARDER_WIRE_PROOF) == 0);
 
     n = larder__wire_encode_error(buf, sizeof buf, 5, LARDER_ENOTFOUND, "no such dataset");
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
@@ -91,13 +118,91 @@ TEST(wire_refuses_bad_frames)
     struct larder__read read = {.offset = UINT64_MAX - 5, .length = 10};
     larder__wire_encode_read(buf, sizeof buf, 1, &read);
     CHECK_EQ(larder__wire_read(buf + LARDER_WIRE_HEADER, 40, &read), LARDER_EPROTOCOL);
-    /* HELLO whose token length disagrees with the frame */
-    struct larder__hello hello = {.role = 1, .token_length = 4, .token = (const uint8_t *)"abcd"};
+    /* HELLO with nonzero reserved bytes, an unknown role, a wrong size */
+    struct larder__hello hello = {.role = 1};
     int n = larder__wire_encode_hello(buf, sizeof buf, 1, &hello);
     larder__put_le32(buf + LARDER_WIRE_HEADER + 4, 200);
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
     struct larder__hello back;
     CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, frame.length, &back), LARDER_EPROTOCOL);
+    larder__put_le32(buf + LARDER_WIRE_HEADER + 4, 0);
+    CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, frame.length, &back), 0);
     larder__put_le32(buf + LARDER_WIRE_HEADER, 3);
     CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, frame.length, &back), LARDER_EPROTOCOL);
+    CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, 39, &back), LARDER_EPROTOCOL);
+    /* a version 1 HELLO (a token where the nonce is) is refused by its header */
+    buf[4] = 1;
+    CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), LARDER_EPROTOCOL);
+    /* a HELLO longer than its fixed size never gets past the header */
+    larder__wire_encode_header(buf, sizeof buf, LARDER__HELLO, 41, 1);
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), LARDER_EPROTOCOL);
+    larder__wire_encode_header(buf, sizeof buf, LARDER__PROVE, 33, 1);
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), LARDER_EPROTOCOL);
+    struct larder__prove prove;
+    CHECK_EQ(larder__wire_prove(buf, 31, &prove), LARDER_EPROTOCOL);
+    /* WELCOME: unknown authentication, a name longer than the frame */
+    struct larder__welcome welcome = {.auth = 1, .name_length = 2, .name = "ab"};
+    n = larder__wire_encode_welcome(buf, sizeof buf, 1, &welcome);
+    CHECK_EQ(n, LARDER_WIRE_HEADER + 90);
+    struct larder__welcome welcome_back;
+    larder__put_le32(buf + LARDER_WIRE_HEADER + 16, 7);
+    CHECK_EQ(larder__wire_welcome(buf + LARDER_WIRE_HEADER, 90, &welcome_back), LARDER_EPROTOCOL);
+    larder__put_le32(buf + LARDER_WIRE_HEADER + 16, 1);
+    larder__put_le32(buf + LARDER_WIRE_HEADER + 84, 3);
+    CHECK_EQ(larder__wire_welcome(buf + LARDER_WIRE_HEADER, 90, &welcome_back), LARDER_EPROTOCOL);
+    CHECK_EQ(larder__wire_welcome(buf + LARDER_WIRE_HEADER, 87, &welcome_back), LARDER_EPROTOCOL);
+}
+
+/* Hex of 32 bytes, for comparing against published vectors. */
+static const char *hex32(const uint8_t bytes[32])
+{
+    static char text[65];
+    for (int i = 0; i < 32; i++)
+        snprintf(text + 2 * i, 3, "%02x", bytes[i]);
+    return text;
+}
+
+/* RFC 4231's HMAC-SHA256 vectors (test cases 1, 2, 6), computed by the
+ * code that signs the handshake. */
+TEST(wire_hmac_rfc4231)
+{
+    uint8_t key[131], out[32];
+    memset(key, 0x0b, 20);
+    CHECK_EQ(larder__hmac_sha256(key, 20, "Hi There", 8, out), 0);
+    CHECK(strcmp(hex32(out), "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7") ==
+          0);
+    CHECK_EQ(larder__hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, out), 0);
+    CHECK(strcmp(hex32(out), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843") ==
+          0);
+    memset(key, 0xaa, 131); /* a key longer than the block size is hashed first */
+    const char *text = "Test Using Larger Than Block-Size Key - Hash Key First";
+    CHECK_EQ(larder__hmac_sha256(key, 131, text, strlen(text), out), 0);
+    CHECK(strcmp(hex32(out), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54") ==
+          0);
+}
+
+/* A proof is HMAC(secret, label | first nonce | second nonce): the same
+ * as the HMAC of that message built here by hand; the server's and the
+ * client's differ; comparison tells them apart; nonces are fresh. */
+TEST(wire_handshake_proofs)
+{
+    uint8_t a[LARDER_WIRE_NONCE], b[LARDER_WIRE_NONCE];
+    CHECK_EQ(larder__auth_nonce(a), 0);
+    CHECK_EQ(larder__auth_nonce(b), 0);
+    CHECK(memcmp(a, b, sizeof a) != 0);
+    uint8_t message[13 + 64], direct[32], server[32], client[32];
+    memcpy(message, "larder server", 13);
+    memcpy(message + 13, a, 32);
+    memcpy(message + 45, b, 32);
+    CHECK_EQ(larder__hmac_sha256("s3cret", 6, message, sizeof message, direct), 0);
+    CHECK_EQ(larder__auth_proof("s3cret", 6, LARDER__AUTH_SERVER_LABEL, a, b, server), 0);
+    CHECK(larder__auth_equal(direct, server));
+    CHECK_EQ(larder__auth_proof("s3cret", 6, LARDER__AUTH_CLIENT_LABEL, b, a, client), 0);
+    CHECK(!larder__auth_equal(client, server));
+    uint8_t wrong[32];
+    CHECK_EQ(larder__auth_proof("s3cres", 6, LARDER__AUTH_SERVER_LABEL, a, b, wrong), 0);
+    CHECK(!larder__auth_equal(wrong, server));
+    memcpy(wrong, server, 32);
+    wrong[31] ^= 1;
+    CHECK(!larder__auth_equal(wrong, server));
 }

@@ -1,0 +1,535 @@
+/*
+ * loop.c - the daemon's one event-loop thread: listeners, who may connect,
+ * connections and their output queues, and the bounds that keep one
+ * client from taking the node:
+ *
+ *   - at most --max-connections at once; more are accepted and closed at
+ *     once, without touching the others;
+ *   - per connection, a memory budget (--connection-memory) of READ lengths
+ *     in flight plus queued output: over it, the connection is not read
+ *     until its answers drain (backpressure, not an error);
+ *   - a connection with no whole frame and nothing in flight for
+ *     --idle-timeout, with output the client does not take for that long,
+ *     or with a frame begun and not finished for 10 s, is dropped;
+ *   - on the Unix socket, only the allowed uids and gids (SO_PEERCRED);
+ *     without a cluster secret, peers only from loopback addresses unless
+ *     --insecure-peers.
+ *
+ * A refused client gets one ERROR frame (LARDER_EDENIED) and is closed.
+ */
+#include "larderd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* epoll's data for the fds that are not connections */
+static char unix_tag, tcp_tag, metrics_tag, wake_tag;
+
+/* ---- output --------------------------------------------------------------------- */
+
+struct output *output_new(size_t length)
+{
+    struct output *o = malloc(sizeof *o + length);
+    if (o) *o = (struct output){.length = length, .file = -1};
+    return o;
+}
+
+void enqueue_output(struct connection *c, struct output *o)
+{
+    o->charge = o->length + o->file_length;
+    pthread_mutex_lock(&c->lock);
+    if (c->tail)
+        c->tail->next = o;
+    else
+        c->head = o;
+    c->tail = o;
+    c->charged += o->charge;
+    pthread_mutex_unlock(&c->lock);
+    uint64_t one = 1;
+    if (write(daemon_state.wake, &one, sizeof one) < 0) { /* the loop flushes anyway */
+    }
+}
+
+void enqueue(struct connection *c, const void *bytes, size_t length)
+{
+    struct output *o = output_new(length);
+    if (!o) return; /* the client times out and goes elsewhere */
+    memcpy(o->bytes, bytes, length);
+    enqueue_output(c, o);
+}
+
+void send_error(struct connection *c, uint64_t request, int code, const char *message)
+{
+    uint8_t frame[LARDER_WIRE_HEADER + 4 + LARDER_WIRE_MAX_MESSAGE];
+    int n = larder__wire_encode_error(frame, sizeof frame, request, code, message);
+    if (n > 0) enqueue(c, frame, (size_t)n);
+}
+
+void refuse(struct connection *c, uint64_t request, int code, const char *message)
+{
+    send_error(c, request, code, message);
+    c->closing = true;
+    c->closing_since_ms = now_ms();
+}
+
+/* Free a sent (or abandoned) output and uncharge it; call with c->lock held. */
+static void output_free(struct connection *c, struct output *o)
+{
+    c->charged -= o->charge;
+    uncached_give(o->uncached);
+    free(o);
+}
+
+void connection_release(struct connection *c)
+{
+    pthread_mutex_lock(&c->lock);
+    bool last = --c->refs == 0;
+    pthread_mutex_unlock(&c->lock);
+    if (!last) return;
+    while (c->head) {
+        struct output *next = c->head->next;
+        output_free(c, c->head);
+        c->head = next;
+    }
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* ---- connections -------------------------------------------------------------------- */
+
+/* Register what the loop waits for on c: input unless paused or closing,
+ * output while some is queued. */
+static void watch(struct connection *c, bool pending)
+{
+    uint32_t events = (c->paused ? 0u : EPOLLIN) | (pending ? EPOLLOUT : 0u);
+    struct epoll_event ev = {.events = events, .data.ptr = c};
+    epoll_ctl(daemon_state.epoll, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* Send what the socket takes; false when the connection is broken. */
+static bool flush(struct connection *c)
+{
+    pthread_mutex_lock(&c->lock);
+    bool ok = true, progress = false, had = c->head != NULL;
+    while (c->head) {
+        struct output *o = c->head;
+        ssize_t n;
+        if (o->sent < o->length)
+            n = send(c->fd, o->bytes + o->sent, o->length - o->sent, MSG_NOSIGNAL);
+        else /* the bytes of the frame come straight from the cache file */
+            n = sendfile(c->fd, o->file, &o->file_offset, o->file_length);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            ok = errno == EAGAIN;
+            break;
+        }
+        if (n == 0 && o->sent == o->length) { /* the file ended early: a cut cache file */
+            ok = false;
+            break;
+        }
+        progress = true;
+        if (o->sent < o->length)
+            o->sent += (size_t)n;
+        else
+            o->file_length -= (size_t)n;
+        if (o->sent < o->length || o->file_length) continue;
+        c->head = o->next;
+        if (!c->head) c->tail = NULL;
+        output_free(c, o);
+    }
+    bool pending = c->head != NULL;
+    bool over = c->charged >= daemon_state.connection_budget;
+    pthread_mutex_unlock(&c->lock);
+    int64_t now = now_ms();
+    if (!pending && had) c->last_active_ms = now; /* an answer went out whole */
+    if (!pending || progress)
+        c->blocked_since_ms = pending ? now : 0;
+    else if (!c->blocked_since_ms)
+        c->blocked_since_ms = now;
+    if (c->paused && !over) c->paused = false; /* drained: read it again */
+    watch(c, pending);
+    return ok;
+}
+
+/* Close a refused connection politely: what the client sent is read and
+ * discarded first, so that closing does not reset the connection before
+ * it reads its ERROR. */
+static void drain_and_close(int fd)
+{
+    shutdown(fd, SHUT_WR);
+    char sink[4096];
+    for (int i = 0; i < 16 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++) {
+    }
+    close(fd);
+}
+
+/* Dropped connections, freed once the batch of events that may still name
+ * them is handled. */
+static struct connection *dropped;
+
+static void drop(struct connection *c)
+{
+    if (c->dropped) return;
+    c->dropped = true;
+    epoll_ctl(daemon_state.epoll, EPOLL_CTL_DEL, c->fd, NULL);
+    if (c->closing)
+        drain_and_close(c->fd);
+    else
+        close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        daemon_state.connections = c->next;
+    if (c->next) c->next->prev = c->prev;
+    daemon_state.num_connections--;
+    c->next = dropped;
+    dropped = c;
+}
+
+/* Release the loop's reference to every dropped connection (jobs in flight
+ * keep theirs until they end). */
+static void release_dropped(void)
+{
+    while (dropped) {
+        struct connection *c = dropped;
+        dropped = c->next;
+        connection_release(c);
+    }
+}
+
+/* Handle the whole frames in c->in, as long as the connection stays
+ * within its budget.  false: close at once. */
+static bool process_input(struct connection *c)
+{
+    size_t at = 0;
+    bool ok = true;
+    while (!c->closing) {
+        pthread_mutex_lock(&c->lock);
+        bool over = c->charged >= daemon_state.connection_budget;
+        pthread_mutex_unlock(&c->lock);
+        if (over) {
+            c->paused = true; /* flush() resumes it once its answers drain */
+            break;
+        }
+        struct larder__frame f;
+        int rc = larder__wire_header(c->in + at, c->in_used - at, &f);
+        if (rc == LARDER_ETRUNCATED) break;
+        if (rc < 0 || LARDER_WIRE_HEADER + (size_t)f.length > sizeof c->in) {
+            say("malformed frame from a client (%s): closing",
+                rc < 0 ? larder_errmsg() : "a frame no client sends");
+            ok = false;
+            break;
+        }
+        if (c->in_used - at < LARDER_WIRE_HEADER + f.length) break;
+        c->last_active_ms = now_ms();
+        if (!handle(c, &f, c->in + at + LARDER_WIRE_HEADER)) {
+            ok = false;
+            break;
+        }
+        at += LARDER_WIRE_HEADER + f.length;
+    }
+    memmove(c->in, c->in + at, c->in_used - at);
+    c->in_used -= at;
+    /* a frame begun: the clock for finishing it starts with its first byte */
+    if (!c->in_used || c->paused)
+        c->partial_since_ms = 0;
+    else if (at || !c->partial_since_ms)
+        c->partial_since_ms = now_ms();
+    return ok;
+}
+
+/* Read and handle what the client sent; false closes the connection.  A
+ * refused connection's input is read and dropped: it is closed once the
+ * client has sent its first frame and been sent the ERROR, so that the
+ * client reads the ERROR rather than a reset. */
+static bool receive(struct connection *c)
+{
+    if (c->closing) {
+        char sink[4096];
+        ssize_t n;
+        while ((n = recv(c->fd, sink, sizeof sink, 0)) > 0) {
+        }
+        return n < 0 && (errno == EAGAIN || errno == EINTR);
+    }
+    while (!c->paused && !c->closing) {
+        ssize_t n = recv(c->fd, c->in + c->in_used, sizeof c->in - c->in_used, 0);
+        if (n < 0) return errno == EAGAIN || errno == EINTR;
+        if (n == 0) return false;
+        c->in_used += (size_t)n;
+        if (!process_input(c)) return false;
+    }
+    return true;
+}
+
+/* Whether a local client's credentials are allowed on the socket: root,
+ * the daemon's own uid and gid, --allow-uid and --allow-gid (the primary
+ * gid or, where the kernel tells, a supplementary one). */
+static bool credentials_allowed(int fd, const struct ucred *cred)
+{
+    if (cred->uid == 0 || cred->uid == daemon_state.uid || cred->gid == daemon_state.gid)
+        return true;
+    for (int i = 0; i < daemon_state.num_allow_uids; i++)
+        if (cred->uid == daemon_state.allow_uids[i]) return true;
+    for (int i = 0; i < daemon_state.num_allow_gids; i++)
+        if (cred->gid == daemon_state.allow_gids[i]) return true;
+#ifdef SO_PEERGROUPS
+    gid_t groups[256];
+    socklen_t size = sizeof groups;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &size) == 0) {
+        for (size_t g = 0; g < size / sizeof *groups; g++) {
+            if (groups[g] == daemon_state.gid) return true;
+            for (int i = 0; i < daemon_state.num_allow_gids; i++)
+                if (groups[g] == daemon_state.allow_gids[i]) return true;
+        }
+    }
+#else
+    (void)fd;
+#endif
+    return false;
+}
+
+/* Whether a TCP client's address is a loopback one (127/8, ::1, or 127/8 mapped into IPv6). */
+static bool from_loopback(int fd)
+{
+    struct sockaddr_storage a;
+    socklen_t size = sizeof a;
+    if (getpeername(fd, (struct sockaddr *)&a, &size) < 0) return false;
+    if (a.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&a)->sin_addr.s_addr) >> 24) == 127;
+    if (a.ss_family == AF_INET6) {
+        const struct in6_addr *v6 = &((struct sockaddr_in6 *)&a)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(v6)) return true;
+        return IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr[12] == 127;
+    }
+    return false;
+}
+
+/* A describable peer address for the log. */
+static const char *peer_address(int fd, char *buf, size_t size)
+{
+    struct sockaddr_storage a;
+    socklen_t length = sizeof a;
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (getpeername(fd, (struct sockaddr *)&a, &length) == 0)
+        getnameinfo((struct sockaddr *)&a, length, host, sizeof host, NULL, 0, NI_NUMERICHOST);
+    snprintf(buf, size, "%s", host);
+    return buf;
+}
+
+/* An fd kept in reserve, so that at the descriptor limit a connection can
+ * still be accepted and closed rather than left to spin the loop. */
+static int spare_fd = -1;
+
+static void accept_all(int listener, bool tcp)
+{
+    for (;;) {
+        int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
+            close(spare_fd);
+            fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0) close(fd);
+            spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            say("out of file descriptors: a connection was closed at once");
+            continue;
+        }
+        if (fd < 0) return;
+        if (daemon_state.num_connections >= daemon_state.max_connections) {
+            close(fd); /* over --max-connections: the others carry on */
+            continue;
+        }
+        struct connection *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        if (tcp) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = fd;
+        c->tcp = tcp;
+        c->refs = 1;
+        c->last_active_ms = now_ms();
+        pthread_mutex_init(&c->lock, NULL);
+        c->next = daemon_state.connections;
+        if (c->next) c->next->prev = c;
+        daemon_state.connections = c;
+        daemon_state.num_connections++;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        epoll_ctl(daemon_state.epoll, EPOLL_CTL_ADD, fd, &ev);
+        char text[300];
+        if (!tcp) {
+            struct ucred cred;
+            socklen_t size = sizeof cred;
+            if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) < 0) {
+                refuse(c, 0, LARDER_EDENIED, "no credentials on the socket");
+            } else if (!credentials_allowed(fd, &cred)) {
+                say("refused uid %u gid %u on the socket (not allowed: see --allow-uid, "
+                    "--allow-gid)",
+                    (unsigned)cred.uid, (unsigned)cred.gid);
+                snprintf(text, sizeof text,
+                         "uid %u (gid %u) is not allowed on this larderd's socket: its admin can "
+                         "add --allow-uid or --allow-gid",
+                         (unsigned)cred.uid, (unsigned)cred.gid);
+                refuse(c, 0, LARDER_EDENIED, text);
+            } else {
+                c->uid = cred.uid;
+                c->own_user = cred.uid == 0 || cred.uid == daemon_state.uid;
+            }
+        } else if (!daemon_state.secret && !daemon_state.insecure_peers && !from_loopback(fd)) {
+            char host[INET6_ADDRSTRLEN + 8];
+            say("refused a peer from %s: without --secret-file, peers connect only from "
+                "loopback (or give --insecure-peers)",
+                peer_address(fd, host, sizeof host));
+            refuse(c, 0, LARDER_EDENIED,
+                   "this larderd has no cluster secret and takes peers only from loopback "
+                   "addresses");
+        }
+        if (c->closing) flush(c);
+    }
+}
+
+/* Drop the connections that have been idle, slow or stalled too long. */
+static void sweep(void)
+{
+    int64_t now = now_ms();
+    for (struct connection *c = daemon_state.connections, *next; c; c = next) {
+        next = c->next;
+        pthread_mutex_lock(&c->lock);
+        bool busy = c->jobs > 0 || c->head;
+        pthread_mutex_unlock(&c->lock);
+        const char *why = NULL;
+        if (c->closing && now - c->closing_since_ms >= CLOSING_TIMEOUT_MS)
+            why = "a refused client did not take its answer";
+        else if (c->partial_since_ms && now - c->partial_since_ms >= PARTIAL_FRAME_TIMEOUT_MS)
+            why = "a frame begun and not finished in 10 s";
+        else if (c->blocked_since_ms && now - c->blocked_since_ms >= daemon_state.idle_timeout_ms)
+            why = "a client that does not take its answers";
+        else if (!busy && !c->in_used && now - c->last_active_ms >= daemon_state.idle_timeout_ms)
+            why = ""; /* idle: the ordinary end of a pooled connection, not worth a line */
+        if (!why) continue;
+        if (why[0]) say("dropping a connection: %s", why);
+        drop(c);
+    }
+}
+
+/* ---- listeners -------------------------------------------------------------------- */
+
+int listen_unix(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) return -ENAMETOOLONG;
+    strcpy(a.sun_path, path);
+    unlink(path); /* a socket left by a daemon that died */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    mode_t old = umask(007); /* owner and group only */
+    int rc = fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 1024) < 0;
+    umask(old);
+    if (rc) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+int listen_tcp(const char *address)
+{
+    const char *colon = strrchr(address, ':');
+    if (!colon) return -EINVAL;
+    char host[256];
+    snprintf(host, sizeof host, "%.*s", (int)(colon - address), address);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *list;
+    if (getaddrinfo(host, colon + 1, &hints, &list) != 0) return -EADDRNOTAVAIL;
+    int fd = socket(list->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc = fd < 0 || bind(fd, list->ai_addr, list->ai_addrlen) < 0 || listen(fd, 1024) < 0;
+    int err = errno;
+    freeaddrinfo(list);
+    if (rc) {
+        if (fd >= 0) close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+static void add(int fd, void *tag)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = tag};
+    if (fd >= 0) epoll_ctl(daemon_state.epoll, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void run_loop(int unix_fd, int tcp_fd, int metrics_fd)
+{
+    spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    add(daemon_state.wake, &wake_tag);
+    add(unix_fd, &unix_tag);
+    add(tcp_fd, &tcp_tag);
+    add(metrics_fd, &metrics_tag);
+    struct epoll_event events[128];
+    int64_t last_sweep = now_ms();
+    while (!daemon_state.stopping) {
+        int n = epoll_wait(daemon_state.epoll, events, 128, 250);
+        for (int i = 0; i < n; i++) {
+            void *tag = events[i].data.ptr;
+            if (tag == &metrics_tag) {
+                serve_metrics(metrics_fd);
+            } else if (tag == &unix_tag || tag == &tcp_tag) {
+                accept_all(tag == &unix_tag ? unix_fd : tcp_fd, tag == &tcp_tag);
+            } else if (tag == &wake_tag) {
+                uint64_t count;
+                if (read(daemon_state.wake, &count, sizeof count) < 0) { /* nothing to do */
+                }
+                for (struct connection *c = daemon_state.connections, *next; c; c = next) {
+                    next = c->next; /* drop() leaves c->next for this walk */
+                    pthread_mutex_lock(&c->lock);
+                    bool pending = c->head != NULL;
+                    pthread_mutex_unlock(&c->lock);
+                    if (!pending && !c->paused) continue;
+                    bool was_paused = c->paused;
+                    bool ok = flush(c);
+                    /* drained below its budget: the frames it sent meanwhile */
+                    if (ok && was_paused && !c->paused) ok = process_input(c) && receive(c);
+                    pthread_mutex_lock(&c->lock);
+                    pending = c->head != NULL;
+                    pthread_mutex_unlock(&c->lock);
+                    if (!ok || (c->closing && !pending)) drop(c);
+                }
+            } else {
+                struct connection *c = tag;
+                if (c->dropped) continue;
+                bool was_paused = c->paused, ok = true;
+                if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) ok = receive(c);
+                if (ok) ok = flush(c);
+                if (ok && was_paused && !c->paused) ok = process_input(c) && receive(c);
+                pthread_mutex_lock(&c->lock);
+                bool pending = c->head != NULL;
+                pthread_mutex_unlock(&c->lock);
+                if (!ok || (c->closing && !pending)) drop(c);
+            }
+        }
+        if (now_ms() - last_sweep >= 250) {
+            sweep();
+            last_sweep = now_ms();
+        }
+        release_dropped();
+    }
+    while (daemon_state.connections)
+        drop(daemon_state.connections);
+    release_dropped();
+    if (spare_fd >= 0) close(spare_fd);
+}

@@ -1,0 +1,302 @@
+/*
+ * requests.c - what the daemon does with one whole frame from a client
+ * (docs/protocol.md): the handshake (HELLO, and PROVE from a peer when the
+ * cluster has a secret), OPEN under the daemon's access rules, READ staged
+ * by the worker pool and answered from the cache file with sendfile, STAT.
+ *
+ * Who may do what:
+ *   - a peer (TCP) of a cluster with a secret is served nothing before a
+ *     valid PROVE; one with the wrong secret gets an ERROR and is closed;
+ *   - a peer of a cluster without a secret (loopback, or --insecure-peers)
+ *     reads only datasets already open on this node;
+ *   - a local client (Unix socket, already past the SO_PEERCRED check)
+ *     opens any index when it runs as the daemon's uid or root and no
+ *     --allow is given; with --allow, every OPEN goes through those
+ *     prefixes (the library refuses the rest); without --allow, other uids
+ *     may not OPEN at all;
+ *   - a READ names a dataset this connection has opened, nothing else.
+ */
+#include "larderd.h"
+
+#include "auth.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct read_job {
+    struct connection *connection;
+    struct dataset_entry *entry;
+    struct larder__read read;
+    uint64_t request;
+};
+
+void uncached_take(uint64_t length)
+{
+    pthread_mutex_lock(&daemon_state.uncached_lock);
+    while (daemon_state.uncached_bytes && daemon_state.uncached_bytes + length > UNCACHED_BUDGET)
+        pthread_cond_wait(&daemon_state.uncached_freed, &daemon_state.uncached_lock);
+    daemon_state.uncached_bytes += length;
+    pthread_mutex_unlock(&daemon_state.uncached_lock);
+}
+
+void uncached_give(uint64_t length)
+{
+    if (!length) return;
+    pthread_mutex_lock(&daemon_state.uncached_lock);
+    daemon_state.uncached_bytes -= length;
+    pthread_cond_broadcast(&daemon_state.uncached_freed);
+    pthread_mutex_unlock(&daemon_state.uncached_lock);
+}
+
+/* The job is done: its charge leaves the connection's budget. */
+static void read_job_end(struct read_job *job)
+{
+    struct connection *c = job->connection;
+    pthread_mutex_lock(&c->lock);
+    c->charged -= (size_t)job->read.length + REQUEST_OVERHEAD;
+    c->jobs--;
+    pthread_mutex_unlock(&c->lock);
+    connection_release(c);
+    free(job);
+    /* a connection paused over its budget may read again */
+    uint64_t one = 1;
+    if (write(daemon_state.wake, &one, sizeof one) < 0) { /* the loop sweeps anyway */
+    }
+}
+
+static void read_job(void *arg)
+{
+    struct read_job *job = arg;
+    size_t length = (size_t)job->read.length;
+    int file = -1;
+    int staged = larder__dataset_stage_range(job->entry->dataset, job->read.shard, job->read.offset,
+                                             job->read.length, &file);
+    if (staged == 0) { /* in the cache: send it from there with sendfile */
+        struct output *o = output_new(LARDER_WIRE_HEADER);
+        if (o) {
+            larder__wire_encode_header(o->bytes, LARDER_WIRE_HEADER, LARDER__DATA, (uint32_t)length,
+                                       job->request);
+            o->file = file;
+            o->file_offset = (off_t)job->read.offset;
+            o->file_length = length;
+            enqueue_output(job->connection, o);
+        } else {
+            send_error(job->connection, job->request, -ENOMEM, "out of memory");
+        }
+        read_job_end(job);
+        return;
+    }
+    if (staged < 0) {
+        send_error(job->connection, job->request, staged, larder_errmsg());
+        read_job_end(job);
+        return;
+    }
+    /* not cacheable (no room): the bytes land in the frame that is sent;
+     * what such answers hold at once is bounded node-wide, until each is
+     * sent (or its connection dropped) */
+    uncached_take(length);
+    struct output *o = output_new(LARDER_WIRE_HEADER + length);
+    int rc = o ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = larder__dataset_read_range(job->entry->dataset, job->read.shard, job->read.offset,
+                                        job->read.length, o->bytes + LARDER_WIRE_HEADER);
+    if (rc == 0) {
+        larder__wire_encode_header(o->bytes, LARDER_WIRE_HEADER, LARDER__DATA, (uint32_t)length,
+                                   job->request);
+        o->uncached = length; /* given back when the output is freed */
+        enqueue_output(job->connection, o);
+    } else {
+        free(o);
+        uncached_give(length);
+        send_error(job->connection, job->request, rc, larder_errmsg());
+    }
+    read_job_end(job);
+}
+
+static void stats_frame(struct connection *c, uint64_t request)
+{
+    size_t capacity = 64 * 1024, used = 0;
+    char *text = malloc(LARDER_WIRE_HEADER + capacity);
+    if (!text) return;
+    char *p = text + LARDER_WIRE_HEADER;
+    used += (size_t)snprintf(p, capacity, "{\"self\": \"%s\", \"members\": %zu, \"datasets\": [",
+                             daemon_state.self_name ? daemon_state.self_name : "",
+                             daemon_state.members.count);
+    pthread_mutex_lock(&daemon_state.lock);
+    for (int i = 0; i < daemon_state.num_datasets && used < capacity - 512; i++) {
+        larder_stats s;
+        larder_dataset_info info;
+        larder_stats_get(daemon_state.datasets[i].dataset, &s);
+        larder_dataset_info_get(daemon_state.datasets[i].dataset, &info);
+        used += (size_t)snprintf(
+            p + used, capacity - used,
+            "%s{\"dataset_id\": \"%s\", \"hits\": %llu, \"misses\": %llu, "
+            "\"origin_requests\": %llu, \"origin_bytes\": %llu, \"peer_requests\": %llu, "
+            "\"peer_bytes\": %llu, \"resident_bytes\": %llu, \"total_bytes\": %llu}",
+            i ? ", " : "", info.dataset_id, (unsigned long long)s.hits,
+            (unsigned long long)s.misses, (unsigned long long)s.origin_requests,
+            (unsigned long long)s.origin_bytes, (unsigned long long)s.peer_requests,
+            (unsigned long long)s.peer_bytes, (unsigned long long)s.resident_bytes,
+            (unsigned long long)s.total_bytes);
+    }
+    pthread_mutex_unlock(&daemon_state.lock);
+    used += (size_t)snprintf(p + used, capacity - used, "]}");
+    larder__wire_encode_header((uint8_t *)text, LARDER_WIRE_HEADER, LARDER__STATS, (uint32_t)used,
+                               request);
+    enqueue(c, text, LARDER_WIRE_HEADER + used);
+    free(text);
+}
+
+/* HELLO: the client's role and nonce; the answer WELCOME carries ours and,
+ * to a peer of a cluster with a secret, our proof.  false: close at once. */
+static bool hello(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
+{
+    struct larder__hello h;
+    if (c->greeted || larder__wire_hello(payload, f->length, &h) < 0) return false;
+    bool peer = h.role == LARDER__ROLE_PEER;
+    if (c->tcp != peer) {
+        refuse(c, f->request, LARDER_EDENIED,
+               peer ? "peers connect over TCP, not the node's Unix socket"
+                    : "readers connect over the node's Unix socket, not TCP");
+        return true;
+    }
+    c->greeted = true;
+    c->peer = peer;
+    memcpy(c->client_nonce, h.nonce, LARDER_WIRE_NONCE);
+    const char *name = daemon_state.self_name ? daemon_state.self_name : "local";
+    struct larder__welcome w = {
+        .auth = LARDER__AUTH_NONE, .name_length = (uint32_t)strlen(name), .name = name};
+    if (peer && daemon_state.secret) {
+        const char *secret = daemon_state.secret;
+        w.auth = LARDER__AUTH_HMAC;
+        if (larder__auth_nonce(c->server_nonce) < 0 ||
+            larder__auth_proof(secret, strlen(secret), LARDER__AUTH_SERVER_LABEL, c->client_nonce,
+                               c->server_nonce, w.proof) < 0) {
+            refuse(c, f->request, -EAGAIN, "no nonce or proof: try again");
+            return true;
+        }
+        memcpy(w.nonce, c->server_nonce, LARDER_WIRE_NONCE);
+    } else if (larder__auth_nonce(w.nonce) < 0) {
+        memset(w.nonce, 0, sizeof w.nonce); /* nothing depends on it without a secret */
+    }
+    uint8_t frame[LARDER_WIRE_HEADER + 88 + LARDER_WIRE_MAX_NAME];
+    int n = larder__wire_encode_welcome(frame, sizeof frame, f->request, &w);
+    if (n > 0) enqueue(c, frame, (size_t)n);
+    return true;
+}
+
+/* PROVE: a peer's HMAC over our nonce and its own, compared in constant time. */
+static bool prove(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
+{
+    struct larder__prove p;
+    if (!c->peer || !daemon_state.secret || c->proven ||
+        larder__wire_prove(payload, f->length, &p) < 0)
+        return false;
+    uint8_t expected[LARDER_WIRE_PROOF];
+    const char *secret = daemon_state.secret;
+    if (larder__auth_proof(secret, strlen(secret), LARDER__AUTH_CLIENT_LABEL, c->server_nonce,
+                           c->client_nonce, expected) < 0 ||
+        !larder__auth_equal(expected, p.proof)) {
+        say("a peer failed to prove the cluster secret: refused");
+        refuse(c, f->request, LARDER_EDENIED, "wrong cluster secret");
+        return true;
+    }
+    c->proven = true;
+    return true;
+}
+
+/*
+ * Whether this connection may open an index not yet open here (the
+ * library still holds it to the --allow prefixes).  1: yes; 0: only
+ * datasets already open; a negative code with a message: no OPEN at all.
+ */
+static int may_open(const struct connection *c)
+{
+    if (c->peer) return c->proven ? 1 : 0;
+    if (daemon_state.allow || c->own_user) return 1;
+    return larder__fail(LARDER_EDENIED,
+                        "uid %u may not open indexes on this daemon: its admin allows other users "
+                        "only under prefixes given with larderd --allow PREFIX",
+                        (unsigned)c->uid);
+}
+
+static bool open_request(struct connection *c, const struct larder__frame *f,
+                         const uint8_t *payload)
+{
+    char url[LARDER_WIRE_MAX_URL + 1];
+    memcpy(url, payload, f->length);
+    url[f->length] = '\0';
+    if (f->length == 0 || strlen(url) != f->length) return false;
+    int allowed = may_open(c);
+    struct dataset_entry *e = NULL;
+    int slot = -1;
+    int rc = allowed < 0 ? allowed : open_dataset(url, allowed == 1, &e, &slot);
+    if (rc < 0) {
+        if (rc == LARDER_EDENIED) say("OPEN of %s refused: %s", url, larder_errmsg());
+        send_error(c, f->request, rc, larder_errmsg());
+        return true;
+    }
+    c->opened |= UINT64_C(1) << slot;
+    struct larder__opened opened = {.id_low = e->id_low,
+                                    .id_high = e->id_high,
+                                    .num_shards = larder__dataset_num_shards(e->dataset)};
+    uint8_t frame[LARDER_WIRE_HEADER + 20];
+    int n = larder__wire_encode_opened(frame, sizeof frame, f->request, &opened);
+    if (n > 0) enqueue(c, frame, (size_t)n);
+    return true;
+}
+
+static bool read_request(struct connection *c, const struct larder__frame *f,
+                         const uint8_t *payload)
+{
+    struct larder__read read;
+    if (larder__wire_read(payload, f->length, &read) < 0) return false;
+    int slot = -1;
+    struct dataset_entry *e = find_dataset(read.id_low, read.id_high, &slot);
+    if (!e || !(c->opened & (UINT64_C(1) << slot))) {
+        send_error(c, f->request, LARDER_ENOTFOUND, "dataset not opened on this connection");
+        return true;
+    }
+    struct read_job *job = malloc(sizeof *job);
+    if (!job) {
+        send_error(c, f->request, -ENOMEM, "out of memory");
+        return true;
+    }
+    *job = (struct read_job){.connection = c, .entry = e, .read = read, .request = f->request};
+    pthread_mutex_lock(&c->lock);
+    c->refs++;
+    c->jobs++;
+    c->charged += (size_t)read.length + REQUEST_OVERHEAD;
+    pthread_mutex_unlock(&c->lock);
+    int priority = read.priority <= 1 ? read.priority : LARDER__BACKGROUND;
+    larder__pool_submit(daemon_state.pool, read_job, job, priority);
+    return true;
+}
+
+bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
+{
+    if (f->type == LARDER__HELLO) return hello(c, f, payload);
+    if (!c->greeted) {
+        say("a client spoke before HELLO: closing");
+        return false;
+    }
+    if (f->type == LARDER__PROVE) return prove(c, f, payload);
+    if (c->peer && daemon_state.secret && !c->proven) {
+        refuse(c, f->request, LARDER_EDENIED, "prove the cluster secret first (PROVE)");
+        return true;
+    }
+    switch (f->type) {
+    case LARDER__OPEN:
+        return open_request(c, f, payload);
+    case LARDER__READ:
+        return read_request(c, f, payload);
+    case LARDER__STAT:
+        stats_frame(c, f->request);
+        return true;
+    default:
+        return false; /* answers are not requests */
+    }
+}

@@ -1,0 +1,191 @@
+"""larder's wire protocol, version 2 (docs/protocol.md), written from the
+document for the tests: frames, the handshake's HMAC-SHA256 proofs with
+Python's own hmac module (so the daemon's C is checked against something
+it does not share), a client, and a fake owner daemon that records every
+byte it receives.
+
+Usage as a program:
+  larder_wire.py owner PORT SECRET_FILE RECORD [--impostor]
+      serve as a cluster member on 127.0.0.1:PORT: greet with a proof over
+      the secret (a wrong one with --impostor), check the peer's PROVE,
+      answer OPEN with an ERROR (so the peer reads the origin), and append
+      every byte received to RECORD; RECORD.log gets one line per event.
+"""
+import hashlib
+import hmac
+import os
+import socket
+import struct
+import sys
+import threading
+
+MAGIC = 0x5244524C
+VERSION = 2
+HELLO, WELCOME, READ, DATA, ERROR, STAT, STATS, OPEN, OPENED, PROVE = range(1, 11)
+EDENIED = -1016
+
+
+def frame(kind, payload=b"", request=1, version=VERSION):
+    return struct.pack("<IBBHIIQ", MAGIC, version, kind, 0, len(payload), 0, request) + payload
+
+
+def recv_exact(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError("connection closed after %d of %d bytes" % (len(data), n))
+        data += chunk
+    return data
+
+
+def recv_frame(sock):
+    """(type, request, payload) of the next frame."""
+    header = recv_exact(sock, 24)
+    magic, version, kind, flags, length, reserved, request = struct.unpack("<IBBHIIQ", header)
+    assert magic == MAGIC and version == VERSION, header
+    return kind, request, recv_exact(sock, length)
+
+
+def proof(secret, label, first, second):
+    return hmac.new(secret, label + first + second, hashlib.sha256).digest()
+
+
+def hello(role, nonce):
+    return frame(HELLO, struct.pack("<II", role, 0) + nonce)
+
+
+def parse_welcome(payload):
+    auth, = struct.unpack_from("<I", payload, 16)
+    nonce, server_proof = payload[20:52], payload[52:84]
+    name_length, = struct.unpack_from("<I", payload, 84)
+    return auth, nonce, server_proof, payload[88:88 + name_length]
+
+
+def parse_error(payload):
+    code, = struct.unpack_from("<i", payload, 0)
+    return code, payload[4:].decode("utf-8", "replace")
+
+
+class Client:
+    """A blocking client: role 1 over a Unix socket path, role 2 over TCP."""
+
+    def __init__(self, address, role, secret=None, source=None, timeout=5):
+        if isinstance(address, str):
+            self.sock = socket.socket(socket.AF_UNIX)
+        else:
+            self.sock = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
+            if source:
+                self.sock.bind((source, 0))
+        self.sock.settimeout(timeout)
+        self.sock.connect(address)
+        self.role, self.secret = role, secret
+
+    def greet(self):
+        """WELCOME's (auth, name) after checking the daemon's proof and sending
+        ours; or raises Refused with an ERROR's code and message."""
+        nonce = os.urandom(32)
+        self.sock.sendall(hello(self.role, nonce))
+        kind, _, payload = recv_frame(self.sock)
+        if kind == ERROR:
+            raise Refused(*parse_error(payload))
+        assert kind == WELCOME, kind
+        auth, server_nonce, server_proof, name = parse_welcome(payload)
+        if auth == 1:
+            assert self.secret is not None, "the daemon asks for a secret"
+            expected = proof(self.secret, b"larder server", nonce, server_nonce)
+            self.daemon_proved = hmac.compare_digest(expected, server_proof)
+            self.sock.sendall(frame(PROVE, proof(self.secret, b"larder client", server_nonce, nonce)))
+        return auth, name
+
+    def request(self, kind, payload=b"", request=1):
+        self.sock.sendall(frame(kind, payload, request))
+        kind, request, payload = recv_frame(self.sock)
+        if kind == ERROR:
+            raise Refused(*parse_error(payload))
+        return kind, payload
+
+    def open(self, url):
+        kind, payload = self.request(OPEN, url.encode(), 2)
+        assert kind == OPENED, kind
+        return struct.unpack("<QQI", payload)
+
+    def read(self, id_low, id_high, shard, offset, length):
+        kind, payload = self.request(READ, struct.pack("<QQIB3xQQ", id_low, id_high, shard, 0,
+                                                       offset, length), 3)
+        assert kind == DATA and len(payload) == length, (kind, len(payload))
+        return payload
+
+
+class Refused(Exception):
+    def __init__(self, code, message):
+        super().__init__("%d: %s" % (code, message))
+        self.code, self.message = code, message
+
+
+def serve_owner(port, secret, record, impostor):
+    listener = socket.socket(socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(64)
+    lock = threading.Lock()
+
+    def log(line):
+        with lock, open(record + ".log", "a") as f:
+            f.write(line + "\n")
+
+    def keep(data):
+        with lock, open(record, "ab") as f:
+            f.write(data)
+
+    def session(conn):
+        conn.settimeout(10)
+        try:
+            header = recv_exact(conn, 24)
+            length, = struct.unpack_from("<I", header, 8)
+            payload = recv_exact(conn, length)
+            keep(header + payload)  # whole frames: sessions run at once
+            nonce = payload[8:40]
+            server_nonce = os.urandom(32)
+            key = secret + b"-not" if impostor else secret
+            server_proof = proof(key, b"larder server", nonce, server_nonce)
+            name = b"fake-owner"
+            conn.sendall(frame(WELCOME, bytes(16) + struct.pack("<I", 1) + server_nonce +
+                               server_proof + struct.pack("<I", len(name)) + name))
+            log("hello")
+            while True:
+                header = conn.recv(24)
+                if not header:
+                    log("closed")
+                    return
+                header += recv_exact(conn, 24 - len(header))
+                kind = header[5]
+                length, = struct.unpack_from("<I", header, 8)
+                payload = recv_exact(conn, length)
+                keep(header + payload)
+                if kind == PROVE:
+                    good = hmac.compare_digest(payload, proof(secret, b"larder client",
+                                                              server_nonce, nonce))
+                    log("prove " + ("ok" if good else "bad"))
+                else:
+                    log("frame %d" % kind)
+                    message = b"fake owner serves nothing"
+                    conn.sendall(frame(ERROR, struct.pack("<i", -1004) + message,
+                                       struct.unpack_from("<Q", header, 16)[0]))
+        except (EOFError, OSError) as e:
+            log("ended: %s" % e)
+        finally:
+            conn.close()
+
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=session, args=(conn,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 5 and sys.argv[1] == "owner":
+        with open(sys.argv[3], "rb") as f:
+            secret = f.read().rstrip(b"\r\n ")
+        serve_owner(int(sys.argv[2]), secret, sys.argv[4], "--impostor" in sys.argv[5:])
+    else:
+        sys.exit(__doc__)
