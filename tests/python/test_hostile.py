@@ -33,7 +33,8 @@ import craft_index  # noqa: E402  (tests/tools, not a package)
 
 LARDER = os.environ.get("LARDER") or os.path.join(REPO, "build", "larder")
 
-NAME_VARIANTS = ["abs-path", "dotdot", "inner-dotdot", "file-url", "http-url", "etc-passwd"]
+NAME_VARIANTS = ["abs-path", "dotdot", "inner-dotdot", "file-url", "http-url", "https-url",
+                 "etc-passwd"]
 TRUSTED_READS = ["abs-path", "dotdot", "file-url"]  # names that still reach the real shard
 SIZE_VARIANTS = ["size-2p63", "size-2p64-1", "size-2p64-4096", "size-2p56+64k"]
 SAMPLE_VARIANTS = ["sample-past-end", "sample-offset-wraps"]
