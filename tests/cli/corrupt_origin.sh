@@ -30,6 +30,10 @@ try() {
   local desc=$1 want=$2 status=0
   shift 2
   timeout 60 "$@" >out.bin 2>err.txt || status=$?
+  if grep -qE "Sanitizer|runtime error:" err.txt; then # ASan exits 1, like a clean error
+    problem "$desc: a sanitizer report: $(head -c 400 err.txt | tr '\n' ' ')"
+    return 1
+  fi
   [ "$status" -eq "$want" ] && return 0
   problem "$desc: exit $status, want $want: $(head -c 400 err.txt | tr '\n' ' ')"
   return 1
@@ -254,6 +258,9 @@ fi
 import json, sys
 d = [d for d in json.load(sys.stdin)["datasets"] if d["dataset_id"] == sys.argv[1]][0]
 print("power loss: %d refetches, %d origin requests on the cache" % (d["refetches"], d["origin_requests"]))' "$ID"
+
+! grep -qE "Sanitizer|runtime error:" "$WORK"/daemon*.log ||
+  problem "a sanitizer report from a daemon: $(grep -h -m3 -E "Sanitizer|runtime error:" "$WORK"/daemon*.log)"
 
 if [ ${#failures[@]} -gt 0 ]; then
   echo "${#failures[@]} problems:"

@@ -184,6 +184,8 @@ import json, sys; print(sum(d["evictions"] for d in json.load(sys.stdin)["datase
 echo "evictions: $evictions; the wire reader took $(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }') s"
 [ "$evictions" -gt 100 ] || problem "only $evictions evictions: the race was hardly tried"
 kill -0 "$daemon" 2>/dev/null || problem "larderd died: $(tail -5 daemon.log)"
+! grep -qE "Sanitizer|runtime error:" daemon.log evictor.txt pyreader.txt ||
+  problem "a sanitizer report: $(grep -h -m3 -E "Sanitizer|runtime error:" daemon.log evictor.txt pyreader.txt)"
 
 if [ ${#failures[@]} -gt 0 ]; then
   echo "${#failures[@]} problems:"

@@ -68,6 +68,10 @@ run_check() {
     problem "$desc: ended by signal or timeout (status $status): $err"
     return 0
   fi
+  if grep -qE "Sanitizer|runtime error:" "$WORK/err.txt"; then # ASan exits 1, like a clean error
+    problem "$desc: a sanitizer report: $err"
+    return 0
+  fi
   if [ "$status" -ne "$want" ]; then
     problem "$desc: exit $status, want $want: ${err:-(no stderr)}"
     return 0
@@ -296,6 +300,8 @@ rounds=$(cat reader.rounds 2>/dev/null || echo 0)
 [ "$rounds" -ge 1 ] || problem "the good reader finished no round: $(tail -3 reader.err 2>/dev/null)"
 [ ! -s reader.bad ] || problem "the good dataset read wrong or failed through larderd: $(head -5 reader.bad) $(tail -3 reader.err)"
 kill -0 $daemon 2>/dev/null || problem "larderd died: $(tail -5 "$WORK/daemon.log")"
+! grep -qE "Sanitizer|runtime error:" "$WORK/daemon.log" reader.err 2>/dev/null ||
+  problem "a sanitizer report from larderd or the reader: $(grep -m3 -E "Sanitizer|runtime error:" "$WORK/daemon.log" reader.err)"
 echo "the good reader read the dataset $rounds times through larderd meanwhile"
 
 # ---- Python ------------------------------------------------------------------
