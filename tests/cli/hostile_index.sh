@@ -228,10 +228,15 @@ assert all(n in a["message"] for n in needles), a' "$needles" 2>/dev/null ||
     run_check "$v: inspect --sample" 1 "$needles$fneedle" "$LARDER" inspect $path --sample "$bad"
     run_check "$v: cat --cache of the bad sample" 1 "$needles$fneedle" \
       "$LARDER" cat $path "$bad" ${bf:+--field "$bf"} --cache "c-$v"
+    # the field is there, its record is corrupt: not "no such field"
+    [ -z "$bf" ] || ! grep -q "has no field" err.txt ||
+      problem "$v: cat --field calls a corrupt field record missing: $(head -c 300 err.txt)"
     run_check "$v: cat --cache of a good sample" 0 "" "$LARDER" cat $path "$good" --cache "c-$v"
       same_as "$v: cat --cache of a good sample" "ds/expect/$good"
     run_check "$v: cat of the bad sample through larderd" 1 "$needles$fneedle" \
       env LARDER_SOCKET="$sock" "$LARDER" cat $path "$bad" ${bf:+--field "$bf"}
+    [ -z "$bf" ] || ! grep -q "has no field" err.txt ||
+      problem "$v: cat --field through larderd calls a corrupt field record missing: $(head -c 300 err.txt)"
     run_check "$v: cat of a good sample through larderd" 0 "" \
       env LARDER_SOCKET="$sock" "$LARDER" cat $path "$good"
       same_as "$v: cat of a good sample through larderd" "ds/expect/$good"

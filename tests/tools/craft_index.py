@@ -313,7 +313,8 @@ def make(directory, **kwargs):
 #              read or inspected), "inspect" (a full check finds it),
 #              "daemon" (only the node daemon's registry is at stake)
 #   code:      the larder error name expected
-#   needles:   strings the error message contains
+#   needles:   strings the error message contains (each may list
+#              alternatives separated by "|": a sample by number or key)
 #   bad_key, bad_sample, bad_field: the record at fault (when it is one)
 #   good_key:  a sample of the same index that still reads (directly)
 #   trust_reads: with trust (--trust-index), good_key and trust_key read right
@@ -350,7 +351,7 @@ def _bad_sample(layout, which, **changes):
     bad, good = ids[which], ids[0] if which else ids[-1]
     layout["samples"][bad].update(changes)
     s = layout["samples"][bad]
-    return {"at": "sample", "code": "EBADINDEX", "needles": [f"sample {bad}"],
+    return {"at": "sample", "code": "EBADINDEX", "needles": [f"sample {bad}|'{s['key']}'"],
             "bad_sample": bad, "bad_key": s["key"], "good_key": layout["samples"][good]["key"],
             "trust_reads": False}
 
@@ -375,7 +376,7 @@ def _bad_field(offset_of, length_of):
         f["offset"], f["length"] = offset_of(s, f), length_of(s, f)
         f.pop("dtype", None)  # plain bytes: only the span is wrong
         f.pop("shape", None)
-        return {"at": "sample", "code": "EBADINDEX", "needles": [f"sample {bad}"],
+        return {"at": "sample", "code": "EBADINDEX", "needles": [f"sample {bad}|'{s['key']}'"],
                 "bad_sample": bad, "bad_key": s["key"], "bad_field": f["name"],
                 "bad_field_number": 1, "good_key": layout["samples"][ids[0]]["key"],
                 "trust_reads": False}
