@@ -213,7 +213,7 @@ assert all(n in a["message"] for n in needles), a' "$needles" 2>/dev/null ||
     if [ "$(field $j trust_reads)" = True ]; then
       tk=$(field $j trust_key)
       run_check "$v: cat --trust-index" 0 "" "$LARDER" cat $path "$tk" --trust-index --cache "t-$v"
-        same_as "$v: cat --trust-index" "ds/expect/$tk"
+      same_as "$v: cat --trust-index" "ds/expect/$tk"
     fi
     case $v in
     size-*) # trust is about names, not sizes
@@ -232,19 +232,19 @@ assert all(n in a["message"] for n in needles), a' "$needles" 2>/dev/null ||
     [ -z "$bf" ] || ! grep -q "has no field" err.txt ||
       problem "$v: cat --field calls a corrupt field record missing: $(head -c 300 err.txt)"
     run_check "$v: cat --cache of a good sample" 0 "" "$LARDER" cat $path "$good" --cache "c-$v"
-      same_as "$v: cat --cache of a good sample" "ds/expect/$good"
+    same_as "$v: cat --cache of a good sample" "ds/expect/$good"
     run_check "$v: cat of the bad sample through larderd" 1 "$needles$fneedle" \
       env LARDER_SOCKET="$sock" "$LARDER" cat $path "$bad" ${bf:+--field "$bf"}
     [ -z "$bf" ] || ! grep -q "has no field" err.txt ||
       problem "$v: cat --field through larderd calls a corrupt field record missing: $(head -c 300 err.txt)"
     run_check "$v: cat of a good sample through larderd" 0 "" \
       env LARDER_SOCKET="$sock" "$LARDER" cat $path "$good"
-      same_as "$v: cat of a good sample through larderd" "ds/expect/$good"
+    same_as "$v: cat of a good sample through larderd" "ds/expect/$good"
     ;;
   inspect)
     run_check "$v: inspect" 1 "$needles" "$LARDER" inspect $path
     run_check "$v: cat of a good sample" 0 "" "$LARDER" cat $path "$good" --cache "c-$v"
-      same_as "$v: cat of a good sample" "ds/expect/$good"
+    same_as "$v: cat of a good sample" "ds/expect/$good"
     if [ "$v" = duplicate-key ]; then
       dup=$(field $j dup_key)
       run_check "$v: cat of the duplicated key" 1 "duplicate;$dup" "$LARDER" cat $path "$dup"
@@ -285,7 +285,7 @@ a_shard_bytes=$(cat A/*.tar | wc -c)
 for k in sample00003 sample00017 sample00024; do
   run_check "stolen-id: the real dataset's $k through larderd" 0 "" \
     env LARDER_SOCKET="$sock" "$LARDER" cat A/index.larder "$k" --field jpg
-    same_as "stolen-id: the real dataset's $k through larderd" "real/$k.jpg"
+  same_as "stolen-id: the real dataset's $k through larderd" "real/$k.jpg"
 done
 read -r _ a_total a_origin <<<"$(daemon_ids | grep "^$A_ID " | head -1)"
 [ "${a_total:-0}" = "$a_shard_bytes" ] ||
@@ -295,7 +295,7 @@ read -r _ a_total a_origin <<<"$(daemon_ids | grep "^$A_ID " | head -1)"
 bounded /usr/bin/python3 daemon_open.py "$sock" $stolen >/dev/null
 run_check "stolen-id: the real dataset after a second try" 0 "" \
   env LARDER_SOCKET="$sock" "$LARDER" cat A/index.larder sample00011 --field jpg --cache "$WORK/dcache"
-  same_as "stolen-id: the real dataset after a second try" real/sample00011.jpg
+same_as "stolen-id: the real dataset after a second try" real/sample00011.jpg
 
 # ---- the daemon served the good dataset all along ---------------------------
 
