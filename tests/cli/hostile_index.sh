@@ -14,7 +14,9 @@
 #   - another dataset's id in the header: larderd never registers the
 #     crafted index under that id, so the real dataset still reads right
 #     through it.
-# All the while the daemon serves a good dataset to another client.
+# Names that stay below the index's directory ("sub/dir/x", "..x..") are
+# taken by every opener.  All the while the daemon serves a good dataset
+# to another client.
 # Never a signal (status >= 128), never wrong bytes.  Every check runs and
 # the failures are listed together at the end.
 source "$(dirname "$0")/lib.sh"
@@ -199,6 +201,15 @@ for v in $variants; do
   good=$(field $j good_key) bad=$(field $j bad_key)
   vid=$(field $j dataset_id)
   case $at in
+  none) # names below the index's directory: nobody refuses them
+    run_check "$v: inspect" 0 "" "$LARDER" inspect $path
+    run_check "$v: cat --cache" 0 "" "$LARDER" cat $path "$good" --cache "c-$v"
+    same_as "$v: cat --cache" "ds/expect/$good"
+    run_check "$v: cat through larderd" 0 "" env LARDER_SOCKET="$sock" "$LARDER" cat $path "$good"
+    same_as "$v: cat through larderd" "ds/expect/$good"
+    answer=$(bounded /usr/bin/python3 daemon_open.py "$sock" $path)
+    case $answer in *'"opened": "'"$vid"'"'*) ;; *) problem "$v: larderd did not open it: $answer" ;; esac
+    ;;
   open)
     run_check "$v: inspect" 1 "$needles" "$LARDER" inspect $path
     run_check "$v: cat --cache" 1 "$needles" "$LARDER" cat $path "$good" --cache "c-$v"
@@ -336,8 +347,15 @@ def expected(key):
 for v in names:
     j = json.load(open(os.path.join(root, v + ".json")))
     path, cache = j["path"], os.path.join(root, "pycache-" + v)
-    code = getattr(larder, j["code"])
-    if j["at"] == "open":
+    code = getattr(larder, j["code"]) if j["code"] else None
+    if j["at"] == "none":
+        try:
+            ds = larder.Dataset(path, cache=cache)
+            if ds.read(ds.index_of(j["good_key"])) != expected(j["good_key"]):
+                problems.append(f"{v}: read wrong bytes")
+        except Exception as e:
+            problems.append(f"{v}: {type(e).__name__}: {e}")
+    elif j["at"] == "open":
         expect(f"{v}: Dataset()", code, j["needles"], lambda: larder.Dataset(path, cache=cache))
         if j["trust_reads"]:
             try:

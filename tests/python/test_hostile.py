@@ -96,6 +96,13 @@ def test_shard_names_outside_the_index_are_refused(crafted, tmp_path, name, with
                  "index file is corrupt or not an index")
 
 
+@pytest.mark.parametrize("name", ["subdir", "dots-in-name"])
+def test_names_below_the_index_are_taken(crafted, tmp_path, name):
+    v = crafted[name]
+    ds = larder.Dataset(v["path"], cache=str(tmp_path / "cache"))
+    assert ds.read(ds.index_of(v["good_key"])) == expected(crafted, v["good_key"])
+
+
 @pytest.mark.parametrize("name", NAME_VARIANTS)
 def test_trust_index_takes_the_names_as_they_are(crafted, tmp_path, name):
     v = crafted[name]

@@ -309,7 +309,8 @@ def make(directory, **kwargs):
 #
 # Each takes (layout, directory) and changes the layout in place; it returns
 # what a reader should see:
-#   at:        "open" (refused when opened), "sample" (when that sample is
+#   at:        "none" (not hostile: it opens and reads),
+#              "open" (refused when opened), "sample" (when that sample is
 #              read or inspected), "inspect" (a full check finds it),
 #              "daemon" (only the node daemon's registry is at stake)
 #   code:      the larder error name expected
@@ -411,7 +412,27 @@ def _stolen_id(layout, directory):
             "good_key": layout["samples"][0]["key"]}
 
 
+def _allowed_name(relative):
+    """Not hostile: the flat shard copied to `relative` (below the index's
+    directory) and named so; every opener must take it as it is."""
+    def mutate(layout, directory):
+        number = len(layout["shards"]) - 1
+        source = os.path.join(directory, layout["shards"][number]["name"])
+        target = os.path.join(directory, relative)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(source, "rb") as f, open(target, "wb") as g:
+            g.write(f.read())
+        layout["shards"][number]["name"] = relative
+        return {"at": "none", "code": None, "needles": [], "trust_reads": False,
+                "good_key": layout["samples"][_flat_samples(layout)[0]]["key"]}
+    return mutate
+
+
 VARIANTS = {
+    # not hostile: names that stay below the index's directory (no opener
+    # may refuse them)
+    "subdir": _allowed_name("sub/dir/shard-1.bin"),
+    "dots-in-name": _allowed_name("..shard..1...bin"),
     # names that leave the index's directory: refused at open unless trusted
     "abs-path": _rename_last_shard(
         lambda l, d, n: os.path.join(os.path.abspath(d), n), True),
@@ -479,9 +500,11 @@ def fuzz_seeds(outdir):
         with open(os.path.join(tmp, "index.larder"), "rb") as f:
             images = {"good": f.read()}
         for name in VARIANTS:
-            if name in ("stolen-id", "abs-path", "file-url", "dotdot", "http-url"):
-                continue  # these name the temporary directory, which a run does not have,
-                # or (http-url) cost seconds of retries per run in a build that tries them
+            if name in ("stolen-id", "abs-path", "file-url", "dotdot", "http-url", "subdir",
+                        "dots-in-name"):
+                continue  # these name the temporary directory or files the fuzz target
+                # does not have, or (http-url) cost seconds of retries per run in a build
+                # that tries them
             v = variant(tmp, name)
             with open(v["path"], "rb") as f:
                 images[name] = f.read()
