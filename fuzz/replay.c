@@ -3,7 +3,7 @@
  * input a fuzzer once found interesting is checked in the normal test
  * run (under the sanitizer build in CI).
  *
- *   larder_fuzz_replay DIR     DIR holds index/, tar/ and wire/ corpora
+ *   larder_fuzz_replay DIR     DIR holds index/, tar/, wire/ and open/ corpora
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -14,6 +14,7 @@
 int larder_fuzz_index(const uint8_t *data, size_t size);
 int larder_fuzz_tar(const uint8_t *data, size_t size);
 int larder_fuzz_wire(const uint8_t *data, size_t size);
+int larder_fuzz_open(const uint8_t *data, size_t size);
 
 static int replay(const char *dir, int (*target)(const uint8_t *, size_t))
 {
@@ -58,7 +59,9 @@ int main(int argc, char **argv)
     int b = replay(dir, larder_fuzz_tar);
     snprintf(dir, sizeof dir, "%s/wire", argv[1]);
     int c = replay(dir, larder_fuzz_wire);
-    if (a < 0 || b < 0 || c < 0) return 1;
-    printf("replayed %d index, %d tar and %d wire inputs\n", a, b, c);
+    snprintf(dir, sizeof dir, "%s/open", argv[1]);
+    int o = replay(dir, larder_fuzz_open);
+    if (a < 0 || b < 0 || c < 0 || o < 0) return 1;
+    printf("replayed %d index, %d tar, %d wire and %d open inputs\n", a, b, c, o);
     return 0;
 }
