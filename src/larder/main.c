@@ -77,6 +77,10 @@ static int64_t resolve_sample(larder_dataset *d, const char *what)
     int64_t id = larder_find_key(d, what);
     uint64_t n;
     if (id >= 0) return id;
+    if (id != LARDER_ENOTFOUND) { /* a corrupt index (a duplicated key, say): say so */
+        fail((int)id);
+        return -1;
+    }
     if (parse_u64(what, &n) == 0) {
         if (n < larder_num_samples(d)) return (int64_t)n;
         fprintf(stderr,
@@ -538,7 +542,11 @@ static int cmd_cat(int argc, char **argv)
         id = -1;
     }
     int f = -1;
-    if (id >= 0 && field && (f = larder_find_field(d, (uint64_t)id, field)) < 0) {
+    if (id >= 0 && field && (f = larder_find_field(d, (uint64_t)id, field)) < 0 &&
+        f != LARDER_ENOTFOUND) { /* a corrupt field record is not a missing field */
+        status = fail(f);
+        id = -1;
+    } else if (id >= 0 && field && f < 0) {
         fprintf(stderr, "%s: sample '%s' has no field '%s'; it has:", program, s.key, field);
         for (uint32_t k = 0; k < s.num_fields; k++) {
             larder_field_info fi;

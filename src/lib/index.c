@@ -390,10 +390,10 @@ int64_t larder__index_find_key(const struct larder__index *ix, const char *key, 
             memcmp(candidate, key, key_length) == 0) {
             if (found >= 0)
                 return larder__fail(LARDER_EDUPKEY,
-                                    "%s: samples %lld and %llu both have key '%.*s' (keys are "
-                                    "unique: the index is corrupt)",
-                                    ix->name, (long long)found, (unsigned long long)id,
-                                    (int)(key_length > 200 ? 200 : key_length), key);
+                                    "%s: duplicate key '%.*s' in samples %lld and %llu (keys "
+                                    "are unique: the index is corrupt)",
+                                    ix->name, (int)(key_length > 200 ? 200 : key_length), key,
+                                    (long long)found, (unsigned long long)id);
             /* go on to the end of the probe run: a second sample with this
              * key would make every lookup of it ambiguous */
             found = (int64_t)id;

@@ -76,7 +76,7 @@ shards = [open(os.path.join(root, s["name"]), "rb").read() for s in layout["shar
 mine = [s for i, s in enumerate(layout["samples"]) if i % 2 == 0]
 
 def frame(kind, payload, request):
-    return struct.pack("<IBBHIIQ", 0x5244524C, 1, kind, 0, len(payload), 0, request) + payload
+    return struct.pack("<IBBHIIQ", 0x5244524C, 2, kind, 0, len(payload), 0, request) + payload
 def recv_exact(s, n):
     data = bytearray()
     while len(data) < n:
@@ -93,7 +93,7 @@ def recv_frame(s):
 s = socket.socket(socket.AF_UNIX)
 s.settimeout(60)
 s.connect(path)
-s.sendall(frame(1, struct.pack("<II", 1, 0), 1))
+s.sendall(frame(1, struct.pack("<II", 1, 0) + os.urandom(32), 1))  # HELLO, wire version 2
 assert recv_frame(s)[0] == 2, "no WELCOME"
 s.sendall(frame(8, os.path.abspath(index).encode(), 2))
 kind, _, payload = recv_frame(s)

@@ -165,7 +165,14 @@ def test_a_sample_past_its_shard_fails_alone(crafted, tmp_path, name):
         with pytest.raises(larder.LarderError) as excinfo:
             use()
         assert_error(excinfo, larder.EBADINDEX, f"sample {bad}|{v['bad_key']}")
-    assert ds.read(ds.index_of(v["good_key"])) == expected(crafted, v["good_key"])
+    good = ds.index_of(v["good_key"])
+    # with a cache, the fill engine must know which bytes are whose: it
+    # refuses the index, naming the bad record; without one, others read
+    with pytest.raises(larder.LarderError) as excinfo:
+        ds.read(good)
+    assert_error(excinfo, larder.EBADINDEX, f"sample {bad}")
+    uncached = larder.Dataset(v["path"], cache="")
+    assert uncached.read(good) == expected(crafted, v["good_key"])
 
 
 @pytest.mark.parametrize("name", FIELD_VARIANTS)
@@ -192,10 +199,15 @@ def test_a_duplicate_key_is_an_error_naming_it(crafted, tmp_path):
     assert ds.read(ds.index_of(v["good_key"])) == expected(crafted, v["good_key"])
 
 
-def test_overlapping_samples_leave_the_others_readable(crafted, tmp_path):
+def test_overlapping_samples_refuse_a_cache_and_leave_the_others_readable(crafted, tmp_path):
     v = crafted["overlap"]
     ds = larder.Dataset(v["path"], cache=str(tmp_path / "cache"))
-    assert ds.read(ds.index_of(v["good_key"])) == expected(crafted, v["good_key"])
+    good = ds.index_of(v["good_key"])
+    with pytest.raises(larder.LarderError) as excinfo:  # a byte with two checksums
+        ds.read(good)
+    assert_error(excinfo, larder.EBADINDEX, "overlap")
+    uncached = larder.Dataset(v["path"], cache="")
+    assert uncached.read(good) == expected(crafted, v["good_key"])
 
 
 # ---- bad bytes -------------------------------------------------------------------
