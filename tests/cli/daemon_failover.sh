@@ -88,7 +88,7 @@ print("the restarted daemon served again %.1f s after it was up" % (time.monoton
 PY
 PYTHON_PACKAGE=${LARDER%/*/larder}/python
 [ -d "$PYTHON_PACKAGE/larder" ] || PYTHON_PACKAGE=$TESTS/../python
-LARDER_SOCKET=$WORK/sock LARDER_LIBRARY=$LIB PYTHON_PACKAGE=$PYTHON_PACKAGE \
+env "${sanitized_python[@]}" LARDER_SOCKET=$WORK/sock LARDER_LIBRARY=$LIB PYTHON_PACKAGE=$PYTHON_PACKAGE \
   /usr/bin/python3 reader.py "$INDEX" "$WORK" >reader.txt 2>reader.err &
 reader=$!
 for _ in $(seq 400); do [ -e restart ] && break; kill -0 $reader 2>/dev/null || break; sleep 0.05; done

@@ -53,7 +53,7 @@ PY
 stand_in=$!
 cleanup_hooks+=("kill $stand_in 2>/dev/null")
 for _ in $(seq 100); do [ -S sock ] && break; sleep 0.05; done
-LARDER_SOCKET=$WORK/sock LARDER_LIBRARY=$LIB /usr/bin/python3 - "$INDEX" "$TESTS/../python" "$WORK/a" <<'PY' ||
+env "${sanitized_python[@]}" LARDER_SOCKET=$WORK/sock LARDER_LIBRARY=$LIB /usr/bin/python3 - "$INDEX" "$TESTS/../python" "$WORK/a" <<'PY' ||
 import os, sys
 sys.path.insert(0, sys.argv[2])
 import larder

@@ -32,7 +32,7 @@ base=http://127.0.0.1:$(cat port.txt)
 # in batches of 10, all starting together
 readers=()
 for w in $(seq 0 7); do
-  PYTHONPATH="$ROOT/python" LARDER_LIBRARY="$LIB" /usr/bin/python3 - "$base/index.larder" cache "$w" \
+  env "${sanitized_python[@]}" PYTHONPATH="$ROOT/python" LARDER_LIBRARY="$LIB" /usr/bin/python3 - "$base/index.larder" cache "$w" \
     >reader$w.log 2>&1 <<'PY' &
 import os, sys, time
 import larder
