@@ -362,13 +362,16 @@ static bool read_resident(larder_dataset *d, const struct larder__sample *s, uin
 {
     struct larder__cache *c = d->cache;
     uint64_t generation = larder__cache_generation(c);
-    if (!larder__cache_resident(c, s->shard, first, last)) return false;
+    if (!larder__cache_present(c, s->shard, first, last)) return false;
     if (larder__cache_pread(c, s->shard, buf, (size_t)s->length, s->offset) < 0) return false;
+    /* suspect blocks (shared with a sample not yet checked, or from before
+     * a reboot) are served only after this sample's own check */
+    bool trusted = larder__cache_resident(c, s->shard, first, last);
     bool steady = larder__cache_generation(c) == generation &&
-                  larder__cache_resident(c, s->shard, first, last);
-    if (!steady || !verified(d, id, generation)) {
-        if (!checksum_ok(s, buf) || !larder__cache_resident(c, s->shard, first, last)) return false;
-        if (steady) mark_verified(d, id, generation);
+                  larder__cache_present(c, s->shard, first, last);
+    if (!steady || !trusted || !verified(d, id, generation)) {
+        if (!checksum_ok(s, buf) || !larder__cache_present(c, s->shard, first, last)) return false;
+        if (steady && trusted) mark_verified(d, id, generation);
     }
     larder__cache_touch(c, s->shard, first, last);
     return true;
@@ -380,10 +383,11 @@ static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_
 /* Where each block of a fill came from. */
 enum { FROM_CACHE = 0, FROM_ORIGIN, FROM_PEER };
 
-/* A fill may read this much beyond what was asked to take in the whole
- * samples at its edges (so that their blocks can be checked and kept);
- * a raw range cutting into a larger sample is refused rather than read
- * whole (docs/cache.md). */
+/* A fill may read this much of the cache beyond what was asked to take in
+ * the whole samples at its edges (so that their blocks can be checked and
+ * trusted); a raw range cutting into a sample with more than
+ * MAX_EXTRA_BYTES around it is refused rather than read whole
+ * (docs/cache.md). */
 #define EDGE_EXTENSION (1u << 20)
 #define MAX_EXTRA_BYTES (UINT64_C(256) << 20)
 
@@ -529,23 +533,33 @@ static int plan_fill(larder_dataset *d, struct larder__shard_map *map, uint32_t 
     uint64_t block_end = block_start + larder__cache_span(c, shard, first, last);
     larder__shard_map_overlapping(map, shard, block_start, block_end, &p->check_first,
                                   &p->check_last);
-    /* take in the samples straddling the edges when that costs little more */
-    if (p->check_first < p->need_first || p->need_first == p->need_last) {
-        uint64_t a, z;
+    /* take in the samples straddling the edges when their other blocks are
+     * in the cache already and few: checking them then costs a pread, and
+     * lets the shared edge blocks be trusted.  Fetching them instead would
+     * widen the fill lock and the origin read for every cold fill. */
+    if (p->check_first < p->check_last &&
+        (p->check_first < p->need_first || p->need_first == p->need_last)) {
+        uint64_t a, z, f, l;
         sample_span(d, larder__shard_map_id(map, p->check_first), &a, &z);
-        if (p->check_first < p->check_last && a < block_start && block_start - a > EDGE_EXTENSION)
-            p->check_first++;
-        else if (p->check_first < p->check_last && a < start)
-            start = a;
+        if (a < block_start) {
+            larder__cache_blocks(c, a, block_start - a, &f, &l);
+            if (block_start - a <= EDGE_EXTENSION && larder__cache_present(c, shard, f, l))
+                start = a < start ? a : start;
+            else
+                p->check_first++;
+        }
     }
     if (p->check_first < p->check_last) {
-        uint64_t a, z;
+        uint64_t a, z, f, l;
         sample_span(d, larder__shard_map_id(map, p->check_last - 1), &a, &z);
         bool needed = p->check_last == p->need_last && p->need_first < p->need_last;
-        if (!needed && z > block_end && z - block_end > EDGE_EXTENSION)
-            p->check_last--;
-        else if (z > end)
-            end = z;
+        if (!needed && z > block_end) {
+            larder__cache_blocks(c, block_end, z - block_end, &f, &l);
+            if (z - block_end <= EDGE_EXTENSION && larder__cache_present(c, shard, f, l))
+                end = z > end ? z : end;
+            else
+                p->check_last--;
+        }
     }
     if (p->check_first > p->check_last) p->check_first = p->check_last;
     if (end > shard_size) end = shard_size;
@@ -669,7 +683,6 @@ static int fill_range(larder_dataset *d, uint32_t shard, uint64_t lo, uint64_t h
         lock = larder__cache_lock(c, shard, p.first, p.last); /* cut underneath: fill it */
         if (lock < 0) return lock;
     }
-    larder__cache_count(&k->misses, 1);
     if (suspect) {
         larder__cache_count(&k->refetches, 1);
         larder__cache_forget(c, shard, want_first, want_last);
@@ -683,6 +696,10 @@ static int fill_range(larder_dataset *d, uint32_t shard, uint64_t lo, uint64_t h
     uint8_t *keep = calloc(blocks, sizeof *keep);
     rc = span && fetched && ok && keep ? 0 : -ENOMEM;
     if (rc == 0) rc = fetch_missing(d, shard, p.first, p.last, span, fetched, suspect);
+    bool fetched_any = false; /* a miss needs a fetch; the rest came from the cache */
+    for (uint64_t i = 0; rc == 0 && i < blocks; i++)
+        fetched_any = fetched_any || fetched[i] != FROM_CACHE;
+    larder__cache_count(fetched_any ? &k->misses : &k->hits, 1);
     uint64_t bad = rc == 0 ? check_plan(d, map, &p, span, span_start, ok) : UINT64_MAX;
     bool all_ok = true;
     for (uint64_t i = 0; rc == 0 && i < checked; i++)
@@ -737,7 +754,7 @@ static int read_through_daemon(larder_dataset *d, const struct larder__sample *s
     if (d->cache) {
         uint64_t first, last;
         larder__cache_blocks(d->cache, s->offset, s->length, &first, &last);
-        if (larder__cache_resident(d->cache, s->shard, first, last)) return -EAGAIN;
+        if (larder__cache_present(d->cache, s->shard, first, last)) return -EAGAIN;
     }
     if (larder__endpoint_down(d->daemon)) return -EAGAIN;
     int rc = larder__endpoint_read(d->daemon, d->ix.id_low, d->ix.id_high, s->shard, LARDER__DEMAND,
@@ -773,7 +790,7 @@ static int read_whole(larder_dataset *d, const struct larder__sample *s, uint64_
             rc = 0;
         } else {
             /* all resident yet wrong or unreadable: the cache is what is wrong */
-            bool suspect = larder__cache_resident(d->cache, s->shard, first, last);
+            bool suspect = larder__cache_present(d->cache, s->shard, first, last);
             rc = fill(d, s, id, buf, suspect);
         }
     }
@@ -1174,7 +1191,7 @@ bool larder__dataset_staged(const larder_dataset *d, uint64_t id)
     if (!d->cache || larder__index_sample_range(&d->ix, id, &s) < 0) return false;
     uint64_t first, last;
     larder__cache_blocks(d->cache, s.offset, s.length, &first, &last);
-    return larder__cache_resident(d->cache, s.shard, first, last);
+    return larder__cache_present(d->cache, s.shard, first, last); /* no origin read left */
 }
 
 int larder__dataset_stage(larder_dataset *d, uint64_t id)
