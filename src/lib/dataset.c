@@ -127,6 +127,10 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
     if (!cache_dir) cache_dir = getenv("LARDER_CACHE");
     const char *daemon = options ? options->daemon_socket : NULL;
     if (!daemon) daemon = getenv("LARDER_SOCKET");
+    /* the cache is keyed by the dataset id: an index must not claim
+     * another's id and so reach (or reset) that dataset's cache.  One hash
+     * of the index, at 10 GB/s or so. */
+    if (rc == 0 && cache_dir && cache_dir[0]) rc = larder__index_check_hash(&d->ix);
     if (rc == 0 && cache_dir && cache_dir[0]) {
         rc = larder__cache_open(&d->cache, cache_dir, &d->ix, options ? options->block_size : 0,
                                 options ? options->cache_capacity : 0,

@@ -213,3 +213,35 @@ TEST(fill_refuses_overlapping_samples)
     CHECK_EQ(larder_validate(d), LARDER_EBADINDEX);
     larder_close(d);
 }
+
+TEST(fill_an_index_claiming_another_id_never_reaches_its_cache)
+{
+    make_flat(20, 1 << 20);
+    larder_dataset *d = open_with_cache();
+    static uint8_t buf[1 << 20];
+    for (uint64_t id = 0; id < larder_num_samples(d); id++)
+        CHECK(larder_read_sample(d, id, buf, sizeof buf) > 0);
+    uint64_t resident = stats_of(d).resident_bytes;
+    larder_close(d);
+    /* the same index with one sample record changed, its id kept, its
+     * header checksum made right again */
+    size_t size;
+    uint8_t *image = test_read_file(test_path("packed/index.larder"), &size);
+    image[128 + 32 + 16] ^= 0xff; /* sample 0's checksum (after the one shard record) */
+    extern uint64_t larder_test_header_checksum(const uint8_t *);
+    larder__put_le64(image + 120, larder_test_header_checksum(image));
+    test_write_file(test_path("packed/stolen.larder"), image, size);
+    free(image);
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                             .cache_dir = test_path("cache")};
+    larder_dataset *stolen = NULL;
+    CHECK_EQ(larder_open(&stolen, test_path("packed/stolen.larder"), &o), LARDER_ECHECKSUM);
+    CHECK(strstr(larder_errmsg(), "content hash") != NULL);
+    /* without a cache it opens (its records are read as they are used) */
+    o.cache_dir = "";
+    CHECK_EQ(larder_open(&stolen, test_path("packed/stolen.larder"), &o), 0);
+    larder_close(stolen);
+    d = open_with_cache();
+    CHECK_EQ(stats_of(d).resident_bytes, resident); /* the real cache is as it was */
+    larder_close(d);
+}
