@@ -3,7 +3,7 @@
  * input a fuzzer once found interesting is checked in the normal test
  * run (under the sanitizer build in CI).
  *
- *   larder_fuzz_replay DIR     DIR holds index/, tar/, wire/ and open/ corpora
+ *   larder_fuzz_replay DIR     DIR holds index/, tar/, wire/, open/ and daemon/ corpora
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -15,6 +15,7 @@ int larder_fuzz_index(const uint8_t *data, size_t size);
 int larder_fuzz_tar(const uint8_t *data, size_t size);
 int larder_fuzz_wire(const uint8_t *data, size_t size);
 int larder_fuzz_open(const uint8_t *data, size_t size);
+int larder_fuzz_daemon(const uint8_t *data, size_t size);
 
 static int replay(const char *dir, int (*target)(const uint8_t *, size_t))
 {
@@ -61,7 +62,9 @@ int main(int argc, char **argv)
     int c = replay(dir, larder_fuzz_wire);
     snprintf(dir, sizeof dir, "%s/open", argv[1]);
     int o = replay(dir, larder_fuzz_open);
-    if (a < 0 || b < 0 || c < 0 || o < 0) return 1;
-    printf("replayed %d index, %d tar, %d wire and %d open inputs\n", a, b, c, o);
+    snprintf(dir, sizeof dir, "%s/daemon", argv[1]);
+    int d = replay(dir, larder_fuzz_daemon);
+    if (a < 0 || b < 0 || c < 0 || o < 0 || d < 0) return 1;
+    printf("replayed %d index, %d tar, %d wire, %d open and %d daemon inputs\n", a, b, c, o, d);
     return 0;
 }
