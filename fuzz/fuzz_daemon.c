@@ -11,7 +11,9 @@
  * samples past their shard, overlaps, a duplicate key, a wrong content
  * hash; fuzz/daemon_seeds.py writes that header and the seeds) and the
  * node cache; daemon_state set up as main.c does (uid, gid, bounds, the
- * wake eventfd, epoll, a pool of 4 workers), say() quiet.
+ * wake eventfd, epoll, a pool of 4 workers), say() quiet, and http(s)
+ * and S3 sent to a proxy that cannot be reached (so that an OPEN of any
+ * URL fails at once, with no DNS lookup: the replay stays hermetic).
  *
  * Per input: a fresh connection as loop.c's accept makes it, its fd one
  * end of a socketpair; who it is comes from the first byte (enum peer).
@@ -60,6 +62,8 @@ enum peer {
 };
 
 enum { MAX_KEPT = 8 };
+
+#define NOWHERE "http://127.0.0.1:99999" /* a port no URL may have */
 
 static char root[256];  /* the shards and indexes, for the whole process */
 static char cache[300]; /* the node cache, in root */
@@ -165,6 +169,17 @@ static void setup(void)
     struct rlimit limit = {1 << 30, 1 << 30};
     setrlimit(RLIMIT_FSIZE, &limit);
     setenv("LARDER_HTTP_TIMEOUT", "0.2", 0);
+    /* and no OPEN leaves the machine or waits on DNS: every http(s) and S3
+     * request goes to a proxy on a port no address has, so curl fails at
+     * once, without resolving the URL's host, whatever the input names
+     * (a refused connection would be retried for seconds) */
+    static const char *const proxies[] = {"http_proxy", "HTTPS_PROXY", "ALL_PROXY"};
+    for (size_t i = 0; i < sizeof proxies / sizeof *proxies; i++)
+        setenv(proxies[i], NOWHERE, 1);
+    unsetenv("NO_PROXY");
+    unsetenv("no_proxy");
+    setenv("LARDER_S3_ENDPOINT", NOWHERE, 1);
+    setenv("LARDER_S3_ADDRESSING", "path", 1);
 }
 
 /* Wait until the connection's READ jobs have ended. */
