@@ -15,7 +15,8 @@ the good dataset, ask for STAT, try PROVE without a secret, and garbage.
 A seed's first byte picks who is connected (fuzz_daemon.c's `enum peer`):
 0 a reader of the daemon's uid, 1 a reader of another uid, 2 another uid
 with --allow over the harness's directory, 3 a peer of a cluster without
-a secret, 4 a peer of a cluster with one.  READ frames carry the good
+a secret, 4 a peer of a cluster with one (the harness gives a PROVE
+whose proof starts with a zero byte the right proof).  READ frames carry the good
 dataset's id, computed here from the index bytes the harness writes.
 """
 
@@ -132,8 +133,16 @@ def seeds(files):
     out["peer-open-read"] = (bytes([PEER]) + hello(role=2) + open_("good.larder") + reads +
                              w.frame(w.STAT, request=6))
     out["peer-prove-no-secret"] = bytes([PEER]) + hello(role=2) + w.frame(w.PROVE, bytes(32))
+    # fuzz_daemon.c gives a PROVE whose proof starts with a zero byte the right proof
+    out["peer-secret-proven"] = (bytes([PEER_SECRET]) + hello(role=2) +
+                                 w.frame(w.PROVE, bytes(32)) + open_("good.larder", request=3) +
+                                 reads + w.frame(w.STAT, request=6))
+    out["peer-secret-proven-opens-crafted"] = (
+        bytes([PEER_SECRET]) + hello(role=2) + w.frame(w.PROVE, bytes(32)) +
+        open_("dotdot.larder", request=3) + open_("wrong-hash.larder", request=4))
     out["peer-secret-wrong-proof"] = (bytes([PEER_SECRET]) + hello(role=2) +
-                                      w.frame(w.PROVE, bytes(32)) + open_("good.larder"))
+                                      w.frame(w.PROVE, b"\x01" + bytes(31)) +
+                                      open_("good.larder"))
     out["peer-secret-no-proof"] = bytes([PEER_SECRET]) + hello(role=2) + open_("good.larder")
     out["reader-says-peer"] = bytes([READER]) + hello(role=2) + open_("good.larder")
     out["peer-says-reader"] = bytes([PEER]) + hello(role=1) + open_("good.larder")
