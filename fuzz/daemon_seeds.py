@@ -53,7 +53,9 @@ VARIANTS = {
 def indexes():
     """{file name: bytes}: good.larder and one NAME.larder per variant,
     plus wrong-hash.larder (the good index with its content hash -- the
-    dataset id -- changed, and its header checksum made right)."""
+    dataset id -- changed, and its header checksum made right) and
+    stolen-id-bigger.larder (the good index's id over a layout whose shard
+    1 is longer)."""
     import copy
     import json
     import tempfile
@@ -71,6 +73,11 @@ def indexes():
             layout = copy.deepcopy(base)
             mutate(layout, tmp)
             out[f"{name}.larder"] = ci.build_index(layout)
+    # another layout under the good dataset's id: shard 1 claimed 12289
+    # bytes long (4 blocks of 4096, not 3), every sample still inside
+    layout = copy.deepcopy(base)
+    layout["shards"][1]["size"] = 12289
+    out["stolen-id-bigger.larder"] = ci.build_index(layout, stolen_id=good[16:32])
     wrong = bytearray(good)
     wrong[16] ^= 0x5A
     struct.pack_into("<Q", wrong, 120, ci.xxh3_64(wrong[:120]))
@@ -114,6 +121,11 @@ def seeds(files):
     out = {}
     for name in files:  # each index, opened and read as the daemon's own user
         out[f"open-{name}"] = bytes([READER]) + hello() + open_(name) + reads + w.frame(w.STAT)
+    # the good dataset's cache, then an index that claims its id with
+    # another layout (refused: its content does not hash to that id), then
+    # the good dataset read again
+    out["stolen-id-after-good"] = (bytes([READER]) + hello() + open_("good.larder") + reads +
+                                   open_("stolen-id-bigger.larder", request=6) + reads)
     out["reads-good"] = bytes([READER]) + hello() + open_("good.larder") + b"".join([
         read(good_id, 0, 0, 6000), read(good_id, 1, 0, 9000, request=6),
         read(good_id, 0, 5999, 2, request=7),          # past the end of the shard

@@ -122,6 +122,13 @@ static void teardown(void)
     }
 }
 
+/* The library's warnings through say(), as main.c sends them. */
+static void on_log(void *userdata, int level, const char *message)
+{
+    (void)userdata;
+    say("%s%s", level == LARDER_LOG_ERROR ? "error: " : "", message);
+}
+
 static void fail_setup(const char *what)
 {
     fprintf(stderr, "fuzz_daemon: cannot set up %s: %s\n", root, what);
@@ -148,6 +155,7 @@ static void setup(void)
 
     /* what main.c sets, with small bounds: a budget a few READs exceed */
     daemon_state.quiet = !debug;
+    larder_set_log(on_log, NULL, LARDER_LOG_WARN);
     daemon_state.cache_dir = cache;
     daemon_state.cache_capacity = 12 * 1024; /* below the shards' 15000 bytes: evictions */
     daemon_state.jobs = 4;
