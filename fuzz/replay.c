@@ -3,7 +3,8 @@
  * input a fuzzer once found interesting is checked in the normal test
  * run (under the sanitizer build in CI).
  *
- *   larder_fuzz_replay DIR     DIR holds index/, tar/, wire/ and open/ corpora
+ *   larder_fuzz_replay DIR         DIR holds index/, tar/, wire/, open/ and daemon/ corpora
+ *   larder_fuzz_replay DIR/NAME    one of them, e.g. fuzz/corpus/daemon
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@ int larder_fuzz_index(const uint8_t *data, size_t size);
 int larder_fuzz_tar(const uint8_t *data, size_t size);
 int larder_fuzz_wire(const uint8_t *data, size_t size);
 int larder_fuzz_open(const uint8_t *data, size_t size);
+int larder_fuzz_daemon(const uint8_t *data, size_t size);
 
 static int replay(const char *dir, int (*target)(const uint8_t *, size_t))
 {
@@ -46,22 +48,44 @@ static int replay(const char *dir, int (*target)(const uint8_t *, size_t))
     return count;
 }
 
+static const struct {
+    const char *name;
+    int (*target)(const uint8_t *, size_t);
+} targets[] = {{"index", larder_fuzz_index},
+               {"tar", larder_fuzz_tar},
+               {"wire", larder_fuzz_wire},
+               {"open", larder_fuzz_open},
+               {"daemon", larder_fuzz_daemon}};
+
+enum { NUM_TARGETS = sizeof targets / sizeof *targets };
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+        fprintf(stderr, "usage: %s CORPUS_DIR | CORPUS_DIR/TARGET\n", argv[0]);
         return 2;
     }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/index", argv[1]);
-    int a = replay(dir, larder_fuzz_index);
-    snprintf(dir, sizeof dir, "%s/tar", argv[1]);
-    int b = replay(dir, larder_fuzz_tar);
-    snprintf(dir, sizeof dir, "%s/wire", argv[1]);
-    int c = replay(dir, larder_fuzz_wire);
-    snprintf(dir, sizeof dir, "%s/open", argv[1]);
-    int o = replay(dir, larder_fuzz_open);
-    if (a < 0 || b < 0 || c < 0 || o < 0) return 1;
-    printf("replayed %d index, %d tar, %d wire and %d open inputs\n", a, b, c, o);
+    /* one target's corpus, named by its last component (fuzz/corpus/daemon) */
+    char root[4096];
+    snprintf(root, sizeof root, "%s", argv[1]);
+    for (size_t n = strlen(root); n > 1 && root[n - 1] == '/'; n--)
+        root[n - 1] = '\0';
+    const char *slash = strrchr(root, '/');
+    const char *last = slash ? slash + 1 : root;
+    for (int t = 0; t < NUM_TARGETS; t++) {
+        if (strcmp(last, targets[t].name) != 0) continue;
+        int n = replay(root, targets[t].target);
+        if (n < 0) return 1;
+        printf("replayed %d %s inputs\n", n, targets[t].name);
+        return 0;
+    }
+    int count[NUM_TARGETS];
+    for (int t = 0; t < NUM_TARGETS; t++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", root, targets[t].name);
+        if ((count[t] = replay(dir, targets[t].target)) < 0) return 1;
+    }
+    printf("replayed %d index, %d tar, %d wire, %d open and %d daemon inputs\n", count[0], count[1],
+           count[2], count[3], count[4]);
     return 0;
 }

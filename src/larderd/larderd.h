@@ -3,6 +3,7 @@
  * connections and their output queues, and the open datasets.
  *
  *   main.c      options and start-up
+ *   state.c     the globals: daemon_state, say(), now_ms()
  *   loop.c      the epoll loop: listeners, who may connect, connections,
  *               bounds (connections, memory per connection, idle time)
  *   requests.c  one whole frame at a time: the handshake, OPEN and who may
@@ -117,11 +118,13 @@ struct daemon_state {
     pthread_cond_t uncached_freed;
     uint64_t uncached_bytes; /* malloc'ed for answers that could not be cached */
     volatile sig_atomic_t stopping;
+    bool quiet; /* say() prints nothing: a harness that drives the parts */
 };
 
 extern struct daemon_state daemon_state;
 
-/* Print one line to stderr, prefixed "larderd: ". */
+/* state.c */
+/* Print one line to stderr, prefixed "larderd: " (nothing when quiet). */
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Milliseconds on the monotonic clock. */
 int64_t now_ms(void);

@@ -12,7 +12,8 @@
  * parses frames (docs/protocol.md); reads are staged by a pool of workers
  * in priority order, which queue their answers back to the loop.
  *
- * This file: options and start-up; larderd.h says where the rest is.
+ * This file: options and start-up (the globals are in state.c);
+ * larderd.h says where the rest is.
  */
 #include "larderd.h"
 
@@ -21,34 +22,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
-
-struct daemon_state daemon_state = {.self = SIZE_MAX};
-
-void say(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "larderd: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-}
-
-int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void on_log(void *userdata, int level, const char *message)
 {
