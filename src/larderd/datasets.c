@@ -58,46 +58,37 @@ int open_dataset(const char *url, bool may_open, struct dataset_entry **out, int
         /* never trust_index: an index from anywhere names only shards under
          * its own base, and with --allow, under one of those prefixes */
         larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
-                                 .cache_dir = "",
+                                 .cache_dir = daemon_state.cache_dir,
+                                 .cache_capacity = daemon_state.cache_capacity,
+                                 .max_inflight = daemon_state.jobs,
                                  .daemon_socket = "",
+                                 .borrow_capacity = daemon_state.borrow_capacity,
                                  .trust_index = 0,
                                  .allow_prefixes = daemon_state.allow};
         struct dataset_entry *e = &daemon_state.datasets[daemon_state.num_datasets];
         memset(e, 0, sizeof *e);
-        /* the whole index, before any of it is served and before the node
-         * cache is touched: its records, keys and overlaps, and its content
-         * against the id it claims, so that no index can stand in for
-         * another in this registry or the cache (opening the cache of the
-         * id an index claims sizes it by the index's shards, and throws
-         * away the state of a cache made for another layout) */
-        uint64_t low = 0, high = 0;
-        larder_dataset *probe = NULL;
-        rc = larder_open(&probe, url, &o);
-        if (rc == 0) rc = larder_validate(probe);
-        if (rc == 0) larder__dataset_id(probe, &low, &high);
-        larder_close(probe);
-        for (int i = 0; rc == 0 && i < daemon_state.num_datasets; i++) {
-            struct dataset_entry *same = &daemon_state.datasets[i];
-            if (same->id_low == low && same->id_high == high) {
-                /* the same content under another name: one entry */
-                *out = same;
-                *slot = i;
-                pthread_mutex_unlock(&daemon_state.lock);
-                return 0;
-            }
-        }
-        o.cache_dir = daemon_state.cache_dir;
-        o.cache_capacity = daemon_state.cache_capacity;
-        o.max_inflight = daemon_state.jobs;
-        o.borrow_capacity = daemon_state.borrow_capacity;
-        if (rc == 0) rc = larder_open(&e->dataset, url, &o);
-        /* again, for an index replaced since it was checked */
+        /* larder_open checks the index's content against the id it claims
+         * before it touches the cache of that id (an index claiming
+         * another's id would otherwise reset that dataset's cache state);
+         * then the whole index, before any of it is served: records, keys
+         * and overlaps.  So no index stands in for another in this registry
+         * or the cache. */
+        rc = larder_open(&e->dataset, url, &o);
         if (rc == 0) rc = larder_validate(e->dataset);
         if (rc == 0) {
             larder__dataset_id(e->dataset, &e->id_low, &e->id_high);
-            if (e->id_low != low || e->id_high != high)
-                rc = larder__fail(LARDER_EBADINDEX, "%s: the index changed while it was opened",
-                                  url);
+            for (int i = 0; i < daemon_state.num_datasets; i++) {
+                struct dataset_entry *same = &daemon_state.datasets[i];
+                if (same->id_low == e->id_low && same->id_high == e->id_high) {
+                    /* the same content under another name: one entry */
+                    larder_close(e->dataset);
+                    memset(e, 0, sizeof *e);
+                    *out = same;
+                    *slot = i;
+                    pthread_mutex_unlock(&daemon_state.lock);
+                    return 0;
+                }
+            }
         }
         if (rc == 0 && !(e->url = strdup(url))) rc = -ENOMEM;
         if (rc == 0 && daemon_state.members.count > 1) {
