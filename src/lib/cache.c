@@ -557,6 +557,16 @@ int larder__cache_lock(struct larder__cache *c, uint32_t shard, uint64_t first, 
     return fd;
 }
 
+bool larder__cache_try_lock(struct larder__cache *c, int lock, uint32_t shard, uint64_t first,
+                            uint64_t last)
+{
+    struct flock more = {.l_type = F_WRLCK,
+                         .l_whence = SEEK_SET,
+                         .l_start = (off_t)(c->shard_base[shard] + first),
+                         .l_len = (off_t)(last - first + 1)};
+    return fcntl(lock, F_OFD_SETLK, &more) == 0; /* the same description: one lock, grown */
+}
+
 void larder__cache_unlock(struct larder__cache *c, int lock)
 {
     (void)c;

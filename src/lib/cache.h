@@ -111,6 +111,10 @@ LARDER_HIDDEN void larder__cache_touch(struct larder__cache *cache, uint32_t sha
 LARDER_HIDDEN int larder__cache_lock(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                      uint64_t last);
 LARDER_HIDDEN void larder__cache_unlock(struct larder__cache *cache, int lock);
+/* Add blocks [first, last] to a fill lock if no one holds them now; false
+ * (and nothing added) when someone does.  Never waits. */
+LARDER_HIDDEN bool larder__cache_try_lock(struct larder__cache *cache, int lock, uint32_t shard,
+                                          uint64_t first, uint64_t last);
 
 /*
  * Store `data`, the bytes of blocks [first, last] of `shard` (the last

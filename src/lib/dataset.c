@@ -508,6 +508,11 @@ struct fill_plan {
     uint64_t need_first, need_last;   /* samples overlapping [lo, hi): [first, last) */
     uint64_t check_first, check_last; /* every sample checked: [first, last) */
     uint64_t first, last;             /* blocks read */
+    /* straddling samples that may be taken in (their other blocks are in
+     * the cache already), if their blocks' locks are free: the blocks they
+     * add, below first and above last; none when left_first == first /
+     * right_last == last */
+    uint64_t left_first, right_last;
 };
 
 static int plan_fill(larder_dataset *d, struct larder__shard_map *map, uint32_t shard, uint64_t lo,
@@ -537,10 +542,11 @@ static int plan_fill(larder_dataset *d, struct larder__shard_map *map, uint32_t 
     uint64_t block_end = block_start + larder__cache_span(c, shard, first, last);
     larder__shard_map_overlapping(map, shard, block_start, block_end, &p->check_first,
                                   &p->check_last);
-    /* take in the samples straddling the edges when their other blocks are
-     * in the cache already and few: checking them then costs a pread, and
-     * lets the shared edge blocks be trusted.  Fetching them instead would
-     * widen the fill lock and the origin read for every cold fill. */
+    /* samples straddling the edges are left out, but noted when their
+     * other blocks are in the cache already and few: checking them then
+     * costs a pread, and lets the shared edge blocks be trusted.  Fetching
+     * them, or waiting for their locks, would widen every cold fill. */
+    p->left_first = first, p->right_last = last;
     if (p->check_first < p->check_last &&
         (p->check_first < p->need_first || p->need_first == p->need_last)) {
         uint64_t a, z, f, l;
@@ -548,9 +554,8 @@ static int plan_fill(larder_dataset *d, struct larder__shard_map *map, uint32_t 
         if (a < block_start) {
             larder__cache_blocks(c, a, block_start - a, &f, &l);
             if (block_start - a <= EDGE_EXTENSION && larder__cache_present(c, shard, f, l))
-                start = a < start ? a : start;
-            else
-                p->check_first++;
+                p->left_first = f;
+            p->check_first++;
         }
     }
     if (p->check_first < p->check_last) {
@@ -560,15 +565,26 @@ static int plan_fill(larder_dataset *d, struct larder__shard_map *map, uint32_t 
         if (!needed && z > block_end) {
             larder__cache_blocks(c, block_end, z - block_end, &f, &l);
             if (z - block_end <= EDGE_EXTENSION && larder__cache_present(c, shard, f, l))
-                end = z > end ? z : end;
-            else
-                p->check_last--;
+                p->right_last = l;
+            p->check_last--;
         }
     }
     if (p->check_first > p->check_last) p->check_first = p->check_last;
     if (end > shard_size) end = shard_size;
-    larder__cache_blocks(c, start, end - start, &p->first, &p->last);
+    p->first = first, p->last = last;
     return 0;
+}
+
+/* Take in the noted straddlers whose blocks no one else holds (see fill_plan). */
+static void take_in_straddlers(larder_dataset *d, uint32_t shard, int lock, struct fill_plan *p)
+{
+    struct larder__cache *c = d->cache;
+    if (p->left_first < p->first && p->check_first > 0 &&
+        larder__cache_try_lock(c, lock, shard, p->left_first, p->first - 1))
+        p->check_first--, p->first = p->left_first;
+    if (p->right_last > p->last &&
+        larder__cache_try_lock(c, lock, shard, p->last + 1, p->right_last))
+        p->check_last++, p->last = p->right_last;
 }
 
 /*
@@ -674,6 +690,7 @@ static int fill_range(larder_dataset *d, uint32_t shard, uint64_t lo, uint64_t h
     uint64_t started = now_microseconds();
     int lock = larder__cache_lock(c, shard, p.first, p.last);
     if (lock < 0) return lock;
+    take_in_straddlers(d, shard, lock, &p);
     uint64_t want_first, want_last;
     larder__cache_blocks(c, lo, hi - lo, &want_first, &want_last);
     if (!suspect && larder__cache_resident(c, shard, want_first, want_last)) {
