@@ -82,7 +82,10 @@ int main(int argc, char **argv)
     int count[NUM_TARGETS];
     for (int t = 0; t < NUM_TARGETS; t++) {
         char dir[4096];
-        snprintf(dir, sizeof dir, "%s/%s", root, targets[t].name);
+        if (snprintf(dir, sizeof dir, "%s/%s", root, targets[t].name) >= (int)sizeof dir) {
+            fprintf(stderr, "%s: path too long\n", root);
+            return 1;
+        }
         if ((count[t] = replay(dir, targets[t].target)) < 0) return 1;
     }
     printf("replayed %d index, %d tar, %d wire, %d open and %d daemon inputs\n", count[0], count[1],
