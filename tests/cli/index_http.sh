@@ -2,43 +2,19 @@
 # index shards by URL, open the index by URL, read and verify over HTTP,
 # and get clear errors for missing objects and dead servers.
 source "$(dirname "$0")/lib.sh"
-nginx=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$nginx" ] || skip "nginx is not installed (scripts/install-deps installs it)"
-
 make_tree www/data 40
 (cd www/data && tar --sort=name -cf ../a.tar sample0000[1-9].* sample0001*.* &&
   tar --sort=name -cf ../b.tar sample0002*.* sample0003*.* sample00040.*)
 
-port=$((20000 + RANDOM % 20000))
-mkdir -p nginx/logs
-cat >nginx/nginx.conf <<CONF
-daemon off;
-worker_processes 1;
-user root;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/logs/error.log;
-events { worker_connections 64; }
-http {
-  access_log off;
-  server {
-    listen 127.0.0.1:$port;
-    root $WORK/www;
-  }
-}
-CONF
-"$nginx" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
-nginx_pid=$!
-cleanup_hooks+=("kill $nginx_pid; wait $nginx_pid 2>/dev/null")
-for _ in $(seq 50); do
-  curl -sf -o /dev/null "http://127.0.0.1:$port/a.tar" 2>/dev/null && break
-  [ -e /proc/$nginx_pid ] || fail "nginx did not start: $(cat nginx/logs/error.log)"
-  sleep 0.1
-done
+start_nginx www a.tar
 base=http://127.0.0.1:$port
 
-# index remote shards into a local index: names stay URLs
+# index remote shards into a local index: it records their URL directory
+# as its base (format version 2) and names them under it
 "$LARDER" index $base/a.tar $base/b.tar -o local.larder >out.txt
 grep -q "indexed 40 samples in 2 shards" out.txt || fail "$(cat out.txt)"
+"$LARDER" inspect local.larder --sample 0 | grep -E "shard +0 \(a.tar\)" >/dev/null ||
+  fail "remote shards not named under the index's base"
 "$LARDER" verify local.larder >/dev/null || fail "verify over http"
 same_bytes local.larder sample00007 jpg www/data/sample00007.jpg
 same_bytes local.larder sample00033 cls www/data/sample00033.cls

@@ -24,6 +24,41 @@ if grep -q '^LARDER_SANITIZE:BOOL=ON' "$(dirname "$LARDER")/CMakeCache.txt" 2>/d
 fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# start_nginx ROOT PROBE: serve $WORK/ROOT with nginx on a random loopback
+# port until the test ends, waiting until PROBE (a path under ROOT) answers;
+# sets port and nginx_pid.  Skips the test when nginx is not installed.
+start_nginx() {
+  local nginx
+  nginx=$(command -v nginx || echo /usr/sbin/nginx)
+  [ -x "$nginx" ] || skip "nginx is not installed (scripts/install-deps installs it)"
+  port=$((20000 + RANDOM % 20000))
+  mkdir -p "$WORK/nginx/logs"
+  cat >"$WORK/nginx/nginx.conf" <<CONF
+daemon off;
+worker_processes 1;
+user root;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log;
+events { worker_connections 256; }
+http {
+  access_log off;
+  server {
+    listen 127.0.0.1:$port;
+    root $WORK/$1;
+  }
+}
+CONF
+  "$nginx" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+  nginx_pid=$!
+  cleanup_hooks+=("kill $nginx_pid; wait $nginx_pid 2>/dev/null")
+  for _ in $(seq 50); do
+    curl -sf -o /dev/null "http://127.0.0.1:$port/$2" 2>/dev/null && return
+    [ -e /proc/$nginx_pid ] || fail "nginx did not start: $(cat "$WORK/nginx/logs/error.log")"
+    sleep 0.1
+  done
+  fail "nginx did not answer for $2"
+}
 skip() { echo "skipped: $*"; exit 77; }
 
 # expect_error STATUS NEEDLE CMD...: the command exits STATUS and its

@@ -12,8 +12,6 @@ KILL_EVERY=${KILL_EVERY:-4}
 READERS=${SOAK_READERS:-6}
 LARDERD=${LARDER%/larder}/larderd
 BUILD_ABS=$(cd "$(dirname "$LARDER")" && pwd)
-nginx=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$nginx" ] || skip "nginx is not installed (scripts/install-deps installs it)"
 grep -q "^LARDER_SANITIZE:BOOL=ON" "$BUILD_ABS/CMakeCache.txt" 2>/dev/null &&
   skip "a sanitizer build: the soak runs on the normal build"
 /usr/bin/python3 -c "import numpy" 2>/dev/null || skip "numpy missing for /usr/bin/python3"
@@ -21,32 +19,8 @@ grep -q "^LARDER_SANITIZE:BOOL=ON" "$BUILD_ABS/CMakeCache.txt" 2>/dev/null &&
 make_tree src 300
 "$LARDER" pack src -o www/packed --shard-size 600K >/dev/null
 
-port=$((20000 + RANDOM % 20000))
-mkdir -p nginx/logs
-cat >nginx/nginx.conf <<CONF
-daemon off;
-worker_processes 1;
-user root;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/logs/error.log;
-events { worker_connections 256; }
-http {
-  access_log off;
-  server {
-    listen 127.0.0.1:$port;
-    root $WORK/www;
-  }
-}
-CONF
-"$nginx" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
-nginx_pid=$!
-cleanup_hooks+=("kill $nginx_pid; wait $nginx_pid 2>/dev/null")
+start_nginx www packed/index.larder
 url=http://127.0.0.1:$port/packed/index.larder
-for _ in $(seq 50); do
-  curl -sf -o /dev/null "$url" 2>/dev/null && break
-  [ -e /proc/$nginx_pid ] || fail "nginx did not start: $(cat nginx/logs/error.log)"
-  sleep 0.1
-done
 
 base=$((20000 + RANDOM % 20000))
 [ $base -eq $port ] && base=$((base + 7))
