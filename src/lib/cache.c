@@ -54,7 +54,6 @@ struct larder__cache {
     uint64_t num_shards;
     uint64_t *shard_base; /* first global block of each shard, plus the total */
     uint64_t *shard_size;
-    uint64_t capacity;
     struct shared_header *header;
     uint64_t *resident, *referenced; /* bitmaps in the mapping */
     uint64_t *borrowed;              /* resident blocks borrowed from the shard's owner node */
@@ -272,7 +271,6 @@ int larder__cache_open(struct larder__cache **out, const char *dir, const struct
     while ((1u << c->block_shift) < block_size)
         c->block_shift++;
     c->num_shards = ix->num_shards;
-    c->capacity = capacity;
     c->borrow_capacity = borrow_capacity;
     char id[33];
     larder__hex128(ix->id_high, ix->id_low, id);
@@ -539,15 +537,22 @@ int larder__cache_pread(struct larder__cache *c, uint32_t shard, void *buf, size
     return larder__pread_full(fd, buf, length, offset, c->dir);
 }
 
+/* The fill lock's bytes of `locks` for blocks [first, last] of a shard. */
+static struct flock blocks_lock(const struct larder__cache *c, uint32_t shard, uint64_t first,
+                                uint64_t last)
+{
+    return (struct flock){.l_type = F_WRLCK,
+                          .l_whence = SEEK_SET,
+                          .l_start = (off_t)(c->shard_base[shard] + first),
+                          .l_len = (off_t)(last - first + 1)};
+}
+
 int larder__cache_lock(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
     /* a descriptor of its own: OFD locks of one open file description never conflict */
     int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, FILE_MODE);
     if (fd < 0) return fd;
-    struct flock lock = {.l_type = F_WRLCK,
-                         .l_whence = SEEK_SET,
-                         .l_start = (off_t)(c->shard_base[shard] + first),
-                         .l_len = (off_t)(last - first + 1)};
+    struct flock lock = blocks_lock(c, shard, first, last);
     while (fcntl(fd, F_OFD_SETLKW, &lock) < 0) {
         if (errno == EINTR) continue;
         int err = errno;
@@ -560,10 +565,7 @@ int larder__cache_lock(struct larder__cache *c, uint32_t shard, uint64_t first, 
 bool larder__cache_try_lock(struct larder__cache *c, int lock, uint32_t shard, uint64_t first,
                             uint64_t last)
 {
-    struct flock more = {.l_type = F_WRLCK,
-                         .l_whence = SEEK_SET,
-                         .l_start = (off_t)(c->shard_base[shard] + first),
-                         .l_len = (off_t)(last - first + 1)};
+    struct flock more = blocks_lock(c, shard, first, last);
     return fcntl(lock, F_OFD_SETLK, &more) == 0; /* the same description: one lock, grown */
 }
 

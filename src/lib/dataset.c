@@ -515,26 +515,43 @@ struct fill_plan {
     uint64_t left_first, right_last;
 };
 
+/*
+ * The samples overlapping bytes [lo, hi) of a shard (p->need_first and
+ * need_last), which must be read whole and checked before any of those
+ * bytes is served, and the bytes that takes: [*start, *end).  0, or
+ * LARDER_EUNSUPPORTED when that is more than MAX_EXTRA_BYTES beyond what
+ * was asked.
+ */
+static int plan_needed(larder_dataset *d, struct larder__shard_map *map, uint32_t shard,
+                       uint64_t lo, uint64_t hi, struct fill_plan *p, uint64_t *start,
+                       uint64_t *end)
+{
+    larder__shard_map_overlapping(map, shard, lo, hi, &p->need_first, &p->need_last);
+    *start = lo, *end = hi;
+    if (p->need_first < p->need_last) { /* without overlaps, the first starts and the last ends */
+        uint64_t a, z;
+        sample_span(d, larder__shard_map_id(map, p->need_first), &a, &z);
+        if (a < *start) *start = a;
+        sample_span(d, larder__shard_map_id(map, p->need_last - 1), &a, &z);
+        if (z > *end) *end = z;
+    }
+    if ((lo - *start) + (*end - hi) > MAX_EXTRA_BYTES)
+        return larder__fail(LARDER_EUNSUPPORTED,
+                            "bytes %llu+%llu of shard %u cut into a sample too large to check "
+                            "for them (%llu bytes around them); read the sample itself",
+                            (unsigned long long)lo, (unsigned long long)(hi - lo), shard,
+                            (unsigned long long)(*end - *start));
+    return 0;
+}
+
 static int plan_fill(larder_dataset *d, struct larder__shard_map *map, uint32_t shard, uint64_t lo,
                      uint64_t hi, struct fill_plan *p)
 {
     struct larder__cache *c = d->cache;
     uint64_t shard_size = larder__dataset_shard_size(d, shard);
-    larder__shard_map_overlapping(map, shard, lo, hi, &p->need_first, &p->need_last);
-    uint64_t start = lo, end = hi;
-    if (p->need_first < p->need_last) {
-        uint64_t a, z;
-        sample_span(d, larder__shard_map_id(map, p->need_first), &a, &z);
-        if (a < start) start = a;
-        sample_span(d, larder__shard_map_id(map, p->need_last - 1), &a, &z);
-        if (z > end) end = z;
-    }
-    if ((start < lo ? lo - start : 0) + (end - hi) > MAX_EXTRA_BYTES)
-        return larder__fail(LARDER_EUNSUPPORTED,
-                            "bytes %llu+%llu of shard %u cut into a sample too large to check "
-                            "for them (%llu bytes around them); read the sample itself",
-                            (unsigned long long)lo, (unsigned long long)(hi - lo), shard,
-                            (unsigned long long)(end - start));
+    uint64_t start, end;
+    int rc = plan_needed(d, map, shard, lo, hi, p, &start, &end);
+    if (rc < 0) return rc;
     /* the blocks these bytes fill, and the samples sharing them */
     uint64_t first, last;
     larder__cache_blocks(c, start, end - start, &first, &last);
@@ -607,6 +624,15 @@ static uint64_t check_plan(larder_dataset *d, struct larder__shard_map *map,
             bad_needed = id;
     }
     return bad_needed;
+}
+
+/* LARDER_ECHECKSUM naming sample `id`, whose bytes are in span (which starts at span_start). */
+static int checksum_failure(larder_dataset *d, uint64_t id, const uint8_t *span,
+                            uint64_t span_start)
+{
+    struct larder__sample s;
+    larder__index_sample_range(&d->ix, id, &s);
+    return check_sample(d, &s, id, span + (s.offset - span_start));
 }
 
 /* What becomes of each block a fill read. */
@@ -734,9 +760,7 @@ static int fill_range(larder_dataset *d, uint32_t shard, uint64_t lo, uint64_t h
         bad = rc == 0 ? check_plan(d, map, &p, span, span_start, ok) : UINT64_MAX;
     }
     if (rc == 0 && bad != UINT64_MAX) {
-        struct larder__sample s;
-        larder__index_sample_range(&d->ix, bad, &s);
-        check_sample(d, &s, bad, span + (s.offset - span_start));
+        checksum_failure(d, bad, span, span_start);
         rc = larder__fail_context(LARDER_ECHECKSUM, "the origin's bytes do not match the index");
     }
     if (rc == 0) {
@@ -1287,29 +1311,15 @@ int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offse
     struct larder__shard_map *map;
     struct fill_plan p;
     if ((rc = shard_map(d, &map)) < 0) return rc;
-    uint64_t start = offset, end = offset + length;
-    larder__shard_map_overlapping(map, shard, start, end, &p.need_first, &p.need_last);
+    uint64_t start, end;
+    if ((rc = plan_needed(d, map, shard, offset, offset + length, &p, &start, &end)) < 0) return rc;
     p.check_first = p.need_first, p.check_last = p.need_last;
-    for (uint64_t q = p.need_first; q < p.need_last; q++) {
-        uint64_t a, z;
-        sample_span(d, larder__shard_map_id(map, q), &a, &z);
-        if (a < start) start = a;
-        if (z > end) end = z;
-    }
-    if (end - start - length > MAX_EXTRA_BYTES)
-        return larder__fail(LARDER_EUNSUPPORTED,
-                            "bytes %llu+%llu of shard %u cut into a sample too large to check",
-                            (unsigned long long)offset, (unsigned long long)length, shard);
     uint8_t *span = start == offset && end == offset + length ? buf : malloc((size_t)(end - start));
     bool *ok = calloc(p.need_last - p.need_first + 1, sizeof *ok);
     bool from_peer = false;
     rc = span && ok ? fetch_run(d, shard, start, end - start, span, &from_peer) : -ENOMEM;
     uint64_t bad = rc == 0 ? check_plan(d, map, &p, span, start, ok) : UINT64_MAX;
-    if (rc == 0 && bad != UINT64_MAX) {
-        struct larder__sample s;
-        larder__index_sample_range(&d->ix, bad, &s);
-        rc = check_sample(d, &s, bad, span + (s.offset - start));
-    }
+    if (rc == 0 && bad != UINT64_MAX) rc = checksum_failure(d, bad, span, start);
     if (rc == 0 && span != buf) memcpy(buf, span + (offset - start), (size_t)length);
     if (span != buf) free(span);
     free(ok);
