@@ -13,11 +13,8 @@ ROOT=$(cd "$TESTS/.." && pwd)
 BUILD_ABS=$(cd "$(dirname "$LARDER")" && pwd)
 LARDERD=$BUILD_ABS/larderd
 [ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
-pyenv=(PYTHONPATH="$ROOT/python" PYTHONDONTWRITEBYTECODE=1 LARDER_LIBRARY="$BUILD_ABS/liblarder.so")
-if grep -q '^LARDER_SANITIZE:BOOL=ON' "$BUILD_ABS/CMakeCache.txt" 2>/dev/null; then
-  pyenv+=(LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
-    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
-fi
+pyenv=(PYTHONPATH="$ROOT/python" PYTHONDONTWRITEBYTECODE=1 LARDER_LIBRARY="$BUILD_ABS/liblarder.so"
+  "${sanitized_python[@]}")
 READS=${EVICT_READS:-2000}
 failures=()
 problem() { failures+=("$*"); echo "PROBLEM: $*" >&2; }

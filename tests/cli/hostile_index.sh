@@ -29,13 +29,9 @@ CRAFT="/usr/bin/python3 $TESTS/tools/craft_index.py"
 # A sanitizer build's library loads into Python only with the ASan runtime
 # preloaded (as tests/run does for tests/python); address-space limits do
 # not suit ASan's shadow memory, so those are left off there.
-pyenv=(PYTHONPATH="$ROOT/python" PYTHONDONTWRITEBYTECODE=1 LARDER_LIBRARY="$BUILD_ABS/liblarder.so")
-sanitized=""
-if grep -q '^LARDER_SANITIZE:BOOL=ON' "$BUILD_ABS/CMakeCache.txt" 2>/dev/null; then
-  sanitized=1
-  pyenv+=(LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
-    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
-fi
+pyenv=(PYTHONPATH="$ROOT/python" PYTHONDONTWRITEBYTECODE=1 LARDER_LIBRARY="$BUILD_ABS/liblarder.so"
+  "${sanitized_python[@]}")
+sanitized=${sanitized_python[*]:+1}
 
 # bounded CMD...: run CMD so that a build that takes a crafted shard size
 # at its word fails instead of filling the disk or memory (a 2^56-byte
