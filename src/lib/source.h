@@ -1,0 +1,144 @@
+/*
+ * source.h - everything bytes come from, behind one ops table.
+ *
+ * A source is an object of a given size that can be read by byte range:
+ * a file on a local or shared file system, an HTTP(S) object, an S3
+ * object (HTTP with a request signer), a peer daemon serving one shard of
+ * a dataset (the shard's owner node), and the wrappers that compose them:
+ * a chain (try the owner, then the origin; a link that fails is left alone
+ * for a while) and hedging (a read slower than the recent p95 gets a
+ * second identical request, paid for from one shared budget, hedge.h).
+ * The fill engine (fill.h) reads through a source and never asks which
+ * kind it is.  A new transport or origin is one more file that fills in a
+ * struct larder__source_ops, the way SQLite's VFS takes a new file system.
+ *
+ * Every operation is thread-safe: many fills read one source at once.
+ * Errors are negative codes with a message (larder_errmsg()) that names
+ * the source.
+ */
+#ifndef LARDER_SOURCE_H
+#define LARDER_SOURCE_H
+
+#include "common.h"
+
+struct larder__source;
+struct larder__endpoint;
+struct larder__hedge_budget;
+
+/* One range of a (vectored) read: bytes [offset, offset + length) into buf. */
+struct larder__extent {
+    void *buf;
+    uint64_t offset;
+    size_t length;
+};
+
+/* Where a read's bytes came from: a read returns one of these when it succeeds. */
+enum larder__from {
+    LARDER__FROM_ORIGIN = 0, /* the dataset's own origin (file, HTTP, S3) */
+    LARDER__FROM_PEER = 1,   /* another node's cache (the shard's owner) */
+};
+
+/* Flags of a read. */
+enum {
+    LARDER__READ_ORIGIN_ONLY = 1u << 0, /* skip peers: a refetch after wrong bytes */
+    LARDER__READ_BACKGROUND = 1u << 1,  /* prefetch or warming, not a blocked reader */
+};
+
+/* A whole object, in order, to a sink; a negative return from the sink stops it. */
+typedef int (*larder__sink_fn)(void *userdata, const void *data, size_t length);
+
+struct larder__source_ops {
+    const char *kind; /* "file", "http", "s3", "peer", "chain", "hedge", or a test's */
+    /* The object's size in bytes. */
+    int (*size)(struct larder__source *source, uint64_t *size);
+    /*
+     * Read every extent exactly (concurrently, where the source can):
+     * returns a enum larder__from, or a negative code (LARDER_ETRUNCATED
+     * when the object ends before an extent does).  On failure the
+     * buffers' contents are unspecified.
+     */
+    int (*read)(struct larder__source *source, const struct larder__extent *extents, size_t count,
+                unsigned flags);
+    /* The whole object to `sink`; NULL: larder__source_stream reads it in chunks. */
+    int (*stream)(struct larder__source *source, larder__sink_fn sink, void *userdata);
+    /* Free the source (and whatever it owns). */
+    void (*destroy)(struct larder__source *source);
+};
+
+/* The common head of every source; implementations embed it first. */
+struct larder__source {
+    const struct larder__source_ops *ops;
+    const char *name; /* for messages: the URL or path, "peer HOST:PORT shard N", ... */
+};
+
+/* ---- using a source -------------------------------------------------------- */
+
+LARDER_HIDDEN int larder__source_size(struct larder__source *source, uint64_t *size);
+/* One extent: a enum larder__from or a negative code. */
+LARDER_HIDDEN int larder__source_read(struct larder__source *source, void *buf, size_t length,
+                                      uint64_t offset, unsigned flags);
+LARDER_HIDDEN int larder__source_readv(struct larder__source *source,
+                                       const struct larder__extent *extents, size_t count,
+                                       unsigned flags);
+LARDER_HIDDEN int larder__source_stream(struct larder__source *source, larder__sink_fn sink,
+                                        void *userdata);
+/* Accepts NULL. */
+LARDER_HIDDEN void larder__source_destroy(struct larder__source *source);
+
+/* ---- opening one ---------------------------------------------------------- */
+
+/*
+ * The origin at `url`, by its scheme: a path or file:// URL (opened at
+ * once; errors name the path), http(s):// (contacted on first use), or
+ * s3://bucket/key.  Wrapped in hedging drawing on `budget` (NULL: the
+ * process's budget, larder__hedge_process()).
+ */
+LARDER_HIDDEN int larder__source_open(struct larder__source **out, const char *url,
+                                      struct larder__hedge_budget *budget);
+
+LARDER_HIDDEN int larder__source_file_open(struct larder__source **out, const char *path);
+LARDER_HIDDEN int larder__source_http_open(struct larder__source **out, const char *url);
+LARDER_HIDDEN int larder__source_s3_open(struct larder__source **out, const char *url);
+/*
+ * Shard `shard` of dataset (id_low, id_high) as the daemon at `endpoint`
+ * serves it (the endpoint is borrowed: it must outlive the source).
+ * Reads answer LARDER__FROM_PEER.
+ */
+LARDER_HIDDEN int larder__source_peer_new(struct larder__source **out,
+                                          struct larder__endpoint *endpoint, uint64_t id_low,
+                                          uint64_t id_high, uint32_t shard);
+/*
+ * Try `links` in order (the chain owns them from now on, even when this
+ * fails): a link that fails is skipped for `down_ms` and the next one
+ * read; LARDER__READ_ORIGIN_ONLY skips every link that is not the last.
+ * The size is the last link's.
+ */
+LARDER_HIDDEN int larder__source_chain_new(struct larder__source **out,
+                                           struct larder__source *const *links, size_t count,
+                                           int down_ms);
+/*
+ * Hedge reads of `inner` (owned from now on, even when this fails) with
+ * the budget `budget` (NULL: the process's).
+ */
+LARDER_HIDDEN int larder__source_hedge_new(struct larder__source **out,
+                                           struct larder__source *inner,
+                                           struct larder__hedge_budget *budget);
+/* Hedged second requests sent so far by this process (all sources). */
+LARDER_HIDDEN uint64_t larder__source_hedges(void);
+
+/* ---- names ------------------------------------------------------------------ */
+
+/* The local path of a file URL ("file:///x" -> "/x"; a path as it is). */
+LARDER_HIDDEN const char *larder__file_path(const char *url);
+/* Whether `name` is a URL with a scheme larder reads over the network. */
+LARDER_HIDDEN bool larder__is_remote(const char *name);
+/*
+ * Resolve `name` as the index at `index_url` refers to it: URLs and
+ * absolute paths as they are, relative names against the index's
+ * directory.  Returns a malloc'd string or NULL.
+ */
+LARDER_HIDDEN char *larder__resolve(const char *index_url, const char *name);
+/* Read a whole object into a malloc'd buffer. */
+LARDER_HIDDEN int larder__source_load(const char *url, uint8_t **data, uint64_t *size);
+
+#endif
