@@ -1,10 +1,11 @@
 /*
  * datasets.c - the daemon's dataset registry (opened on request, through
  * the --allow prefixes when given, never trusting an index's shard names
- * beyond its base), borrowing blocks from a shard's owner, warm staging
+ * beyond its base), reading a shard from its owner before the origin, warm staging
  * of owned shards, and the Prometheus metrics endpoint.
  */
 #include "larderd.h"
+#include "source.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,25 +15,31 @@
 #include <time.h>
 #include <unistd.h>
 
+/* How long a shard's owner that failed is left alone before it is asked again. */
+#define OWNER_DOWN_MS 10000
+
 /*
- * Borrow a run of blocks from the shard's owner (this daemon's peer
- * fetcher).  LARDER__NOT_MINE when this node owns the shard, or the
- * owner is down: the caller reads the origin.
+ * The source of a shard this daemon reads (the dataset's source wrapper):
+ * its owner node, then the origin, when another node owns it; the origin
+ * alone when this one does.
  */
-static int fetch_from_owner(void *context, const larder_dataset *dataset, uint32_t shard,
-                            uint64_t offset, uint64_t length, void *buf)
+static int owner_then_origin(void *context, uint32_t shard, struct larder__source *origin,
+                             struct larder__source **out)
 {
     struct dataset_entry *e = context;
-    (void)dataset;
     size_t owner = larder__owner(&daemon_state.members, e->id_low, e->id_high, shard);
     struct larder__endpoint *peer = e->members ? e->members[owner] : NULL;
-    if (owner == daemon_state.self || !peer || larder__endpoint_down(peer)) return LARDER__NOT_MINE;
-    int rc = larder__endpoint_read(peer, e->id_low, e->id_high, shard, LARDER__DEMAND, offset,
-                                   length, buf);
-    if (rc < 0)
-        say("owner %s of shard %u did not answer (%s): reading the origin",
-            larder__endpoint_address(peer), shard, larder_errmsg());
-    return rc;
+    if (owner == daemon_state.self || !peer) {
+        *out = origin;
+        return 0;
+    }
+    struct larder__source *links[2] = {NULL, origin};
+    int rc = larder__source_peer_new(&links[0], peer, e->id_low, e->id_high, shard);
+    if (rc < 0) { /* read the origin alone */
+        *out = origin;
+        return 0;
+    }
+    return larder__source_chain_new(out, links, 2, OWNER_DOWN_MS);
 }
 
 static void warm_owned(struct dataset_entry *entry);
@@ -98,7 +105,7 @@ int open_dataset(const char *url, bool may_open, struct dataset_entry **out, int
                 if (m != daemon_state.self)
                     rc = larder__endpoint_new(&e->members[m], daemon_state.members.names[m], 2,
                                               daemon_state.secret, url, 5000);
-            larder__dataset_set_peer_fetch(e->dataset, fetch_from_owner, e);
+            larder__dataset_set_source_wrapper(e->dataset, owner_then_origin, e);
         }
         if (rc == 0) {
             *slot = daemon_state.num_datasets++;

@@ -1,13 +1,19 @@
 /*
- * dataset.h - what other liblarder modules need of a dataset handle
- * beyond the public API (the prefetcher, for now).
+ * dataset.h - what other liblarder modules (the prefetcher) and the node
+ * daemon need of a dataset handle beyond the public API.
  */
 #ifndef LARDER_DATASET_H
 #define LARDER_DATASET_H
 
 #include "common.h"
 
+struct larder__fill;
+struct larder__index;
 struct larder__pool;
+
+/* The dataset's parsed index and its read engine. */
+LARDER_HIDDEN const struct larder__index *larder__dataset_index(const larder_dataset *dataset);
+LARDER_HIDDEN struct larder__fill *larder__dataset_fill(larder_dataset *dataset);
 
 /* Whether the dataset reads through a node cache. */
 LARDER_HIDDEN bool larder__dataset_cached(const larder_dataset *dataset);
@@ -17,23 +23,25 @@ LARDER_HIDDEN bool larder__dataset_staged(const larder_dataset *dataset, uint64_
 LARDER_HIDDEN int larder__dataset_stage(larder_dataset *dataset, uint64_t id);
 /* The dataset's worker pool, made on first use. */
 LARDER_HIDDEN int larder__dataset_pool_get(larder_dataset *dataset, struct larder__pool **pool);
+/* The pool larder__dataset_pool_get made. */
 LARDER_HIDDEN struct larder__pool *larder__dataset_pool(larder_dataset *dataset);
 /* Origin requests in flight the dataset allows (its pool's size). */
 LARDER_HIDDEN int larder__dataset_inflight(const larder_dataset *dataset);
 
 /* ---- for the node daemon ------------------------------------------------- */
 
+struct larder__source;
 /*
- * A source of shard bytes tried before the origin (the daemon's peers):
- * returns 0 when it filled buf, LARDER__NOT_MINE when the origin should be
- * read instead (this node owns the shard, or its owner is down), or a
- * negative code (the origin is then read instead, too).
+ * What the daemon puts before a shard's origin: called when the read
+ * engine first reads shard `shard`, with its origin source (which the
+ * wrapper owns from then on, even when it fails); *out is the source to
+ * read (a chain: the shard's owner node, then the origin).
  */
-#define LARDER__NOT_MINE 1
-typedef int (*larder__peer_fetch_fn)(void *context, const larder_dataset *dataset, uint32_t shard,
-                                     uint64_t offset, uint64_t length, void *buf);
-LARDER_HIDDEN void larder__dataset_set_peer_fetch(larder_dataset *dataset,
-                                                  larder__peer_fetch_fn fetch, void *context);
+typedef int (*larder__wrap_source_fn)(void *context, uint32_t shard, struct larder__source *origin,
+                                      struct larder__source **out);
+/* Set before the first read. */
+LARDER_HIDDEN void larder__dataset_set_source_wrapper(larder_dataset *dataset,
+                                                      larder__wrap_source_fn wrap, void *context);
 /* The dataset's id and shard geometry, for checking requests. */
 LARDER_HIDDEN void larder__dataset_id(const larder_dataset *dataset, uint64_t *low, uint64_t *high);
 LARDER_HIDDEN uint32_t larder__dataset_num_shards(const larder_dataset *dataset);

@@ -1,0 +1,753 @@
+/*
+ * fill.c - the read engine (fill.h): resident reads, fills under the
+ * cache's fill lock, raw ranges, and the checks that keep wrong bytes
+ * from being served or kept.
+ *
+ * Why this file is longer than most (about 700 lines): a fill's plan,
+ * fetch, check and keep steps share one structure (struct fill_plan) and
+ * their invariants (what is checked before what is kept) read best in
+ * one place.
+ */
+#include "fill.h"
+#include "pool.h"
+#include "shardmap.h"
+#include "source.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <xxhash.h>
+
+#define DEFAULT_INFLIGHT 64
+
+struct larder__fill {
+    const struct larder__index *ix;
+    struct larder__cache *cache;         /* NULL: reads go to the sources */
+    struct larder__cache_counters local; /* counters when there is no cache */
+    bool verify;
+    int inflight;
+    larder__open_source_fn open_source;
+    void *context;
+    pthread_mutex_t lock;            /* guards sources[], map and pool */
+    struct larder__source **sources; /* per shard, opened on first use */
+    struct larder__shard_map *map;   /* samples by offset (made on first use) */
+    int map_error;                   /* why the map could not be made (a corrupt index) */
+    char map_message[512];
+    struct larder__pool *pool; /* for batches and prefetch, made on first use */
+    /* Samples whose cached bytes this process checked, valid while the
+     * cache's generation is verified_generation (see read_resident). */
+    uint64_t *verified;
+    uint64_t verified_generation;
+    pthread_mutex_t verified_lock;
+};
+
+int larder__fill_new(struct larder__fill **out, const struct larder__fill_config *c)
+{
+    struct larder__fill *f = calloc(1, sizeof *f);
+    if (!f) return -ENOMEM;
+    f->ix = c->ix;
+    f->cache = c->cache;
+    f->verify = c->verify;
+    f->inflight = c->inflight > 0 ? c->inflight : DEFAULT_INFLIGHT;
+    f->open_source = c->open_source;
+    f->context = c->context;
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_mutex_init(&f->verified_lock, NULL);
+    f->sources = calloc(f->ix->num_shards ? f->ix->num_shards : 1, sizeof *f->sources);
+    if (f->cache) {
+        f->verified = calloc((f->ix->num_samples + 63) / 64 + 1, 8);
+        f->verified_generation = larder__cache_generation(f->cache);
+    }
+    if (!f->sources || (f->cache && !f->verified)) {
+        larder__fill_free(f);
+        return -ENOMEM;
+    }
+    *out = f;
+    return 0;
+}
+
+void larder__fill_free(struct larder__fill *f)
+{
+    if (!f) return;
+    larder__pool_free(f->pool);
+    if (f->sources)
+        for (uint64_t i = 0; i < f->ix->num_shards; i++)
+            larder__source_destroy(f->sources[i]);
+    free(f->sources);
+    larder__shard_map_free(f->map);
+    free(f->verified);
+    pthread_mutex_destroy(&f->verified_lock);
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+}
+
+int larder__fill_source(struct larder__fill *f, uint32_t shard, struct larder__source **out)
+{
+    struct larder__source *s = __atomic_load_n(&f->sources[shard], __ATOMIC_ACQUIRE);
+    if (s) {
+        *out = s;
+        return 0;
+    }
+    pthread_mutex_lock(&f->lock);
+    int rc = 0;
+    if (!f->sources[shard] && (rc = f->open_source(f->context, shard, &s)) == 0)
+        __atomic_store_n(&f->sources[shard], s, __ATOMIC_RELEASE);
+    *out = f->sources[shard];
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
+int larder__fill_inflight(const struct larder__fill *f)
+{
+    return f->inflight;
+}
+
+int larder__fill_pool(struct larder__fill *f, struct larder__pool **pool)
+{
+    int rc = 0;
+    pthread_mutex_lock(&f->lock);
+    if (!f->pool) rc = larder__pool_new(&f->pool, f->inflight);
+    *pool = f->pool;
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
+struct larder__cache_counters *larder__fill_counters(struct larder__fill *f)
+{
+    return f->cache ? larder__cache_counters(f->cache) : &f->local;
+}
+
+static uint64_t shard_size(const struct larder__fill *f, uint32_t shard)
+{
+    struct larder__shard info;
+    return larder__index_shard(f->ix, shard, &info) == 0 ? info.size : 0;
+}
+
+/* A sample's key for messages (the read path carries only its range). */
+static const char *key_of(const struct larder__fill *f, uint64_t id)
+{
+    struct larder__sample s;
+    return larder__index_sample(f->ix, id, &s) == 0 ? s.key : "?";
+}
+
+int larder__fill_direct(struct larder__fill *f, const struct larder__sample *s, uint64_t id,
+                        void *buf, uint64_t offset, uint64_t length)
+{
+    struct larder__source *source;
+    int rc = larder__fill_source(f, s->shard, &source);
+    if (rc == 0) rc = larder__source_read(source, buf, (size_t)length, s->offset + offset, 0);
+    if (rc < 0)
+        return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id,
+                                    key_of(f, id));
+    return 0;
+}
+
+static bool checksum_ok(const struct larder__sample *s, const void *data)
+{
+    return XXH3_64bits(data, (size_t)s->length) == s->checksum;
+}
+
+static int check_sample(const struct larder__fill *f, const struct larder__sample *s, uint64_t id,
+                        const void *data)
+{
+    uint64_t got = XXH3_64bits(data, (size_t)s->length);
+    if (got != s->checksum)
+        return larder__fail(LARDER_ECHECKSUM,
+                            "sample %llu ('%s'): checksum %016llx, index says %016llx",
+                            (unsigned long long)id, key_of(f, id), (unsigned long long)got,
+                            (unsigned long long)s->checksum);
+    return 0;
+}
+
+static uint64_t now_microseconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/*
+ * Whether this process checked sample `id` in the current generation.
+ * A new generation (something changed under readers) forgets them all.
+ */
+static bool verified(struct larder__fill *f, uint64_t id, uint64_t generation)
+{
+    if (__atomic_load_n(&f->verified_generation, __ATOMIC_ACQUIRE) != generation) {
+        pthread_mutex_lock(&f->verified_lock);
+        if (f->verified_generation != generation) {
+            memset(f->verified, 0, ((f->ix->num_samples + 63) / 64 + 1) * 8);
+            __atomic_store_n(&f->verified_generation, generation, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&f->verified_lock);
+        return false;
+    }
+    return (__atomic_load_n(&f->verified[id / 64], __ATOMIC_RELAXED) >> (id % 64)) & 1;
+}
+
+static void mark_verified(struct larder__fill *f, uint64_t id, uint64_t generation)
+{
+    if (__atomic_load_n(&f->verified_generation, __ATOMIC_ACQUIRE) == generation)
+        __atomic_fetch_or(&f->verified[id / 64], UINT64_C(1) << (id % 64), __ATOMIC_RELAXED);
+}
+
+/*
+ * The fast path: all blocks resident, read them, and make sure they were
+ * right.  The checksum is checked on the first read of a sample in this
+ * process, and again whenever the cache's generation moved (an eviction,
+ * damage found, a repair); a generation that moves during the read
+ * means the bytes may have changed under it, so they are checked too.
+ * Damage the cache's own checks cannot see (bytes rewritten in place by
+ * someone else, with the size unchanged) is caught on the first read in
+ * each process.
+ */
+static bool read_resident(struct larder__fill *f, const struct larder__sample *s, uint64_t id,
+                          uint64_t first, uint64_t last, void *buf)
+{
+    struct larder__cache *c = f->cache;
+    uint64_t generation = larder__cache_generation(c);
+    if (!larder__cache_present(c, s->shard, first, last)) return false;
+    if (larder__cache_pread(c, s->shard, buf, (size_t)s->length, s->offset) < 0) return false;
+    /* suspect blocks (shared with a sample not yet checked, or from before
+     * a reboot) are served only after this sample's own check */
+    bool trusted = larder__cache_resident(c, s->shard, first, last);
+    bool steady = larder__cache_generation(c) == generation &&
+                  larder__cache_present(c, s->shard, first, last);
+    if (!steady || !trusted || !verified(f, id, generation)) {
+        if (!checksum_ok(s, buf) || !larder__cache_present(c, s->shard, first, last)) return false;
+        if (steady && trusted) mark_verified(f, id, generation);
+    }
+    larder__cache_touch(c, s->shard, first, last);
+    return true;
+}
+
+static int fetch_run(struct larder__fill *f, uint32_t shard, uint64_t offset, uint64_t length,
+                     uint8_t *buf, bool *from_peer);
+
+/* Where each block of a fill came from. */
+enum { FROM_CACHE = 0, FROM_ORIGIN, FROM_PEER };
+
+/* A fill may read this much of the cache beyond what was asked to take in
+ * the whole samples at its edges (so that their blocks can be checked and
+ * trusted); a raw range cutting into a sample with more than
+ * MAX_EXTRA_BYTES around it is refused rather than read whole
+ * (docs/cache.md). */
+#define EDGE_EXTENSION (1u << 20)
+#define MAX_EXTRA_BYTES (UINT64_C(256) << 20)
+
+/*
+ * Read the blocks [first, last] of `shard` into span: those present in
+ * the cache from there (unless `everything`), the rest as one read per run
+ * of missing blocks, from the shard's owner node in a daemon or else the
+ * origin; fetched[] marks where each block came from.  Present blocks
+ * include suspect ones: the caller checks everything it keeps.
+ */
+static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first, uint64_t last,
+                         uint8_t *span, uint8_t *fetched, bool everything)
+{
+    struct larder__cache *c = f->cache;
+    uint64_t start = larder__cache_block_offset(c, first);
+    for (uint64_t b = first; b <= last;) {
+        uint64_t at = larder__cache_block_offset(c, b) - start;
+        uint64_t end = b;
+        if (!everything && larder__cache_present(c, shard, b, b)) {
+            /* a run of present blocks: one read from the cache */
+            while (end < last && larder__cache_present(c, shard, end + 1, end + 1))
+                end++;
+            if (larder__cache_pread(c, shard, span + at,
+                                    (size_t)larder__cache_span(c, shard, b, end),
+                                    start + at) == 0) {
+                for (uint64_t i = b; i <= end; i++)
+                    fetched[i - first] = FROM_CACHE;
+                b = end + 1;
+                continue;
+            } /* else the file was cut underneath: fetch the run */
+        } else {
+            while (end < last && (everything || !larder__cache_present(c, shard, end + 1, end + 1)))
+                end++;
+        }
+        uint64_t n = larder__cache_span(c, shard, b, end);
+        /* a refetch after wrong bytes goes to the origin itself, past any peer */
+        bool from_peer = everything;
+        int rc = fetch_run(f, shard, start + at, n, span + at, &from_peer);
+        if (rc < 0) return rc;
+        for (uint64_t i = b; i <= end; i++)
+            fetched[i - first] = from_peer ? FROM_PEER : FROM_ORIGIN;
+        b = end + 1;
+    }
+    return 0;
+}
+
+/* One run of blocks from the shard's source (its owner node first, in a
+ * daemon).  *from_peer: in, true to read the origin itself, past any
+ * peer; out, whether a peer answered. */
+static int fetch_run(struct larder__fill *f, uint32_t shard, uint64_t offset, uint64_t length,
+                     uint8_t *buf, bool *from_peer)
+{
+    struct larder__cache_counters *k = larder__fill_counters(f);
+    unsigned flags = *from_peer ? LARDER__READ_ORIGIN_ONLY : 0;
+    struct larder__source *source;
+    int rc = larder__fill_source(f, shard, &source);
+    if (rc == 0) rc = larder__source_read(source, buf, (size_t)length, offset, flags);
+    if (rc < 0) return rc;
+    *from_peer = rc == LARDER__FROM_PEER;
+    larder__cache_count(*from_peer ? &k->peer_requests : &k->origin_requests, 1);
+    larder__cache_count(*from_peer ? &k->peer_bytes : &k->origin_bytes, length);
+    return 0;
+}
+
+/* The shard map, built (and the sample records checked) on first use. */
+static int shard_map(struct larder__fill *f, struct larder__shard_map **out)
+{
+    struct larder__shard_map *map = __atomic_load_n(&f->map, __ATOMIC_ACQUIRE);
+    if (map) {
+        *out = map;
+        return 0;
+    }
+    pthread_mutex_lock(&f->lock);
+    int rc = f->map_error;
+    if (!f->map && rc == 0) {
+        rc = larder__shard_map_build(&map, f->ix);
+        if (rc == 0)
+            __atomic_store_n(&f->map, map, __ATOMIC_RELEASE);
+        else if (rc != -ENOMEM) { /* a bad index stays bad: say why on every fill */
+            f->map_error = rc;
+            snprintf(f->map_message, sizeof f->map_message, "%s", larder_errmsg());
+        }
+    } else if (!f->map) {
+        rc = larder__fail(rc, "%s", f->map_message);
+    }
+    *out = f->map;
+    pthread_mutex_unlock(&f->lock);
+    return *out ? 0 : rc;
+}
+
+/* A sample's offset and end, from a record the shard map has checked. */
+static void sample_span(const struct larder__fill *f, uint64_t id, uint64_t *offset, uint64_t *end)
+{
+    struct larder__sample s;
+    larder__index_sample_range(f->ix, id, &s);
+    *offset = s.offset;
+    *end = s.offset + s.length;
+}
+
+/*
+ * What a fill reads and checks: the samples overlapping what was asked
+ * (which must be checked, or nothing is served), and those overlapping
+ * the blocks around it (checked when cheap, so that their blocks can be
+ * kept).  Positions are the shard map's.
+ */
+struct fill_plan {
+    uint64_t need_first, need_last;   /* samples overlapping [lo, hi): [first, last) */
+    uint64_t check_first, check_last; /* every sample checked: [first, last) */
+    uint64_t first, last;             /* blocks read */
+    /* straddling samples that may be taken in (their other blocks are in
+     * the cache already), if their blocks' locks are free: the blocks they
+     * add, below first and above last; none when left_first == first /
+     * right_last == last */
+    uint64_t left_first, right_last;
+};
+
+/*
+ * The samples overlapping bytes [lo, hi) of a shard (p->need_first and
+ * need_last), which must be read whole and checked before any of those
+ * bytes is served, and the bytes that takes: [*start, *end).  0, or
+ * LARDER_EUNSUPPORTED when that is more than MAX_EXTRA_BYTES beyond what
+ * was asked.
+ */
+static int plan_needed(struct larder__fill *f, struct larder__shard_map *map, uint32_t shard,
+                       uint64_t lo, uint64_t hi, struct fill_plan *p, uint64_t *start,
+                       uint64_t *end)
+{
+    larder__shard_map_overlapping(map, shard, lo, hi, &p->need_first, &p->need_last);
+    *start = lo, *end = hi;
+    if (p->need_first < p->need_last) { /* without overlaps, the first starts and the last ends */
+        uint64_t a, z;
+        sample_span(f, larder__shard_map_id(map, p->need_first), &a, &z);
+        if (a < *start) *start = a;
+        sample_span(f, larder__shard_map_id(map, p->need_last - 1), &a, &z);
+        if (z > *end) *end = z;
+    }
+    if ((lo - *start) + (*end - hi) > MAX_EXTRA_BYTES)
+        return larder__fail(LARDER_EUNSUPPORTED,
+                            "bytes %llu+%llu of shard %u cut into a sample too large to check "
+                            "for them (%llu bytes around them); read the sample itself",
+                            (unsigned long long)lo, (unsigned long long)(hi - lo), shard,
+                            (unsigned long long)(*end - *start));
+    return 0;
+}
+
+static int plan_fill(struct larder__fill *f, struct larder__shard_map *map, uint32_t shard,
+                     uint64_t lo, uint64_t hi, struct fill_plan *p)
+{
+    struct larder__cache *c = f->cache;
+    uint64_t size = shard_size(f, shard);
+    uint64_t start, end;
+    int rc = plan_needed(f, map, shard, lo, hi, p, &start, &end);
+    if (rc < 0) return rc;
+    /* the blocks these bytes fill, and the samples sharing them */
+    uint64_t first, last;
+    larder__cache_blocks(c, start, end - start, &first, &last);
+    uint64_t block_start = larder__cache_block_offset(c, first);
+    uint64_t block_end = block_start + larder__cache_span(c, shard, first, last);
+    larder__shard_map_overlapping(map, shard, block_start, block_end, &p->check_first,
+                                  &p->check_last);
+    /* samples straddling the edges are left out, but noted when their
+     * other blocks are in the cache already and few: checking them then
+     * costs a pread, and lets the shared edge blocks be trusted.  Fetching
+     * them, or waiting for their locks, would widen every cold fill. */
+    p->left_first = first, p->right_last = last;
+    if (p->check_first < p->check_last &&
+        (p->check_first < p->need_first || p->need_first == p->need_last)) {
+        uint64_t a, z, bf, bl;
+        sample_span(f, larder__shard_map_id(map, p->check_first), &a, &z);
+        if (a < block_start) {
+            larder__cache_blocks(c, a, block_start - a, &bf, &bl);
+            if (block_start - a <= EDGE_EXTENSION && larder__cache_present(c, shard, bf, bl))
+                p->left_first = bf;
+            p->check_first++;
+        }
+    }
+    if (p->check_first < p->check_last) {
+        uint64_t a, z, bf, bl;
+        sample_span(f, larder__shard_map_id(map, p->check_last - 1), &a, &z);
+        bool needed = p->check_last == p->need_last && p->need_first < p->need_last;
+        if (!needed && z > block_end) {
+            larder__cache_blocks(c, block_end, z - block_end, &bf, &bl);
+            if (z - block_end <= EDGE_EXTENSION && larder__cache_present(c, shard, bf, bl))
+                p->right_last = bl;
+            p->check_last--;
+        }
+    }
+    if (p->check_first > p->check_last) p->check_first = p->check_last;
+    if (end > size) end = size;
+    p->first = first, p->last = last;
+    return 0;
+}
+
+/* Take in the noted straddlers whose blocks no one else holds (see fill_plan). */
+static void take_in_straddlers(struct larder__fill *f, uint32_t shard, int lock,
+                               struct fill_plan *p)
+{
+    struct larder__cache *c = f->cache;
+    if (p->left_first < p->first && p->check_first > 0 &&
+        larder__cache_try_lock(c, lock, shard, p->left_first, p->first - 1))
+        p->check_first--, p->first = p->left_first;
+    if (p->right_last > p->last &&
+        larder__cache_try_lock(c, lock, shard, p->last + 1, p->right_last))
+        p->check_last++, p->last = p->right_last;
+}
+
+/*
+ * Check the samples of a fill against their checksums.  ok[] (one per
+ * sample of the plan's checked range) says which matched; returns the
+ * first needed sample that did not (as an id), or UINT64_MAX.
+ */
+static uint64_t check_plan(struct larder__fill *f, struct larder__shard_map *map,
+                           const struct fill_plan *p, const uint8_t *span, uint64_t span_start,
+                           bool *ok)
+{
+    uint64_t bad_needed = UINT64_MAX;
+    for (uint64_t q = p->check_first; q < p->check_last; q++) {
+        uint64_t id = larder__shard_map_id(map, q);
+        struct larder__sample s;
+        larder__index_sample_range(f->ix, id, &s);
+        ok[q - p->check_first] = checksum_ok(&s, span + (s.offset - span_start));
+        if (!ok[q - p->check_first] && q >= p->need_first && q < p->need_last &&
+            bad_needed == UINT64_MAX)
+            bad_needed = id;
+    }
+    return bad_needed;
+}
+
+/* LARDER_ECHECKSUM naming sample `id`, whose bytes are in span (which starts at span_start). */
+static int checksum_failure(struct larder__fill *f, uint64_t id, const uint8_t *span,
+                            uint64_t span_start)
+{
+    struct larder__sample s;
+    larder__index_sample_range(f->ix, id, &s);
+    return check_sample(f, &s, id, span + (s.offset - span_start));
+}
+
+/* What becomes of each block a fill read. */
+enum { KEEP_CHECKED = 0, KEEP_SUSPECT, DISCARD };
+
+/*
+ * Which blocks of the fill may be kept: trusted, those whose every sample
+ * byte was checked and matched; suspect, those shared with a sample the
+ * fill did not check (a later fill checks them without fetching them
+ * again); none that hold bytes of a sample that failed.  Bytes of no
+ * sample (a tar's end blocks) have no checksum to check and no reader to
+ * mislead.  keep[] is per block.
+ */
+static void keepable(struct larder__fill *f, struct larder__shard_map *map, uint32_t shard,
+                     const struct fill_plan *p, const bool *ok, uint8_t *keep)
+{
+    struct larder__cache *c = f->cache;
+    uint64_t n = p->last - p->first + 1;
+    for (uint64_t i = 0; i < n; i++)
+        keep[i] = KEEP_CHECKED;
+    uint64_t start = larder__cache_block_offset(c, p->first);
+    uint64_t end = start + larder__cache_span(c, shard, p->first, p->last);
+    uint64_t from, to;
+    larder__shard_map_overlapping(map, shard, start, end, &from, &to);
+    for (uint64_t q = from; q < to; q++) {
+        bool checked = q >= p->check_first && q < p->check_last;
+        if (checked && ok[q - p->check_first]) continue;
+        uint64_t a, z, first, last;
+        sample_span(f, larder__shard_map_id(map, q), &a, &z);
+        if (z == a) continue;
+        larder__cache_blocks(c, a, z - a, &first, &last);
+        for (uint64_t b = first < p->first ? p->first : first; b <= last && b <= p->last; b++)
+            if (keep[b - p->first] != DISCARD)
+                keep[b - p->first] = checked ? DISCARD : KEEP_SUSPECT;
+    }
+}
+
+/* Store (or trust, when they were read from the cache) the blocks that may be kept. */
+static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct fill_plan *p,
+                        const uint8_t *span, const uint8_t *fetched, const uint8_t *keep)
+{
+    struct larder__cache *c = f->cache;
+    uint64_t start = larder__cache_block_offset(c, p->first);
+    for (uint64_t b = p->first; b <= p->last;) {
+        uint64_t end = b; /* a run of blocks kept alike, from the same place */
+        while (end < p->last && keep[end + 1 - p->first] == keep[b - p->first] &&
+               fetched[end + 1 - p->first] == fetched[b - p->first])
+            end++;
+        uint8_t what = keep[b - p->first];
+        if (what == KEEP_CHECKED && fetched[b - p->first] == FROM_CACHE)
+            larder__cache_trust(c, shard, b, end);
+        else if (what != DISCARD && fetched[b - p->first] != FROM_CACHE &&
+                 larder__cache_store(c, shard, b, end,
+                                     span + larder__cache_block_offset(c, b) - start,
+                                     fetched[b - p->first] == FROM_PEER, what == KEEP_CHECKED) < 0)
+            return; /* disk full: served uncached (the cache counts it and warns once) */
+        b = end + 1;
+    }
+}
+
+/*
+ * The fill engine: bytes [lo, hi) of `shard` through the cache.  Under
+ * the fill lock of the blocks it reads, it reads what the cache does not
+ * hold, checks every sample those bytes belong to (and the samples
+ * sharing their blocks, when cheap), keeps the blocks whose bytes all
+ * checked out, and copies [lo, hi) to buf (when not NULL).  Nothing is
+ * copied or kept that failed its checksum: wrong bytes lead to one more
+ * read of everything from the origin itself, then to LARDER_ECHECKSUM
+ * naming the sample.  `suspect`: cached bytes already proved wrong.
+ */
+static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint64_t hi, void *buf,
+                      bool suspect)
+{
+    struct larder__cache *c = f->cache;
+    struct larder__cache_counters *k = larder__fill_counters(f);
+    struct larder__shard_map *map;
+    int rc = shard_map(f, &map);
+    if (rc < 0) return rc;
+    struct fill_plan p;
+    if ((rc = plan_fill(f, map, shard, lo, hi, &p)) < 0) return rc;
+    uint64_t started = now_microseconds();
+    int lock = larder__cache_lock(c, shard, p.first, p.last);
+    if (lock < 0) return lock;
+    take_in_straddlers(f, shard, lock, &p);
+    uint64_t want_first, want_last;
+    larder__cache_blocks(c, lo, hi - lo, &want_first, &want_last);
+    if (!suspect && larder__cache_resident(c, shard, want_first, want_last)) {
+        /* filled while we waited: resident blocks were checked when kept */
+        rc = buf ? larder__cache_pread(c, shard, buf, (size_t)(hi - lo), lo) : 0;
+        larder__cache_unlock(c, lock);
+        if (rc == 0) {
+            larder__cache_count(&k->hits, 1);
+            return 0;
+        }
+        lock = larder__cache_lock(c, shard, p.first, p.last); /* cut underneath: fill it */
+        if (lock < 0) return lock;
+    }
+    if (suspect) {
+        larder__cache_count(&k->refetches, 1);
+        larder__cache_forget(c, shard, want_first, want_last);
+    }
+    uint64_t blocks = p.last - p.first + 1, checked = p.check_last - p.check_first;
+    uint64_t span_start = larder__cache_block_offset(c, p.first);
+    uint64_t span_length = larder__cache_span(c, shard, p.first, p.last);
+    uint8_t *span = malloc(span_length ? (size_t)span_length : 1);
+    uint8_t *fetched = calloc(blocks, sizeof *fetched);
+    bool *ok = calloc(checked ? checked : 1, sizeof *ok);
+    uint8_t *keep = calloc(blocks, sizeof *keep);
+    rc = span && fetched && ok && keep ? 0 : -ENOMEM;
+    if (rc == 0) rc = fetch_missing(f, shard, p.first, p.last, span, fetched, suspect);
+    bool fetched_any = false; /* a miss needs a fetch; the rest came from the cache */
+    for (uint64_t i = 0; rc == 0 && i < blocks; i++)
+        fetched_any = fetched_any || fetched[i] != FROM_CACHE;
+    larder__cache_count(fetched_any ? &k->misses : &k->hits, 1);
+    uint64_t bad = rc == 0 ? check_plan(f, map, &p, span, span_start, ok) : UINT64_MAX;
+    bool all_ok = true;
+    for (uint64_t i = 0; rc == 0 && i < checked; i++)
+        all_ok = all_ok && ok[i];
+    if (rc == 0 && !all_ok) {
+        /* cached neighbours, a peer, or the transfer may be what is wrong:
+         * read it all from the origin once more, then give up */
+        larder__cache_count(&k->refetches, 1);
+        larder__cache_forget(c, shard, p.first, p.last);
+        rc = fetch_missing(f, shard, p.first, p.last, span, fetched, true);
+        bad = rc == 0 ? check_plan(f, map, &p, span, span_start, ok) : UINT64_MAX;
+    }
+    if (rc == 0 && bad != UINT64_MAX) {
+        checksum_failure(f, bad, span, span_start);
+        rc = larder__fail_context(LARDER_ECHECKSUM, "the origin's bytes do not match the index");
+    }
+    if (rc == 0) {
+        keepable(f, map, shard, &p, ok, keep);
+        keep_blocks(f, shard, &p, span, fetched, keep);
+        if (buf) memcpy(buf, span + (lo - span_start), (size_t)(hi - lo));
+    }
+    larder__cache_unlock(c, lock);
+    larder__cache_trim(c);
+    larder__cache_record_fill(c, now_microseconds() - started);
+    free(span);
+    free(fetched);
+    free(ok);
+    free(keep);
+    return rc;
+}
+
+/* The fill path for one sample (see fill_range); `suspect`: its cached bytes proved wrong. */
+static int fill(struct larder__fill *f, const struct larder__sample *s, uint64_t id, void *buf,
+                bool suspect)
+{
+    if (s->length == 0) return 0;
+    int rc = fill_range(f, s->shard, s->offset, s->offset + s->length, buf, suspect);
+    if (rc < 0 && rc != LARDER_ECHECKSUM)
+        rc = larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id, key_of(f, id));
+    return rc;
+}
+
+int larder__fill_check(const struct larder__fill *f, const struct larder__sample *s, uint64_t id,
+                       const void *buf)
+{
+    return checksum_ok(s, buf) ? 0 : check_sample(f, s, id, buf);
+}
+
+int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, uint64_t id,
+                        void *buf)
+{
+    struct larder__cache_counters *k = larder__fill_counters(f);
+    int rc;
+    if (!f->cache) {
+        rc = larder__fill_direct(f, s, id, buf, 0, s->length);
+        larder__cache_count(&k->misses, 1);
+        larder__cache_count(&k->origin_requests, 1);
+        larder__cache_count(&k->origin_bytes, s->length);
+        if (rc == 0 && f->verify) rc = check_sample(f, s, id, buf);
+        return rc;
+    }
+    uint64_t first, last;
+    larder__cache_blocks(f->cache, s->offset, s->length, &first, &last);
+    if (read_resident(f, s, id, first, last, buf)) {
+        larder__cache_count(&k->hits, 1);
+        return 0;
+    }
+    /* all resident yet wrong or unreadable: the cache is what is wrong */
+    bool suspect = larder__cache_present(f->cache, s->shard, first, last);
+    return fill(f, s, id, buf, suspect);
+}
+
+bool larder__fill_staged(const struct larder__fill *f, uint64_t id)
+{
+    struct larder__sample s;
+    if (!f->cache || larder__index_sample_range(f->ix, id, &s) < 0) return false;
+    uint64_t first, last;
+    larder__cache_blocks(f->cache, s.offset, s.length, &first, &last);
+    return larder__cache_present(f->cache, s.shard, first, last); /* no origin read left */
+}
+
+int larder__fill_stage(struct larder__fill *f, uint64_t id)
+{
+    struct larder__sample s;
+    int rc = larder__index_sample_range(f->ix, id, &s);
+    if (rc < 0) return rc;
+    if (!f->cache || larder__fill_staged(f, id)) return 0;
+    uint8_t *buf = malloc(s.length ? (size_t)s.length : 1);
+    if (!buf) return -ENOMEM;
+    rc = fill(f, &s, id, buf, false);
+    free(buf);
+    return rc;
+}
+
+/* ---- raw ranges (what a daemon serves) ----------------------------------- */
+
+/* A raw range request (a daemon's client asks for it): inside one shard, not empty. */
+static int check_range(const struct larder__fill *f, uint32_t shard, uint64_t offset,
+                       uint64_t length)
+{
+    uint64_t end;
+    if (shard >= f->ix->num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
+        end > shard_size(f, shard))
+        return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
+                            (unsigned long long)offset, (unsigned long long)length, shard);
+    return 0;
+}
+
+int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, uint64_t length,
+                       void *buf)
+{
+    int rc = check_range(f, shard, offset, length);
+    if (rc < 0) return rc;
+    if (f->cache) {
+        uint64_t first, last;
+        larder__cache_blocks(f->cache, offset, length, &first, &last);
+        /* resident blocks were checked when they were kept; no lock, so
+         * an eviction (and a refill) racing the read must be seen: every
+         * eviction moves the generation before it punches its hole */
+        uint64_t generation = larder__cache_generation(f->cache);
+        if (larder__cache_resident(f->cache, shard, first, last) &&
+            larder__cache_pread(f->cache, shard, buf, (size_t)length, offset) == 0 &&
+            larder__cache_generation(f->cache) == generation &&
+            larder__cache_resident(f->cache, shard, first, last))
+            return 0;
+        return fill_range(f, shard, offset, offset + length, buf, false);
+    }
+    /* no cache: read the samples these bytes belong to, and check them */
+    struct larder__shard_map *map;
+    struct fill_plan p;
+    if ((rc = shard_map(f, &map)) < 0) return rc;
+    uint64_t start, end;
+    if ((rc = plan_needed(f, map, shard, offset, offset + length, &p, &start, &end)) < 0) return rc;
+    p.check_first = p.need_first, p.check_last = p.need_last;
+    uint8_t *span = start == offset && end == offset + length ? buf : malloc((size_t)(end - start));
+    bool *ok = calloc(p.need_last - p.need_first + 1, sizeof *ok);
+    bool from_peer = false;
+    rc = span && ok ? fetch_run(f, shard, start, end - start, span, &from_peer) : -ENOMEM;
+    uint64_t bad = rc == 0 ? check_plan(f, map, &p, span, start, ok) : UINT64_MAX;
+    if (rc == 0 && bad != UINT64_MAX) rc = checksum_failure(f, bad, span, start);
+    if (rc == 0 && span != buf) memcpy(buf, span + (offset - start), (size_t)length);
+    if (span != buf) free(span);
+    free(ok);
+    return rc;
+}
+
+int larder__fill_stage_range(struct larder__fill *f, uint32_t shard, uint64_t offset,
+                             uint64_t length, int *fd)
+{
+    /* sendfile hands the socket references to page-cache pages that are
+     * read when the bytes go out, after sendfile has returned: an
+     * eviction's hole punched then reaches the client as zeros (seen in
+     * tests/cli/daemon.sh).  Holding a lock on the blocks until the client
+     * has taken them would let a slow client stall every fill of them.
+     * So zero-copy only from a cache that evicts nothing, node-wide (the
+     * capacity is in the shared header: a reader that sets one turns it
+     * off here too). */
+    if (!f->cache || larder__cache_evicts(f->cache)) return 1;
+    int rc = check_range(f, shard, offset, length);
+    if (rc < 0) return rc;
+    uint64_t first, last;
+    larder__cache_blocks(f->cache, offset, length, &first, &last);
+    if (!larder__cache_resident(f->cache, shard, first, last) &&
+        (rc = fill_range(f, shard, offset, offset + length, NULL, false)) < 0)
+        return rc;
+    /* not kept (a full disk, or suspect neighbours): send a copy */
+    if (!larder__cache_resident(f->cache, shard, first, last)) return 1;
+    return (*fd = larder__cache_data_fd(f->cache, shard)) < 0 ? 1 : 0;
+}

@@ -1,0 +1,87 @@
+/*
+ * fill.h - the read engine of one dataset: given its index, the node
+ * cache (or none) and a source per shard (source.h), it answers "this
+ * sample" and "these bytes of a shard" with every byte checked against
+ * the index's checksums before anyone sees it.
+ *
+ * With a cache, resident samples are read from the cache file with no
+ * lock and no IPC (their checksum checked on the first read in this
+ * process and whenever the cache's generation moved); anything else goes
+ * through a fill: under the fill lock of its blocks (single flight across
+ * threads and processes), whatever the cache lacks is read from the
+ * shard's source as one read per run of missing blocks, every sample the
+ * bytes belong to is checked, the blocks whose bytes all checked out are
+ * kept, and the asked-for bytes copied out.  Wrong bytes lead to one more
+ * read from the origin itself (past any peer), then to LARDER_ECHECKSUM
+ * naming the sample.  Without a cache, samples are read straight from
+ * the source (checked when the dataset asks for it; raw ranges always).
+ *
+ * The public dataset handle (dataset.c), the prefetcher and the node
+ * daemon all read through this engine; what differs between them is the
+ * shard sources they give it (a daemon's are chains: the shard's owner
+ * node, then the origin).
+ */
+#ifndef LARDER_FILL_H
+#define LARDER_FILL_H
+
+#include "cache.h"
+#include "index.h"
+
+struct larder__fill;
+struct larder__source;
+struct larder__pool;
+
+/* The source of shard `shard`, opened on the engine's first read of it
+ * (the engine owns it from then on and destroys it). */
+typedef int (*larder__open_source_fn)(void *context, uint32_t shard, struct larder__source **out);
+
+struct larder__fill_config {
+    const struct larder__index *ix; /* parsed; must outlive the engine */
+    struct larder__cache *cache;    /* NULL: read the sources directly; borrowed */
+    bool verify;                    /* without a cache, check every sample read */
+    int inflight;                   /* worker threads for batches (0: 64) */
+    larder__open_source_fn open_source;
+    void *context;
+};
+
+LARDER_HIDDEN int larder__fill_new(struct larder__fill **out, const struct larder__fill_config *c);
+/* Accepts NULL.  Destroys the shard sources; leaves the cache alone. */
+LARDER_HIDDEN void larder__fill_free(struct larder__fill *fill);
+
+/*
+ * Sample `id` (its record `s`, from larder__index_sample_range) whole
+ * into buf, which holds s->length bytes: from the cache when resident,
+ * else through a fill.  0 or a negative code naming the sample.
+ */
+LARDER_HIDDEN int larder__fill_sample(struct larder__fill *fill, const struct larder__sample *s,
+                                      uint64_t id, void *buf);
+/* Bytes [offset, offset + length) of sample `id` straight from its
+ * shard's source, unchecked (a field read without a cache or checks). */
+LARDER_HIDDEN int larder__fill_direct(struct larder__fill *fill, const struct larder__sample *s,
+                                      uint64_t id, void *buf, uint64_t offset, uint64_t length);
+/* Bytes [offset, offset + length) of `shard`, every sample they belong to
+ * checked (see larder__dataset_read_range). */
+LARDER_HIDDEN int larder__fill_range(struct larder__fill *fill, uint32_t shard, uint64_t offset,
+                                     uint64_t length, void *buf);
+/* Stage the range for a zero-copy send (see larder__dataset_stage_range). */
+LARDER_HIDDEN int larder__fill_stage_range(struct larder__fill *fill, uint32_t shard,
+                                           uint64_t offset, uint64_t length, int *fd);
+/* Whether every block of sample `id` is in the cache (false without one). */
+LARDER_HIDDEN bool larder__fill_staged(const struct larder__fill *fill, uint64_t id);
+/* Bring sample `id` into the cache, checked (nothing without a cache). */
+LARDER_HIDDEN int larder__fill_stage(struct larder__fill *fill, uint64_t id);
+
+/* 0 when buf holds sample `id`'s bytes; else LARDER_ECHECKSUM naming it. */
+LARDER_HIDDEN int larder__fill_check(const struct larder__fill *fill,
+                                     const struct larder__sample *s, uint64_t id, const void *buf);
+/* The source of a shard, opened on first use (valid while the engine lives). */
+LARDER_HIDDEN int larder__fill_source(struct larder__fill *fill, uint32_t shard,
+                                      struct larder__source **out);
+/* The engine's worker pool, made on first use. */
+LARDER_HIDDEN int larder__fill_pool(struct larder__fill *fill, struct larder__pool **out);
+/* Requests in flight the engine allows (its pool's size). */
+LARDER_HIDDEN int larder__fill_inflight(const struct larder__fill *fill);
+/* The counters reads are counted in: the cache's (node-wide), or the engine's own. */
+LARDER_HIDDEN struct larder__cache_counters *larder__fill_counters(struct larder__fill *fill);
+
+#endif
