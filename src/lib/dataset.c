@@ -14,7 +14,7 @@
  * the sample.
  */
 #include "cache.h"
-#include "client.h"
+#include "endpoint.h"
 #include "confine.h"
 #include "dataset.h"
 #include "hedge.h"
@@ -151,7 +151,7 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
         const char *where = d->url;
         if (!larder__is_remote(d->url) && realpath(larder__file_path(d->url), absolute))
             where = absolute;
-        rc = larder__endpoint_new(&d->daemon, daemon, 1, NULL, where, 0);
+        rc = larder__endpoint_new(&d->daemon, daemon, LARDER__ROLE_READER, NULL, where, 0);
     }
     if (rc == 0 && d->cache) {
         d->verified = calloc((d->ix.num_samples + 63) / 64 + 1, 8);
