@@ -162,7 +162,9 @@ int main(int argc, char **argv)
     const char *dir = "bench/work/cache";
     double total_mb = 256;
     int rounds = 5;
+    size_t only = 0; /* --size BYTES: that sample size alone */
     for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--size") == 0) only = (size_t)atol(argv[i + 1]);
         if (strcmp(argv[i], "--dir") == 0) dir = argv[i + 1];
         if (strcmp(argv[i], "--total-mb") == 0) total_mb = atof(argv[i + 1]);
         if (strcmp(argv[i], "--rounds") == 0) rounds = atoi(argv[i + 1]);
@@ -173,7 +175,7 @@ int main(int argc, char **argv)
     printf("|---|---|---|---|---|---|---|---|\n");
     size_t sizes[] = {4096, 65536, 286 * 1024, 4u << 20};
     for (int i = 0; i < 4; i++)
-        if (run(dir, sizes[i], total_mb, rounds) != 0) {
+        if ((!only || sizes[i] == only) && run(dir, sizes[i], total_mb, rounds) != 0) {
             fprintf(stderr, "benchmark failed at sample size %zu\n", sizes[i]);
             return 1;
         }

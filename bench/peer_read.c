@@ -10,7 +10,7 @@
  */
 #include "larder.h"
 
-#include "client.h"
+#include "endpoint.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -85,7 +85,8 @@ int main(int argc, char **argv)
     id_high = strtoull(hex, NULL, 16);
     char absolute[4096];
     if (!realpath(argv[2], absolute)) return 1;
-    if (larder__endpoint_new(&endpoint, argv[1], 2, argv[3], absolute, 30000) < 0) return 1;
+    if (larder__endpoint_new(&endpoint, argv[1], LARDER__ROLE_PEER, argv[3], absolute, 30000) < 0)
+        return 1;
     pthread_t t[256];
     if (threads > 256) threads = 256;
     struct timespec a, b;

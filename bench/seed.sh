@@ -19,6 +19,9 @@
 #   CONFIGS (memory,h5,files,larder [h5,files,larder]), BUILD_DIR (build),
 #   SEED_WORK (bench/work/seed [bench/work/seed-quick]: data, mount, cache).
 # A PROFILE other than lustre-contended writes seed-PROFILE.md instead.
+# Run it from a clean checkout: the results name the commit measured, and
+# claim none when the tree had uncommitted changes.  They describe slowfs's
+# profile from the parameters slowfs itself reported during the run.
 # Needs root (or fusermount3 rights) and /dev/fuse.  Every mount is undone
 # and every process it started is ended on exit, on failure and on signals.
 set -euo pipefail

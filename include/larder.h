@@ -478,8 +478,8 @@ LARDER_API int larder_prefetch_start(larder_prefetch **out, larder_dataset *data
 /* The reader has consumed `consumed` of its steps (an atomic store and a wake-up). */
 LARDER_API void larder_prefetch_advance(larder_prefetch *prefetch, uint64_t consumed);
 /* Samples fetched ahead so far, and fetches that failed (the reader meets those errors). */
-LARDER_API int larder_prefetch_stats(larder_prefetch *prefetch, uint64_t *fills,
-                                     uint64_t *failures);
+LARDER_API int larder_prefetch_stats_get(larder_prefetch *prefetch, uint64_t *fills,
+                                         uint64_t *failures);
 /* Stop, waiting for fetches in flight (NULL-safe).  Call before closing the dataset. */
 LARDER_API void larder_prefetch_stop(larder_prefetch *prefetch);
 

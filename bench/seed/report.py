@@ -9,6 +9,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 import time
 
 LABELS = {"memory": "in memory, no storage (harness alone)",
@@ -63,6 +64,80 @@ def rows(results, compute_s):
                 "reader_waits": e.get("reader_waits"),
             })
     return out
+
+
+def tree_state(where=None):
+    """The checkout's commit and whether it has uncommitted changes:
+    {"commit": short hash or "?", "dirty": bool, "changes": first lines of
+    git status}.  run.py records it when the run starts and ends."""
+    where = where or os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=where).stdout.strip() or "?"
+        status = subprocess.run(["git", "status", "--porcelain"], capture_output=True,
+                                text=True, cwd=where).stdout.splitlines()
+    except OSError:
+        return {"commit": "?", "dirty": True, "changes": ["git did not run"]}
+    return {"commit": commit, "dirty": bool(status), "changes": status[:10]}
+
+
+def commit_text(meta):
+    """What the results may say about the code they measured.  A dirty tree
+    measured no commit, so none is claimed."""
+    tree = meta.get("tree")
+    if tree is None:  # a run from before run.py recorded its tree
+        now = tree_state()
+        return (f"commit not recorded by the run (redrawn at {now['commit']}"
+                f"{', dirty' if now['dirty'] else ''})")
+    if tree["dirty"]:
+        return (f"no commit: the tree at {tree['commit']} had uncommitted changes (dirty), "
+                f"so these figures are not {tree['commit']}'s; rerun from a clean checkout")
+    return f"commit {tree['commit']}"
+
+
+def slowfs_params(results):
+    """The emulator's parameters as slowfs itself reported them over the
+    run ({"profile", "seed", "params"}), or None when not recorded;
+    raises ValueError when the readers ran on different ones."""
+    seen = []
+    for result in results:
+        reported = result.get("slowfs")
+        if reported is None:  # older runs: the counters' snapshots carry them
+            reported = next((e.get("slowfs_before") for e in result["epochs"]
+                             if e.get("slowfs_before")), None)
+        if reported and "params" in reported:
+            seen.append({k: reported.get(k) for k in ("profile", "seed", "params")})
+    if not seen:
+        return None
+    if any(other != seen[0] for other in seen[1:]):
+        raise ValueError("the readers ran on different slowfs parameters")
+    return seen[0]
+
+
+def describe_profile(params):
+    """The emulator's model in words, from its actual parameters."""
+    p = params
+    parts = [f"a lognormal body (a {p['floor_ms']:g} ms floor plus a {p['latency_ms']:g} ms "
+             f"median, sigma {p['sigma']:g})"]
+    if p["tail_prob"] > 0:
+        cap = (f"up to {p['tail_max_ms'] / 1000:g} s" if p["tail_max_ms"] > 0 else "uncapped")
+        parts.append(f"Pareto stalls on {100 * p['tail_prob']:g}% of reads, from "
+                     f"{p['tail_scale_ms']:g} ms, {cap} (alpha {p['tail_alpha']:g})")
+    else:
+        parts.append("no stalls")
+    if p["congestion_every_s"] > 0:
+        parts.append(f"congestion episodes every {p['congestion_every_s']:g} s for "
+                     f"{p['congestion_for_s']:g} s (reads x{p['congestion_factor']:g})")
+    else:
+        parts.append("no congestion episodes")
+    if p["max_concurrent"]:
+        parts.append(f"at most {p['max_concurrent']} reads served at once, FIFO")
+    else:
+        parts.append("no cap on reads served at once")
+    parts.append(f"{p['bandwidth_mbps']:g} MB/s shared" if p["bandwidth_mbps"]
+                 else "unlimited bandwidth")
+    parts.append(f"{p['meta_latency_ms']:g} ms per metadata operation")
+    return ", ".join(parts) + "; no page cache"
 
 
 def ms(seconds):
@@ -222,15 +297,17 @@ def write(meta, results, results_dir, name, plots=True):
     compute_ms = meta["compute_ms"]
     rs = rows(results, compute_ms / 1000.0)
     os.makedirs(results_dir, exist_ok=True)
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=here).stdout.strip() or "?"
-        if subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True,
-                          cwd=here).stdout.strip():
-            commit += " plus uncommitted changes"
-    except OSError:
-        commit = "?"
+    commit = commit_text(meta)
+    if meta.get("tree", {}).get("dirty"):
+        print(f"report: the run's tree was dirty at {meta['tree']['commit']}: the results "
+              f"claim no commit", file=sys.stderr)
+    emulator = slowfs_params(results)
+    if emulator is None:
+        model = (f"profile {meta['profile']}; its parameters were not recorded by this run, "
+                 f"see tools/slowfs/README.md")
+    else:
+        model = (f"as slowfs reported it: profile {emulator['profile']}, seed {emulator['seed']}: "
+                 + describe_profile(emulator["params"]))
     generated = meta.get("generated_s")
     took = (f"the run took {meta['elapsed_s']:.0f} s, " +
             (f"{generated:.0f} s of it generating the dataset" if generated is not None
@@ -251,7 +328,7 @@ def write(meta, results, results_dir, name, plots=True):
         "",
         f"Written by `{meta['command']}` on "
         f"{meta.get('date') or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-        f"{meta['cores']} cores; commit {commit}; {took}.",
+        f"{meta['cores']} cores; {commit}; {took}.",
         "",
         f"**Scale.** {meta['samples']:,} samples of {meta['sample_bytes'] / 1000:.0f} KB, like "
         f"the paper's (float32 fields \"graph\", 74 KB, and \"features\", 212 KB, random content "
@@ -267,8 +344,7 @@ def write(meta, results, results_dir, name, plots=True):
         f"**Storage.** Every reader reads through its own fresh mount of `build/slowfs "
         f"--profile {meta['profile']} --seed {meta['fs_seed']}{(' ' + extra) if extra else ''}` "
         f"over the same source directory: the same emulator, profile and seed for all "
-        f"(tools/slowfs/README.md: a lognormal body, rare Pareto stalls of up to 2 s, "
-        f"congestion episodes, at most 16 reads served at once, FIFO; no page cache). Origin "
+        f"({model}; tools/slowfs/README.md explains the model). Origin "
         f"reads and bytes are slowfs's own counters over the epoch (every read that reached "
         f"the slow file system); metadata ops are its opens, getattrs and listings.",
         "",

@@ -175,11 +175,16 @@ def run_config(args, config, data_dir, groups):
     mount = Mount(args, data_dir, mountpoint, os.path.join(work, f"slowfs-{config}.log"), groups)
     ranks = []
     try:
-        extra, note = [], {}
+        extra = []
+        # the emulator's parameters as it reports them (after any -o
+        # overrides), so that the report describes what actually ran
+        with open(os.path.join(mountpoint, ".slowfs-stats")) as f:
+            reported = json.load(f)
+        note = {"slowfs": {k: reported[k] for k in ("profile", "seed", "params")}}
         epochs = args.epochs if config == "larder" else args.direct_epochs
         if config == "larder":
             index, error = larder_index(mountpoint, work, env, data_dir)
-            note = {"index_error": error,
+            note |= {"index_error": error,
                     "index_bytes": os.path.getsize(os.path.join(data_dir, "larder",
                                                                 "index.larder")),
                     "larder_options": json.loads(args.larder_options)}
@@ -261,16 +266,24 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     groups = Groups(os.path.join(args.work, "pids"))
     started = time.time()
+    tree = report.tree_state()
+    if tree["dirty"]:
+        log(f"seed: the tree at {tree['commit']} has uncommitted changes: the results will "
+            f"claim no commit")
     data_dir = os.path.join(args.work, "data")
     generated = generate.generate(data_dir, args.samples, args.seed, args.larder, "256M")
     results = []
     for config in configs:
         log(f"seed: {config} on {args.profile} ({args.ranks} ranks x {args.workers} workers)")
         results.append(run_config(args, config, data_dir, groups))
+    after = report.tree_state()
+    if after["commit"] != tree["commit"] or after["dirty"]:  # changed while it ran
+        tree = {"commit": tree["commit"], "dirty": True,
+                "changes": after["changes"] or [f"HEAD moved to {after['commit']}"]}
     meta = {k: v for k, v in vars(args).items() if k != "slowfs_option"}
     meta.update(slowfs_options=args.slowfs_option, elapsed_s=time.time() - started,
                 cores=os.cpu_count(), sample_bytes=generate.SAMPLE_BYTES, generated_s=generated,
-                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), tree=tree)
     with open(os.path.join(args.work, f"{args.name}.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f)
     path, summary = report.write(meta, results, args.results, args.name,

@@ -265,7 +265,7 @@ _declare("larder_plan_default_deny", ctypes.c_int, ctypes.c_char_p, ctypes.c_cha
 _declare("larder_prefetch_start", ctypes.c_int, ctypes.POINTER(_vp), _vp, _vp,
          ctypes.POINTER(PrefetchOptions))
 _declare("larder_prefetch_advance", None, _vp, ctypes.c_uint64)
-_declare("larder_prefetch_stats", ctypes.c_int, _vp, c_u64p, c_u64p)
+_declare("larder_prefetch_stats_get", ctypes.c_int, _vp, c_u64p, c_u64p)
 _declare("larder_prefetch_stop", None, _vp)
 
 

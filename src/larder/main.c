@@ -6,7 +6,7 @@
  * data), 2 usage error.
  */
 #include "larder.h"
-#include "client.h"
+#include "endpoint.h"
 #include "ui.h"
 
 #include <ctype.h>
@@ -758,7 +758,7 @@ static int stat_daemon(const char *socket, int json)
 {
     struct larder__endpoint *e;
     char *text = NULL;
-    int rc = larder__endpoint_new(&e, socket, 1, NULL, NULL, 5000);
+    int rc = larder__endpoint_new(&e, socket, LARDER__ROLE_READER, NULL, NULL, 5000);
     if (rc == 0) rc = larder__endpoint_stats(e, &text);
     larder__endpoint_free(e);
     if (rc < 0) return fail(rc);

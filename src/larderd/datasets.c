@@ -103,8 +103,8 @@ int open_dataset(const char *url, bool may_open, struct dataset_entry **out, int
             if (!e->members) rc = -ENOMEM;
             for (size_t m = 0; rc == 0 && m < daemon_state.members.count; m++)
                 if (m != daemon_state.self)
-                    rc = larder__endpoint_new(&e->members[m], daemon_state.members.names[m], 2,
-                                              daemon_state.secret, url, 5000);
+                    rc = larder__endpoint_new(&e->members[m], daemon_state.members.names[m],
+                                              LARDER__ROLE_PEER, daemon_state.secret, url, 5000);
             larder__dataset_set_source_wrapper(e->dataset, owner_then_origin, e);
         }
         if (rc == 0) {

@@ -20,7 +20,7 @@
 
 #include "larder.h"
 
-#include "client.h"
+#include "endpoint.h"
 #include "cluster.h"
 #include "dataset.h"
 #include "pool.h"

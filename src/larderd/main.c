@@ -343,7 +343,7 @@ int main(int argc, char **argv)
     say("stopping");
     larder__pool_free(daemon_state.pool); /* finishes the reads in flight */
     close_datasets();
-    larder__members_free(&daemon_state.members);
+    larder__members_clear(&daemon_state.members);
     if (daemon_state.socket_path) unlink(daemon_state.socket_path);
     if (daemon_state.secret) memset((char *)daemon_state.secret, 0, strlen(daemon_state.secret));
     free((char *)daemon_state.secret);

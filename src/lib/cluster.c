@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <xxhash.h>
 
-void larder__members_free(struct larder__members *m)
+void larder__members_clear(struct larder__members *m)
 {
     for (size_t i = 0; i < m->count; i++)
         free(m->names[i]);

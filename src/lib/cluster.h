@@ -23,7 +23,9 @@ struct larder__members {
     uint64_t *weights; /* per-member hash seeds, derived from the names */
 };
 
-LARDER_HIDDEN void larder__members_free(struct larder__members *members);
+/* A zeroed struct is an empty list, owned by the caller: _clear frees what it
+ * holds and leaves it empty again (not _free: the struct is not freed). */
+LARDER_HIDDEN void larder__members_clear(struct larder__members *members);
 /* Add "host" or "host:port" (default_port when absent); duplicates are ignored. */
 LARDER_HIDDEN int larder__members_add(struct larder__members *members, const char *name,
                                       size_t length, int default_port);

@@ -65,7 +65,7 @@ static inline bool larder__mul_ok(uint64_t a, uint64_t b, uint64_t *out)
     return !__builtin_mul_overflow(a, b, out);
 }
 
-/* Growable array helper: ensure room for `need` elements of `size`. */
+/* util.c.  Growable array helper: ensure room for `need` elements of `size`. */
 LARDER_HIDDEN int larder__reserve(void **items, size_t *capacity, size_t need, size_t size);
 
 /* xxh3-128 as 32 lowercase hex digits plus NUL. */

@@ -8,7 +8,7 @@
  * does not hold (the daemon stages them in the cache they share).
  */
 #include "cache.h"
-#include "client.h"
+#include "endpoint.h"
 #include "confine.h"
 #include "dataset.h"
 #include "fill.h"
@@ -114,7 +114,7 @@ static int connect_daemon(larder_dataset *d, const char *address)
     const char *where = d->url;
     if (!larder__is_remote(d->url) && realpath(larder__file_path(d->url), absolute))
         where = absolute;
-    return larder__endpoint_new(&d->daemon, address, 1, NULL, where, 0);
+    return larder__endpoint_new(&d->daemon, address, LARDER__ROLE_READER, NULL, where, 0);
 }
 
 /* The read engine's source of a shard: its origin, behind the daemon's wrapper if any. */

@@ -32,7 +32,9 @@ LARDER_HIDDEN int larder__pool_submit(struct larder__pool *pool, larder__task_fn
 /* Tasks queued in a class and not yet started. */
 LARDER_HIDDEN size_t larder__pool_queued(struct larder__pool *pool, int priority);
 
-/* A countdown a batch waits on. */
+/* A countdown a batch waits on, in the caller's memory: _init sets it up and
+ * _wait, once every arrival is in, releases its mutex and condition, so it
+ * has no destructor of its own. */
 struct larder__latch {
     pthread_mutex_t lock;
     pthread_cond_t done;

@@ -138,7 +138,7 @@ void larder_prefetch_advance(larder_prefetch *p, uint64_t consumed)
     pthread_mutex_unlock(&p->lock);
 }
 
-int larder_prefetch_stats(larder_prefetch *p, uint64_t *fills, uint64_t *failures)
+int larder_prefetch_stats_get(larder_prefetch *p, uint64_t *fills, uint64_t *failures)
 {
     pthread_mutex_lock(&p->lock);
     if (fills) *fills = p->fills;

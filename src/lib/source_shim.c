@@ -2,7 +2,7 @@
  * source_shim.c - TEMPORARY: source.h over origin.c, until the source
  * implementations land (branch `sources`).  Deleted at that merge.
  */
-#include "client.h"
+#include "endpoint.h"
 #include "origin.h"
 #include "pool.h"
 #include "source.h"

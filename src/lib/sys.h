@@ -1,8 +1,23 @@
 /*
- * sys.h - every system call liblarder makes that can fail goes through
- * this table, so tests can inject EIO, ENOSPC, EINTR and short transfers
- * (tests/unit/test_sys.c does).  The helpers below retry EINTR and
- * partial transfers and never leave a buffer's tail undefined.
+ * sys.h - the table the file I/O of liblarder goes through, so tests can
+ * inject faults: EIO, ENOSPC, EINTR, short transfers, stalls.  The helpers
+ * below retry EINTR and partial transfers and never leave a buffer's tail
+ * undefined.
+ *
+ * Through the table: the data and index files of the cache, index,
+ * dataset, origin (file://), s3, hedge (its budget file) and pack modules
+ * (open, close, pread, pwrite, fstat, fsync, rename, ftruncate, fallocate,
+ * mmap).  Tests that swap entries: test_cache.c, test_fill.c,
+ * test_hedge.c, test_index.c, test_origin.c, test_pack.c, and runner.c's
+ * test_slow_origin().
+ *
+ * Calling the system directly, not faked in tests: sockets (endpoint.c;
+ * its failures are tested against real and misbehaving daemons instead),
+ * HTTP through curl (origin.c, s3.c), HDF5 through its library
+ * (hdf5src.c), getrandom (auth.c), and in cache.c, pack.c, hedge.c,
+ * index.c, origin.c and dataset.c the calls that are not file transfers:
+ * mkdir, stat, unlink of temporary files, fcntl's OFD locks, munmap, and
+ * (origin.c) dup and close of the descriptors of hedged file reads.
  */
 #ifndef LARDER_SYS_H
 #define LARDER_SYS_H

@@ -61,9 +61,10 @@ int larder__wire_hello(const uint8_t *p, uint32_t length, struct larder__hello *
     if (length != 8 + LARDER_WIRE_NONCE)
         return larder__fail(LARDER_EPROTOCOL, "HELLO of %u bytes, not %d", length,
                             8 + LARDER_WIRE_NONCE);
-    out->role = larder__le32(p);
-    if (out->role != LARDER__ROLE_READER && out->role != LARDER__ROLE_PEER)
-        return larder__fail(LARDER_EPROTOCOL, "HELLO with unknown role %u", out->role);
+    uint32_t role = larder__le32(p);
+    if (role != LARDER__ROLE_READER && role != LARDER__ROLE_PEER)
+        return larder__fail(LARDER_EPROTOCOL, "HELLO with unknown role %u", role);
+    out->role = (enum larder__role)role;
     if (larder__le32(p + 4) != 0)
         return larder__fail(LARDER_EPROTOCOL, "HELLO with nonzero reserved bytes");
     memcpy(out->nonce, p + 8, LARDER_WIRE_NONCE);
@@ -147,7 +148,7 @@ int larder__wire_encode_hello(uint8_t *out, size_t capacity, uint64_t request,
     uint32_t length = 8 + LARDER_WIRE_NONCE;
     if (capacity < LARDER_WIRE_HEADER + length) return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__HELLO, length, request);
-    larder__put_le32(out + LARDER_WIRE_HEADER, hello->role);
+    larder__put_le32(out + LARDER_WIRE_HEADER, (uint32_t)hello->role);
     larder__put_le32(out + LARDER_WIRE_HEADER + 4, 0);
     memcpy(out + LARDER_WIRE_HEADER + 8, hello->nonce, LARDER_WIRE_NONCE);
     return (int)(LARDER_WIRE_HEADER + length);

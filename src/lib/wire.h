@@ -33,9 +33,11 @@ enum larder__frame_type {
     LARDER__PROVE = 10,
 };
 
-/* Roles a HELLO may claim. */
-#define LARDER__ROLE_READER 1
-#define LARDER__ROLE_PEER 2
+/* Roles a HELLO may claim (their values are the wire's). */
+enum larder__role {
+    LARDER__ROLE_READER = 1, /* a reader of this node, over the Unix socket */
+    LARDER__ROLE_PEER = 2,   /* another node's daemon, over TCP */
+};
 
 /* How a WELCOME says the daemon authenticates peers. */
 #define LARDER__AUTH_NONE 0 /* no cluster secret: proof is zero, no PROVE expected */
@@ -49,7 +51,7 @@ struct larder__frame {
 
 /* HELLO: the first frame a client sends. */
 struct larder__hello {
-    uint32_t role;                    /* LARDER__ROLE_READER or LARDER__ROLE_PEER */
+    enum larder__role role;           /* checked: one of the two */
     uint8_t nonce[LARDER_WIRE_NONCE]; /* fresh random bytes of the client's */
 };
 

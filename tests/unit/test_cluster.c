@@ -22,19 +22,19 @@ TEST(cluster_parse_members)
     CHECK_EQ(larder__members_parse_list(&m, "a:1, b,c:3 a:1", 7461), 0);
     const char *want[] = {"a:1", "b:7461", "c:3"};
     check_names(&m, want, 3);
-    larder__members_free(&m);
+    larder__members_clear(&m);
 
     const char file[] = "# nodes\nn1 slots=4\n\n  n2:9000  # fast one\nn1\n";
     CHECK_EQ(larder__members_parse_hostfile(&m, file, sizeof file - 1, 5000), 0);
     const char *want2[] = {"n1:5000", "n2:9000"};
     check_names(&m, want2, 2);
-    larder__members_free(&m);
+    larder__members_clear(&m);
 
     CHECK_EQ(larder__members_parse_slurm(&m, "gpu[01-03,07]-ib,login1,x[8-10]", 1), 0);
     const char *want3[] = {"gpu01-ib:1", "gpu02-ib:1", "gpu03-ib:1", "gpu07-ib:1",
                            "login1:1",   "x8:1",       "x9:1",       "x10:1"};
     check_names(&m, want3, 8);
-    larder__members_free(&m);
+    larder__members_clear(&m);
 
     /* bad input names what is wrong */
     CHECK_EQ(larder__members_parse_list(&m, "a:0", 1), LARDER_EUSAGE);
@@ -47,7 +47,7 @@ TEST(cluster_parse_members)
     const char bad[] = "ok\nbad/name\n";
     CHECK_EQ(larder__members_parse_hostfile(&m, bad, sizeof bad - 1, 1), LARDER_EUSAGE);
     CHECK(strstr(larder_errmsg(), "line 2") != NULL);
-    larder__members_free(&m);
+    larder__members_clear(&m);
 }
 
 TEST(cluster_rendezvous_moves_only_the_changed_share)
@@ -89,8 +89,8 @@ TEST(cluster_rendezvous_moves_only_the_changed_share)
     for (uint32_t s = 0; s < 1000; s++)
         CHECK(strcmp(four.names[larder__owner(&four, 1, 2, s)],
                      shuffled.names[larder__owner(&shuffled, 1, 2, s)]) == 0);
-    larder__members_free(&four);
-    larder__members_free(&three);
-    larder__members_free(&five);
-    larder__members_free(&shuffled);
+    larder__members_clear(&four);
+    larder__members_clear(&three);
+    larder__members_clear(&five);
+    larder__members_clear(&shuffled);
 }

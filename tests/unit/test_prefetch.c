@@ -64,7 +64,7 @@ static uint64_t train(bool prefetch, int steps)
     larder_stats_get(d, &st);
     uint64_t fills = 0;
     if (pf) {
-        CHECK_EQ(larder_prefetch_stats(pf, &fills, NULL), 0);
+        CHECK_EQ(larder_prefetch_stats_get(pf, &fills, NULL), 0);
         CHECK(fills > 0);
     }
     larder_prefetch_stop(pf);

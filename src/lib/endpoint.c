@@ -1,7 +1,7 @@
 /*
- * client.c - blocking daemon clients with connection pools (client.h).
+ * endpoint.c - blocking daemon clients with connection pools (endpoint.h).
  *
- * Timeouts are what make a reader's fallback prompt: a reader (role 1,
+ * Timeouts are what make a reader's fallback prompt: a reader (LARDER__ROLE_READER,
  * created with timeout 0) gives its daemon LARDER_DAEMON_TIMEOUT_MS
  * (default 1000 ms) to accept, to greet and to start answering a READ,
  * and goes to its own path to the origin when it does not; a dead
@@ -9,7 +9,7 @@
  * daemon closed meanwhile (its idle timeout) is not a failure of the
  * daemon: the request is sent again, once, on a fresh connection.
  */
-#include "client.h"
+#include "endpoint.h"
 #include "auth.h"
 #include "wire.h"
 
@@ -42,7 +42,8 @@ static bool is_errno(int rc)
 
 struct larder__endpoint {
     char *address, *token, *index_url;
-    int role, timeout_ms, down_ms;
+    enum larder__role role;
+    int timeout_ms, down_ms;
     pthread_mutex_t lock;
     int idle[POOL];
     int num_idle;
@@ -66,7 +67,7 @@ static int reader_timeout_ms(void)
     return READER_TIMEOUT_MS;
 }
 
-int larder__endpoint_new(struct larder__endpoint **out, const char *address, int role,
+int larder__endpoint_new(struct larder__endpoint **out, const char *address, enum larder__role role,
                          const char *token, const char *index_url, int timeout_ms)
 {
     struct larder__endpoint *e = calloc(1, sizeof *e);
@@ -258,7 +259,7 @@ static int dial(const struct larder__endpoint *e)
  */
 static int greet(struct larder__endpoint *e, int fd)
 {
-    struct larder__hello hello = {.role = (uint32_t)e->role};
+    struct larder__hello hello = {.role = e->role};
     int rc = larder__auth_nonce(hello.nonce);
     if (rc < 0) return larder__fail(rc, "no random nonce: %s", strerror(-rc));
     uint8_t buf[LARDER_WIRE_HEADER + 8 + LARDER_WIRE_NONCE];

@@ -1,20 +1,21 @@
 /*
- * client.h - blocking clients of a larder daemon (docs/protocol.md): a
+ * endpoint.h - blocking clients of a larder daemon (docs/protocol.md): a
  * reader talking to its node's daemon over a Unix socket, or a daemon
  * talking to a peer over TCP.  An endpoint keeps a pool of connections,
  * each used by one request at a time; a peer that fails is marked down
  * for a while, and callers then go to the origin instead.
  */
-#ifndef LARDER_CLIENT_H
-#define LARDER_CLIENT_H
+#ifndef LARDER_ENDPOINT_H
+#define LARDER_ENDPOINT_H
 
 #include "common.h"
+#include "wire.h"
 
 struct larder__endpoint;
 
 /*
  * An endpoint at `address`: a Unix socket path (containing '/'), or
- * host:port.  role 1 (reader) or 2 (peer); `token` is the cluster's
+ * host:port, that this process talks to as `role`; `token` is the cluster's
  * shared secret for peers (may be NULL): it is never sent, only proofs
  * over the handshake's nonces, and a daemon must prove it first.
  * `index_url` is opened on every new connection.  timeout_ms bounds the
@@ -22,8 +23,9 @@ struct larder__endpoint;
  * 0 takes LARDER_DAEMON_TIMEOUT_MS from the environment (default 1000),
  * which is what readers of a node daemon use.  0, or -ENOMEM.
  */
-LARDER_HIDDEN int larder__endpoint_new(struct larder__endpoint **out, const char *address, int role,
-                                       const char *token, const char *index_url, int timeout_ms);
+LARDER_HIDDEN int larder__endpoint_new(struct larder__endpoint **out, const char *address,
+                                       enum larder__role role, const char *token,
+                                       const char *index_url, int timeout_ms);
 LARDER_HIDDEN void larder__endpoint_free(struct larder__endpoint *endpoint);
 LARDER_HIDDEN const char *larder__endpoint_address(const struct larder__endpoint *endpoint);
 /* Whether the endpoint failed recently (and is left alone for a while). */
