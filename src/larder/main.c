@@ -6,6 +6,7 @@
  * data), 2 usage error.
  */
 #include "larder.h"
+#include "larder_pack.h"
 #include "client.h"
 #include "ui.h"
 
