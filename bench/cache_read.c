@@ -13,6 +13,7 @@
  * bookkeeping.  Prints a markdown table of medians.
  */
 #include "larder.h"
+#include "larder_pack.h"
 
 #include <fcntl.h>
 #include <stdio.h>

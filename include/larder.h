@@ -293,26 +293,9 @@ LARDER_API int64_t larder_verify(larder_dataset *dataset, larder_bad_sample_fn b
                                  larder_progress_fn progress, void *userdata);
 
 /* ---- packing and indexing --------------------------------------------- */
+/* Packing itself (larder_pack) is in larder_pack.h, in libraries of its own. */
 
 enum larder_shard_format { LARDER_FORMAT_TAR = 1, LARDER_FORMAT_FLAT = 2 };
-
-#define LARDER_PACK_OPTIONS_VERSION 1
-typedef struct larder_pack_options {
-    int version;           /* LARDER_PACK_OPTIONS_VERSION */
-    int format;            /* enum larder_shard_format; 0 means tar */
-    uint64_t shard_size;   /* target bytes per shard; 0 means 1 GiB */
-    int shuffle;           /* nonzero: write samples in a seeded random order */
-    uint64_t shuffle_seed; /* seed of that order */
-    int jobs;              /* writer threads; 0 means the number of CPUs */
-    uint32_t block_size;   /* block size hint stored in the index; 0: 64 KiB */
-    /* HDF5 sources: one sample per group at this depth (1 = children of
-     * the root), unless hdf5_rows names datasets to split along axis 0
-     * (comma-separated paths). */
-    int hdf5_group_depth;
-    const char *hdf5_rows;
-    larder_progress_fn progress; /* may be NULL; bytes written and total */
-    void *progress_userdata;
-} larder_pack_options;
 
 typedef struct larder_pack_result {
     uint64_t num_samples;
@@ -320,15 +303,6 @@ typedef struct larder_pack_result {
     uint64_t bytes_written; /* shard bytes */
     char dataset_id[33];
 } larder_pack_result;
-
-/*
- * Pack `sources` (directories of files grouped by WebDataset keys,
- * existing tar shards, or HDF5 files) into shards and an index under
- * `outdir` (created if missing): outdir/index.larder plus shards named
- * shard-NNNNNN.tar or .bin.  `result` may be NULL.
- */
-LARDER_API int larder_pack(const char *const *sources, size_t num_sources, const char *outdir,
-                           const larder_pack_options *options, larder_pack_result *result);
 
 /*
  * Index existing WebDataset tar shards in place (local paths or http(s)

@@ -7,6 +7,7 @@
  */
 #include "larder.h"
 #include "endpoint.h"
+#include "larder_pack.h"
 #include "ui.h"
 
 #include <ctype.h>

@@ -3,6 +3,7 @@
  * single flight across threads and processes, damage underneath, a full
  * disk, eviction, and refusal of a foreign cache.
  */
+#include "larder_pack.h"
 #include "sys.h"
 #include "test.h"
 

@@ -6,6 +6,7 @@
  * makes every resident block suspect, and overlapping samples are refused.
  * Expected bytes come from the source files written by the test.
  */
+#include "larder_pack.h"
 #include "dataset.h"
 #include "index.h"
 #include "sys.h"

@@ -10,6 +10,7 @@
 #include "dataset.h"
 #include "fill.h"
 #include "index.h"
+#include "larder_pack.h"
 #include "source.h"
 #include "test.h"
 

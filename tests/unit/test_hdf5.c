@@ -1,5 +1,6 @@
 /*
- * test_hdf5.c - the HDF5 packing source (src/lib/hdf5src.c): samples
+ * test_hdf5.c - the HDF5 packing source (src/pack/input_hdf5.c and
+ * the hdf5_*.c beside it): samples
  * enumerated in group and rows mode with their dtypes and shapes, field
  * bytes equal to numpy's little-endian `.tobytes()` for every dtype and
  * byte order, reads of any sub-range (the exact path for fields too big
@@ -10,7 +11,7 @@
  * skips when those are missing.  Python also writes the expected bytes
  * of each field to NAME.bin files.
  */
-#include "pack.h"
+#include "layout.h"
 #include "test.h"
 
 #include <fcntl.h>
@@ -55,45 +56,47 @@ static long long open_handles(void)
 /* open_handles() before the last open_source. */
 static long long handles_before;
 
-/* Free the plan (closing the source) and check no HDF5 handle stayed open. */
-static void free_plan(struct larder__pack_plan *plan)
+/* Free the layout (closing the source) and check no HDF5 handle stayed open. */
+static void free_layout(struct larder__pack_layout *layout)
 {
-    larder__pack_plan_free(plan);
+    larder__pack_layout_free(layout);
     CHECK_EQ(open_handles(), handles_before);
 }
 
-/* Enumerate `file` (in the test directory) into a new plan. */
+/* Enumerate `file` (in the test directory) into a new layout. */
 static int open_source(const char *file, const char *rows, int depth,
-                       struct larder__pack_plan **plan, struct larder__pack_source **source)
+                       struct larder__pack_layout **layout, struct larder__pack_input **source)
 {
     larder_pack_options options = {
         .version = LARDER_PACK_OPTIONS_VERSION, .hdf5_group_depth = depth, .hdf5_rows = rows};
-    CHECK_EQ(larder__pack_plan_new(plan), 0);
+    CHECK_EQ(larder__pack_layout_new(layout), 0);
     handles_before = open_handles();
-    *source = NULL;
-    int rc = larder__hdf5_source_open(*plan, test_path(file), &options, source);
-    CHECK(rc == 0 ? *source != NULL : *source == NULL);
+    struct larder__pack_input *input;
+    int rc = larder__pack_input_hdf5_open(test_path(file), &options, &input);
+    CHECK(rc == 0 ? input != NULL : input == NULL);
+    if (rc == 0) rc = larder__pack_layout_add_input(*layout, input); /* takes it either way */
+    *source = rc == 0 ? input : NULL;
     return rc;
 }
 
 struct sample {
     const char *key;
-    struct larder__pack_source *source;
+    struct larder__pack_input *source;
     const struct larder__pack_field *fields;
     uint32_t num_fields;
 };
 
-static struct sample get_sample(const struct larder__pack_plan *plan, uint64_t i)
+static struct sample get_sample(const struct larder__pack_layout *layout, uint64_t i)
 {
     struct sample s;
-    CHECK(i < larder__pack_plan_num_samples(plan));
-    larder__pack_plan_sample(plan, i, &s.key, &s.source, &s.fields, &s.num_fields);
+    CHECK(i < larder__pack_layout_num_samples(layout));
+    larder__pack_layout_sample(layout, i, &s.key, &s.source, &s.fields, &s.num_fields);
     return s;
 }
 
 /* Read a whole field the way the writer does, in pieces of `piece`
  * bytes, the first `first` bytes long (0: same as the rest). */
-static uint8_t *read_field(struct larder__pack_source *source,
+static uint8_t *read_field(struct larder__pack_input *source,
                            const struct larder__pack_field *field, size_t first, size_t piece)
 {
     uint8_t *data = malloc(field->size ? field->size : 1);
@@ -110,7 +113,7 @@ static uint8_t *read_field(struct larder__pack_source *source,
 }
 
 /* The field's bytes equal NAME.bin, read whole and in odd pieces. */
-static void check_field_bytes(struct larder__pack_source *source,
+static void check_field_bytes(struct larder__pack_input *source,
                               const struct larder__pack_field *field, const char *expected)
 {
     char name[256];
@@ -192,13 +195,13 @@ TEST(hdf5_group_mode)
                  "f.create_dataset('stray', data=np.arange(5))\n"
                  "f.create_group('zz_empty').create_group('inner')\n"
                  "f['s000/soft'] = h5py.SoftLink('/s001/image')\n");
-    struct larder__pack_plan *plan;
-    struct larder__pack_source *source;
-    CHECK_EQ(open_source("g.h5", NULL, 0, &plan, &source), 0);
-    CHECK_EQ(larder__pack_plan_num_samples(plan), 3);
+    struct larder__pack_layout *layout;
+    struct larder__pack_input *source;
+    CHECK_EQ(open_source("g.h5", NULL, 0, &layout, &source), 0);
+    CHECK_EQ(larder__pack_layout_num_samples(layout), 3);
     static const uint64_t image_shape[] = {4, 10}, score_shape[] = {2};
     for (uint64_t i = 0; i < 3; i++) {
-        struct sample s = get_sample(plan, i);
+        struct sample s = get_sample(layout, i);
         char key[16], expected[64];
         snprintf(key, sizeof key, "s%03d", (int)i);
         CHECK(strcmp(s.key, key) == 0);
@@ -215,7 +218,7 @@ TEST(hdf5_group_mode)
             check_field_bytes(source, &s.fields[2], "s001.meta.score");
         }
     }
-    free_plan(plan);
+    free_layout(layout);
 }
 
 TEST(hdf5_group_depth)
@@ -225,33 +228,33 @@ TEST(hdf5_group_depth)
                  "    for n in names:\n"
                  "        f.create_dataset('%s/%s/x' % (split, n), data=np.arange(3, dtype='u2'))\n"
                  "f.create_dataset('train/orphan', data=[1])\n");
-    struct larder__pack_plan *plan;
-    struct larder__pack_source *source;
-    CHECK_EQ(open_source("d.h5", NULL, 2, &plan, &source), 0);
-    CHECK_EQ(larder__pack_plan_num_samples(plan), 3);
+    struct larder__pack_layout *layout;
+    struct larder__pack_input *source;
+    CHECK_EQ(open_source("d.h5", NULL, 2, &layout, &source), 0);
+    CHECK_EQ(larder__pack_layout_num_samples(layout), 3);
     static const char *keys[] = {"train/a", "train/b", "val/c"};
     static const uint64_t shape[] = {3};
     for (uint64_t i = 0; i < 3; i++) {
-        struct sample s = get_sample(plan, i);
+        struct sample s = get_sample(layout, i);
         CHECK(strcmp(s.key, keys[i]) == 0);
         CHECK_EQ(s.num_fields, 1);
         check_shape(&s.fields[0], "x", LARDER_DTYPE_U16, 1, shape);
     }
-    free_plan(plan);
+    free_layout(layout);
 
     /* Depth 1: the groups "train" and "val", each with nested fields. */
-    CHECK_EQ(open_source("d.h5", NULL, 1, &plan, &source), 0);
-    CHECK_EQ(larder__pack_plan_num_samples(plan), 2);
-    struct sample s = get_sample(plan, 0);
+    CHECK_EQ(open_source("d.h5", NULL, 1, &layout, &source), 0);
+    CHECK_EQ(larder__pack_layout_num_samples(layout), 2);
+    struct sample s = get_sample(layout, 0);
     CHECK(strcmp(s.key, "train") == 0);
     CHECK_EQ(s.num_fields, 3);
     CHECK(strcmp(s.fields[0].name, "a.x") == 0);
     CHECK(strcmp(s.fields[1].name, "b.x") == 0);
     CHECK(strcmp(s.fields[2].name, "orphan") == 0);
-    free_plan(plan);
+    free_layout(layout);
 
-    CHECK_EQ(open_source("d.h5", NULL, -1, &plan, &source), LARDER_EUSAGE);
-    free_plan(plan);
+    CHECK_EQ(open_source("d.h5", NULL, -1, &layout, &source), LARDER_EUSAGE);
+    free_layout(layout);
 }
 
 TEST(hdf5_rows_mode)
@@ -267,13 +270,13 @@ TEST(hdf5_rows_mode)
                  "    expect('x%d' % r, x[r], '<f4')\n"
                  "    expect('y%d' % r, y[r], '<i8')\n"
                  "    expect('w%d' % r, w[r], 'u1')\n");
-    struct larder__pack_plan *plan;
-    struct larder__pack_source *source;
-    CHECK_EQ(open_source("r.h5", "x, y,/meta/w", 0, &plan, &source), 0);
-    CHECK_EQ(larder__pack_plan_num_samples(plan), 10);
+    struct larder__pack_layout *layout;
+    struct larder__pack_input *source;
+    CHECK_EQ(open_source("r.h5", "x, y,/meta/w", 0, &layout, &source), 0);
+    CHECK_EQ(larder__pack_layout_num_samples(layout), 10);
     static const uint64_t x_shape[] = {3, 2}, w_shape[] = {2};
     for (uint64_t r = 0; r < 10; r++) {
-        struct sample s = get_sample(plan, r);
+        struct sample s = get_sample(layout, r);
         char key[16], expected[16];
         snprintf(key, sizeof key, "%08d", (int)r);
         CHECK(strcmp(s.key, key) == 0);
@@ -287,7 +290,7 @@ TEST(hdf5_rows_mode)
             check_field_bytes(source, &s.fields[f], expected);
         }
     }
-    free_plan(plan);
+    free_layout(layout);
 }
 
 /* Every dtype larder knows, stored in both byte orders, reads back as
@@ -306,11 +309,11 @@ TEST(hdf5_dtypes)
                  "        expect(name.replace('/', '.'), v, '<' + t)\n"
                  "f.create_dataset('d/12bool', data=np.array([True, False, True]))\n"
                  "expect('d.12bool', np.array([True, False, True]), '|b1')\n");
-    struct larder__pack_plan *plan;
-    struct larder__pack_source *source;
-    CHECK_EQ(open_source("t.h5", NULL, 0, &plan, &source), 0);
-    CHECK_EQ(larder__pack_plan_num_samples(plan), 1);
-    struct sample s = get_sample(plan, 0);
+    struct larder__pack_layout *layout;
+    struct larder__pack_input *source;
+    CHECK_EQ(open_source("t.h5", NULL, 0, &layout, &source), 0);
+    CHECK_EQ(larder__pack_layout_num_samples(layout), 1);
+    struct sample s = get_sample(layout, 0);
     CHECK(strcmp(s.key, "d") == 0);
     CHECK_EQ(s.num_fields, 23);
     static const int dtypes[] = {LARDER_DTYPE_U8,  LARDER_DTYPE_I8,  LARDER_DTYPE_U16,
@@ -327,7 +330,7 @@ TEST(hdf5_dtypes)
     }
     check_shape(&s.fields[22], "12bool", LARDER_DTYPE_BOOL, 1, bool_shape);
     check_field_bytes(source, &s.fields[22], "d.12bool");
-    free_plan(plan);
+    free_layout(layout);
 }
 
 /* Element i of the big fixture below, as numpy computes it (in uint32,
@@ -337,7 +340,7 @@ static int16_t big_value(uint64_t i)
     return (int16_t)(uint16_t)(((i * 40503) ^ (i >> 7)) & 0xffff);
 }
 
-static void check_big_range(struct larder__pack_source *source,
+static void check_big_range(struct larder__pack_input *source,
                             const struct larder__pack_field *field, uint64_t base, uint64_t offset,
                             size_t length)
 {
@@ -373,10 +376,10 @@ TEST(hdf5_read_ranges)
                  "f.create_dataset('s/big', data=v.reshape(3, 4100, 2800).astype('>i2'),\n"
                  "                 chunks=(1, 300, 700))\n"
                  "f.create_dataset('rows', data=v[:5 * 7 * 11 * 13].reshape(5, 7, 11, 13))\n");
-    struct larder__pack_plan *plan;
-    struct larder__pack_source *source;
-    CHECK_EQ(open_source("big.h5", NULL, 0, &plan, &source), 0);
-    struct sample s = get_sample(plan, 0);
+    struct larder__pack_layout *layout;
+    struct larder__pack_input *source;
+    CHECK_EQ(open_source("big.h5", NULL, 0, &layout, &source), 0);
+    struct sample s = get_sample(layout, 0);
     CHECK_EQ(s.num_fields, 1);
     static const uint64_t shape[] = {3, 4100, 2800};
     check_shape(&s.fields[0], "big", LARDER_DTYPE_I16, 3, shape);
@@ -400,24 +403,24 @@ TEST(hdf5_read_ranges)
         check_big_range(source, big, 0, done, n);
         done += n;
     }
-    free_plan(plan);
+    free_layout(layout);
 
-    CHECK_EQ(open_source("big.h5", "rows", 0, &plan, &source), 0);
-    CHECK_EQ(larder__pack_plan_num_samples(plan), 5);
+    CHECK_EQ(open_source("big.h5", "rows", 0, &layout, &source), 0);
+    CHECK_EQ(larder__pack_layout_num_samples(layout), 5);
     for (uint64_t r = 0; r < 5; r++) {
-        s = get_sample(plan, r);
+        s = get_sample(layout, r);
         const struct larder__pack_field *row = &s.fields[0];
         CHECK_EQ(row->size, 7 * 11 * 13 * 2);
         for (uint64_t offset = 0; offset < row->size; offset += 97)
             for (size_t length = 1; length < 400 && offset + length <= row->size; length += 131)
                 check_big_range(source, row, r * 7 * 11 * 13, offset, length);
     }
-    free_plan(plan);
+    free_layout(layout);
 }
 
 struct reader {
-    struct larder__pack_plan *plan;
-    struct larder__pack_source *source;
+    struct larder__pack_layout *layout;
+    struct larder__pack_input *source;
     int thread;
     int failures;
 };
@@ -425,13 +428,13 @@ struct reader {
 static void *read_all(void *arg)
 {
     struct reader *r = arg;
-    uint64_t n = larder__pack_plan_num_samples(r->plan);
+    uint64_t n = larder__pack_layout_num_samples(r->layout);
     for (uint64_t i = (uint64_t)r->thread; i < n * 4; i += 3) {
         const char *key;
-        struct larder__pack_source *source;
+        struct larder__pack_input *source;
         const struct larder__pack_field *fields;
         uint32_t num_fields;
-        larder__pack_plan_sample(r->plan, i % n, &key, &source, &fields, &num_fields);
+        larder__pack_layout_sample(r->layout, i % n, &key, &source, &fields, &num_fields);
         const struct larder__pack_field *field = &fields[0];
         uint8_t *data = malloc(field->size);
         size_t piece = 1000 + (size_t)r->thread * 333;
@@ -463,28 +466,28 @@ TEST(hdf5_threads)
         "for k in range(24):\n"
         "    a = (k * 100000 + np.arange(5000 + 700 * k)).astype('f4')\n"
         "    f.create_dataset('s%02d/a' % k, data=a, chunks=(999,), compression='gzip')\n");
-    struct larder__pack_plan *plan;
-    struct larder__pack_source *source;
-    CHECK_EQ(open_source("m.h5", NULL, 0, &plan, &source), 0);
-    CHECK_EQ(larder__pack_plan_num_samples(plan), 24);
+    struct larder__pack_layout *layout;
+    struct larder__pack_input *source;
+    CHECK_EQ(open_source("m.h5", NULL, 0, &layout, &source), 0);
+    CHECK_EQ(larder__pack_layout_num_samples(layout), 24);
     pthread_t threads[3];
     struct reader readers[3];
     for (int t = 0; t < 3; t++) {
-        readers[t] = (struct reader){.plan = plan, .source = source, .thread = t};
+        readers[t] = (struct reader){.layout = layout, .source = source, .thread = t};
         CHECK_EQ(pthread_create(&threads[t], NULL, read_all, &readers[t]), 0);
     }
     for (int t = 0; t < 3; t++) {
         pthread_join(threads[t], NULL);
         CHECK_EQ(readers[t].failures, 0);
     }
-    free_plan(plan);
+    free_layout(layout);
 }
 
 static int open_garbage(void *arg)
 {
-    struct larder__pack_plan **plan = arg;
-    struct larder__pack_source *source;
-    return open_source("x.h5", NULL, 0, plan, &source);
+    struct larder__pack_layout **layout = arg;
+    struct larder__pack_input *source;
+    return open_source("x.h5", NULL, 0, layout, &source);
 }
 
 TEST(hdf5_unreadable)
@@ -492,13 +495,13 @@ TEST(hdf5_unreadable)
     uint8_t garbage[4096];
     test_fill_random(garbage, sizeof garbage, 7);
     test_write_file(test_path("x.h5"), garbage, sizeof garbage);
-    struct larder__pack_plan *plan;
+    struct larder__pack_layout *layout;
     int rc;
-    CHECK_EQ(stderr_bytes_during(open_garbage, &plan, &rc), 0);
+    CHECK_EQ(stderr_bytes_during(open_garbage, &layout, &rc), 0);
     CHECK_EQ(rc, LARDER_EHDF5);
     CHECK(strstr(larder_errmsg(), "x.h5") != NULL);
-    CHECK_EQ(larder__pack_plan_num_samples(plan), 0);
-    free_plan(plan);
+    CHECK_EQ(larder__pack_layout_num_samples(layout), 0);
+    free_layout(layout);
 
     /* A real file cut short: the superblock survives, the rest does not. */
     make_fixture("f = h5py.File('whole.h5', 'w')\n"
@@ -506,15 +509,15 @@ TEST(hdf5_unreadable)
                  "    f.create_dataset('g%02d/a' % k, data=np.arange(1000) + k)\n"
                  "f.close()\n"
                  "open('cut.h5', 'wb').write(open('whole.h5', 'rb').read()[:3000])\n");
-    struct larder__pack_source *source;
-    rc = open_source("cut.h5", NULL, 0, &plan, &source);
+    struct larder__pack_input *source;
+    rc = open_source("cut.h5", NULL, 0, &layout, &source);
     CHECK_EQ(rc, LARDER_EHDF5);
     CHECK(strstr(larder_errmsg(), "cut.h5") != NULL);
-    free_plan(plan);
+    free_layout(layout);
 
-    CHECK_EQ(open_source("missing.h5", NULL, 0, &plan, &source), LARDER_EHDF5);
+    CHECK_EQ(open_source("missing.h5", NULL, 0, &layout, &source), LARDER_EHDF5);
     CHECK(strstr(larder_errmsg(), "missing.h5") != NULL);
-    free_plan(plan);
+    free_layout(layout);
 }
 
 TEST(hdf5_rows_errors)
@@ -525,21 +528,21 @@ TEST(hdf5_rows_errors)
                  "f.create_dataset('z', data=np.zeros((0, 4)))\n"
                  "f.create_dataset('s', data=1.5)\n"
                  "f.create_group('g')\n");
-    struct larder__pack_plan *plan;
-    struct larder__pack_source *source;
-    CHECK_EQ(open_source("e.h5", "x,y", 0, &plan, &source), LARDER_EUSAGE);
+    struct larder__pack_layout *layout;
+    struct larder__pack_input *source;
+    CHECK_EQ(open_source("e.h5", "x,y", 0, &layout, &source), LARDER_EUSAGE);
     CHECK(strstr(larder_errmsg(), "/y") != NULL && strstr(larder_errmsg(), "/x") != NULL);
     CHECK(strstr(larder_errmsg(), "e.h5") != NULL);
-    free_plan(plan);
+    free_layout(layout);
     const char *bad[] = {"x,nope", "x,g/deeper", "g", "s", "x,,y", "x,/x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        CHECK_EQ(open_source("e.h5", bad[i], 0, &plan, &source), LARDER_EUSAGE);
+        CHECK_EQ(open_source("e.h5", bad[i], 0, &layout, &source), LARDER_EUSAGE);
         CHECK(strstr(larder_errmsg(), "e.h5") != NULL);
-        CHECK_EQ(larder__pack_plan_num_samples(plan), 0);
-        free_plan(plan);
+        CHECK_EQ(larder__pack_layout_num_samples(layout), 0);
+        free_layout(layout);
     }
-    CHECK_EQ(open_source("e.h5", "z", 0, &plan, &source), LARDER_EEMPTY);
-    free_plan(plan);
+    CHECK_EQ(open_source("e.h5", "z", 0, &layout, &source), LARDER_EEMPTY);
+    free_layout(layout);
 }
 
 TEST(hdf5_empty)
@@ -548,15 +551,15 @@ TEST(hdf5_empty)
                  "f = h5py.File('flat.h5', 'w')\n"
                  "f.create_dataset('x', data=np.arange(4))\n"
                  "f.create_group('g').create_group('h')\n");
-    struct larder__pack_plan *plan;
-    struct larder__pack_source *source;
-    CHECK_EQ(open_source("empty.h5", NULL, 0, &plan, &source), LARDER_EEMPTY);
+    struct larder__pack_layout *layout;
+    struct larder__pack_input *source;
+    CHECK_EQ(open_source("empty.h5", NULL, 0, &layout, &source), LARDER_EEMPTY);
     CHECK(strstr(larder_errmsg(), "empty.h5") != NULL);
-    free_plan(plan);
-    CHECK_EQ(open_source("flat.h5", NULL, 0, &plan, &source), LARDER_EEMPTY);
-    free_plan(plan);
-    CHECK_EQ(open_source("flat.h5", NULL, 3, &plan, &source), LARDER_EEMPTY);
-    free_plan(plan);
+    free_layout(layout);
+    CHECK_EQ(open_source("flat.h5", NULL, 0, &layout, &source), LARDER_EEMPTY);
+    free_layout(layout);
+    CHECK_EQ(open_source("flat.h5", NULL, 3, &layout, &source), LARDER_EEMPTY);
+    free_layout(layout);
 }
 
 TEST(hdf5_unsupported)
@@ -577,12 +580,12 @@ TEST(hdf5_unsupported)
                  "f.copy('%s', g)\n",
                  cases[i][0]);
         make_fixture(script);
-        struct larder__pack_plan *plan;
-        struct larder__pack_source *source;
-        CHECK_EQ(open_source("one.h5", NULL, 0, &plan, &source), LARDER_EUNSUPPORTED);
+        struct larder__pack_layout *layout;
+        struct larder__pack_input *source;
+        CHECK_EQ(open_source("one.h5", NULL, 0, &layout, &source), LARDER_EUNSUPPORTED);
         CHECK(strstr(larder_errmsg(), "one.h5") != NULL);
         CHECK(strstr(larder_errmsg(), cases[i][1]) != NULL);
-        free_plan(plan);
+        free_layout(layout);
     }
 }
 

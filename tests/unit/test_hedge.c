@@ -8,6 +8,7 @@
  * budget holding the 16 (the start-up allowance) and never saving more.
  * Credit is counted in reads: a read adds 1, a hedge costs 20, cap 320.
  */
+#include "larder_pack.h"
 #include "hedge.h"
 #include "origin.h"
 #include "sys.h"

@@ -4,6 +4,7 @@
  * sources fail before anything is written, and injected I/O faults
  * surface as errors (or are retried) without leaving debris.
  */
+#include "larder_pack.h"
 #include "sys.h"
 #include "test.h"
 

@@ -6,6 +6,7 @@
  * tail), padding and locality windows behave as docs/plan.md says, and
  * the deny-list file parses and fails as specified.
  */
+#include "larder_pack.h"
 #include "plan.h"
 #include "test.h"
 

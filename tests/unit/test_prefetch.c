@@ -2,6 +2,7 @@
  * test_prefetch.c - the prefetcher stages what the plan asks next, so a
  * reader that computes between steps finds its samples in the cache.
  */
+#include "larder_pack.h"
 #include "sys.h"
 #include "test.h"
 
