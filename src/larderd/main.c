@@ -17,7 +17,7 @@
  */
 #include "larderd.h"
 
-#include "ui.h"
+#include "args.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -180,13 +180,13 @@ int main(int argc, char **argv)
             daemon_state.warm_rate = atof(optarg);
             break;
         case 'b':
-            if (parse_size(optarg, &daemon_state.borrow_capacity) < 0) {
+            if (args_parse_size(optarg, &daemon_state.borrow_capacity) < 0) {
                 say("bad --borrow-size '%s'", optarg);
                 return 2;
             }
             break;
         case 'C':
-            if (parse_size(optarg, &daemon_state.cache_capacity) < 0) {
+            if (args_parse_size(optarg, &daemon_state.cache_capacity) < 0) {
                 say("bad --cache-size '%s'", optarg);
                 return 2;
             }
@@ -202,7 +202,7 @@ int main(int argc, char **argv)
         }
         case 'U':
         case 'G':
-            if (parse_u64(optarg, &number) < 0 || number >= UINT32_MAX) {
+            if (args_parse_u64(optarg, &number) < 0 || number >= UINT32_MAX) {
                 say("bad --allow-%s '%s'", c == 'U' ? "uid" : "gid", optarg);
                 return 2;
             }
@@ -220,21 +220,21 @@ int main(int argc, char **argv)
             daemon_state.insecure_peers = true;
             break;
         case 'M':
-            if (parse_u64(optarg, &number) < 0 || number < 1 || number > 1000000) {
+            if (args_parse_u64(optarg, &number) < 0 || number < 1 || number > 1000000) {
                 say("bad --max-connections '%s'", optarg);
                 return 2;
             }
             daemon_state.max_connections = (int)number;
             break;
         case 'T':
-            if (parse_u64(optarg, &number) < 0 || number < 1 || number > 86400 * 365) {
+            if (args_parse_u64(optarg, &number) < 0 || number < 1 || number > 86400 * 365) {
                 say("bad --idle-timeout '%s' (whole seconds, at least 1)", optarg);
                 return 2;
             }
             daemon_state.idle_timeout_ms = (int)(number * 1000);
             break;
         case 'B':
-            if (parse_size(optarg, &daemon_state.connection_budget) < 0 ||
+            if (args_parse_size(optarg, &daemon_state.connection_budget) < 0 ||
                 daemon_state.connection_budget < 65536) {
                 say("bad --connection-memory '%s' (at least 64K)", optarg);
                 return 2;
