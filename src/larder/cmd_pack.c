@@ -29,6 +29,22 @@ static const char pack_help[] =
     "      --hdf5-depth D      HDF5: one sample per group at depth D (default 1)\n"
     "      --hdf5-rows A,B     HDF5: one sample per row of datasets A, B along axis 0\n";
 
+/* Warn when the shards do not suit `readers` readers: some would get none, or uneven shares. */
+static void warn_about_readers(uint64_t shards, uint64_t readers)
+{
+    if (shards < readers)
+        fprintf(stderr,
+                "%s: warning: %" PRIu64 " shards for %" PRIu64 " readers: %" PRIu64
+                " readers would get no shard of their own; use a smaller --shard-size\n",
+                program, shards, readers, readers - shards);
+    else if (shards % readers != 0 && shards / readers < 8)
+        fprintf(stderr,
+                "%s: warning: %" PRIu64 " shards do not split evenly over %" PRIu64
+                " readers (some read %" PRIu64 ", some %" PRIu64 "); a multiple of %" PRIu64
+                " balances them\n",
+                program, shards, readers, shards / readers, shards / readers + 1, readers);
+}
+
 int cmd_pack(int argc, char **argv)
 {
     static const struct option options[] = {{"output", required_argument, 0, 'o'},
@@ -119,19 +135,6 @@ int cmd_pack(int argc, char **argv)
            human_bytes(result.bytes_written, size), seconds,
            human_bytes(seconds > 0 ? (uint64_t)(result.bytes_written / seconds) : 0, rate));
     printf("index: %s/index.larder\ndataset id: %s\n", outdir, result.dataset_id);
-    if (readers) {
-        uint64_t shards = result.num_shards;
-        if (shards < readers)
-            fprintf(stderr,
-                    "%s: warning: %" PRIu64 " shards for %" PRIu64 " readers: %" PRIu64
-                    " readers would get no shard of their own; use a smaller --shard-size\n",
-                    program, shards, readers, readers - shards);
-        else if (shards % readers != 0 && shards / readers < 8)
-            fprintf(stderr,
-                    "%s: warning: %" PRIu64 " shards do not split evenly over %" PRIu64
-                    " readers (some read %" PRIu64 ", some %" PRIu64 "); a multiple of %" PRIu64
-                    " balances them\n",
-                    program, shards, readers, shards / readers, shards / readers + 1, readers);
-    }
+    if (readers) warn_about_readers(result.num_shards, readers);
     return 0;
 }
