@@ -10,24 +10,22 @@
  * variants: shard names leaving the directory, shard sizes near 2^64,
  * samples past their shard, overlaps, a duplicate key, a wrong content
  * hash; fuzz/daemon_seeds.py writes that header and the seeds) and the
- * node cache; daemon_state set up as main.c does (uid, gid, bounds, the
- * wake eventfd, epoll, a pool of 4 workers), say() quiet, and http(s)
+ * node cache; daemon_state set up as main.c does (larderd_init, bounds,
+ * larderd_start: the wake eventfd, epoll, a pool of 4 workers), say()
+ * quiet, and http(s)
  * and S3 sent to a proxy that cannot be reached (so that an OPEN of any
  * URL fails at once, with no DNS lookup: the replay stays hermetic).
  *
- * Per input: a fresh connection as loop.c's accept makes it, its fd one
- * end of a socketpair; who it is comes from the first byte (enum peer).
- * The rest is split into frames by larder__wire_header as loop.c's
- * process_input() does -- each frame handed to handle() from a buffer of
- * its own exact size, so an over-read is caught; a PROVE whose proof
- * starts with a zero byte is given the right proof (a peer of a cluster
- * with a secret can then be proven) -- until handle() returns
- * false, the connection is refused (closing), or a frame is malformed or
- * cut.  Over its memory budget the connection waits for its READs and its
- * answers are taken (as a client would).  At the end its READ jobs are
- * waited for, its queued answers discarded and it is released.  Only the
- * registry of opened datasets (and the cache) outlives an input; it is
- * cleared when it holds MAX_KEPT datasets.  The process works in the
+ * Per input: a fresh connection as loop.c's accept makes it
+ * (connection_new), its fd one end of a socketpair; who it is comes from the first byte (enum
+ * peer). The rest is split into frames by larder__wire_header as loop.c's process_input() does --
+ * each frame handed to handle() from a buffer of its own exact size, so an over-read is caught; a
+ * PROVE whose proof starts with a zero byte is given the right proof (a peer of a cluster with a
+ * secret can then be proven) -- until handle() returns false, the connection is refused (closing),
+ * or a frame is malformed or cut.  Over its memory budget the connection waits for its READs and
+ * its answers are taken (as a client would).  At the end its READ jobs are waited for, its queued
+ * answers discarded and it is released.  Only the registry of opened datasets (and the cache)
+ * outlives an input; it is cleared when it holds MAX_KEPT datasets.  The process works in the
  * temporary directory only while an input runs (OPEN names are relative
  * to it), so libFuzzer's relative paths keep working.
  *
@@ -70,7 +68,7 @@ enum { MAX_KEPT = 8 };
 
 static char root[256];  /* the shards and indexes, for the whole process */
 static char cache[300]; /* the node cache, in root */
-static const char *allow[2];
+static char secret[] = "fuzz-secret";
 static bool debug;
 static unsigned long inputs, answers[LARDER__PROVE + 1];
 
@@ -109,8 +107,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 static void teardown(void)
 {
-    larder__pool_free(daemon_state.pool); /* nothing is in flight between inputs */
-    close_datasets();
+    larderd_free(&daemon_state); /* nothing is in flight between inputs */
     if (root[0]) nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     if (debug) {
         static const char *names[] = {"?",    "HELLO", "WELCOME", "READ",   "DATA", "ERROR",
@@ -151,26 +148,17 @@ static void setup(void)
             fail_setup(daemon_indexes[i].name);
     if (fchdir(home) < 0) fail_setup("fchdir");
     close(home);
-    allow[0] = root;
 
     /* what main.c sets, with small bounds: a budget a few READs exceed */
-    daemon_state.quiet = !debug;
+    struct larderd *d = &daemon_state;
+    larderd_init(d);
+    say_quietly(!debug);
     larder_set_log(on_log, NULL, LARDER_LOG_WARN);
-    daemon_state.cache_dir = cache;
-    daemon_state.cache_capacity = 12 * 1024; /* below the shards' 15000 bytes: evictions */
-    daemon_state.jobs = 4;
-    daemon_state.max_connections = 1024;
-    daemon_state.idle_timeout_ms = 60000;
-    daemon_state.connection_budget = 1u << 20;
-    daemon_state.uid = getuid();
-    daemon_state.gid = getgid();
-    pthread_mutex_init(&daemon_state.lock, NULL);
-    pthread_mutex_init(&daemon_state.uncached_lock, NULL);
-    pthread_cond_init(&daemon_state.uncached_freed, NULL);
-    daemon_state.epoll = epoll_create1(EPOLL_CLOEXEC);
-    daemon_state.wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (daemon_state.epoll < 0 || daemon_state.wake < 0) fail_setup("epoll or eventfd");
-    if (larder__pool_new(&daemon_state.pool, daemon_state.jobs) < 0) fail_setup("pool");
+    d->config.cache_dir = cache;
+    d->config.cache_capacity = 12 * 1024; /* below the shards' 15000 bytes: evictions */
+    d->config.jobs = 4;
+    d->config.connection_budget = 1u << 20;
+    if (larderd_start(d) < 0) fail_setup("epoll, eventfd or pool");
     atexit(teardown);
 
     /* bounds of the harness, as fuzz_open.c's: no file above 1 GiB, and a
@@ -207,13 +195,11 @@ static void wait_for_jobs(struct connection *c)
 }
 
 /* Take the queued answers as a client would (counting them by type),
- * uncharging them as loop.c's output_free() does. */
+ * uncharging them as loop.c's output_free() does (connection_take_output). */
 static void take_answers(struct connection *c)
 {
-    pthread_mutex_lock(&c->lock);
-    while (c->head) {
-        struct output *o = c->head;
-        c->head = o->next;
+    struct output *o;
+    while ((o = connection_take_output(c))) {
         if (o->length >= LARDER_WIRE_HEADER && o->bytes[5] <= LARDER__PROVE) answers[o->bytes[5]]++;
         struct larder__error_frame error;
         if (debug && o->length >= LARDER_WIRE_HEADER && o->bytes[5] == LARDER__ERROR &&
@@ -221,14 +207,10 @@ static void take_answers(struct connection *c)
                                (uint32_t)(o->length - LARDER_WIRE_HEADER), &error) == 0)
             fprintf(stderr, "fuzz_daemon: ERROR %d %.*s\n", error.code, (int)error.message_length,
                     error.message);
-        c->charged -= o->charge;
-        uncached_give(o->uncached);
         free(o);
     }
-    c->tail = NULL;
-    pthread_mutex_unlock(&c->lock);
     uint64_t count;
-    if (read(daemon_state.wake, &count, sizeof count) < 0) { /* nothing was queued */
+    if (read(c->daemon->wake, &count, sizeof count) < 0) { /* nothing was queued */
     }
 }
 
@@ -238,7 +220,7 @@ static void feed(struct connection *c, const uint8_t *data, size_t size)
     size_t at = 0;
     while (!c->closing) {
         pthread_mutex_lock(&c->lock);
-        bool over = c->charged >= daemon_state.connection_budget;
+        bool over = c->charged >= c->daemon->config.connection_budget;
         pthread_mutex_unlock(&c->lock);
         if (over) { /* paused until its answers drain: let them */
             wait_for_jobs(c);
@@ -254,9 +236,9 @@ static void feed(struct connection *c, const uint8_t *data, size_t size)
         /* the fuzzer cannot compute an HMAC over the daemon's fresh nonce:
          * a PROVE whose proof starts with a zero byte gets the right one,
          * so that what a proven peer may do is reached too */
-        const char *secret = daemon_state.secret;
-        if (f.type == LARDER__PROVE && f.length == LARDER_WIRE_PROOF && payload[0] == 0 && secret)
-            larder__auth_proof(secret, strlen(secret), LARDER__AUTH_CLIENT_LABEL, c->server_nonce,
+        const char *key = c->daemon->secret;
+        if (f.type == LARDER__PROVE && f.length == LARDER_WIRE_PROOF && payload[0] == 0 && key)
+            larder__auth_proof(key, strlen(key), LARDER__AUTH_CLIENT_LABEL, c->server_nonce,
                                c->client_nonce, payload);
         c->last_active_ms = now_ms();
         bool ok = handle(c, &f, payload);
@@ -276,21 +258,17 @@ int larder_fuzz_daemon(const uint8_t *data, size_t size)
     if (home < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) < 0)
         abort();
     if (chdir(root) < 0) abort();
-    struct connection *c = calloc(1, sizeof *c);
-    if (!c) abort();
+    struct larderd *d = &daemon_state;
     enum peer who = (enum peer)(data[0] % PEER_KINDS);
-    c->fd = pair[0];
-    c->tcp = who == PEER || who == PEER_SECRET;
-    c->refs = 1;
-    c->last_active_ms = now_ms();
-    pthread_mutex_init(&c->lock, NULL);
+    struct connection *c = connection_new(d, pair[0], who == PEER || who == PEER_SECRET);
+    if (!c) abort();
     if (!c->tcp) {
-        c->uid = who == READER ? daemon_state.uid : daemon_state.uid + 1;
+        c->uid = who == READER ? d->config.uid : d->config.uid + 1;
         c->own_user = who == READER || c->uid == 0;
     }
-    daemon_state.secret = who == PEER_SECRET ? "fuzz-secret" : NULL;
-    daemon_state.allow = who == OTHER_UID_ALLOWED ? allow : NULL;
-    daemon_state.num_allow = who == OTHER_UID_ALLOWED ? 1 : 0;
+    d->secret = who == PEER_SECRET ? secret : NULL;
+    d->config.allow[0] = who == OTHER_UID_ALLOWED ? root : NULL;
+    d->config.num_allow = who == OTHER_UID_ALLOWED ? 1 : 0;
 
     feed(c, data + 1, size - 1);
 
@@ -299,10 +277,10 @@ int larder_fuzz_daemon(const uint8_t *data, size_t size)
     close(c->fd);
     close(pair[1]);
     connection_release(c); /* the last reference: frees it */
-    daemon_state.secret = NULL;
-    daemon_state.allow = NULL;
-    daemon_state.num_allow = 0;
-    if (daemon_state.num_datasets >= MAX_KEPT) close_datasets();
+    d->secret = NULL;
+    d->config.allow[0] = NULL;
+    d->config.num_allow = 0;
+    if (d->num_datasets >= MAX_KEPT) close_datasets(d);
     if (fchdir(home) < 0) abort();
     close(home);
     return 0;

@@ -4,8 +4,8 @@
  * The order itself lives in the library (src/lib/plan.c, docs/plan.md);
  * this file only parses options and prints.
  */
-#include "larder.h"
-#include "ui.h"
+#include "args.h"
+#include "cli.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,9 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int cmd_plan(int argc, char **argv);
-int cli_open(larder_dataset **dataset, const char *url, larder_open_options *options); /* main.c */
 
 static const char plan_help[] =
     "usage: larder plan INDEX --batch G [options]\n"
@@ -48,35 +45,6 @@ static const char plan_help[] =
     "      --keys            print sample keys instead of ids\n"
     "      --info            print the plan's numbers (samples, steps, ...) instead\n";
 
-static int plan_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int plan_usage(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "larder plan: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nTry 'larder plan --help'.\n");
-    va_end(ap);
-    return 2;
-}
-
-/* The library's failure: exit 2 for inconsistent options, else 1. */
-static int plan_fail(int rc)
-{
-    const char *detail = larder_errmsg();
-    if (rc == LARDER_EUSAGE) return plan_usage("%s", detail);
-    fprintf(stderr, "larder plan: %s\n", strcmp(detail, "no error") ? detail : larder_strerror(rc));
-    return 1;
-}
-
-static int parse_u32(const char *text, uint32_t *out)
-{
-    uint64_t v;
-    if (parse_u64(text, &v) < 0 || v > UINT32_MAX) return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static void print_info(const larder_plan *plan, const char *deny)
 {
     larder_plan_info info;
@@ -97,14 +65,14 @@ static int print_ids(larder_dataset *d, const larder_plan *plan, uint64_t end, i
     larder_plan_info info;
     larder_plan_info_get(plan, &info);
     uint64_t *ids = malloc((info.local_batch ? info.local_batch : 1) * sizeof *ids);
-    if (!ids) return plan_fail(-ENOMEM);
+    if (!ids) return fail_or_usage("plan", -ENOMEM);
     for (uint64_t i = 0;; i++) {
         int64_t step = larder_plan_worker_step(plan, i);
         if (step < 0 || (uint64_t)step >= end) break;
         int64_t n = larder_plan_batch(plan, (uint64_t)step, ids, (size_t)info.local_batch);
         if (n < 0) {
             free(ids);
-            return plan_fail((int)n);
+            return fail_or_usage("plan", (int)n);
         }
         for (int64_t k = 0; k < n; k++) {
             larder_sample_info s;
@@ -114,7 +82,7 @@ static int print_ids(larder_dataset *d, const larder_plan *plan, uint64_t end, i
                 printf("%s\n", s.key);
             } else {
                 free(ids);
-                return plan_fail(LARDER_EBADINDEX);
+                return fail_or_usage("plan", LARDER_EBADINDEX);
             }
         }
     }
@@ -153,34 +121,40 @@ int cmd_plan(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "s:e:b:w:r:h", options, NULL)) != -1) {
         switch (c) {
         case 's':
-            if (parse_u64(optarg, &o.seed) < 0) return plan_usage("bad seed '%s'", optarg);
+            if (args_parse_u64(optarg, &o.seed) < 0)
+                return usage_error("plan", "bad seed '%s'", optarg);
             break;
         case 'e':
-            if (parse_u64(optarg, &o.epoch) < 0) return plan_usage("bad epoch '%s'", optarg);
+            if (args_parse_u64(optarg, &o.epoch) < 0)
+                return usage_error("plan", "bad epoch '%s'", optarg);
             break;
         case 'b':
-            if (parse_u64(optarg, &o.global_batch) < 0 || o.global_batch == 0)
-                return plan_usage("bad global batch '%s' (a positive number)", optarg);
+            if (args_parse_u64(optarg, &o.global_batch) < 0 || o.global_batch == 0)
+                return usage_error("plan", "bad global batch '%s' (a positive number)", optarg);
             break;
         case 'w':
-            if (parse_u32(optarg, &o.world) < 0 || o.world == 0)
-                return plan_usage("bad world size '%s' (a positive number)", optarg);
+            if (args_parse_u32(optarg, &o.world) < 0 || o.world == 0)
+                return usage_error("plan", "bad world size '%s' (a positive number)", optarg);
             break;
         case 'r':
-            if (parse_u32(optarg, &o.rank) < 0) return plan_usage("bad rank '%s'", optarg);
+            if (args_parse_u32(optarg, &o.rank) < 0)
+                return usage_error("plan", "bad rank '%s'", optarg);
             break;
         case FROM_STEP:
-            if (parse_u64(optarg, &o.start_step) < 0) return plan_usage("bad step '%s'", optarg);
+            if (args_parse_u64(optarg, &o.start_step) < 0)
+                return usage_error("plan", "bad step '%s'", optarg);
             break;
         case STEPS:
-            if (parse_u64(optarg, &max_steps) < 0) return plan_usage("bad step count '%s'", optarg);
+            if (args_parse_u64(optarg, &max_steps) < 0)
+                return usage_error("plan", "bad step count '%s'", optarg);
             break;
         case WORKERS:
-            if (parse_u32(optarg, &o.workers) < 0 || o.workers == 0)
-                return plan_usage("bad worker count '%s' (a positive number)", optarg);
+            if (args_parse_u32(optarg, &o.workers) < 0 || o.workers == 0)
+                return usage_error("plan", "bad worker count '%s' (a positive number)", optarg);
             break;
         case WORKER:
-            if (parse_u32(optarg, &o.worker) < 0) return plan_usage("bad worker '%s'", optarg);
+            if (args_parse_u32(optarg, &o.worker) < 0)
+                return usage_error("plan", "bad worker '%s'", optarg);
             break;
         case MODE:
             if (strcmp(optarg, "global") == 0)
@@ -190,11 +164,12 @@ int cmd_plan(int argc, char **argv)
             else if (strcmp(optarg, "none") == 0)
                 o.mode = LARDER_PLAN_NONE;
             else
-                return plan_usage("unknown mode '%s' (global, locality or none)", optarg);
+                return usage_error("plan", "unknown mode '%s' (global, locality or none)", optarg);
             break;
         case WINDOW:
-            if (parse_u32(optarg, &o.locality_window) < 0 || o.locality_window == 0)
-                return plan_usage("bad window '%s' (shards per window, a positive number)", optarg);
+            if (args_parse_u32(optarg, &o.locality_window) < 0 || o.locality_window == 0)
+                return usage_error("plan", "bad window '%s' (shards per window, a positive number)",
+                                   optarg);
             break;
         case PAD:
             o.pad = 1;
@@ -215,36 +190,37 @@ int cmd_plan(int argc, char **argv)
             fputs(plan_help, stdout);
             return 0;
         default:
-            return plan_usage("bad option");
+            return usage_error("plan", "bad option");
         }
     }
-    if (optind + 1 != argc) return plan_usage("expected one INDEX");
-    if (o.deny_path && no_deny) return plan_usage("--deny and --no-deny contradict each other");
+    if (optind + 1 != argc) return usage_error("plan", "expected one INDEX");
+    if (o.deny_path && no_deny)
+        return usage_error("plan", "--deny and --no-deny contradict each other");
     const char *index = argv[optind];
     char default_deny[4096];
     if (!o.deny_path && !no_deny) {
         int found = larder_plan_default_deny(index, default_deny, sizeof default_deny);
-        if (found < 0) return plan_fail(found);
+        if (found < 0) return fail_or_usage("plan", found);
         if (found) o.deny_path = default_deny;
     }
 
     larder_dataset *d;
     int rc = cli_open(&d, index, NULL);
-    if (rc < 0) return plan_fail(rc);
+    if (rc < 0) return fail_or_usage("plan", rc);
     larder_plan *plan;
     rc = larder_plan_create(&plan, d, &o);
     if (rc < 0) {
         larder_close(d);
-        return plan_fail(rc);
+        return fail_or_usage("plan", rc);
     }
     int status = 0;
     uint64_t steps = larder_plan_steps(plan);
     if (info) {
         print_info(plan, o.deny_path);
     } else if (o.start_step > steps) {
-        status =
-            plan_usage("--from-step %" PRIu64 " is past the end of the epoch (%" PRIu64 " steps)",
-                       o.start_step, steps);
+        status = usage_error(
+            "plan", "--from-step %" PRIu64 " is past the end of the epoch (%" PRIu64 " steps)",
+            o.start_step, steps);
     } else {
         uint64_t end = steps - o.start_step < max_steps ? steps : o.start_step + max_steps;
         status = print_ids(d, plan, end, keys);

@@ -32,48 +32,6 @@ const char *human_bytes(uint64_t bytes, char buf[32])
     return buf;
 }
 
-int parse_u64(const char *text, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (!isdigit((unsigned char)text[0])) return -1;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || *end) return -1;
-    *out = v;
-    return 0;
-}
-
-int parse_size(const char *text, uint64_t *out)
-{
-    char *end;
-    double v = strtod(text, &end);
-    if (end == text || v < 0) return -1;
-    while (*end == ' ')
-        end++;
-    double scale = 1;
-    if (*end) {
-        char unit = (char)toupper((unsigned char)*end);
-        const char *units = "BKMGTP";
-        const char *at = strchr(units, unit);
-        if (!at) return -1;
-        int power = (int)(at - units);
-        end++;
-        int binary = 1;
-        if (*end == 'i' || *end == 'I')
-            end++;
-        else if ((*end == 'B' || *end == 'b') && power > 0)
-            binary = 0, end++;
-        if (*end == 'B' || *end == 'b') end++;
-        if (*end) return -1;
-        for (int i = 0; i < power; i++)
-            scale *= binary ? 1024 : 1000;
-    }
-    double bytes = v * scale;
-    if (bytes > 1.8e19) return -1;
-    *out = (uint64_t)bytes;
-    return 0;
-}
-
 void json_string(FILE *out, const char *s)
 {
     fputc('"', out);

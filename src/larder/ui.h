@@ -24,10 +24,6 @@ void progress_end(struct progress *p);
 double now_seconds(void);
 /* "286.0 KB", "1.2 GB" (decimal units) into buf. */
 const char *human_bytes(uint64_t bytes, char buf[32]);
-/* Parse a plain decimal count; -1 when malformed or out of range. */
-int parse_u64(const char *text, uint64_t *out);
-/* Parse "1G", "256M", "64KiB", "1000"; -1 when malformed. */
-int parse_size(const char *text, uint64_t *out);
 /* Write s as a JSON string literal. */
 void json_string(FILE *out, const char *s);
 

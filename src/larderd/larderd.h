@@ -1,15 +1,23 @@
 /*
- * larderd.h - what the daemon's parts share: its configuration and state,
- * connections and their output queues, and the open datasets.
+ * larderd.h - what the daemon's parts share: its state (struct larderd,
+ * passed to every part), connections and their output queues, and the
+ * open datasets.  Each part is a file with a unit test of its own
+ * (tests/unit/test_larderd_*.c), none of which needs a socket:
  *
- *   main.c      options and start-up
- *   state.c     the globals: daemon_state, say(), now_ms()
- *   loop.c      the epoll loop: listeners, who may connect, connections,
- *               bounds (connections, memory per connection, idle time)
- *   requests.c  one whole frame at a time: the handshake, OPEN and who may
- *               open what, READ (staged by the worker pool), STAT
- *   datasets.c  the dataset registry, borrowing from owners, warm staging,
- *               the metrics endpoint
+ *   main.c        start-up: signals, limits, listeners, the loop
+ *   config.c      options into struct larderd_config, checked (config.h);
+ *                 the secret and the members they name
+ *   state.c       struct larderd's set-up and tear-down, say(), now_ms()
+ *   connection.c  a connection and its output queue: what handle() answers
+ *                 into, from the loop or a worker
+ *   loop.c        the epoll loop: listeners, who may connect, frames out of
+ *                 a connection's input, bounds (connections, memory per
+ *                 connection, idle time)
+ *   requests.c    one whole frame at a time: the handshake, OPEN and who may
+ *                 open what, READ (staged by the worker pool), STAT
+ *   datasets.c    the dataset registry, and borrowing from a shard's owner
+ *   warm.c        warm staging of the shards this node owns
+ *   metrics.c     the Prometheus text of the counters, and its HTTP endpoint
  *
  * Threads: the loop thread owns the connection list, each connection's
  * input and its epoll registration; workers only queue output (under the
@@ -19,6 +27,8 @@
 #define LARDERD_H
 
 #include "larder.h"
+
+#include "config.h"
 
 #include "endpoint.h"
 #include "cluster.h"
@@ -33,8 +43,7 @@
 #include <sys/types.h>
 
 #define IN_CAPACITY (LARDER_WIRE_HEADER + LARDER_WIRE_MAX_URL + 64)
-#define MAX_DATASETS 64 /* a connection's opened datasets are a 64-bit mask */
-#define MAX_ALLOWED_IDS 64
+#define MAX_DATASETS 64                /* a connection's opened datasets are a 64-bit mask */
 #define PARTIAL_FRAME_TIMEOUT_MS 10000 /* a frame begun and not finished this long */
 #define CLOSING_TIMEOUT_MS 5000        /* a refused client that does not take its ERROR */
 /* Charged per READ besides its length, so that a flood of tiny READs is
@@ -53,16 +62,17 @@ struct output {
 };
 
 struct connection {
-    int fd;
-    bool tcp;      /* a peer's TCP connection, else a local reader's Unix socket */
-    bool greeted;  /* HELLO came */
-    bool peer;     /* HELLO said peer (TCP only) */
-    bool proven;   /* the peer proved the cluster secret (PROVE) */
-    bool own_user; /* a local client of the daemon's own uid, or root */
-    bool closing;  /* refused or done: send what is queued, then close */
-    bool paused;   /* over its memory budget: not read until it drains */
-    bool dropped;  /* closed; freed after the current batch of events */
-    uid_t uid;     /* a local client's, from SO_PEERCRED */
+    struct larderd *daemon; /* whose connection it is */
+    int fd;                 /* -1 in a unit test: nothing is sent */
+    bool tcp;               /* a peer's TCP connection, else a local reader's Unix socket */
+    bool greeted;           /* HELLO came */
+    bool peer;              /* HELLO said peer (TCP only) */
+    bool proven;            /* the peer proved the cluster secret (PROVE) */
+    bool own_user;          /* a local client of the daemon's own uid, or root */
+    bool closing;           /* refused or done: send what is queued, then close */
+    bool paused;            /* over its memory budget: not read until it drains */
+    bool dropped;           /* closed; freed after the current batch of events */
+    uid_t uid;              /* a local client's, from SO_PEERCRED */
     uint8_t client_nonce[LARDER_WIRE_NONCE], server_nonce[LARDER_WIRE_NONCE];
     uint64_t opened; /* bit i: datasets[i] was opened on this connection */
     uint8_t in[IN_CAPACITY];
@@ -84,52 +94,60 @@ struct dataset_entry {
     char *url;
     uint64_t id_low, id_high;
     struct larder__endpoint **members; /* one per member; NULL for this node */
+    const struct larderd *daemon;      /* whose members these are */
 };
 
-struct daemon_state {
-    const char *cache_dir, *socket_path, *listen_address, *self_name, *secret, *metrics_address;
-    int jobs;
-    uint64_t borrow_capacity; /* bytes of a dataset's cache for borrowed blocks */
-    uint64_t cache_capacity;  /* --cache-size: the node cache's bytes, 0: no limit */
-    bool warm;                /* stage owned shards in the background */
-    double warm_rate;         /* MB/s for that, 0: unpaced */
-    bool insecure_peers;      /* without a secret, take peers from any address */
-    const char **allow;       /* --allow prefixes, NULL-terminated; NULL: none given */
-    int num_allow;
-    uid_t allow_uids[MAX_ALLOWED_IDS]; /* --allow-uid, besides our own uid and root */
-    int num_allow_uids;
-    gid_t allow_gids[MAX_ALLOWED_IDS]; /* --allow-gid, besides our own gid */
-    int num_allow_gids;
-    uid_t uid;
-    gid_t gid;
-    int max_connections;        /* --max-connections */
-    int idle_timeout_ms;        /* --idle-timeout */
-    uint64_t connection_budget; /* --connection-memory: bytes per connection */
+struct larderd {
+    struct larderd_config config; /* the options (config.c) */
+    /* what the options name (larderd_config_load) */
+    char *secret;          /* the cluster's shared secret; NULL: none */
+    const char *self_name; /* this member's name: --self, else --listen; NULL: neither */
     struct larder__members members;
     size_t self; /* index in members, or SIZE_MAX */
-    int epoll, wake;
+    /* run time (larderd_start) */
+    int epoll, wake; /* the loop's epoll; an eventfd that wakes it; -1: none */
     struct larder__pool *pool;
     pthread_mutex_t lock; /* datasets[] */
     struct dataset_entry datasets[MAX_DATASETS];
     int num_datasets;
     struct connection *connections; /* the loop's list */
     int num_connections;
+    struct connection *dropped;    /* closed, freed after the current batch of events */
+    int spare_fd;                  /* kept for accepting and closing at the descriptor limit */
     pthread_mutex_t uncached_lock; /* uncached_bytes */
     pthread_cond_t uncached_freed;
-    uint64_t uncached_bytes; /* malloc'ed for answers that could not be cached */
+    uint64_t uncached_bytes;   /* malloc'ed for answers that could not be cached */
+    pthread_mutex_t warm_lock; /* warm_next_start */
+    double warm_next_start;    /* when the next warm chunk may start (--warm-rate) */
     volatile sig_atomic_t stopping;
-    bool quiet; /* say() prints nothing: a harness that drives the parts */
 };
 
-extern struct daemon_state daemon_state;
+/* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
+ * theirs as an argument; only fetch_from_owner (datasets.c) reads this. */
+extern struct larderd daemon_state;
 
 /* state.c */
+/* Zero d, with config's defaults, no fds, self SIZE_MAX and its locks ready. */
+void larderd_init(struct larderd *d);
+/* The loop's epoll and wake eventfd, and the pool of config.jobs workers: 0 or -errno. */
+int larderd_start(struct larderd *d);
+/* Finish the reads in flight, close the datasets, free the members and
+ * the secret, close the fds.  d can be init'ed again after. */
+void larderd_free(struct larderd *d);
+/* Wake the loop (a worker queued output or ended a job). */
+void larderd_wake(struct larderd *d);
 /* Print one line to stderr, prefixed "larderd: " (nothing when quiet). */
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* say() prints nothing from now on (quiet) or again: a harness that drives the parts. */
+void say_quietly(bool quiet);
 /* Milliseconds on the monotonic clock. */
 int64_t now_ms(void);
 
-/* loop.c */
+/* connection.c */
+/* A connection of d over fd (refs 1, the caller's); NULL when out of memory. */
+struct connection *connection_new(struct larderd *d, int fd, bool tcp);
+/* Drop one reference (the loop's or a job's); the last frees the connection. */
+void connection_release(struct connection *c);
 /* An output buffer for a frame of `length` bytes, to fill and then queue; NULL when out of memory.
  */
 struct output *output_new(size_t length);
@@ -141,13 +159,27 @@ void enqueue(struct connection *c, const void *bytes, size_t length);
 void send_error(struct connection *c, uint64_t request, int code, const char *message);
 /* Queue an ERROR frame, then close the connection once it is sent. */
 void refuse(struct connection *c, uint64_t request, int code, const char *message);
-/* Drop one reference (the loop's or a job's); the last frees the connection. */
-void connection_release(struct connection *c);
+/* Free a sent (or abandoned) output and uncharge it; call with c->lock held. */
+void output_free(struct connection *c, struct output *o);
+/* The first queued output, taken off the queue and uncharged (as if sent);
+ * the caller free()s it.  NULL: none queued. */
+struct output *connection_take_output(struct connection *c);
+
+/* loop.c */
+/* Handle the whole frames in c->in while the connection stays within its
+ * budget (over it, c->paused); false: close at once (malformed input). */
+bool process_input(struct connection *c);
+/* Why c should be dropped at `now`: a line for the log, "" (idle: no line), or NULL: keep it. */
+const char *sweep_reason(struct connection *c, int64_t now);
+struct ucred;
+/* Whether a local client's credentials may use the socket (fd: for its
+ * supplementary groups, where the kernel tells; -1: none). */
+bool credentials_allowed(const struct larderd_config *config, int fd, const struct ucred *cred);
 /* Listen on the Unix socket / a TCP address: the listening fd, or -errno. */
 int listen_unix(const char *path);
 int listen_tcp(const char *address);
-/* Run the loop until a signal stops it. */
-void run_loop(int unix_fd, int tcp_fd, int metrics_fd);
+/* Run the loop until d->stopping. */
+void run_loop(struct larderd *d, int unix_fd, int tcp_fd, int metrics_fd);
 
 /* requests.c */
 /* Bytes of uncacheable answers held in memory at once, node-wide: beyond
@@ -155,9 +187,11 @@ void run_loop(int unix_fd, int tcp_fd, int metrics_fd);
 #define UNCACHED_BUDGET (256u << 20)
 /* Take length bytes of that budget, waiting while others hold it (one
  * answer alone always fits); give them back. */
-void uncached_take(uint64_t length);
-void uncached_give(uint64_t length);
-/* Handle one whole frame; false closes the connection at once (malformed input). */
+void uncached_take(struct larderd *d, uint64_t length);
+void uncached_give(struct larderd *d, uint64_t length);
+/* Handle one whole frame from c (of c->daemon): the answers go to c's
+ * output queue, at once or from a worker (READ).  false closes the
+ * connection at once (malformed input). */
 bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
 
 /* datasets.c */
@@ -166,12 +200,25 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
  * --allow prefixes, when given).  0 and *out and *slot (its index in
  * datasets[]), or a negative code with a message.
  */
-int open_dataset(const char *url, bool may_open, struct dataset_entry **out, int *slot);
+int open_dataset(struct larderd *d, const char *url, bool may_open, struct dataset_entry **out,
+                 int *slot);
 /* The open dataset with that id and its slot, or NULL. */
-struct dataset_entry *find_dataset(uint64_t low, uint64_t high, int *slot);
-/* Answer one HTTP request on the metrics port, whatever it asks, and close. */
-void serve_metrics(int listener);
+struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t high, int *slot);
 /* Close every dataset and its peer endpoints. */
-void close_datasets(void);
+void close_datasets(struct larderd *d);
+
+/* warm.c */
+#define WARM_CHUNK (4u << 20) /* bytes staged by one background job */
+/* Queue the background staging of every shard of e this node owns; the number of jobs queued. */
+size_t warm_owned(struct larderd *d, struct dataset_entry *e);
+/* Seconds a warm job of `length` bytes starting at `now` (seconds) waits
+ * to keep to --warm-rate (a token bucket of one chunk); 0 when unpaced. */
+double warm_pace(struct larderd *d, double now, uint64_t length);
+
+/* metrics.c */
+/* The Prometheus text of every open dataset's counters (metrics.h formats it). */
+size_t metrics_text(struct larderd *d, char *out, size_t capacity);
+/* Answer each pending HTTP request on the metrics listener, whatever it asks, and close. */
+void serve_metrics(struct larderd *d, int listener);
 
 #endif

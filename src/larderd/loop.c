@@ -38,76 +38,6 @@
 /* epoll's data for the fds that are not connections */
 static char unix_tag, tcp_tag, metrics_tag, wake_tag;
 
-/* ---- output --------------------------------------------------------------------- */
-
-struct output *output_new(size_t length)
-{
-    struct output *o = malloc(sizeof *o + length);
-    if (o) *o = (struct output){.length = length, .file = -1};
-    return o;
-}
-
-void enqueue_output(struct connection *c, struct output *o)
-{
-    o->charge = o->length + o->file_length;
-    pthread_mutex_lock(&c->lock);
-    if (c->tail)
-        c->tail->next = o;
-    else
-        c->head = o;
-    c->tail = o;
-    c->charged += o->charge;
-    pthread_mutex_unlock(&c->lock);
-    uint64_t one = 1;
-    if (write(daemon_state.wake, &one, sizeof one) < 0) { /* the loop flushes anyway */
-    }
-}
-
-void enqueue(struct connection *c, const void *bytes, size_t length)
-{
-    struct output *o = output_new(length);
-    if (!o) return; /* the client times out and goes elsewhere */
-    memcpy(o->bytes, bytes, length);
-    enqueue_output(c, o);
-}
-
-void send_error(struct connection *c, uint64_t request, int code, const char *message)
-{
-    uint8_t frame[LARDER_WIRE_HEADER + 4 + LARDER_WIRE_MAX_MESSAGE];
-    int n = larder__wire_encode_error(frame, sizeof frame, request, code, message);
-    if (n > 0) enqueue(c, frame, (size_t)n);
-}
-
-void refuse(struct connection *c, uint64_t request, int code, const char *message)
-{
-    send_error(c, request, code, message);
-    c->closing = true;
-    c->closing_since_ms = now_ms();
-}
-
-/* Free a sent (or abandoned) output and uncharge it; call with c->lock held. */
-static void output_free(struct connection *c, struct output *o)
-{
-    c->charged -= o->charge;
-    uncached_give(o->uncached);
-    free(o);
-}
-
-void connection_release(struct connection *c)
-{
-    pthread_mutex_lock(&c->lock);
-    bool last = --c->refs == 0;
-    pthread_mutex_unlock(&c->lock);
-    if (!last) return;
-    while (c->head) {
-        struct output *next = c->head->next;
-        output_free(c, c->head);
-        c->head = next;
-    }
-    pthread_mutex_destroy(&c->lock);
-    free(c);
-}
-
 /* ---- connections -------------------------------------------------------------------- */
 
 /* Register what the loop waits for on c: input unless paused or closing,
@@ -116,7 +46,7 @@ static void watch(struct connection *c, bool pending)
 {
     uint32_t events = (c->paused ? 0u : EPOLLIN) | (pending ? EPOLLOUT : 0u);
     struct epoll_event ev = {.events = events, .data.ptr = c};
-    epoll_ctl(daemon_state.epoll, EPOLL_CTL_MOD, c->fd, &ev);
+    epoll_ctl(c->daemon->epoll, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
 /* Send what the socket takes; false when the connection is broken. */
@@ -151,7 +81,7 @@ static bool flush(struct connection *c)
         output_free(c, o);
     }
     bool pending = c->head != NULL;
-    bool over = c->charged >= daemon_state.connection_budget;
+    bool over = c->charged >= c->daemon->config.connection_budget;
     pthread_mutex_unlock(&c->lock);
     int64_t now = now_ms();
     if (!pending && had) c->last_active_ms = now; /* an answer went out whole */
@@ -176,15 +106,14 @@ static void drain_and_close(int fd)
     close(fd);
 }
 
-/* Dropped connections, freed once the batch of events that may still name
- * them is handled. */
-static struct connection *dropped;
-
+/* Take c off the loop and close it; it is freed once the batch of events
+ * that may still name it is handled (release_dropped). */
 static void drop(struct connection *c)
 {
+    struct larderd *d = c->daemon;
     if (c->dropped) return;
     c->dropped = true;
-    epoll_ctl(daemon_state.epoll, EPOLL_CTL_DEL, c->fd, NULL);
+    epoll_ctl(d->epoll, EPOLL_CTL_DEL, c->fd, NULL);
     if (c->closing)
         drain_and_close(c->fd);
     else
@@ -192,33 +121,33 @@ static void drop(struct connection *c)
     if (c->prev)
         c->prev->next = c->next;
     else
-        daemon_state.connections = c->next;
+        d->connections = c->next;
     if (c->next) c->next->prev = c->prev;
-    daemon_state.num_connections--;
-    c->next = dropped;
-    dropped = c;
+    d->num_connections--;
+    c->next = d->dropped;
+    d->dropped = c;
 }
 
 /* Release the loop's reference to every dropped connection (jobs in flight
  * keep theirs until they end). */
-static void release_dropped(void)
+static void release_dropped(struct larderd *d)
 {
-    while (dropped) {
-        struct connection *c = dropped;
-        dropped = c->next;
+    while (d->dropped) {
+        struct connection *c = d->dropped;
+        d->dropped = c->next;
         connection_release(c);
     }
 }
 
 /* Handle the whole frames in c->in, as long as the connection stays
  * within its budget.  false: close at once. */
-static bool process_input(struct connection *c)
+bool process_input(struct connection *c)
 {
     size_t at = 0;
     bool ok = true;
     while (!c->closing) {
         pthread_mutex_lock(&c->lock);
-        bool over = c->charged >= daemon_state.connection_budget;
+        bool over = c->charged >= c->daemon->config.connection_budget;
         pthread_mutex_unlock(&c->lock);
         if (over) {
             c->paused = true; /* flush() resumes it once its answers drain */
@@ -277,22 +206,21 @@ static bool receive(struct connection *c)
 /* Whether a local client's credentials are allowed on the socket: root,
  * the daemon's own uid and gid, --allow-uid and --allow-gid (the primary
  * gid or, where the kernel tells, a supplementary one). */
-static bool credentials_allowed(int fd, const struct ucred *cred)
+bool credentials_allowed(const struct larderd_config *config, int fd, const struct ucred *cred)
 {
-    if (cred->uid == 0 || cred->uid == daemon_state.uid || cred->gid == daemon_state.gid)
-        return true;
-    for (int i = 0; i < daemon_state.num_allow_uids; i++)
-        if (cred->uid == daemon_state.allow_uids[i]) return true;
-    for (int i = 0; i < daemon_state.num_allow_gids; i++)
-        if (cred->gid == daemon_state.allow_gids[i]) return true;
+    if (cred->uid == 0 || cred->uid == config->uid || cred->gid == config->gid) return true;
+    for (int i = 0; i < config->num_allow_uids; i++)
+        if (cred->uid == config->allow_uids[i]) return true;
+    for (int i = 0; i < config->num_allow_gids; i++)
+        if (cred->gid == config->allow_gids[i]) return true;
 #ifdef SO_PEERGROUPS
     gid_t groups[256];
     socklen_t size = sizeof groups;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &size) == 0) {
+    if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &size) == 0) {
         for (size_t g = 0; g < size / sizeof *groups; g++) {
-            if (groups[g] == daemon_state.gid) return true;
-            for (int i = 0; i < daemon_state.num_allow_gids; i++)
-                if (groups[g] == daemon_state.allow_gids[i]) return true;
+            if (groups[g] == config->gid) return true;
+            for (int i = 0; i < config->num_allow_gids; i++)
+                if (groups[g] == config->allow_gids[i]) return true;
         }
     }
 #else
@@ -329,95 +257,100 @@ static const char *peer_address(int fd, char *buf, size_t size)
     return buf;
 }
 
-/* An fd kept in reserve, so that at the descriptor limit a connection can
- * still be accepted and closed rather than left to spin the loop. */
-static int spare_fd = -1;
+/* Who a new connection is: a local client's credentials checked against
+ * the allowed ids, a peer's address against loopback; refused (an ERROR,
+ * then closed) when not allowed. */
+static void admit(struct connection *c)
+{
+    struct larderd *d = c->daemon;
+    char text[300];
+    if (!c->tcp) {
+        struct ucred cred;
+        socklen_t size = sizeof cred;
+        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) < 0) {
+            refuse(c, 0, LARDER_EDENIED, "no credentials on the socket");
+        } else if (!credentials_allowed(&d->config, c->fd, &cred)) {
+            say("refused uid %u gid %u on the socket (not allowed: see --allow-uid, "
+                "--allow-gid)",
+                (unsigned)cred.uid, (unsigned)cred.gid);
+            snprintf(text, sizeof text,
+                     "uid %u (gid %u) is not allowed on this larderd's socket: its admin can "
+                     "add --allow-uid or --allow-gid",
+                     (unsigned)cred.uid, (unsigned)cred.gid);
+            refuse(c, 0, LARDER_EDENIED, text);
+        } else {
+            c->uid = cred.uid;
+            c->own_user = cred.uid == 0 || cred.uid == d->config.uid;
+        }
+    } else if (!d->secret && !d->config.insecure_peers && !from_loopback(c->fd)) {
+        char host[INET6_ADDRSTRLEN + 8];
+        say("refused a peer from %s: without --secret-file, peers connect only from "
+            "loopback (or give --insecure-peers)",
+            peer_address(c->fd, host, sizeof host));
+        refuse(c, 0, LARDER_EDENIED,
+               "this larderd has no cluster secret and takes peers only from loopback "
+               "addresses");
+    }
+    if (c->closing) flush(c);
+}
 
-static void accept_all(int listener, bool tcp)
+/* Accept every pending connection on a listener.  d->spare_fd is kept in
+ * reserve, so that at the descriptor limit a connection can still be
+ * accepted and closed rather than left to spin the loop. */
+static void accept_all(struct larderd *d, int listener, bool tcp)
 {
     for (;;) {
         int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
-            close(spare_fd);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && d->spare_fd >= 0) {
+            close(d->spare_fd);
             fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
             if (fd >= 0) close(fd);
-            spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
             say("out of file descriptors: a connection was closed at once");
             continue;
         }
         if (fd < 0) return;
-        if (daemon_state.num_connections >= daemon_state.max_connections) {
-            close(fd); /* over --max-connections: the others carry on */
-            continue;
-        }
-        struct connection *c = calloc(1, sizeof *c);
-        if (!c) {
-            close(fd);
+        struct connection *c = NULL;
+        if (d->num_connections >= d->config.max_connections || !(c = connection_new(d, fd, tcp))) {
+            close(fd); /* over --max-connections (or out of memory): the others carry on */
             continue;
         }
         int one = 1;
         if (tcp) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        c->fd = fd;
-        c->tcp = tcp;
-        c->refs = 1;
-        c->last_active_ms = now_ms();
-        pthread_mutex_init(&c->lock, NULL);
-        c->next = daemon_state.connections;
+        c->next = d->connections;
         if (c->next) c->next->prev = c;
-        daemon_state.connections = c;
-        daemon_state.num_connections++;
+        d->connections = c;
+        d->num_connections++;
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        epoll_ctl(daemon_state.epoll, EPOLL_CTL_ADD, fd, &ev);
-        char text[300];
-        if (!tcp) {
-            struct ucred cred;
-            socklen_t size = sizeof cred;
-            if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) < 0) {
-                refuse(c, 0, LARDER_EDENIED, "no credentials on the socket");
-            } else if (!credentials_allowed(fd, &cred)) {
-                say("refused uid %u gid %u on the socket (not allowed: see --allow-uid, "
-                    "--allow-gid)",
-                    (unsigned)cred.uid, (unsigned)cred.gid);
-                snprintf(text, sizeof text,
-                         "uid %u (gid %u) is not allowed on this larderd's socket: its admin can "
-                         "add --allow-uid or --allow-gid",
-                         (unsigned)cred.uid, (unsigned)cred.gid);
-                refuse(c, 0, LARDER_EDENIED, text);
-            } else {
-                c->uid = cred.uid;
-                c->own_user = cred.uid == 0 || cred.uid == daemon_state.uid;
-            }
-        } else if (!daemon_state.secret && !daemon_state.insecure_peers && !from_loopback(fd)) {
-            char host[INET6_ADDRSTRLEN + 8];
-            say("refused a peer from %s: without --secret-file, peers connect only from "
-                "loopback (or give --insecure-peers)",
-                peer_address(fd, host, sizeof host));
-            refuse(c, 0, LARDER_EDENIED,
-                   "this larderd has no cluster secret and takes peers only from loopback "
-                   "addresses");
-        }
-        if (c->closing) flush(c);
+        epoll_ctl(d->epoll, EPOLL_CTL_ADD, fd, &ev);
+        admit(c);
     }
 }
 
+const char *sweep_reason(struct connection *c, int64_t now)
+{
+    int idle_timeout_ms = c->daemon->config.idle_timeout_ms;
+    pthread_mutex_lock(&c->lock);
+    bool busy = c->jobs > 0 || c->head;
+    pthread_mutex_unlock(&c->lock);
+    if (c->closing && now - c->closing_since_ms >= CLOSING_TIMEOUT_MS)
+        return "a refused client did not take its answer";
+    if (c->partial_since_ms && now - c->partial_since_ms >= PARTIAL_FRAME_TIMEOUT_MS)
+        return "a frame begun and not finished in 10 s";
+    if (c->blocked_since_ms && now - c->blocked_since_ms >= idle_timeout_ms)
+        return "a client that does not take its answers";
+    if (!busy && !c->in_used && now - c->last_active_ms >= idle_timeout_ms)
+        return ""; /* idle: the ordinary end of a pooled connection, not worth a line */
+    return NULL;
+}
+
 /* Drop the connections that have been idle, slow or stalled too long. */
-static void sweep(void)
+static void sweep(struct larderd *d)
 {
     int64_t now = now_ms();
-    for (struct connection *c = daemon_state.connections, *next; c; c = next) {
+    for (struct connection *c = d->connections, *next; c; c = next) {
         next = c->next;
-        pthread_mutex_lock(&c->lock);
-        bool busy = c->jobs > 0 || c->head;
-        pthread_mutex_unlock(&c->lock);
-        const char *why = NULL;
-        if (c->closing && now - c->closing_since_ms >= CLOSING_TIMEOUT_MS)
-            why = "a refused client did not take its answer";
-        else if (c->partial_since_ms && now - c->partial_since_ms >= PARTIAL_FRAME_TIMEOUT_MS)
-            why = "a frame begun and not finished in 10 s";
-        else if (c->blocked_since_ms && now - c->blocked_since_ms >= daemon_state.idle_timeout_ms)
-            why = "a client that does not take its answers";
-        else if (!busy && !c->in_used && now - c->last_active_ms >= daemon_state.idle_timeout_ms)
-            why = ""; /* idle: the ordinary end of a pooled connection, not worth a line */
+        const char *why = sweep_reason(c, now);
         if (!why) continue;
         if (why[0]) say("dropping a connection: %s", why);
         drop(c);
@@ -467,69 +400,76 @@ int listen_tcp(const char *address)
 
 /* ---- the loop ------------------------------------------------------------------------ */
 
-static void add(int fd, void *tag)
+static void add(struct larderd *d, int fd, void *tag)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = tag};
-    if (fd >= 0) epoll_ctl(daemon_state.epoll, EPOLL_CTL_ADD, fd, &ev);
+    if (fd >= 0) epoll_ctl(d->epoll, EPOLL_CTL_ADD, fd, &ev);
 }
 
-void run_loop(int unix_fd, int tcp_fd, int metrics_fd)
+/* After input, output or a wake-up on c: send, read again if it was paused
+ * and has drained, and drop it when broken or done. */
+static void after_event(struct connection *c, bool ok, bool was_paused)
 {
-    spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    add(daemon_state.wake, &wake_tag);
-    add(unix_fd, &unix_tag);
-    add(tcp_fd, &tcp_tag);
-    add(metrics_fd, &metrics_tag);
+    if (ok) ok = flush(c);
+    /* drained below its budget: the frames it sent meanwhile */
+    if (ok && was_paused && !c->paused) ok = process_input(c) && receive(c);
+    pthread_mutex_lock(&c->lock);
+    bool pending = c->head != NULL;
+    pthread_mutex_unlock(&c->lock);
+    if (!ok || (c->closing && !pending)) drop(c);
+}
+
+/* The wake eventfd: workers queued output or ended jobs. */
+static void woken(struct larderd *d)
+{
+    uint64_t count;
+    if (read(d->wake, &count, sizeof count) < 0) { /* nothing to do */
+    }
+    for (struct connection *c = d->connections, *next; c; c = next) {
+        next = c->next; /* drop() leaves c->next for this walk */
+        pthread_mutex_lock(&c->lock);
+        bool pending = c->head != NULL;
+        pthread_mutex_unlock(&c->lock);
+        if (pending || c->paused) after_event(c, true, c->paused);
+    }
+}
+
+void run_loop(struct larderd *d, int unix_fd, int tcp_fd, int metrics_fd)
+{
+    d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    add(d, d->wake, &wake_tag);
+    add(d, unix_fd, &unix_tag);
+    add(d, tcp_fd, &tcp_tag);
+    add(d, metrics_fd, &metrics_tag);
     struct epoll_event events[128];
     int64_t last_sweep = now_ms();
-    while (!daemon_state.stopping) {
-        int n = epoll_wait(daemon_state.epoll, events, 128, 250);
+    while (!d->stopping) {
+        int n = epoll_wait(d->epoll, events, 128, 250);
         for (int i = 0; i < n; i++) {
             void *tag = events[i].data.ptr;
             if (tag == &metrics_tag) {
-                serve_metrics(metrics_fd);
+                serve_metrics(d, metrics_fd);
             } else if (tag == &unix_tag || tag == &tcp_tag) {
-                accept_all(tag == &unix_tag ? unix_fd : tcp_fd, tag == &tcp_tag);
+                accept_all(d, tag == &unix_tag ? unix_fd : tcp_fd, tag == &tcp_tag);
             } else if (tag == &wake_tag) {
-                uint64_t count;
-                if (read(daemon_state.wake, &count, sizeof count) < 0) { /* nothing to do */
-                }
-                for (struct connection *c = daemon_state.connections, *next; c; c = next) {
-                    next = c->next; /* drop() leaves c->next for this walk */
-                    pthread_mutex_lock(&c->lock);
-                    bool pending = c->head != NULL;
-                    pthread_mutex_unlock(&c->lock);
-                    if (!pending && !c->paused) continue;
-                    bool was_paused = c->paused;
-                    bool ok = flush(c);
-                    /* drained below its budget: the frames it sent meanwhile */
-                    if (ok && was_paused && !c->paused) ok = process_input(c) && receive(c);
-                    pthread_mutex_lock(&c->lock);
-                    pending = c->head != NULL;
-                    pthread_mutex_unlock(&c->lock);
-                    if (!ok || (c->closing && !pending)) drop(c);
-                }
+                woken(d);
             } else {
                 struct connection *c = tag;
                 if (c->dropped) continue;
                 bool was_paused = c->paused, ok = true;
                 if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) ok = receive(c);
-                if (ok) ok = flush(c);
-                if (ok && was_paused && !c->paused) ok = process_input(c) && receive(c);
-                pthread_mutex_lock(&c->lock);
-                bool pending = c->head != NULL;
-                pthread_mutex_unlock(&c->lock);
-                if (!ok || (c->closing && !pending)) drop(c);
+                after_event(c, ok, was_paused);
             }
         }
         if (now_ms() - last_sweep >= 250) {
-            sweep();
+            sweep(d);
             last_sweep = now_ms();
         }
-        release_dropped();
+        release_dropped(d);
     }
-    while (daemon_state.connections)
-        drop(daemon_state.connections);
-    release_dropped();
-    if (spare_fd >= 0) close(spare_fd);
+    while (d->connections)
+        drop(d->connections);
+    release_dropped(d);
+    if (d->spare_fd >= 0) close(d->spare_fd);
+    d->spare_fd = -1;
 }

@@ -33,22 +33,22 @@ struct read_job {
     uint64_t request;
 };
 
-void uncached_take(uint64_t length)
+void uncached_take(struct larderd *d, uint64_t length)
 {
-    pthread_mutex_lock(&daemon_state.uncached_lock);
-    while (daemon_state.uncached_bytes && daemon_state.uncached_bytes + length > UNCACHED_BUDGET)
-        pthread_cond_wait(&daemon_state.uncached_freed, &daemon_state.uncached_lock);
-    daemon_state.uncached_bytes += length;
-    pthread_mutex_unlock(&daemon_state.uncached_lock);
+    pthread_mutex_lock(&d->uncached_lock);
+    while (d->uncached_bytes && d->uncached_bytes + length > UNCACHED_BUDGET)
+        pthread_cond_wait(&d->uncached_freed, &d->uncached_lock);
+    d->uncached_bytes += length;
+    pthread_mutex_unlock(&d->uncached_lock);
 }
 
-void uncached_give(uint64_t length)
+void uncached_give(struct larderd *d, uint64_t length)
 {
     if (!length) return;
-    pthread_mutex_lock(&daemon_state.uncached_lock);
-    daemon_state.uncached_bytes -= length;
-    pthread_cond_broadcast(&daemon_state.uncached_freed);
-    pthread_mutex_unlock(&daemon_state.uncached_lock);
+    pthread_mutex_lock(&d->uncached_lock);
+    d->uncached_bytes -= length;
+    pthread_cond_broadcast(&d->uncached_freed);
+    pthread_mutex_unlock(&d->uncached_lock);
 }
 
 /* The job is done: its charge leaves the connection's budget. */
@@ -59,12 +59,10 @@ static void read_job_end(struct read_job *job)
     c->charged -= (size_t)job->read.length + REQUEST_OVERHEAD;
     c->jobs--;
     pthread_mutex_unlock(&c->lock);
+    struct larderd *d = c->daemon;
     connection_release(c);
     free(job);
-    /* a connection paused over its budget may read again */
-    uint64_t one = 1;
-    if (write(daemon_state.wake, &one, sizeof one) < 0) { /* the loop sweeps anyway */
-    }
+    larderd_wake(d); /* a connection paused over its budget may read again */
 }
 
 static void read_job(void *arg)
@@ -97,7 +95,7 @@ static void read_job(void *arg)
     /* not cacheable (no room): the bytes land in the frame that is sent;
      * what such answers hold at once is bounded node-wide, until each is
      * sent (or its connection dropped) */
-    uncached_take(length);
+    uncached_take(job->connection->daemon, length);
     struct output *o = output_new(LARDER_WIRE_HEADER + length);
     int rc = o ? 0 : -ENOMEM;
     if (rc == 0)
@@ -110,7 +108,7 @@ static void read_job(void *arg)
         enqueue_output(job->connection, o);
     } else {
         free(o);
-        uncached_give(length);
+        uncached_give(job->connection->daemon, length);
         send_error(job->connection, job->request, rc, larder_errmsg());
     }
     read_job_end(job);
@@ -118,19 +116,19 @@ static void read_job(void *arg)
 
 static void stats_frame(struct connection *c, uint64_t request)
 {
+    struct larderd *d = c->daemon;
     size_t capacity = 64 * 1024, used = 0;
     char *text = malloc(LARDER_WIRE_HEADER + capacity);
     if (!text) return;
     char *p = text + LARDER_WIRE_HEADER;
     used += (size_t)snprintf(p, capacity, "{\"self\": \"%s\", \"members\": %zu, \"datasets\": [",
-                             daemon_state.self_name ? daemon_state.self_name : "",
-                             daemon_state.members.count);
-    pthread_mutex_lock(&daemon_state.lock);
-    for (int i = 0; i < daemon_state.num_datasets && used < capacity - 512; i++) {
+                             d->self_name ? d->self_name : "", d->members.count);
+    pthread_mutex_lock(&d->lock);
+    for (int i = 0; i < d->num_datasets && used < capacity - 512; i++) {
         larder_stats s;
         larder_dataset_info info;
-        larder_stats_get(daemon_state.datasets[i].dataset, &s);
-        larder_dataset_info_get(daemon_state.datasets[i].dataset, &info);
+        larder_stats_get(d->datasets[i].dataset, &s);
+        larder_dataset_info_get(d->datasets[i].dataset, &info);
         used += (size_t)snprintf(
             p + used, capacity - used,
             "%s{\"dataset_id\": \"%s\", \"hits\": %llu, \"misses\": %llu, "
@@ -142,7 +140,7 @@ static void stats_frame(struct connection *c, uint64_t request)
             (unsigned long long)s.peer_bytes, (unsigned long long)s.resident_bytes,
             (unsigned long long)s.total_bytes);
     }
-    pthread_mutex_unlock(&daemon_state.lock);
+    pthread_mutex_unlock(&d->lock);
     used += (size_t)snprintf(p + used, capacity - used, "]}");
     larder__wire_encode_header((uint8_t *)text, LARDER_WIRE_HEADER, LARDER__STATS, (uint32_t)used,
                                request);
@@ -154,6 +152,7 @@ static void stats_frame(struct connection *c, uint64_t request)
  * to a peer of a cluster with a secret, our proof.  false: close at once. */
 static bool hello(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
 {
+    struct larderd *d = c->daemon;
     struct larder__hello h;
     if (c->greeted || larder__wire_hello(payload, f->length, &h) < 0) return false;
     bool peer = h.role == LARDER__ROLE_PEER;
@@ -166,11 +165,11 @@ static bool hello(struct connection *c, const struct larder__frame *f, const uin
     c->greeted = true;
     c->peer = peer;
     memcpy(c->client_nonce, h.nonce, LARDER_WIRE_NONCE);
-    const char *name = daemon_state.self_name ? daemon_state.self_name : "local";
+    const char *name = d->self_name ? d->self_name : "local";
     struct larder__welcome w = {
         .auth = LARDER__AUTH_NONE, .name_length = (uint32_t)strlen(name), .name = name};
-    if (peer && daemon_state.secret) {
-        const char *secret = daemon_state.secret;
+    if (peer && d->secret) {
+        const char *secret = d->secret;
         w.auth = LARDER__AUTH_HMAC;
         if (larder__auth_nonce(c->server_nonce) < 0 ||
             larder__auth_proof(secret, strlen(secret), LARDER__AUTH_SERVER_LABEL, c->client_nonce,
@@ -191,12 +190,11 @@ static bool hello(struct connection *c, const struct larder__frame *f, const uin
 /* PROVE: a peer's HMAC over our nonce and its own, compared in constant time. */
 static bool prove(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
 {
+    const char *secret = c->daemon->secret;
     struct larder__prove p;
-    if (!c->peer || !daemon_state.secret || c->proven ||
-        larder__wire_prove(payload, f->length, &p) < 0)
+    if (!c->peer || !secret || c->proven || larder__wire_prove(payload, f->length, &p) < 0)
         return false;
     uint8_t expected[LARDER_WIRE_PROOF];
-    const char *secret = daemon_state.secret;
     if (larder__auth_proof(secret, strlen(secret), LARDER__AUTH_CLIENT_LABEL, c->server_nonce,
                            c->client_nonce, expected) < 0 ||
         !larder__auth_equal(expected, p.proof)) {
@@ -216,7 +214,7 @@ static bool prove(struct connection *c, const struct larder__frame *f, const uin
 static int may_open(const struct connection *c)
 {
     if (c->peer) return c->proven ? 1 : 0;
-    if (daemon_state.allow || c->own_user) return 1;
+    if (c->daemon->config.num_allow || c->own_user) return 1;
     return larder__fail(LARDER_EDENIED,
                         "uid %u may not open indexes on this daemon: its admin allows other users "
                         "only under prefixes given with larderd --allow PREFIX",
@@ -233,7 +231,7 @@ static bool open_request(struct connection *c, const struct larder__frame *f,
     int allowed = may_open(c);
     struct dataset_entry *e = NULL;
     int slot = -1;
-    int rc = allowed < 0 ? allowed : open_dataset(url, allowed == 1, &e, &slot);
+    int rc = allowed < 0 ? allowed : open_dataset(c->daemon, url, allowed == 1, &e, &slot);
     if (rc < 0) {
         if (rc == LARDER_EDENIED) say("OPEN of %s refused: %s", url, larder_errmsg());
         send_error(c, f->request, rc, larder_errmsg());
@@ -255,7 +253,7 @@ static bool read_request(struct connection *c, const struct larder__frame *f,
     struct larder__read read;
     if (larder__wire_read(payload, f->length, &read) < 0) return false;
     int slot = -1;
-    struct dataset_entry *e = find_dataset(read.id_low, read.id_high, &slot);
+    struct dataset_entry *e = find_dataset(c->daemon, read.id_low, read.id_high, &slot);
     if (!e || !(c->opened & (UINT64_C(1) << slot))) {
         send_error(c, f->request, LARDER_ENOTFOUND, "dataset not opened on this connection");
         return true;
@@ -272,7 +270,7 @@ static bool read_request(struct connection *c, const struct larder__frame *f,
     c->charged += (size_t)read.length + REQUEST_OVERHEAD;
     pthread_mutex_unlock(&c->lock);
     int priority = read.priority <= 1 ? read.priority : LARDER__BACKGROUND;
-    larder__pool_submit(daemon_state.pool, read_job, job, priority);
+    larder__pool_submit(c->daemon->pool, read_job, job, priority);
     return true;
 }
 
@@ -284,7 +282,7 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
         return false;
     }
     if (f->type == LARDER__PROVE) return prove(c, f, payload);
-    if (c->peer && daemon_state.secret && !c->proven) {
+    if (c->peer && c->daemon->secret && !c->proven) {
         refuse(c, f->request, LARDER_EDENIED, "prove the cluster secret first (PROVE)");
         return true;
     }

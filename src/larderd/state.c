@@ -1,19 +1,79 @@
 /*
- * state.c - the daemon's globals: its state, its log line and its clock,
- * apart from main() so that a harness (fuzz/fuzz_daemon.c) can link the
- * daemon's parts -- loop.c, requests.c, datasets.c -- without its start-up.
+ * state.c - the daemon's state (struct larderd): set up, started, torn
+ * down; its log line and its clock.  Apart from main() so that a harness
+ * (fuzz/fuzz_daemon.c, tests/unit/test_larderd_*.c) can link the daemon's
+ * parts without its start-up, and make a daemon of its own.
  */
 #include "larderd.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
-struct daemon_state daemon_state = {.self = SIZE_MAX};
+struct larderd daemon_state;
+
+static bool quiet;
+
+void larderd_init(struct larderd *d)
+{
+    memset(d, 0, sizeof *d);
+    larderd_config_defaults(&d->config);
+    d->self = SIZE_MAX;
+    d->epoll = d->wake = d->spare_fd = -1;
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->uncached_lock, NULL);
+    pthread_cond_init(&d->uncached_freed, NULL);
+    pthread_mutex_init(&d->warm_lock, NULL);
+}
+
+int larderd_start(struct larderd *d)
+{
+    d->epoll = epoll_create1(EPOLL_CLOEXEC);
+    if (d->epoll < 0) return -errno;
+    d->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (d->wake < 0) return -errno;
+    return larder__pool_new(&d->pool, d->config.jobs);
+}
+
+void larderd_free(struct larderd *d)
+{
+    larder__pool_free(d->pool); /* finishes the reads in flight */
+    d->pool = NULL;
+    close_datasets(d);
+    larder__members_clear(&d->members);
+    if (d->secret) memset(d->secret, 0, strlen(d->secret));
+    free(d->secret);
+    d->secret = NULL;
+    if (d->epoll >= 0) close(d->epoll);
+    if (d->wake >= 0) close(d->wake);
+    d->epoll = d->wake = -1;
+    pthread_mutex_destroy(&d->lock);
+    pthread_mutex_destroy(&d->uncached_lock);
+    pthread_cond_destroy(&d->uncached_freed);
+    pthread_mutex_destroy(&d->warm_lock);
+}
+
+void larderd_wake(struct larderd *d)
+{
+    uint64_t one = 1;
+    if (d->wake >= 0 && write(d->wake, &one, sizeof one) < 0) { /* the loop sweeps anyway */
+    }
+}
+
+void say_quietly(bool be_quiet)
+{
+    quiet = be_quiet;
+}
 
 void say(const char *fmt, ...)
 {
-    if (daemon_state.quiet) return;
+    if (quiet) return;
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "larderd: ");

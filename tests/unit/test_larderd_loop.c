@@ -1,0 +1,157 @@
+/*
+ * test_larderd_loop.c - the event loop's parts that need no socket
+ * (src/larderd/loop.c, connection.c): frames taken out of a connection's
+ * input whole, a cut frame kept and timed, a malformed one closing the
+ * connection, the memory budget pausing it, the sweep's reasons to drop a
+ * connection, who may use the Unix socket, and the output queue's charge.
+ */
+#include "daemon_fixture.h"
+#include "test.h"
+
+#include <sys/socket.h>
+
+/* Append a frame to c's input. */
+static void feed(struct connection *c, const uint8_t *frame, size_t length)
+{
+    CHECK(c->in_used + length <= sizeof c->in);
+    memcpy(c->in + c->in_used, frame, length);
+    c->in_used += length;
+}
+
+static size_t hello_frame(uint8_t *frame, size_t size)
+{
+    struct larder__hello h = {.role = LARDER__ROLE_READER};
+    int n = larder__wire_encode_hello(frame, size, 1, &h);
+    CHECK(n > 0);
+    return (size_t)n;
+}
+
+TEST(larderd_loop_frames_from_input)
+{
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    struct connection *c = fixture_connection(&d, false);
+    uint8_t hello[128], stat[LARDER_WIRE_HEADER];
+    size_t n = hello_frame(hello, sizeof hello);
+    larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 2);
+    /* HELLO, STAT and the first half of another STAT, in one read */
+    feed(c, hello, n);
+    feed(c, stat, sizeof stat);
+    feed(c, stat, 10);
+    CHECK(process_input(c));
+    free(fixture_answer(c, LARDER__WELCOME));
+    free(fixture_answer(c, LARDER__STATS));
+    CHECK(connection_take_output(c) == NULL);
+    CHECK_EQ(c->in_used, 10); /* the cut frame waits, its clock started */
+    CHECK(memcmp(c->in, stat, 10) == 0);
+    CHECK(c->partial_since_ms > 0);
+    CHECK(c->last_active_ms > 0);
+    /* the rest of it */
+    feed(c, stat + 10, sizeof stat - 10);
+    CHECK(process_input(c));
+    free(fixture_answer(c, LARDER__STATS));
+    CHECK_EQ(c->in_used, 0);
+    CHECK_EQ(c->partial_since_ms, 0);
+
+    /* a header no client sends: close */
+    uint8_t junk[LARDER_WIRE_HEADER];
+    memset(junk, 0xff, sizeof junk);
+    feed(c, junk, sizeof junk);
+    CHECK(!process_input(c));
+    connection_release(c);
+    larderd_free(&d);
+}
+
+TEST(larderd_loop_budget_pauses)
+{
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    d.config.connection_budget = 65536;
+    struct connection *c = fixture_connection(&d, false);
+    uint8_t hello[128];
+    size_t n = hello_frame(hello, sizeof hello);
+    feed(c, hello, n);
+    c->charged = 65536; /* READs in flight and answers queued at the budget */
+    CHECK(process_input(c));
+    CHECK(c->paused);
+    CHECK_EQ(c->in_used, n); /* not read on: it waits for its answers to drain */
+    CHECK_EQ(c->partial_since_ms, 0);
+    CHECK(connection_take_output(c) == NULL);
+    c->charged = 0;
+    c->paused = false;
+    CHECK(process_input(c));
+    free(fixture_answer(c, LARDER__WELCOME));
+    connection_release(c);
+    larderd_free(&d);
+}
+
+TEST(larderd_loop_output_charge)
+{
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    struct connection *c = fixture_connection(&d, false);
+    enqueue(c, "abcdef", 6);
+    send_error(c, 5, LARDER_EDENIED, "no");
+    CHECK(!c->closing);
+    refuse(c, 6, LARDER_EDENIED, "go away");
+    CHECK(c->closing && c->closing_since_ms > 0);
+    struct output *o = connection_take_output(c);
+    CHECK(o->length == 6 && memcmp(o->bytes, "abcdef", 6) == 0 && o->file == -1);
+    free(o);
+    CHECK(c->charged > 0);
+    char message[64];
+    CHECK_EQ(fixture_error(c, message, sizeof message), LARDER_EDENIED);
+    CHECK(strcmp(message, "no") == 0);
+    CHECK_EQ(fixture_error(c, message, sizeof message), LARDER_EDENIED);
+    CHECK(strcmp(message, "go away") == 0);
+    CHECK_EQ(c->charged, 0);
+    /* what is still queued when the last reference goes is freed with it */
+    enqueue(c, "x", 1);
+    connection_release(c);
+    larderd_free(&d);
+}
+
+TEST(larderd_loop_sweep_reasons)
+{
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    d.config.idle_timeout_ms = 60000;
+    struct connection *c = fixture_connection(&d, false);
+    int64_t t = c->last_active_ms;
+    CHECK(sweep_reason(c, t + 1000) == NULL);
+    CHECK(strcmp(sweep_reason(c, t + 60000), "") == 0); /* idle: dropped without a line */
+    c->jobs = 1;                                        /* a READ in flight is not idle */
+    CHECK(sweep_reason(c, t + 60000) == NULL);
+    c->jobs = 0;
+    c->partial_since_ms = t;
+    CHECK(sweep_reason(c, t + 9999) == NULL);
+    CHECK(strcmp(sweep_reason(c, t + 10000), "a frame begun and not finished in 10 s") == 0);
+    c->partial_since_ms = 0;
+    c->blocked_since_ms = t;
+    CHECK(strcmp(sweep_reason(c, t + 60000), "a client that does not take its answers") == 0);
+    c->blocked_since_ms = 0;
+    c->closing = true;
+    c->closing_since_ms = t;
+    CHECK(strcmp(sweep_reason(c, t + 5000), "a refused client did not take its answer") == 0);
+    connection_release(c);
+    larderd_free(&d);
+}
+
+TEST(larderd_loop_credentials)
+{
+    struct larderd_config config;
+    larderd_config_defaults(&config);
+    config.uid = 1000;
+    config.gid = 100;
+    struct ucred root = {.uid = 0, .gid = 0}, own = {.uid = 1000, .gid = 5000},
+                 group = {.uid = 2000, .gid = 100}, other = {.uid = 3000, .gid = 3000};
+    CHECK(credentials_allowed(&config, -1, &root));
+    CHECK(credentials_allowed(&config, -1, &own));
+    CHECK(credentials_allowed(&config, -1, &group));
+    CHECK(!credentials_allowed(&config, -1, &other));
+    config.allow_uids[config.num_allow_uids++] = 3000;
+    CHECK(credentials_allowed(&config, -1, &other));
+    config.num_allow_uids = 0;
+    config.allow_gids[config.num_allow_gids++] = 3000;
+    CHECK(credentials_allowed(&config, -1, &other));
+}

@@ -1,0 +1,242 @@
+/*
+ * test_larderd_requests.c - the daemon's request handler
+ * (src/larderd/requests.c) without sockets: frames handed to handle() on a
+ * connection of a daemon of the test's own, the answers read back from the
+ * connection's output queue.  The handshake, who may OPEN, READ staged by
+ * the workers (the bytes checked against the shard), STAT, a peer's PROVE.
+ */
+#include "auth.h"
+#include "daemon_fixture.h"
+#include "test.h"
+
+#include <unistd.h>
+
+static void send_open(struct connection *c, uint64_t request, const char *url)
+{
+    uint8_t frame[LARDER_WIRE_HEADER + LARDER_WIRE_MAX_URL];
+    int n = larder__wire_encode_open(frame, sizeof frame, request, url);
+    CHECK(n > 0);
+    CHECK(fixture_send(c, frame, (size_t)n));
+}
+
+static struct larder__opened open_ok(struct connection *c, const char *url)
+{
+    send_open(c, 7, url);
+    struct output *o = fixture_answer(c, LARDER__OPENED);
+    struct larder__opened opened;
+    CHECK_EQ(larder__wire_opened(o->bytes + LARDER_WIRE_HEADER,
+                                 (uint32_t)(o->length - LARDER_WIRE_HEADER), &opened),
+             0);
+    free(o);
+    return opened;
+}
+
+/* handle() of a READ: false when the frame itself is malformed. */
+static bool send_read(struct connection *c, const struct larder__opened *dataset, uint32_t shard,
+                      uint64_t offset, uint64_t length)
+{
+    struct larder__read r = {.id_low = dataset->id_low,
+                             .id_high = dataset->id_high,
+                             .shard = shard,
+                             .offset = offset,
+                             .length = length};
+    uint8_t frame[LARDER_WIRE_HEADER + 64];
+    int n = larder__wire_encode_read(frame, sizeof frame, 9, &r);
+    CHECK(n > 0);
+    return fixture_send(c, frame, (size_t)n);
+}
+
+TEST(larderd_requests_hello)
+{
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    struct connection *c = fixture_connection(&d, false);
+    uint8_t stat[LARDER_WIRE_HEADER];
+    larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 3);
+    CHECK(!fixture_send(c, stat, sizeof stat)); /* nothing before HELLO */
+    CHECK(connection_take_output(c) == NULL);
+
+    struct larder__hello h = {.role = LARDER__ROLE_READER};
+    uint8_t frame[128];
+    int n = larder__wire_encode_hello(frame, sizeof frame, 1, &h);
+    CHECK(fixture_send(c, frame, (size_t)n));
+    struct output *o = fixture_answer(c, LARDER__WELCOME);
+    struct larder__welcome w;
+    CHECK_EQ(larder__wire_welcome(o->bytes + LARDER_WIRE_HEADER,
+                                  (uint32_t)(o->length - LARDER_WIRE_HEADER), &w),
+             0);
+    CHECK_EQ(w.auth, LARDER__AUTH_NONE);
+    CHECK(w.name_length == 5 && memcmp(w.name, "local", 5) == 0);
+    free(o);
+    CHECK(!fixture_send(c, frame, (size_t)n)); /* a second HELLO */
+    CHECK_EQ(c->charged, 0);                   /* what was taken is uncharged */
+    connection_release(c);
+
+    /* a reader's HELLO over TCP: refused, and the connection closes */
+    c = fixture_connection(&d, true);
+    CHECK(fixture_send(c, frame, (size_t)n));
+    char message[256];
+    CHECK_EQ(fixture_error(c, message, sizeof message), LARDER_EDENIED);
+    CHECK(strcmp(message, "readers connect over the node's Unix socket, not TCP") == 0);
+    CHECK(c->closing);
+    connection_release(c);
+    larderd_free(&d);
+}
+
+TEST(larderd_requests_open_read_stat)
+{
+    const char *index = fixture_dataset("ds", 30, 16 * 1024);
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    struct connection *c = fixture_connection(&d, false);
+    fixture_hello(c, false);
+    struct larder__opened opened = open_ok(c, index);
+    CHECK(opened.num_shards >= 2);
+    CHECK_EQ(d.num_datasets, 1);
+
+    /* a READ of shard 1, bytes 100..1100: staged by a worker, sent from the cache file */
+    CHECK(send_read(c, &opened, 1, 100, 1000));
+    fixture_wait_jobs(c);
+    struct output *o = fixture_answer(c, LARDER__DATA);
+    uint8_t got[1000];
+    if (o->file >= 0) {
+        CHECK_EQ(o->file_length, 1000);
+        CHECK_EQ(pread(o->file, got, 1000, o->file_offset), 1000);
+    } else {
+        CHECK_EQ(o->length, LARDER_WIRE_HEADER + 1000);
+        memcpy(got, o->bytes + LARDER_WIRE_HEADER, 1000);
+    }
+    free(o);
+    larder_dataset *check;
+    CHECK_EQ(larder_open(&check, index, NULL), 0);
+    uint8_t want[1000];
+    CHECK_EQ(larder__dataset_read_range(check, 1, 100, 1000, want), 0);
+    larder_close(check);
+    CHECK(memcmp(got, want, 1000) == 0);
+    CHECK_EQ(c->charged, 0);
+
+    /* past the shard's end: an ERROR, the connection stays */
+    CHECK(send_read(c, &opened, 1, 0, 1u << 20));
+    fixture_wait_jobs(c);
+    char message[256];
+    CHECK(fixture_error(c, message, sizeof message) < 0);
+
+    uint8_t stat[LARDER_WIRE_HEADER];
+    larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 3);
+    CHECK(fixture_send(c, stat, sizeof stat));
+    o = fixture_answer(c, LARDER__STATS);
+    larder_dataset_info info;
+    larder_dataset_info_get(d.datasets[0].dataset, &info);
+    char *text = strndup((char *)o->bytes + LARDER_WIRE_HEADER, o->length - LARDER_WIRE_HEADER);
+    CHECK(strstr(text, info.dataset_id) != NULL);
+    CHECK(strncmp(text, "{\"self\": \"\", \"members\": 0, \"datasets\": [", 40) == 0);
+    free(text);
+    free(o);
+
+    /* another connection has not opened it */
+    struct connection *other = fixture_connection(&d, false);
+    fixture_hello(other, false);
+    CHECK(send_read(other, &opened, 0, 0, 10));
+    CHECK_EQ(fixture_error(other, message, sizeof message), LARDER_ENOTFOUND);
+    CHECK(strcmp(message, "dataset not opened on this connection") == 0);
+    /* a READ longer than any frame may carry: malformed, the connection closes */
+    CHECK(!send_read(other, &opened, 0, 0, 1u << 30));
+    connection_release(other);
+    connection_release(c);
+    larderd_free(&d);
+}
+
+TEST(larderd_requests_who_may_open)
+{
+    const char *index = fixture_dataset("ds", 10, 1 << 20);
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    /* another uid, no --allow: no OPEN at all */
+    struct connection *c = fixture_connection(&d, false);
+    c->uid = d.config.uid + 1;
+    c->own_user = false;
+    fixture_hello(c, false);
+    send_open(c, 2, index);
+    char message[256];
+    CHECK_EQ(fixture_error(c, message, sizeof message), LARDER_EDENIED);
+    CHECK(strstr(message, "may not open indexes on this daemon") != NULL);
+    CHECK_EQ(d.num_datasets, 0);
+    /* with --allow over the test's directory, it may */
+    d.config.allow[0] = test_dir();
+    d.config.num_allow = 1;
+    open_ok(c, index);
+    CHECK_EQ(d.num_datasets, 1);
+    connection_release(c);
+
+    /* a peer without a cluster secret reads only what is open here */
+    struct connection *p = fixture_connection(&d, true);
+    fixture_hello(p, true);
+    open_ok(p, index);
+    send_open(p, 3, test_path("ds/other.larder"));
+    CHECK_EQ(fixture_error(p, message, sizeof message), LARDER_ENOTFOUND);
+    CHECK(strstr(message, "is not open on this node") != NULL);
+    connection_release(p);
+    larderd_free(&d);
+}
+
+TEST(larderd_requests_peer_proves_secret)
+{
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    d.secret = strdup("cluster-secret");
+    struct connection *c = fixture_connection(&d, true);
+    struct larder__hello h = {.role = LARDER__ROLE_PEER};
+    memset(h.nonce, 0x5a, sizeof h.nonce);
+    uint8_t frame[256];
+    int n = larder__wire_encode_hello(frame, sizeof frame, 1, &h);
+    CHECK(fixture_send(c, frame, (size_t)n));
+    struct output *o = fixture_answer(c, LARDER__WELCOME);
+    struct larder__welcome w;
+    CHECK_EQ(larder__wire_welcome(o->bytes + LARDER_WIRE_HEADER,
+                                  (uint32_t)(o->length - LARDER_WIRE_HEADER), &w),
+             0);
+    CHECK_EQ(w.auth, LARDER__AUTH_HMAC);
+    uint8_t expected[LARDER_WIRE_PROOF];
+    CHECK_EQ(larder__auth_proof(d.secret, strlen(d.secret), LARDER__AUTH_SERVER_LABEL, h.nonce,
+                                w.nonce, expected),
+             0);
+    CHECK(memcmp(expected, w.proof, LARDER_WIRE_PROOF) == 0); /* the daemon knows the secret */
+    struct larder__prove prove;
+    CHECK_EQ(larder__auth_proof(d.secret, strlen(d.secret), LARDER__AUTH_CLIENT_LABEL, w.nonce,
+                                h.nonce, prove.proof),
+             0);
+    free(o);
+
+    /* a wrong proof: refused */
+    struct connection *bad = fixture_connection(&d, true);
+    fixture_hello(bad, true);
+    struct larder__prove wrong = prove;
+    wrong.proof[0] ^= 1;
+    n = larder__wire_encode_prove(frame, sizeof frame, 2, &wrong);
+    CHECK(fixture_send(bad, frame, (size_t)n));
+    char message[256];
+    CHECK_EQ(fixture_error(bad, message, sizeof message), LARDER_EDENIED);
+    CHECK(strcmp(message, "wrong cluster secret") == 0);
+    CHECK(bad->closing && !bad->proven);
+    connection_release(bad);
+
+    /* anything but PROVE first: refused */
+    struct connection *early = fixture_connection(&d, true);
+    fixture_hello(early, true);
+    uint8_t stat[LARDER_WIRE_HEADER];
+    larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 3);
+    CHECK(fixture_send(early, stat, sizeof stat));
+    CHECK_EQ(fixture_error(early, message, sizeof message), LARDER_EDENIED);
+    CHECK(strcmp(message, "prove the cluster secret first (PROVE)") == 0);
+    connection_release(early);
+
+    /* the right proof: proven, nothing answered, STAT served */
+    n = larder__wire_encode_prove(frame, sizeof frame, 2, &prove);
+    CHECK(fixture_send(c, frame, (size_t)n));
+    CHECK(c->proven && !c->closing);
+    CHECK(connection_take_output(c) == NULL);
+    CHECK(fixture_send(c, stat, sizeof stat));
+    free(fixture_answer(c, LARDER__STATS));
+    connection_release(c);
+    larderd_free(&d);
+}
