@@ -136,24 +136,30 @@ static int run(const char *dir, size_t sample_size, double total_mb, int rounds)
     double *t_raw = malloc((size_t)rounds * sizeof(double));
     double *t_lookup = malloc((size_t)rounds * sizeof(double));
     for (int r = 0; r < rounds; r++) {
-        double t0 = now();
-        for (uint64_t i = 0; i < n; i++)
-            if (larder_read_sample(d, order[i], buf, sample_size) < 0) return 1;
-        double t1 = now();
-        for (uint64_t i = 0; i < n; i++)
-            if (pread(fds[where[i].shard], buf, where[i].length, (off_t)where[i].offset) !=
-                (ssize_t)where[i].length)
-                return 1;
-        double t2 = now();
-        for (uint64_t i = 0; i < n; i++) {
-            const struct range *w = &by_id[order[i]];
-            if (pread(fds[w->shard], buf, w->length, (off_t)w->offset) != (ssize_t)w->length)
-                return 1;
+        /* the three in a rotating order, so that none always runs first
+         * (after the others have warmed the CPU's caches and clocks) */
+        for (int k = 0; k < 3; k++) {
+            int which = (r + k) % 3;
+            double t0 = now();
+            for (uint64_t i = 0; i < n; i++) {
+                if (which == 0) {
+                    if (larder_read_sample(d, order[i], buf, sample_size) < 0) return 1;
+                } else if (which == 1) { /* the range, precomputed in reading order */
+                    if (pread(fds[where[i].shard], buf, where[i].length, (off_t)where[i].offset) !=
+                        (ssize_t)where[i].length)
+                        return 1;
+                } else { /* the range, looked up by sample id */
+                    const struct range *w = &by_id[order[i]];
+                    if (pread(fds[w->shard], buf, w->length, (off_t)w->offset) !=
+                        (ssize_t)w->length)
+                        return 1;
+                }
+            }
+            double t = now() - t0;
+            if (which == 0) t_larder[r] = t;
+            if (which == 1) t_raw[r] = t;
+            if (which == 2) t_lookup[r] = t;
         }
-        double t3 = now();
-        t_larder[r] = t1 - t0;
-        t_raw[r] = t2 - t1;
-        t_lookup[r] = t3 - t2;
     }
     larder_stats_get(d, &after);
     double bytes = (double)n * (double)sample_size;
