@@ -722,7 +722,7 @@ struct larder__cache_counters *larder__cache_counters(struct larder__cache *c)
 void larder__cache_record_fill(struct larder__cache *c, uint64_t microseconds)
 {
     int bucket = 0;
-    while (bucket + 1 < LARDER__FILL_BUCKETS && microseconds >= (UINT64_C(2) << bucket))
+    while (bucket + 1 < LARDER_FILL_BUCKETS && microseconds >= (UINT64_C(2) << bucket))
         bucket++;
     larder__cache_count(&c->header->counters.fill_latency[bucket], 1);
 }

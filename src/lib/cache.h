@@ -38,9 +38,8 @@
 
 struct larder__cache;
 
-/* Counters shared by all processes using the cache (see larder_stats). */
-#define LARDER__FILL_BUCKETS 24 /* fill latency, bucket i: [2^i, 2^(i+1)) microseconds */
-
+/* Counters shared by all processes using the cache (see larder_stats;
+ * fill latency bucket i: [2^i, 2^(i+1)) microseconds). */
 struct larder__cache_counters {
     uint64_t hits, misses; /* samples read from disk / needing a fill */
     uint64_t origin_requests, origin_bytes;
@@ -48,7 +47,7 @@ struct larder__cache_counters {
     uint64_t refetches;      /* fills repeated after a checksum mismatch */
     uint64_t evictions;      /* blocks evicted */
     uint64_t uncached_fills; /* fills served without caching (disk full) */
-    uint64_t fill_latency[LARDER__FILL_BUCKETS];
+    uint64_t fill_latency[LARDER_FILL_BUCKETS];
     uint64_t peer_requests, peer_bytes; /* blocks borrowed from the shard's owner node */
 };
 
