@@ -19,7 +19,7 @@
 #include "dataset.h"
 #include "hedge.h"
 #include "index.h"
-#include "origin.h"
+#include "source.h"
 #include "pool.h"
 #include "shardmap.h"
 #include "sys.h"
@@ -43,7 +43,7 @@ struct larder_dataset {
     struct larder__index ix;
     larder_open_options options;
     pthread_mutex_t lock; /* guards shards[] and pool */
-    struct larder__origin **shards;
+    struct larder__source **shards;
     char **locations;              /* where each shard is, resolved and checked at open */
     struct larder__shard_map *map; /* samples by offset, for fills (made on first use) */
     int map_error;                 /* why the map could not be made (a corrupt index) */
@@ -85,7 +85,7 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
     if (rc < 0) {
         /* nothing */
     } else if (larder__is_remote(url)) {
-        rc = larder__origin_load(url, &d->image, &d->image_size);
+        rc = larder__source_load(url, &d->image, &d->image_size);
     } else {
         const char *path = strncmp(url, "file://", 7) == 0 ? url + 7 : url;
         int fd = rc = larder__open(path, O_RDONLY, 0);
@@ -176,7 +176,7 @@ void larder_close(larder_dataset *d)
     pthread_mutex_destroy(&d->verified_lock);
     if (d->shards)
         for (uint64_t i = 0; i < d->ix.num_shards; i++)
-            larder__origin_close(d->shards[i]);
+            larder__source_destroy(d->shards[i]);
     free(d->shards);
     if (d->locations)
         for (uint64_t i = 0; i < d->ix.num_shards; i++)
@@ -269,11 +269,11 @@ int larder_find_field(const larder_dataset *d, uint64_t id, const char *name)
 }
 
 /* The origin of shard `shard`, opened on first use. */
-static int shard_origin(larder_dataset *d, uint32_t shard, struct larder__origin **out)
+static int shard_origin(larder_dataset *d, uint32_t shard, struct larder__source **out)
 {
     pthread_mutex_lock(&d->lock);
     int rc = 0;
-    if (!d->shards[shard]) rc = larder__origin_open(&d->shards[shard], d->locations[shard]);
+    if (!d->shards[shard]) rc = larder__source_open(&d->shards[shard], d->locations[shard], NULL);
     *out = d->shards[shard];
     pthread_mutex_unlock(&d->lock);
     return rc;
@@ -289,9 +289,9 @@ static const char *key_of(const larder_dataset *d, uint64_t id)
 static int read_range(larder_dataset *d, const struct larder__sample *s, uint64_t id, void *buf,
                       uint64_t offset, uint64_t length)
 {
-    struct larder__origin *o;
+    struct larder__source *o;
     int rc = shard_origin(d, s->shard, &o);
-    if (rc == 0) rc = larder__origin_read(o, buf, (size_t)length, s->offset + offset);
+    if (rc == 0) rc = larder__source_read(o, buf, (size_t)length, s->offset + offset, 0);
     if (rc < 0)
         return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id,
                                     key_of(d, id));
@@ -454,9 +454,9 @@ static int fetch_run(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_
         larder__cache_count(&k->peer_bytes, length);
         return 0;
     }
-    struct larder__origin *o;
+    struct larder__source *o;
     int rc = shard_origin(d, shard, &o);
-    if (rc == 0) rc = larder__origin_read(o, buf, (size_t)length, offset);
+    if (rc == 0) rc = larder__source_read(o, buf, (size_t)length, offset, 0);
     if (rc < 0) return rc;
     larder__cache_count(&k->origin_requests, 1);
     larder__cache_count(&k->origin_bytes, length);
@@ -1172,9 +1172,9 @@ int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progre
             }
         }
         XXH3_64bits_reset(&v.shard_hash);
-        struct larder__origin *o;
+        struct larder__source *o;
         int rc = shard_origin(d, i, &o);
-        if (rc == 0) rc = larder__origin_stream(o, verify_sink, &v);
+        if (rc == 0) rc = larder__source_stream(o, verify_sink, &v);
         if (rc < 0) {
             /* one problem for the shard, not one per sample it could not check */
             larder__fail_context(rc, "shard %u ('%s'), %zu samples left unchecked", i, shard.name,
