@@ -5,10 +5,12 @@
  * reads against a loopback range server.  tests/cli/cache_http.sh,
  * index_http.sh and s3.sh run HTTP and S3 against real servers.
  */
+#include "client.h"
 #include "hedge.h"
 #include "source.h"
 #include "sys.h"
 #include "test.h"
+#include "wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -264,6 +266,34 @@ TEST(source_chain_falls_through_and_skips_a_failed_link)
     CHECK(peer_gone && origin_gone); /* the chain owned its links */
 }
 
+TEST(source_chain_passes_over_a_dead_peer)
+{
+    /* nothing listens on the port: the peer's read fails, the origin answers */
+    struct larder__endpoint *endpoint;
+    CHECK_EQ(larder__endpoint_new(&endpoint, "127.0.0.1:1", LARDER__ROLE_PEER, "secret",
+                                  "/nowhere/index.larder", 200),
+             0);
+    struct larder__source *peer;
+    CHECK_EQ(larder__source_peer_new(&peer, endpoint, 1, 2, 7), 0);
+    CHECK(strcmp(peer->ops->kind, "peer") == 0);
+    CHECK(strcmp(peer->name, "peer 127.0.0.1:1 shard 7") == 0);
+    uint64_t size;
+    CHECK_EQ(larder__source_size(peer, &size), LARDER_EUNSUPPORTED);
+    struct fake *origin = fake_new("fake origin", LARDER__FROM_ORIGIN, 'O');
+    struct larder__source *links[] = {peer, &origin->base}, *chain;
+    CHECK_EQ(larder__source_chain_new(&chain, links, 2, 10000), 0);
+    char buf[64];
+    CHECK_EQ(larder__source_read(chain, buf, sizeof buf, 0, LARDER__READ_BACKGROUND),
+             LARDER__FROM_ORIGIN);
+    CHECK(all_bytes(buf, sizeof buf, 'O'));
+    CHECK(larder__endpoint_down(endpoint)); /* the endpoint's own marking, as before */
+    /* a peer marked down is not asked */
+    CHECK(larder__source_read(peer, buf, sizeof buf, 0, 0) < 0);
+    CHECK(strstr(larder_errmsg(), "peer 127.0.0.1:1 shard 7") != NULL);
+    larder__source_destroy(chain);
+    larder__endpoint_free(endpoint);
+}
+
 /* ---- the hedge wrapper --------------------------------------------------------- */
 
 TEST(source_hedge_sends_one_hedge_and_the_loser_never_writes_late)
@@ -402,5 +432,218 @@ TEST(source_hedge_reads_fast_sources_inline)
     CHECK_EQ(larder__source_read(s, buf, sizeof buf, 0, 0), -EIO);
     CHECK(strstr(larder_errmsg(), "fake fast: broken") != NULL);
     larder__source_destroy(s);
+    larder__hedge_close(budget);
+}
+
+/* ---- HTTP, against a loopback range server --------------------------------------- */
+
+enum serve_mode { SERVE_RANGES, SERVE_WHOLE, SERVE_SHORT };
+
+/* Answers range GETs (and HEAD) of `data`, one thread per connection. */
+struct range_server {
+    int listener, port;
+    pthread_t thread;
+    const uint8_t *data;
+    size_t size;
+    enum serve_mode mode;
+    int stall_first_ms; /* the first request waits this long before answering */
+    int requests;       /* (atomic) */
+    int active;         /* connections being answered (atomic) */
+    char ranges[64][64];
+};
+
+struct connection {
+    struct range_server *server;
+    int fd;
+};
+
+static void write_all(int fd, const void *data, size_t length)
+{
+    const char *p = data;
+    while (length > 0) {
+        ssize_t n = send(fd, p, length, MSG_NOSIGNAL); /* a cancelled transfer closes early */
+        if (n <= 0) return;
+        p += n, length -= (size_t)n;
+    }
+}
+
+static void *serve_connection(void *arg)
+{
+    struct connection *c = arg;
+    struct range_server *s = c->server;
+    char head[8192] = {0};
+    size_t used = 0;
+    while (used < sizeof head - 1 && !strstr(head, "\r\n\r\n")) {
+        ssize_t n = read(c->fd, head + used, sizeof head - 1 - used);
+        if (n <= 0) break;
+        used += (size_t)n;
+    }
+    int n = __atomic_fetch_add(&s->requests, 1, __ATOMIC_SEQ_CST);
+    unsigned long long first = 0, last = s->size - 1;
+    const char *range = strcasestr(head, "\r\nRange: bytes=");
+    if (range) sscanf(range + 15, "%llu-%llu", &first, &last);
+    if (n < 64) snprintf(s->ranges[n], sizeof s->ranges[n], "%llu-%llu", first, last);
+    if (n == 0 && s->stall_first_ms) sleep_ms(s->stall_first_ms);
+    char reply[512];
+    size_t length = (size_t)(last - first + 1);
+    if (strncmp(head, "HEAD ", 5) == 0) {
+        snprintf(reply, sizeof reply, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n", s->size);
+        write_all(c->fd, reply, strlen(reply));
+    } else if (!range || s->mode == SERVE_WHOLE) {
+        snprintf(reply, sizeof reply, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n", s->size);
+        write_all(c->fd, reply, strlen(reply));
+        write_all(c->fd, s->data, s->size);
+    } else {
+        size_t sent = s->mode == SERVE_SHORT ? length / 2 : length;
+        snprintf(reply, sizeof reply,
+                 "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %llu-%llu/%zu\r\n"
+                 "Content-Length: %zu\r\n\r\n",
+                 first, last, s->size, sent);
+        write_all(c->fd, reply, strlen(reply));
+        write_all(c->fd, s->data + first, sent);
+    }
+    close(c->fd);
+    free(c);
+    __atomic_sub_fetch(&s->active, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void *serve_main(void *arg)
+{
+    struct range_server *s = arg;
+    for (;;) {
+        int fd = accept(s->listener, NULL, NULL);
+        if (fd < 0) break; /* shut down */
+        struct connection *c = malloc(sizeof *c);
+        *c = (struct connection){s, fd};
+        __atomic_add_fetch(&s->active, 1, __ATOMIC_SEQ_CST);
+        pthread_t thread;
+        pthread_create(&thread, NULL, serve_connection, c);
+        pthread_detach(thread);
+    }
+    return NULL;
+}
+
+static void server_start(struct range_server *s, const uint8_t *data, size_t size, char *url,
+                         size_t url_size)
+{
+    memset(s, 0, sizeof *s);
+    s->data = data, s->size = size;
+    s->listener = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(s->listener >= 0);
+    struct sockaddr_in address = {.sin_family = AF_INET};
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    CHECK_EQ(bind(s->listener, (struct sockaddr *)&address, length), 0);
+    CHECK_EQ(listen(s->listener, 64), 0);
+    CHECK_EQ(getsockname(s->listener, (struct sockaddr *)&address, &length), 0);
+    s->port = ntohs(address.sin_port);
+    snprintf(url, url_size, "http://127.0.0.1:%d/data/shard.bin", s->port);
+    CHECK_EQ(pthread_create(&s->thread, NULL, serve_main, s), 0);
+}
+
+/* Stop accepting and wait for the connections; returns the requests answered. */
+static int server_stop(struct range_server *s)
+{
+    shutdown(s->listener, SHUT_RDWR);
+    pthread_join(s->thread, NULL);
+    close(s->listener);
+    for (int i = 0; i < 500 && __atomic_load_n(&s->active, __ATOMIC_SEQ_CST) > 0; i++)
+        sleep_ms(10);
+    return __atomic_load_n(&s->requests, __ATOMIC_SEQ_CST);
+}
+
+static bool saw_range(const struct range_server *s, const char *range)
+{
+    for (int i = 0; i < s->requests && i < 64; i++)
+        if (strcmp(s->ranges[i], range) == 0) return true;
+    return false;
+}
+
+TEST(source_http_vectored_reads)
+{
+    static uint8_t data[100000];
+    test_fill_random(data, sizeof data, 21);
+    struct range_server server;
+    char url[128];
+    server_start(&server, data, sizeof data, url, sizeof url);
+    struct larder__source *s;
+    CHECK_EQ(larder__source_open(&s, url, NULL), 0);
+    CHECK(strcmp(s->ops->kind, "http") == 0); /* hedged inside, not wrapped */
+    uint64_t size;
+    CHECK_EQ(larder__source_size(s, &size), 0);
+    CHECK_EQ(size, sizeof data);
+    static uint8_t a[5000], b[1], c[40000];
+    struct larder__extent extents[] = {{a, 0, sizeof a}, {b, 99999, 1}, {c, 30000, sizeof c}};
+    CHECK_EQ(larder__source_readv(s, extents, 3, 0), LARDER__FROM_ORIGIN);
+    CHECK(memcmp(a, data, sizeof a) == 0);
+    CHECK(b[0] == data[99999]);
+    CHECK(memcmp(c, data + 30000, sizeof c) == 0);
+    larder__source_destroy(s);
+    CHECK_EQ(server_stop(&server), 4); /* HEAD and three range GETs */
+    CHECK(saw_range(&server, "0-4999") && saw_range(&server, "99999-99999") &&
+          saw_range(&server, "30000-69999"));
+}
+
+TEST(source_http_refuses_bad_answers)
+{
+    static uint8_t data[10000];
+    test_fill_random(data, sizeof data, 22);
+    struct range_server server;
+    char url[128];
+    struct larder__source *s;
+    char buf[1000];
+
+    /* 200 with the whole object instead of 206: refused, not believed */
+    server_start(&server, data, sizeof data, url, sizeof url);
+    server.mode = SERVE_WHOLE;
+    CHECK_EQ(larder__source_open(&s, url, NULL), 0);
+    CHECK_EQ(larder__source_read(s, buf, sizeof buf, 100, 0), LARDER_EHTTP);
+    CHECK(strstr(larder_errmsg(), "does not serve byte ranges") != NULL);
+    CHECK(strstr(larder_errmsg(), url) != NULL);
+    larder__source_destroy(s);
+    CHECK_EQ(server_stop(&server), 1); /* no retries */
+
+    /* a short body: LARDER_ETRUNCATED, the tail zeroed */
+    server_start(&server, data, sizeof data, url, sizeof url);
+    server.mode = SERVE_SHORT;
+    CHECK_EQ(larder__source_open(&s, url, NULL), 0);
+    memset(buf, 'x', sizeof buf);
+    CHECK_EQ(larder__source_read(s, buf, sizeof buf, 100, 0), LARDER_ETRUNCATED);
+    CHECK(memcmp(buf, data + 100, 500) == 0);
+    CHECK(all_bytes(buf + 500, 500, 0));
+    CHECK(strstr(larder_errmsg(), "short body") != NULL);
+    larder__source_destroy(s);
+    server_stop(&server);
+}
+
+TEST(source_http_hedges_a_stalled_range_read)
+{
+    static uint8_t data[50000];
+    test_fill_random(data, sizeof data, 23);
+    struct larder__hedge_budget *budget;
+    CHECK_EQ(larder__hedge_open_local(&budget), 0);
+    struct range_server server;
+    char url[128];
+    server_start(&server, data, sizeof data, url, sizeof url);
+    server.stall_first_ms = 2000;
+    struct larder__source *s;
+    CHECK_EQ(larder__source_http_open(&s, url, budget), 0);
+    uint64_t hedges = larder__source_hedges();
+    static uint8_t buf[20000];
+    double start = now_ms();
+    CHECK_EQ(larder__source_read(s, buf, sizeof buf, 7000, 0), LARDER__FROM_ORIGIN);
+    double took = now_ms() - start;
+    CHECK(took >= 450 && took < 1500); /* the hedge, after the cold 500 ms */
+    CHECK(memcmp(buf, data + 7000, sizeof buf) == 0);
+    CHECK_EQ(larder__source_hedges(), hedges + 1);
+    struct larder__hedge_stats st;
+    larder__hedge_stats_get(budget, &st);
+    CHECK_EQ(st.reads, 1);
+    CHECK_EQ(st.hedges, 1);
+    larder__source_destroy(s);
+    CHECK_EQ(server_stop(&server), 2); /* the read and its hedge: same range */
+    CHECK(strcmp(server.ranges[0], "7000-26999") == 0 &&
+          strcmp(server.ranges[1], "7000-26999") == 0);
     larder__hedge_close(budget);
 }
