@@ -166,6 +166,36 @@ static void *worker_main(void *arg)
 }
 
 /*
+ * A child of fork() has only the thread that forked: the workers counted
+ * idle are gone, so it starts with none (tasks queued in the parent are
+ * the parent's; their memory is left).  Taking the lock around fork keeps
+ * the queue consistent in the child.
+ */
+static void workers_before_fork(void)
+{
+    pthread_mutex_lock(&workers.lock);
+}
+
+static void workers_after_fork_parent(void)
+{
+    pthread_mutex_unlock(&workers.lock);
+}
+
+static void workers_after_fork_child(void)
+{
+    pthread_mutex_init(&workers.lock, NULL);
+    pthread_cond_init(&workers.work, NULL);
+    workers.head = workers.tail = NULL;
+    workers.queued = workers.threads = workers.idle = 0;
+}
+
+static pthread_once_t workers_once = PTHREAD_ONCE_INIT;
+static void workers_init(void)
+{
+    pthread_atfork(workers_before_fork, workers_after_fork_parent, workers_after_fork_child);
+}
+
+/*
  * Run `run(arg)` on a worker now: on an idle one, or a new one while there
  * are fewer than WORKERS_MAX.  false, and nothing runs, when neither can
  * be had: a task never waits in the queue behind stalled reads.
@@ -175,6 +205,7 @@ static bool workers_submit(void (*run)(void *), void *arg)
     struct task *t = malloc(sizeof *t);
     if (!t) return false;
     *t = (struct task){.run = run, .arg = arg};
+    pthread_once(&workers_once, workers_init);
     pthread_mutex_lock(&workers.lock);
     if (workers.queued >= workers.idle) {
         pthread_t thread;

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -390,6 +391,30 @@ TEST(source_hedge_refused_by_the_budget_sends_none)
     CHECK_EQ(larder__source_hedges(), hedges + 1);
     larder__source_destroy(s);
     larder__hedge_close(budget);
+}
+
+TEST(source_hedge_reads_in_a_forked_child)
+{
+    /* the parent's workers exist (idle) when it forks: the child has none of
+     * them and must start its own (DataLoader workers fork like this) */
+    struct fake *f = fake_new("fake", LARDER__FROM_ORIGIN, 'W');
+    struct larder__source *s;
+    CHECK_EQ(larder__source_hedge_new(&s, &f->base, NULL), 0);
+    char buf[64];
+    CHECK_EQ(larder__source_read(s, buf, sizeof buf, 0, 0), LARDER__FROM_ORIGIN);
+    CHECK(!pthread_equal(f->last_reader, pthread_self())); /* on a worker */
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        alarm(5);
+        memset(buf, 0, sizeof buf);
+        int rc = larder__source_read(s, buf, sizeof buf, 0, 0);
+        _exit(rc == LARDER__FROM_ORIGIN && all_bytes(buf, sizeof buf, 'W') ? 0 : 1);
+    }
+    int status;
+    CHECK_EQ(waitpid(child, &status, 0), child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    larder__source_destroy(s);
 }
 
 /* Counts bytes that are all 'W'; -1 at any other. */
