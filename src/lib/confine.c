@@ -2,7 +2,7 @@
  * confine.c - where an index may send larder to read (see confine.h).
  */
 #include "confine.h"
-#include "origin.h"
+#include "source.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
  * which yields sample ranges and checksums as the bytes pass.
  */
 #include "index.h"
-#include "origin.h"
+#include "source.h"
 #include "tar.h"
 
 #include <errno.h>
@@ -160,16 +160,16 @@ int larder_index_shards(const char *const *shards, size_t num_shards, const char
             rc = (int)shard;
             break;
         }
-        struct larder__origin *origin;
-        if ((rc = larder__origin_open(&origin, shards[i])) < 0) break;
+        struct larder__source *origin;
+        if ((rc = larder__source_open(&origin, shards[i], NULL)) < 0) break;
         ix.shard = (uint32_t)shard;
         ix.size = 0;
         XXH3_64bits_reset(&ix.hash);
         uint64_t before = larder__index_builder_num_samples(ix.builder);
         larder__tar_scanner_init(ix.scanner, shards[i], on_sample, on_skip, &ix);
-        rc = larder__origin_stream(origin, sink, &ix);
+        rc = larder__source_stream(origin, sink, &ix);
         if (rc == 0) rc = larder__tar_scanner_finish(ix.scanner);
-        larder__origin_close(origin);
+        larder__source_destroy(origin);
         if (rc == LARDER_EDUPKEY)
             rc = larder__fail_context(rc,
                                       "%s (a WebDataset tar keeps each key's members "

@@ -12,7 +12,7 @@
  * pieces, so it never depends on them.
  */
 #include "plan.h"
-#include "origin.h"
+#include "source.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -348,7 +348,7 @@ static int load_deny_list(larder_plan *p, const struct larder__plan_source *sour
     if (rc == 0 && o->deny_path) {
         uint8_t *text = NULL;
         uint64_t size = 0;
-        rc = larder__origin_load(o->deny_path, &text, &size);
+        rc = larder__source_load(o->deny_path, &text, &size);
         if (rc < 0)
             larder__fail_context(rc, "deny-list");
         else

@@ -68,13 +68,14 @@ struct larder__source_ops {
 /* The common head of every source; implementations embed it first. */
 struct larder__source {
     const struct larder__source_ops *ops;
-    const char *name; /* for messages: the URL or path, "peer HOST:PORT shard N", ... */
+    const char *name; /* for messages: the URL or path, "peer HOST:PORT shard N", ...;
+                         owned by the source, valid until it is destroyed */
 };
 
 /* ---- using a source -------------------------------------------------------- */
 
 LARDER_HIDDEN int larder__source_size(struct larder__source *source, uint64_t *size);
-/* One extent: a enum larder__from or a negative code. */
+/* One extent: a enum larder__from or a negative code (length 0: nothing read, FROM_ORIGIN). */
 LARDER_HIDDEN int larder__source_read(struct larder__source *source, void *buf, size_t length,
                                       uint64_t offset, unsigned flags);
 LARDER_HIDDEN int larder__source_readv(struct larder__source *source,
@@ -90,35 +91,50 @@ LARDER_HIDDEN void larder__source_destroy(struct larder__source *source);
 /*
  * The origin at `url`, by its scheme: a path or file:// URL (opened at
  * once; errors name the path), http(s):// (contacted on first use), or
- * s3://bucket/key.  Wrapped in hedging drawing on `budget` (NULL: the
- * process's budget, larder__hedge_process()).
+ * s3://bucket/key.  Hedged, drawing on `budget` (NULL: the process's
+ * budget, larder__hedge_process(), looked up at each read so a later
+ * larder__hedge_attach counts): a file through the hedge wrapper, HTTP
+ * and S3 inside their own transfers (the same policy; never both).
+ * 0, or a negative code with a message naming the URL.
  */
 LARDER_HIDDEN int larder__source_open(struct larder__source **out, const char *url,
                                       struct larder__hedge_budget *budget);
 
+/* A path or file:// URL, unhedged. */
 LARDER_HIDDEN int larder__source_file_open(struct larder__source **out, const char *path);
-LARDER_HIDDEN int larder__source_http_open(struct larder__source **out, const char *url);
-LARDER_HIDDEN int larder__source_s3_open(struct larder__source **out, const char *url);
+/* An http(s):// object, hedged with `budget` (NULL: the process's) inside its transfers. */
+LARDER_HIDDEN int larder__source_http_open(struct larder__source **out, const char *url,
+                                           struct larder__hedge_budget *budget);
+/* An s3://bucket/key object: HTTP with SigV4 (s3.h); hedged like HTTP. */
+LARDER_HIDDEN int larder__source_s3_open(struct larder__source **out, const char *url,
+                                         struct larder__hedge_budget *budget);
 /*
  * Shard `shard` of dataset (id_low, id_high) as the daemon at `endpoint`
  * serves it (the endpoint is borrowed: it must outlive the source).
- * Reads answer LARDER__FROM_PEER.
+ * Reads answer LARDER__FROM_PEER, at priority LARDER__DEMAND, or
+ * LARDER__BACKGROUND with LARDER__READ_BACKGROUND; a read while the
+ * endpoint is marked down fails at once.  A peer does not know a shard's
+ * size: size and stream fail with LARDER_EUNSUPPORTED (a chain takes
+ * those from its last link).
  */
 LARDER_HIDDEN int larder__source_peer_new(struct larder__source **out,
                                           struct larder__endpoint *endpoint, uint64_t id_low,
                                           uint64_t id_high, uint32_t shard);
 /*
  * Try `links` in order (the chain owns them from now on, even when this
- * fails): a link that fails is skipped for `down_ms` and the next one
- * read; LARDER__READ_ORIGIN_ONLY skips every link that is not the last.
- * The size is the last link's.
+ * fails): a link that fails is logged (once) and skipped for `down_ms`,
+ * and the next one read; the last is never skipped.
+ * LARDER__READ_ORIGIN_ONLY reads only the last link.  The size, the
+ * stream and the name are the last link's.
  */
 LARDER_HIDDEN int larder__source_chain_new(struct larder__source **out,
                                            struct larder__source *const *links, size_t count,
                                            int down_ms);
 /*
  * Hedge reads of `inner` (owned from now on, even when this fails) with
- * the budget `budget` (NULL: the process's).
+ * the budget `budget` (NULL: the process's): source_hedge.c says how.
+ * Destroying the wrapper while a losing attempt is still reading is
+ * safe: `inner` is destroyed when that attempt ends.
  */
 LARDER_HIDDEN int larder__source_hedge_new(struct larder__source **out,
                                            struct larder__source *inner,

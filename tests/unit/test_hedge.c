@@ -10,7 +10,7 @@
  */
 #include "larder_pack.h"
 #include "hedge.h"
-#include "origin.h"
+#include "source.h"
 #include "sys.h"
 #include "test.h"
 
@@ -442,26 +442,26 @@ TEST(hedge_origin_reads_draw_on_the_node_budget)
     CHECK_EQ(larder__hedge_open_file(&node, test_path("cache/hedge-budget")), 0);
     CHECK_EQ(drain(node), SPARE);
     count_reads(node, 20);
-    struct larder__origin *o;
-    CHECK_EQ(larder__origin_open(&o, test_path("origin.bin")), 0);
+    struct larder__source *o;
+    CHECK_EQ(larder__source_open(&o, test_path("origin.bin"), NULL), 0);
     real_pread = larder__sys.pread;
     larder__sys.pread = slow_pread;
-    uint64_t hedges = larder__origin_hedges();
+    uint64_t hedges = larder__source_hedges();
     char buf[4096];
     /* the first slow read takes the last hedge; the second is refused one */
-    CHECK_EQ(larder__origin_read(o, buf, sizeof buf, 100), 0);
+    CHECK_EQ(larder__source_read(o, buf, sizeof buf, 100, 0), LARDER__FROM_ORIGIN);
     CHECK(memcmp(buf, data + 100, sizeof buf) == 0);
-    CHECK_EQ(larder__origin_hedges(), hedges + 1);
-    CHECK_EQ(larder__origin_read(o, buf, sizeof buf, 2000), 0);
+    CHECK_EQ(larder__source_hedges(), hedges + 1);
+    CHECK_EQ(larder__source_read(o, buf, sizeof buf, 2000, 0), LARDER__FROM_ORIGIN);
     CHECK(memcmp(buf, data + 2000, sizeof buf) == 0);
-    CHECK_EQ(larder__origin_hedges(), hedges + 1);
+    CHECK_EQ(larder__source_hedges(), hedges + 1);
     /* pread stays slow: a losing attempt may still be on its way in (this
      * test's process ends with it) */
     struct larder__hedge_stats s = stats_of(node);
     CHECK_EQ(s.reads, 20 + 2); /* both reads were counted on the node */
     CHECK_EQ(s.hedges, SPARE + 1);
     CHECK_EQ(s.credit, 2);
-    larder__origin_close(o);
+    larder__source_destroy(o);
     larder__hedge_close(node);
 }
 

@@ -6,7 +6,7 @@
  * loopback listener.  tests/cli/s3.sh runs the whole path against a
  * real S3-compatible server that verifies signatures.
  */
-#include "origin.h"
+#include "source.h"
 #include "s3.h"
 #include "test.h"
 
@@ -715,13 +715,14 @@ TEST(s3_origin_requests)
     setenv("LARDER_S3_ENDPOINT", endpoint, 1);
 
     CHECK(larder__is_remote("s3://bucket/set/index.larder"));
-    struct larder__origin *o;
-    CHECK_EQ(larder__origin_open(&o, "s3://bucket/set/shard 1.tar"), 0);
-    CHECK(strcmp(larder__origin_url(o), "s3://bucket/set/shard 1.tar") == 0);
+    struct larder__source *o;
+    CHECK_EQ(larder__source_open(&o, "s3://bucket/set/shard 1.tar", NULL), 0);
+    CHECK(strcmp(o->name, "s3://bucket/set/shard 1.tar") == 0);
+    CHECK(strcmp(o->ops->kind, "s3") == 0);
     char buf[6];
-    CHECK_EQ(larder__origin_read(o, buf, 6, 4), 0);
+    CHECK_EQ(larder__source_read(o, buf, 6, 4, 0), LARDER__FROM_ORIGIN);
     CHECK(memcmp(buf, "abcdef", 6) == 0);
-    larder__origin_close(o);
+    larder__source_destroy(o);
     CHECK_EQ(capture_stop(&c), 1);
     const char *request = c.requests[0];
     CHECK(strncmp(request, "GET /bucket/set/shard%201.tar HTTP/1.1\r\n", 40) == 0);
@@ -737,14 +738,14 @@ TEST(s3_origin_requests)
     capture_start(&c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", c.port);
     setenv("LARDER_S3_ENDPOINT", endpoint, 1);
-    CHECK_EQ(larder__origin_open(&o, "s3://bucket/set/a.tar"), 0);
-    CHECK_EQ(larder__origin_read(o, buf, 6, 4), -EACCES);
+    CHECK_EQ(larder__source_open(&o, "s3://bucket/set/a.tar", NULL), 0);
+    CHECK_EQ(larder__source_read(o, buf, 6, 4, 0), -EACCES);
     CHECK(strstr(larder_errmsg(), "s3://bucket/set/a.tar: HTTP status 403") != NULL);
-    larder__origin_close(o);
+    larder__source_destroy(o);
     CHECK_EQ(capture_stop(&c), 1);
 
     /* a bad s3:// URL fails at open, naming it */
-    CHECK_EQ(larder__origin_open(&o, "s3://bucket/"), LARDER_EUSAGE);
+    CHECK_EQ(larder__source_open(&o, "s3://bucket/", NULL), LARDER_EUSAGE);
     CHECK(strstr(larder_errmsg(), "s3://bucket/") != NULL);
 }
 

@@ -1,0 +1,33 @@
+/*
+ * source_http.h - the hook an HTTP-based source (S3) uses to make the HTTP
+ * source sign its requests.  Private to source_http.c and source_s3.c.
+ */
+#ifndef LARDER_SOURCE_HTTP_H
+#define LARDER_SOURCE_HTTP_H
+
+#include "source.h"
+
+#include <curl/curl.h>
+
+/* How requests to the object are made and signed. */
+struct larder__http_signer {
+    const char *kind;        /* the source's kind, e.g. "s3" */
+    const char *request_url; /* the http(s) URL asked for; valid until release */
+    /* Decorate a handle for one request, after curl_easy_reset and the URL. */
+    void (*apply)(void *context, CURL *curl);
+    /* Free the context (when the source is destroyed, or its creation fails). */
+    void (*release)(void *context);
+    void *context;
+};
+
+/*
+ * An HTTP source for the object named `url` in messages, requests made as
+ * `signer` says (NULL: plain requests for `url` itself), hedged with
+ * `budget` (NULL: the process's).  The source owns the signer's context
+ * from now on, even when this fails.  0, or -ENOMEM.
+ */
+LARDER_HIDDEN int larder__source_http_new(struct larder__source **out, const char *url,
+                                          const struct larder__http_signer *signer,
+                                          struct larder__hedge_budget *budget);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * source_peer.c - one shard of a dataset as a peer daemon (the shard's
+ * owner) serves it from its cache, over the endpoint's pooled connections
+ * (endpoint.h).  Reads answer LARDER__FROM_PEER.  A peer does not tell a
+ * shard's size: size() fails with LARDER_EUNSUPPORTED, and so does a
+ * stream (made of reads up to the size); a chain asks its last link, the
+ * origin, for those.  A peer the endpoint has marked down is not asked:
+ * the read fails at once, so a chain goes on to the next link.
+ */
+#include "endpoint.h"
+#include "pool.h"
+#include "source.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct peer_source {
+    struct larder__source base;
+    struct larder__endpoint *endpoint; /* borrowed */
+    uint64_t id_low, id_high;
+    uint32_t shard;
+    char name[160]; /* "peer HOST:PORT shard N" */
+};
+
+static int peer_size(struct larder__source *source, uint64_t *size)
+{
+    (void)size;
+    return larder__fail(LARDER_EUNSUPPORTED, "%s: a peer does not tell a shard's size",
+                        source->name);
+}
+
+static int peer_read(struct larder__source *source, const struct larder__extent *extents,
+                     size_t count, unsigned flags)
+{
+    struct peer_source *p = (struct peer_source *)source;
+    int priority = flags & LARDER__READ_BACKGROUND ? LARDER__BACKGROUND : LARDER__DEMAND;
+    if (larder__endpoint_down(p->endpoint))
+        return larder__fail(-EHOSTUNREACH, "%s: down (failed recently), not asked", p->name);
+    for (size_t i = 0; i < count; i++) {
+        const struct larder__extent *e = &extents[i];
+        if (e->length == 0) continue;
+        int rc = larder__endpoint_read(p->endpoint, p->id_low, p->id_high, p->shard, priority,
+                                       e->offset, e->length, e->buf);
+        if (rc < 0) return larder__fail_context(rc, "%s", p->name);
+    }
+    return LARDER__FROM_PEER;
+}
+
+static void peer_destroy(struct larder__source *source)
+{
+    free(source);
+}
+
+static const struct larder__source_ops peer_ops = {
+    .kind = "peer",
+    .size = peer_size,
+    .read = peer_read,
+    .stream = NULL,
+    .destroy = peer_destroy,
+};
+
+int larder__source_peer_new(struct larder__source **out, struct larder__endpoint *endpoint,
+                            uint64_t id_low, uint64_t id_high, uint32_t shard)
+{
+    struct peer_source *p = calloc(1, sizeof *p);
+    if (!p) return -ENOMEM;
+    p->base.ops = &peer_ops;
+    p->base.name = p->name;
+    p->endpoint = endpoint;
+    p->id_low = id_low;
+    p->id_high = id_high;
+    p->shard = shard;
+    snprintf(p->name, sizeof p->name, "peer %s shard %u", larder__endpoint_address(endpoint),
+             shard);
+    *out = &p->base;
+    return 0;
+}
