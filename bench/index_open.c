@@ -268,7 +268,7 @@ static int child_lookups(const char *path, uint64_t lookups, int runs)
     if (map == MAP_FAILED) die("mmap", -errno);
     close(fd);
     const uint8_t *records =
-        map + LARDER_INDEX_HEADER_SIZE + info.num_shards * LARDER_INDEX_SHARD_SIZE;
+        map + LARDER__INDEX_HEADER_SIZE + info.num_shards * LARDER__INDEX_SHARD_SIZE;
 
     /* Touch: `lookups` random ids by id and as many by key, checked. */
     uint64_t rng = 1234, sum = 0;
@@ -313,7 +313,7 @@ static int child_lookups(const char *path, uint64_t lookups, int runs)
         double t2 = now_seconds();
         for (uint64_t i = 0; i < lookups; i++) {
             uint64_t length;
-            memcpy(&length, records + ids[i] * LARDER_INDEX_SAMPLE_SIZE + 8, 8);
+            memcpy(&length, records + ids[i] * LARDER__INDEX_SAMPLE_SIZE + 8, 8);
             sum += length;
         }
         double t3 = now_seconds();

@@ -200,11 +200,12 @@ static void take_answers(struct connection *c)
 {
     struct output *o;
     while ((o = connection_take_output(c))) {
-        if (o->length >= LARDER_WIRE_HEADER && o->bytes[5] <= LARDER__PROVE) answers[o->bytes[5]]++;
+        if (o->length >= LARDER__WIRE_HEADER && o->bytes[5] <= LARDER__PROVE)
+            answers[o->bytes[5]]++;
         struct larder__error_frame error;
-        if (debug && o->length >= LARDER_WIRE_HEADER && o->bytes[5] == LARDER__ERROR &&
-            larder__wire_error(o->bytes + LARDER_WIRE_HEADER,
-                               (uint32_t)(o->length - LARDER_WIRE_HEADER), &error) == 0)
+        if (debug && o->length >= LARDER__WIRE_HEADER && o->bytes[5] == LARDER__ERROR &&
+            larder__wire_error(o->bytes + LARDER__WIRE_HEADER,
+                               (uint32_t)(o->length - LARDER__WIRE_HEADER), &error) == 0)
             fprintf(stderr, "fuzz_daemon: ERROR %d %.*s\n", error.code, (int)error.message_length,
                     error.message);
         free(o);
@@ -228,23 +229,23 @@ static void feed(struct connection *c, const uint8_t *data, size_t size)
         }
         struct larder__frame f;
         int rc = larder__wire_header(data + at, size - at, &f);
-        if (rc < 0 || LARDER_WIRE_HEADER + (size_t)f.length > sizeof c->in) return;
-        if (size - at < LARDER_WIRE_HEADER + f.length) return;
+        if (rc < 0 || LARDER__WIRE_HEADER + (size_t)f.length > sizeof c->in) return;
+        if (size - at < LARDER__WIRE_HEADER + f.length) return;
         uint8_t *payload = malloc(f.length ? f.length : 1);
         if (!payload) return;
-        memcpy(payload, data + at + LARDER_WIRE_HEADER, f.length);
+        memcpy(payload, data + at + LARDER__WIRE_HEADER, f.length);
         /* the fuzzer cannot compute an HMAC over the daemon's fresh nonce:
          * a PROVE whose proof starts with a zero byte gets the right one,
          * so that what a proven peer may do is reached too */
         const char *key = c->daemon->secret;
-        if (f.type == LARDER__PROVE && f.length == LARDER_WIRE_PROOF && payload[0] == 0 && key)
+        if (f.type == LARDER__PROVE && f.length == LARDER__WIRE_PROOF && payload[0] == 0 && key)
             larder__auth_proof(key, strlen(key), LARDER__AUTH_CLIENT_LABEL, c->server_nonce,
                                c->client_nonce, payload);
         c->last_active_ms = now_ms();
         bool ok = handle(c, &f, payload);
         free(payload);
         if (!ok) return;
-        at += LARDER_WIRE_HEADER + f.length;
+        at += LARDER__WIRE_HEADER + f.length;
     }
 }
 

@@ -15,7 +15,7 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
     while (at < size) {
         struct larder__frame frame;
         if (larder__wire_header(data + at, size - at, &frame) < 0) break;
-        at += LARDER_WIRE_HEADER;
+        at += LARDER__WIRE_HEADER;
         if (frame.length > size - at) break;
         const uint8_t *p = data + at;
         struct larder__hello hello;

@@ -272,7 +272,7 @@ static int load_members(struct larderd *d)
 {
     const struct larderd_config *config = &d->config;
     const char *port = config->listen_address ? strrchr(config->listen_address, ':') : NULL;
-    int default_port = port ? atoi(port + 1) : LARDER_DEFAULT_PORT;
+    int default_port = port ? atoi(port + 1) : LARDER__DEFAULT_PORT;
     int rc = 0;
     if (config->peers) rc = larder__members_parse_list(&d->members, config->peers, default_port);
     if (rc == 0 && config->hostfile) {

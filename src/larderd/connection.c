@@ -58,7 +58,7 @@ void enqueue(struct connection *c, const void *bytes, size_t length)
 
 void send_error(struct connection *c, uint64_t request, int code, const char *message)
 {
-    uint8_t frame[LARDER_WIRE_HEADER + 4 + LARDER_WIRE_MAX_MESSAGE];
+    uint8_t frame[LARDER__WIRE_HEADER + 4 + LARDER__WIRE_MAX_MESSAGE];
     int n = larder__wire_encode_error(frame, sizeof frame, request, code, message);
     if (n > 0) enqueue(c, frame, (size_t)n);
 }

@@ -30,11 +30,11 @@ static int owner_then_origin(void *context, uint32_t shard, struct larder__sourc
     struct larder__endpoint *peer = e->members ? e->members[owner] : NULL;
     struct larder__source *links[2] = {NULL, origin};
     if (owner == d->self || !peer ||
-        larder__source_peer_new(&links[0], peer, e->id_low, e->id_high, shard) < 0) {
+        larder__source_peer_open(&links[0], peer, e->id_low, e->id_high, shard) < 0) {
         *out = origin; /* this node's shard (or no memory for the peer): the origin alone */
         return 0;
     }
-    return larder__source_chain_new(out, links, 2, OWNER_DOWN_MS);
+    return larder__source_chain_open(out, links, 2, OWNER_DOWN_MS);
 }
 
 /* The entry at url, with its slot; NULL: not open.  Call with d->lock held. */

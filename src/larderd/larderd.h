@@ -42,7 +42,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define IN_CAPACITY (LARDER_WIRE_HEADER + LARDER_WIRE_MAX_URL + 64)
+#define IN_CAPACITY (LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL + 64)
 #define MAX_DATASETS 64                /* a connection's opened datasets are a 64-bit mask */
 #define PARTIAL_FRAME_TIMEOUT_MS 10000 /* a frame begun and not finished this long */
 #define CLOSING_TIMEOUT_MS 5000        /* a refused client that does not take its ERROR */
@@ -73,7 +73,7 @@ struct connection {
     bool paused;            /* over its memory budget: not read until it drains */
     bool dropped;           /* closed; freed after the current batch of events */
     uid_t uid;              /* a local client's, from SO_PEERCRED */
-    uint8_t client_nonce[LARDER_WIRE_NONCE], server_nonce[LARDER_WIRE_NONCE];
+    uint8_t client_nonce[LARDER__WIRE_NONCE], server_nonce[LARDER__WIRE_NONCE];
     uint64_t opened; /* bit i: datasets[i] was opened on this connection */
     uint8_t in[IN_CAPACITY];
     size_t in_used;

@@ -156,19 +156,19 @@ bool process_input(struct connection *c)
         struct larder__frame f;
         int rc = larder__wire_header(c->in + at, c->in_used - at, &f);
         if (rc == LARDER_ETRUNCATED) break;
-        if (rc < 0 || LARDER_WIRE_HEADER + (size_t)f.length > sizeof c->in) {
+        if (rc < 0 || LARDER__WIRE_HEADER + (size_t)f.length > sizeof c->in) {
             say("malformed frame from a client (%s): closing",
                 rc < 0 ? larder_errmsg() : "a frame no client sends");
             ok = false;
             break;
         }
-        if (c->in_used - at < LARDER_WIRE_HEADER + f.length) break;
+        if (c->in_used - at < LARDER__WIRE_HEADER + f.length) break;
         c->last_active_ms = now_ms();
-        if (!handle(c, &f, c->in + at + LARDER_WIRE_HEADER)) {
+        if (!handle(c, &f, c->in + at + LARDER__WIRE_HEADER)) {
             ok = false;
             break;
         }
-        at += LARDER_WIRE_HEADER + f.length;
+        at += LARDER__WIRE_HEADER + f.length;
     }
     memmove(c->in, c->in + at, c->in_used - at);
     c->in_used -= at;

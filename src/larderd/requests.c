@@ -73,10 +73,10 @@ static void read_job(void *arg)
     int staged = larder__dataset_stage_range(job->entry->dataset, job->read.shard, job->read.offset,
                                              job->read.length, &file);
     if (staged == 0) { /* in the cache: send it from there with sendfile */
-        struct output *o = output_new(LARDER_WIRE_HEADER);
+        struct output *o = output_new(LARDER__WIRE_HEADER);
         if (o) {
-            larder__wire_encode_header(o->bytes, LARDER_WIRE_HEADER, LARDER__DATA, (uint32_t)length,
-                                       job->request);
+            larder__wire_encode_header(o->bytes, LARDER__WIRE_HEADER, LARDER__DATA,
+                                       (uint32_t)length, job->request);
             o->file = file;
             o->file_offset = (off_t)job->read.offset;
             o->file_length = length;
@@ -96,13 +96,13 @@ static void read_job(void *arg)
      * what such answers hold at once is bounded node-wide, until each is
      * sent (or its connection dropped) */
     uncached_take(job->connection->daemon, length);
-    struct output *o = output_new(LARDER_WIRE_HEADER + length);
+    struct output *o = output_new(LARDER__WIRE_HEADER + length);
     int rc = o ? 0 : -ENOMEM;
     if (rc == 0)
         rc = larder__dataset_read_range(job->entry->dataset, job->read.shard, job->read.offset,
-                                        job->read.length, o->bytes + LARDER_WIRE_HEADER);
+                                        job->read.length, o->bytes + LARDER__WIRE_HEADER);
     if (rc == 0) {
-        larder__wire_encode_header(o->bytes, LARDER_WIRE_HEADER, LARDER__DATA, (uint32_t)length,
+        larder__wire_encode_header(o->bytes, LARDER__WIRE_HEADER, LARDER__DATA, (uint32_t)length,
                                    job->request);
         o->uncached = length; /* given back when the output is freed */
         enqueue_output(job->connection, o);
@@ -118,9 +118,9 @@ static void stats_frame(struct connection *c, uint64_t request)
 {
     struct larderd *d = c->daemon;
     size_t capacity = 64 * 1024, used = 0;
-    char *text = malloc(LARDER_WIRE_HEADER + capacity);
+    char *text = malloc(LARDER__WIRE_HEADER + capacity);
     if (!text) return;
-    char *p = text + LARDER_WIRE_HEADER;
+    char *p = text + LARDER__WIRE_HEADER;
     used += (size_t)snprintf(p, capacity, "{\"self\": \"%s\", \"members\": %zu, \"datasets\": [",
                              d->self_name ? d->self_name : "", d->members.count);
     pthread_mutex_lock(&d->lock);
@@ -142,9 +142,9 @@ static void stats_frame(struct connection *c, uint64_t request)
     }
     pthread_mutex_unlock(&d->lock);
     used += (size_t)snprintf(p + used, capacity - used, "]}");
-    larder__wire_encode_header((uint8_t *)text, LARDER_WIRE_HEADER, LARDER__STATS, (uint32_t)used,
+    larder__wire_encode_header((uint8_t *)text, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
                                request);
-    enqueue(c, text, LARDER_WIRE_HEADER + used);
+    enqueue(c, text, LARDER__WIRE_HEADER + used);
     free(text);
 }
 
@@ -164,7 +164,7 @@ static bool hello(struct connection *c, const struct larder__frame *f, const uin
     }
     c->greeted = true;
     c->peer = peer;
-    memcpy(c->client_nonce, h.nonce, LARDER_WIRE_NONCE);
+    memcpy(c->client_nonce, h.nonce, LARDER__WIRE_NONCE);
     const char *name = d->self_name ? d->self_name : "local";
     struct larder__welcome w = {
         .auth = LARDER__AUTH_NONE, .name_length = (uint32_t)strlen(name), .name = name};
@@ -177,11 +177,11 @@ static bool hello(struct connection *c, const struct larder__frame *f, const uin
             refuse(c, f->request, -EAGAIN, "no nonce or proof: try again");
             return true;
         }
-        memcpy(w.nonce, c->server_nonce, LARDER_WIRE_NONCE);
+        memcpy(w.nonce, c->server_nonce, LARDER__WIRE_NONCE);
     } else if (larder__auth_nonce(w.nonce) < 0) {
         memset(w.nonce, 0, sizeof w.nonce); /* nothing depends on it without a secret */
     }
-    uint8_t frame[LARDER_WIRE_HEADER + 88 + LARDER_WIRE_MAX_NAME];
+    uint8_t frame[LARDER__WIRE_HEADER + 88 + LARDER__WIRE_MAX_NAME];
     int n = larder__wire_encode_welcome(frame, sizeof frame, f->request, &w);
     if (n > 0) enqueue(c, frame, (size_t)n);
     return true;
@@ -194,7 +194,7 @@ static bool prove(struct connection *c, const struct larder__frame *f, const uin
     struct larder__prove p;
     if (!c->peer || !secret || c->proven || larder__wire_prove(payload, f->length, &p) < 0)
         return false;
-    uint8_t expected[LARDER_WIRE_PROOF];
+    uint8_t expected[LARDER__WIRE_PROOF];
     if (larder__auth_proof(secret, strlen(secret), LARDER__AUTH_CLIENT_LABEL, c->server_nonce,
                            c->client_nonce, expected) < 0 ||
         !larder__auth_equal(expected, p.proof)) {
@@ -224,7 +224,7 @@ static int may_open(const struct connection *c)
 static bool open_request(struct connection *c, const struct larder__frame *f,
                          const uint8_t *payload)
 {
-    char url[LARDER_WIRE_MAX_URL + 1];
+    char url[LARDER__WIRE_MAX_URL + 1];
     memcpy(url, payload, f->length);
     url[f->length] = '\0';
     if (f->length == 0 || strlen(url) != f->length) return false;
@@ -241,7 +241,7 @@ static bool open_request(struct connection *c, const struct larder__frame *f,
     struct larder__opened opened = {.id_low = e->id_low,
                                     .id_high = e->id_high,
                                     .num_shards = larder__dataset_num_shards(e->dataset)};
-    uint8_t frame[LARDER_WIRE_HEADER + 20];
+    uint8_t frame[LARDER__WIRE_HEADER + 20];
     int n = larder__wire_encode_opened(frame, sizeof frame, f->request, &opened);
     if (n > 0) enqueue(c, frame, (size_t)n);
     return true;

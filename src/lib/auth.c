@@ -10,11 +10,11 @@
 #include <openssl/hmac.h>
 #include <sys/random.h>
 
-int larder__auth_nonce(uint8_t out[LARDER_WIRE_NONCE])
+int larder__auth_nonce(uint8_t out[LARDER__WIRE_NONCE])
 {
     size_t got = 0;
-    while (got < LARDER_WIRE_NONCE) {
-        ssize_t n = getrandom(out + got, LARDER_WIRE_NONCE - got, 0);
+    while (got < LARDER__WIRE_NONCE) {
+        ssize_t n = getrandom(out + got, LARDER__WIRE_NONCE - got, 0);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return -errno;
         got += (size_t)n;
@@ -33,20 +33,20 @@ int larder__hmac_sha256(const void *key, size_t key_length, const void *data, si
 }
 
 int larder__auth_proof(const char *secret, size_t secret_length, const char *label,
-                       const uint8_t first[LARDER_WIRE_NONCE],
-                       const uint8_t second[LARDER_WIRE_NONCE], uint8_t out[LARDER_WIRE_PROOF])
+                       const uint8_t first[LARDER__WIRE_NONCE],
+                       const uint8_t second[LARDER__WIRE_NONCE], uint8_t out[LARDER__WIRE_PROOF])
 {
-    uint8_t message[32 + 2 * LARDER_WIRE_NONCE];
+    uint8_t message[32 + 2 * LARDER__WIRE_NONCE];
     size_t label_length = strlen(label);
     if (label_length > 32) return -EINVAL;
     memcpy(message, label, label_length);
-    memcpy(message + label_length, first, LARDER_WIRE_NONCE);
-    memcpy(message + label_length + LARDER_WIRE_NONCE, second, LARDER_WIRE_NONCE);
-    return larder__hmac_sha256(secret, secret_length, message, label_length + 2 * LARDER_WIRE_NONCE,
-                               out);
+    memcpy(message + label_length, first, LARDER__WIRE_NONCE);
+    memcpy(message + label_length + LARDER__WIRE_NONCE, second, LARDER__WIRE_NONCE);
+    return larder__hmac_sha256(secret, secret_length, message,
+                               label_length + 2 * LARDER__WIRE_NONCE, out);
 }
 
-bool larder__auth_equal(const uint8_t a[LARDER_WIRE_PROOF], const uint8_t b[LARDER_WIRE_PROOF])
+bool larder__auth_equal(const uint8_t a[LARDER__WIRE_PROOF], const uint8_t b[LARDER__WIRE_PROOF])
 {
-    return CRYPTO_memcmp(a, b, LARDER_WIRE_PROOF) == 0;
+    return CRYPTO_memcmp(a, b, LARDER__WIRE_PROOF) == 0;
 }

@@ -16,12 +16,12 @@
 #define LARDER__AUTH_SERVER_LABEL "larder server"
 #define LARDER__AUTH_CLIENT_LABEL "larder client"
 
-/* Fill out with LARDER_WIRE_NONCE random bytes.  0, or -errno. */
-LARDER_HIDDEN int larder__auth_nonce(uint8_t out[LARDER_WIRE_NONCE]);
+/* Fill out with LARDER__WIRE_NONCE random bytes.  0, or -errno. */
+LARDER__HIDDEN int larder__auth_nonce(uint8_t out[LARDER__WIRE_NONCE]);
 
 /* HMAC-SHA256 of data under key into out (32 bytes).  0, or -ENOMEM. */
-LARDER_HIDDEN int larder__hmac_sha256(const void *key, size_t key_length, const void *data,
-                                      size_t data_length, uint8_t out[32]);
+LARDER__HIDDEN int larder__hmac_sha256(const void *key, size_t key_length, const void *data,
+                                       size_t data_length, uint8_t out[32]);
 
 /*
  * A handshake proof: HMAC-SHA256(secret, label | first | second), label
@@ -29,13 +29,13 @@ LARDER_HIDDEN int larder__hmac_sha256(const void *key, size_t key_length, const 
  * server nonce), the client with (CLIENT_LABEL, server nonce, client
  * nonce).  0, or -ENOMEM.
  */
-LARDER_HIDDEN int larder__auth_proof(const char *secret, size_t secret_length, const char *label,
-                                     const uint8_t first[LARDER_WIRE_NONCE],
-                                     const uint8_t second[LARDER_WIRE_NONCE],
-                                     uint8_t out[LARDER_WIRE_PROOF]);
+LARDER__HIDDEN int larder__auth_proof(const char *secret, size_t secret_length, const char *label,
+                                      const uint8_t first[LARDER__WIRE_NONCE],
+                                      const uint8_t second[LARDER__WIRE_NONCE],
+                                      uint8_t out[LARDER__WIRE_PROOF]);
 
 /* Whether two proofs are equal, in time that does not depend on where they differ. */
-LARDER_HIDDEN bool larder__auth_equal(const uint8_t a[LARDER_WIRE_PROOF],
-                                      const uint8_t b[LARDER_WIRE_PROOF]);
+LARDER__HIDDEN bool larder__auth_equal(const uint8_t a[LARDER__WIRE_PROOF],
+                                       const uint8_t b[LARDER__WIRE_PROOF]);
 
 #endif

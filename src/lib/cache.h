@@ -62,58 +62,58 @@ struct larder__cache_counters {
  * directory made with another block size (LARDER_EUSAGE, message says
  * both) or for another dataset.
  */
-LARDER_HIDDEN int larder__cache_open(struct larder__cache **out, const char *dir,
-                                     const struct larder__index *ix, uint32_t block_size,
-                                     uint64_t capacity, uint64_t borrow_capacity);
-LARDER_HIDDEN void larder__cache_close(struct larder__cache *cache);
-LARDER_HIDDEN uint32_t larder__cache_block_size(const struct larder__cache *cache);
+LARDER__HIDDEN int larder__cache_open(struct larder__cache **out, const char *dir,
+                                      const struct larder__index *ix, uint32_t block_size,
+                                      uint64_t capacity, uint64_t borrow_capacity);
+LARDER__HIDDEN void larder__cache_close(struct larder__cache *cache);
+LARDER__HIDDEN uint32_t larder__cache_block_size(const struct larder__cache *cache);
 
 /* Blocks [first, last] of `shard` covering bytes [offset, offset + length). */
-LARDER_HIDDEN void larder__cache_blocks(const struct larder__cache *cache, uint64_t offset,
-                                        uint64_t length, uint64_t *first, uint64_t *last);
+LARDER__HIDDEN void larder__cache_blocks(const struct larder__cache *cache, uint64_t offset,
+                                         uint64_t length, uint64_t *first, uint64_t *last);
 /* Whether all blocks [first, last] of `shard` are resident and trusted
  * (none suspect): their bytes may be served as they are. */
-LARDER_HIDDEN bool larder__cache_resident(const struct larder__cache *cache, uint32_t shard,
-                                          uint64_t first, uint64_t last);
+LARDER__HIDDEN bool larder__cache_resident(const struct larder__cache *cache, uint32_t shard,
+                                           uint64_t first, uint64_t last);
 /* Whether all blocks [first, last] are in the data file, trusted or not
  * (a fill may read suspect blocks, and checks them). */
-LARDER_HIDDEN bool larder__cache_present(const struct larder__cache *cache, uint32_t shard,
-                                         uint64_t first, uint64_t last);
+LARDER__HIDDEN bool larder__cache_present(const struct larder__cache *cache, uint32_t shard,
+                                          uint64_t first, uint64_t last);
 /* Trust suspect blocks a fill has checked.  Call with the fill lock held. */
-LARDER_HIDDEN void larder__cache_trust(struct larder__cache *cache, uint32_t shard, uint64_t first,
-                                       uint64_t last);
+LARDER__HIDDEN void larder__cache_trust(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                        uint64_t last);
 /*
  * The cache's generation: it changes whenever bytes a reader trusted may
  * have changed under it (an eviction, damage found, a repair).  Readers
  * that skip the checksum of a sample they verified before do so only
  * while the generation they verified it in still holds.
  */
-LARDER_HIDDEN uint64_t larder__cache_generation(const struct larder__cache *cache);
+LARDER__HIDDEN uint64_t larder__cache_generation(const struct larder__cache *cache);
 
 /* Read bytes of a shard from its data file.  0, or a negative code
  * (LARDER_ETRUNCATED when the file is shorter: it was cut underneath). */
-LARDER_HIDDEN int larder__cache_pread(struct larder__cache *cache, uint32_t shard, void *buf,
-                                      size_t length, uint64_t offset);
+LARDER__HIDDEN int larder__cache_pread(struct larder__cache *cache, uint32_t shard, void *buf,
+                                       size_t length, uint64_t offset);
 /* Whether this cache may evict blocks (the node's capacity, or this opener's borrowed share). */
-LARDER_HIDDEN bool larder__cache_evicts(const struct larder__cache *cache);
+LARDER__HIDDEN bool larder__cache_evicts(const struct larder__cache *cache);
 /* The data file of a shard (opened on first use; valid until the cache closes). */
-LARDER_HIDDEN int larder__cache_data_fd(struct larder__cache *cache, uint32_t shard);
+LARDER__HIDDEN int larder__cache_data_fd(struct larder__cache *cache, uint32_t shard);
 /* Mark blocks as read (for eviction). */
-LARDER_HIDDEN void larder__cache_touch(struct larder__cache *cache, uint32_t shard, uint64_t first,
-                                       uint64_t last);
+LARDER__HIDDEN void larder__cache_touch(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                        uint64_t last);
 
 /*
  * Take the fill lock of blocks [first, last] of `shard`, waiting for any
  * other filler.  Returns a lock handle (>= 0) for larder__cache_unlock,
  * or a negative code.
  */
-LARDER_HIDDEN int larder__cache_lock(struct larder__cache *cache, uint32_t shard, uint64_t first,
-                                     uint64_t last);
-LARDER_HIDDEN void larder__cache_unlock(struct larder__cache *cache, int lock);
+LARDER__HIDDEN int larder__cache_lock(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                      uint64_t last);
+LARDER__HIDDEN void larder__cache_unlock(struct larder__cache *cache, int lock);
 /* Add blocks [first, last] to a fill lock if no one holds them now; false
  * (and nothing added) when someone does.  Never waits. */
-LARDER_HIDDEN bool larder__cache_try_lock(struct larder__cache *cache, int lock, uint32_t shard,
-                                          uint64_t first, uint64_t last);
+LARDER__HIDDEN bool larder__cache_try_lock(struct larder__cache *cache, int lock, uint32_t shard,
+                                           uint64_t first, uint64_t last);
 
 /*
  * Store `data`, the bytes of blocks [first, last] of `shard` (the last
@@ -125,31 +125,32 @@ LARDER_HIDDEN bool larder__cache_try_lock(struct larder__cache *cache, int lock,
  * -ENOSPC/-EDQUOT/-EIO when the disk refuses, in which case nothing is marked and the caller serves
  * the bytes uncached.
  */
-LARDER_HIDDEN int larder__cache_store(struct larder__cache *cache, uint32_t shard, uint64_t first,
-                                      uint64_t last, const void *data, bool borrowed, bool checked);
+LARDER__HIDDEN int larder__cache_store(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                       uint64_t last, const void *data, bool borrowed,
+                                       bool checked);
 /* Evict down to the limits again (stores do it as they go, but cannot evict
  * what their own fill lock covers): call after releasing a fill lock. */
-LARDER_HIDDEN void larder__cache_trim(struct larder__cache *cache);
+LARDER__HIDDEN void larder__cache_trim(struct larder__cache *cache);
 /* Mark blocks absent (their bytes proved wrong).  Call with the fill lock held. */
-LARDER_HIDDEN void larder__cache_forget(struct larder__cache *cache, uint32_t shard, uint64_t first,
-                                        uint64_t last);
+LARDER__HIDDEN void larder__cache_forget(struct larder__cache *cache, uint32_t shard,
+                                         uint64_t first, uint64_t last);
 
 /* Shard offset of a block, and bytes in blocks [first, last] (short at the shard's end). */
-LARDER_HIDDEN uint64_t larder__cache_block_offset(const struct larder__cache *cache,
-                                                  uint64_t block);
-LARDER_HIDDEN uint64_t larder__cache_span(const struct larder__cache *cache, uint32_t shard,
-                                          uint64_t first, uint64_t last);
+LARDER__HIDDEN uint64_t larder__cache_block_offset(const struct larder__cache *cache,
+                                                   uint64_t block);
+LARDER__HIDDEN uint64_t larder__cache_span(const struct larder__cache *cache, uint32_t shard,
+                                           uint64_t first, uint64_t last);
 
 /* Copy counters into public statistics (the rest of *stats is left alone). */
-LARDER_HIDDEN void larder__counters_copy(const struct larder__cache_counters *counters,
-                                         larder_stats *stats);
+LARDER__HIDDEN void larder__counters_copy(const struct larder__cache_counters *counters,
+                                          larder_stats *stats);
 
 /* The node-wide statistics of this cache (counters, usage). */
-LARDER_HIDDEN void larder__cache_stats(const struct larder__cache *cache, larder_stats *stats);
+LARDER__HIDDEN void larder__cache_stats(const struct larder__cache *cache, larder_stats *stats);
 
 /* The shared counters (live, updated atomically). */
-LARDER_HIDDEN struct larder__cache_counters *larder__cache_counters(struct larder__cache *cache);
-LARDER_HIDDEN void larder__cache_count(uint64_t *counter, uint64_t amount);
-LARDER_HIDDEN void larder__cache_record_fill(struct larder__cache *cache, uint64_t microseconds);
+LARDER__HIDDEN struct larder__cache_counters *larder__cache_counters(struct larder__cache *cache);
+LARDER__HIDDEN void larder__cache_count(uint64_t *counter, uint64_t amount);
+LARDER__HIDDEN void larder__cache_record_fill(struct larder__cache *cache, uint64_t microseconds);
 
 #endif

@@ -40,8 +40,8 @@ int larder__members_add(struct larder__members *m, const char *name, size_t leng
     }
     for (size_t i = 0; i < m->count; i++)
         if (strcmp(m->names[i], full) == 0) return 0;
-    if (m->count == LARDER_MAX_MEMBERS)
-        return larder__fail(LARDER_EUSAGE, "more than %d members", LARDER_MAX_MEMBERS);
+    if (m->count == LARDER__MAX_MEMBERS)
+        return larder__fail(LARDER_EUSAGE, "more than %d members", LARDER__MAX_MEMBERS);
     char **names = realloc(m->names, (m->count + 1) * sizeof *names);
     if (!names) return -ENOMEM;
     m->names = names;
@@ -115,7 +115,7 @@ static int expand_item(struct larder__members *m, const char *item, size_t lengt
         if (dash == p)
             return larder__fail(LARDER_EUSAGE, "hostlist '%.*s': bad range", (int)length, item);
         if (*dash == '-') high = strtoul(dash + 1, &dash, 10);
-        if (dash != range_end || high < low || high - low >= LARDER_MAX_MEMBERS)
+        if (dash != range_end || high < low || high - low >= LARDER__MAX_MEMBERS)
             return larder__fail(LARDER_EUSAGE, "hostlist '%.*s': bad range", (int)length, item);
         for (unsigned long n = low; n <= high; n++) {
             char name[300];

@@ -14,8 +14,8 @@
 
 #include "common.h"
 
-#define LARDER_MAX_MEMBERS 65536
-#define LARDER_DEFAULT_PORT 7461
+#define LARDER__MAX_MEMBERS 65536
+#define LARDER__DEFAULT_PORT 7461
 
 struct larder__members {
     size_t count;
@@ -25,22 +25,22 @@ struct larder__members {
 
 /* A zeroed struct is an empty list, owned by the caller: _clear frees what it
  * holds and leaves it empty again (not _free: the struct is not freed). */
-LARDER_HIDDEN void larder__members_clear(struct larder__members *members);
+LARDER__HIDDEN void larder__members_clear(struct larder__members *members);
 /* Add "host" or "host:port" (default_port when absent); duplicates are ignored. */
-LARDER_HIDDEN int larder__members_add(struct larder__members *members, const char *name,
-                                      size_t length, int default_port);
+LARDER__HIDDEN int larder__members_add(struct larder__members *members, const char *name,
+                                       size_t length, int default_port);
 /* "a:1,b,c:3" (commas or whitespace). */
-LARDER_HIDDEN int larder__members_parse_list(struct larder__members *members, const char *text,
-                                             int default_port);
-/* One member a line; '#' starts a comment; blank lines ignored.  Errors name the line. */
-LARDER_HIDDEN int larder__members_parse_hostfile(struct larder__members *members, const char *text,
-                                                 size_t length, int default_port);
-/* A Slurm hostlist ("n[1-3,5],m[01-02]-ib,x"), expanded in order. */
-LARDER_HIDDEN int larder__members_parse_slurm(struct larder__members *members, const char *hostlist,
+LARDER__HIDDEN int larder__members_parse_list(struct larder__members *members, const char *text,
                                               int default_port);
+/* One member a line; '#' starts a comment; blank lines ignored.  Errors name the line. */
+LARDER__HIDDEN int larder__members_parse_hostfile(struct larder__members *members, const char *text,
+                                                  size_t length, int default_port);
+/* A Slurm hostlist ("n[1-3,5],m[01-02]-ib,x"), expanded in order. */
+LARDER__HIDDEN int larder__members_parse_slurm(struct larder__members *members,
+                                               const char *hostlist, int default_port);
 
 /* The owner (an index into members) of shard `shard` of the dataset `id`. */
-LARDER_HIDDEN size_t larder__owner(const struct larder__members *members, uint64_t id_low,
-                                   uint64_t id_high, uint32_t shard);
+LARDER__HIDDEN size_t larder__owner(const struct larder__members *members, uint64_t id_low,
+                                    uint64_t id_high, uint32_t shard);
 
 #endif

@@ -14,15 +14,15 @@
 #include <stdint.h>
 #include <string.h>
 
-#define LARDER_HIDDEN __attribute__((visibility("hidden")))
-#define LARDER_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#define LARDER__HIDDEN __attribute__((visibility("hidden")))
+#define LARDER__PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
 
 /* Record a detailed message for larder_errmsg() and return `code`. */
-LARDER_HIDDEN int larder__fail(int code, const char *fmt, ...) LARDER_PRINTF(2, 3);
+LARDER__HIDDEN int larder__fail(int code, const char *fmt, ...) LARDER__PRINTF(2, 3);
 /* Prefix the current detail with "prefix: " (for callers adding context). */
-LARDER_HIDDEN int larder__fail_context(int code, const char *fmt, ...) LARDER_PRINTF(2, 3);
+LARDER__HIDDEN int larder__fail_context(int code, const char *fmt, ...) LARDER__PRINTF(2, 3);
 
-LARDER_HIDDEN void larder__log(int level, const char *fmt, ...) LARDER_PRINTF(2, 3);
+LARDER__HIDDEN void larder__log(int level, const char *fmt, ...) LARDER__PRINTF(2, 3);
 
 static inline uint16_t larder__le16(const void *p)
 {
@@ -66,9 +66,9 @@ static inline bool larder__mul_ok(uint64_t a, uint64_t b, uint64_t *out)
 }
 
 /* util.c.  Growable array helper: ensure room for `need` elements of `size`. */
-LARDER_HIDDEN int larder__reserve(void **items, size_t *capacity, size_t need, size_t size);
+LARDER__HIDDEN int larder__reserve(void **items, size_t *capacity, size_t need, size_t size);
 
 /* xxh3-128 as 32 lowercase hex digits plus NUL. */
-LARDER_HIDDEN void larder__hex128(uint64_t high, uint64_t low, char out[33]);
+LARDER__HIDDEN void larder__hex128(uint64_t high, uint64_t low, char out[33]);
 
 #endif

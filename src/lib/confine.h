@@ -26,8 +26,8 @@
  * the network must not be local.  Returns 0, LARDER_EBADINDEX naming the
  * shard and what is wrong with its name, or -ENOMEM.
  */
-LARDER_HIDDEN int larder__shard_location(const struct larder__index *ix, const char *index_url,
-                                         uint64_t shard, bool trust, char **out);
+LARDER__HIDDEN int larder__shard_location(const struct larder__index *ix, const char *index_url,
+                                          uint64_t shard, bool trust, char **out);
 
 /*
  * Whether `location` (a path, file:// or network URL) lies under one of
@@ -36,7 +36,7 @@ LARDER_HIDDEN int larder__shard_location(const struct larder__index *ix, const c
  * links).  Returns 0, or LARDER_EDENIED with a message naming it.
  * `what` names the location in the message ("index", "shard 3").
  */
-LARDER_HIDDEN int larder__allowed(const char *location, const char *const *prefixes,
-                                  const char *what);
+LARDER__HIDDEN int larder__allowed(const char *location, const char *const *prefixes,
+                                   const char *what);
 
 #endif

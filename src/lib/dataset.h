@@ -12,21 +12,21 @@ struct larder__index;
 struct larder__pool;
 
 /* The dataset's parsed index and its read engine. */
-LARDER_HIDDEN const struct larder__index *larder__dataset_index(const larder_dataset *dataset);
-LARDER_HIDDEN struct larder__fill *larder__dataset_fill(larder_dataset *dataset);
+LARDER__HIDDEN const struct larder__index *larder__dataset_index(const larder_dataset *dataset);
+LARDER__HIDDEN struct larder__fill *larder__dataset_fill(larder_dataset *dataset);
 
 /* Whether the dataset reads through a node cache. */
-LARDER_HIDDEN bool larder__dataset_cached(const larder_dataset *dataset);
+LARDER__HIDDEN bool larder__dataset_cached(const larder_dataset *dataset);
 /* Whether all blocks of sample `id` are in the cache (false without one). */
-LARDER_HIDDEN bool larder__dataset_staged(const larder_dataset *dataset, uint64_t id);
+LARDER__HIDDEN bool larder__dataset_staged(const larder_dataset *dataset, uint64_t id);
 /* Bring sample `id` into the cache, checked, without handing it to anyone. */
-LARDER_HIDDEN int larder__dataset_stage(larder_dataset *dataset, uint64_t id);
+LARDER__HIDDEN int larder__dataset_stage(larder_dataset *dataset, uint64_t id);
 /* The dataset's worker pool, made on first use. */
-LARDER_HIDDEN int larder__dataset_pool_get(larder_dataset *dataset, struct larder__pool **pool);
+LARDER__HIDDEN int larder__dataset_pool_get(larder_dataset *dataset, struct larder__pool **pool);
 /* The pool larder__dataset_pool_get made. */
-LARDER_HIDDEN struct larder__pool *larder__dataset_pool(larder_dataset *dataset);
+LARDER__HIDDEN struct larder__pool *larder__dataset_pool(larder_dataset *dataset);
 /* Origin requests in flight the dataset allows (its pool's size). */
-LARDER_HIDDEN int larder__dataset_inflight(const larder_dataset *dataset);
+LARDER__HIDDEN int larder__dataset_inflight(const larder_dataset *dataset);
 
 /* ---- for the node daemon ------------------------------------------------- */
 
@@ -40,12 +40,13 @@ struct larder__source;
 typedef int (*larder__wrap_source_fn)(void *context, uint32_t shard, struct larder__source *origin,
                                       struct larder__source **out);
 /* Set before the first read. */
-LARDER_HIDDEN void larder__dataset_set_source_wrapper(larder_dataset *dataset,
-                                                      larder__wrap_source_fn wrap, void *context);
+LARDER__HIDDEN void larder__dataset_set_source_wrapper(larder_dataset *dataset,
+                                                       larder__wrap_source_fn wrap, void *context);
 /* The dataset's id and shard geometry, for checking requests. */
-LARDER_HIDDEN void larder__dataset_id(const larder_dataset *dataset, uint64_t *low, uint64_t *high);
-LARDER_HIDDEN uint32_t larder__dataset_num_shards(const larder_dataset *dataset);
-LARDER_HIDDEN uint64_t larder__dataset_shard_size(const larder_dataset *dataset, uint32_t shard);
+LARDER__HIDDEN void larder__dataset_id(const larder_dataset *dataset, uint64_t *low,
+                                       uint64_t *high);
+LARDER__HIDDEN uint32_t larder__dataset_num_shards(const larder_dataset *dataset);
+LARDER__HIDDEN uint64_t larder__dataset_shard_size(const larder_dataset *dataset, uint32_t shard);
 /*
  * Bytes [offset, offset + length) of a shard, through the cache when there
  * is one: the blocks covering them are staged (from peers or the origin,
@@ -55,8 +56,8 @@ LARDER_HIDDEN uint64_t larder__dataset_shard_size(const larder_dataset *dataset,
  * have nothing to check).  A range cutting into a sample of more than
  * 256 MiB around it is refused (LARDER_EUNSUPPORTED).
  */
-LARDER_HIDDEN int larder__dataset_read_range(larder_dataset *dataset, uint32_t shard,
-                                             uint64_t offset, uint64_t length, void *buf);
+LARDER__HIDDEN int larder__dataset_read_range(larder_dataset *dataset, uint32_t shard,
+                                              uint64_t offset, uint64_t length, void *buf);
 /*
  * Stage the same range in the cache without copying it out, for sending
  * straight from the data file: 0 and the file's descriptor in *fd (valid
@@ -66,7 +67,7 @@ LARDER_HIDDEN int larder__dataset_read_range(larder_dataset *dataset, uint32_t s
  * cache, a cache that evicts, a full disk: use larder__dataset_read_range);
  * or a negative code.
  */
-LARDER_HIDDEN int larder__dataset_stage_range(larder_dataset *dataset, uint32_t shard,
-                                              uint64_t offset, uint64_t length, int *fd);
+LARDER__HIDDEN int larder__dataset_stage_range(larder_dataset *dataset, uint32_t shard,
+                                               uint64_t offset, uint64_t length, int *fd);
 
 #endif

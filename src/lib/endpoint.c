@@ -155,7 +155,7 @@ static int recv_all(int fd, void *buf, size_t length)
  * -errno) with *answered false when the connection ended before any byte
  * of the answer, with *answered true when it ended inside the header.
  */
-static int recv_header(int fd, uint8_t header[LARDER_WIRE_HEADER], int timeout_ms, bool *answered)
+static int recv_header(int fd, uint8_t header[LARDER__WIRE_HEADER], int timeout_ms, bool *answered)
 {
     *answered = false;
     struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -170,19 +170,19 @@ static int recv_header(int fd, uint8_t header[LARDER_WIRE_HEADER], int timeout_m
     }
     ssize_t n;
     do
-        n = recv(fd, header, LARDER_WIRE_HEADER, 0);
+        n = recv(fd, header, LARDER__WIRE_HEADER, 0);
     while (n < 0 && errno == EINTR);
     if (n < 0) return -(errno == EAGAIN ? ETIMEDOUT : errno);
     if (n == 0) return -ECONNRESET;
     *answered = true;
-    return recv_all(fd, header + n, LARDER_WIRE_HEADER - (size_t)n);
+    return recv_all(fd, header + n, LARDER__WIRE_HEADER - (size_t)n);
 }
 
 /* One frame: header into *frame, payload (up to capacity) into payload.  0 or a negative code. */
 static int recv_frame(int fd, struct larder__frame *frame, void *payload, size_t capacity,
                       int timeout_ms)
 {
-    uint8_t header[LARDER_WIRE_HEADER];
+    uint8_t header[LARDER__WIRE_HEADER];
     bool answered;
     int rc = recv_header(fd, header, timeout_ms, &answered);
     if (rc < 0) return rc;
@@ -262,12 +262,12 @@ static int greet(struct larder__endpoint *e, int fd)
     struct larder__hello hello = {.role = e->role};
     int rc = larder__auth_nonce(hello.nonce);
     if (rc < 0) return larder__fail(rc, "no random nonce: %s", strerror(-rc));
-    uint8_t buf[LARDER_WIRE_HEADER + 8 + LARDER_WIRE_NONCE];
+    uint8_t buf[LARDER__WIRE_HEADER + 8 + LARDER__WIRE_NONCE];
     int n = larder__wire_encode_hello(buf, sizeof buf, 0, &hello);
     if (n < 0) return n;
     if ((rc = send_all(fd, buf, (size_t)n)) < 0) return rc;
     struct larder__frame frame;
-    uint8_t answer[LARDER_WIRE_MAX_MESSAGE + 300];
+    uint8_t answer[LARDER__WIRE_MAX_MESSAGE + 300];
     if ((rc = recv_frame(fd, &frame, answer, sizeof answer, e->timeout_ms)) < 0) return rc;
     if (frame.type == LARDER__ERROR) return error_answer(e, answer, frame.length);
     if (frame.type != LARDER__WELCOME)
@@ -289,7 +289,7 @@ static int greet(struct larder__endpoint *e, int fd)
                             "larder daemon at %s asks for the cluster secret, and none is set "
                             "here",
                             e->address);
-    uint8_t expected[LARDER_WIRE_PROOF];
+    uint8_t expected[LARDER__WIRE_PROOF];
     size_t secret_length = strlen(e->token);
     rc = larder__auth_proof(e->token, secret_length, LARDER__AUTH_SERVER_LABEL, hello.nonce,
                             welcome.nonce, expected);
@@ -302,7 +302,7 @@ static int greet(struct larder__endpoint *e, int fd)
     rc = larder__auth_proof(e->token, secret_length, LARDER__AUTH_CLIENT_LABEL, welcome.nonce,
                             hello.nonce, prove.proof);
     if (rc < 0) return rc;
-    uint8_t frame_bytes[LARDER_WIRE_HEADER + LARDER_WIRE_PROOF];
+    uint8_t frame_bytes[LARDER__WIRE_HEADER + LARDER__WIRE_PROOF];
     n = larder__wire_encode_prove(frame_bytes, sizeof frame_bytes, 0, &prove);
     return n < 0 ? n : send_all(fd, frame_bytes, (size_t)n);
 }
@@ -314,9 +314,9 @@ static int connect_endpoint(struct larder__endpoint *e)
     if (fd < 0) return larder__fail(fd, "larder daemon at %s: %s", e->address, strerror(-fd));
     int rc = greet(e, fd);
     if (rc == 0 && e->index_url) {
-        uint8_t buf[LARDER_WIRE_HEADER + LARDER_WIRE_MAX_URL];
+        uint8_t buf[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL];
         struct larder__frame frame;
-        uint8_t answer[LARDER_WIRE_MAX_MESSAGE + 300];
+        uint8_t answer[LARDER__WIRE_MAX_MESSAGE + 300];
         int n = larder__wire_encode_open(buf, sizeof buf, 1, e->index_url);
         rc = n < 0 ? n : send_all(fd, buf, (size_t)n);
         int timeout = e->timeout_ms > OPEN_TIMEOUT_MS ? e->timeout_ms : OPEN_TIMEOUT_MS;
@@ -358,10 +358,10 @@ static int take_idle(struct larder__endpoint *e)
 static int read_on(struct larder__endpoint *e, int fd, const struct larder__read *read, void *buf,
                    bool *connection_fault, bool *unanswered)
 {
-    uint8_t request[LARDER_WIRE_HEADER + 40];
+    uint8_t request[LARDER__WIRE_HEADER + 40];
     int n = larder__wire_encode_read(request, sizeof request, 2, read);
     int rc = n < 0 ? n : send_all(fd, request, (size_t)n);
-    uint8_t header[LARDER_WIRE_HEADER];
+    uint8_t header[LARDER__WIRE_HEADER];
     struct larder__frame frame;
     bool answered = false;
     if (rc == 0) rc = recv_header(fd, header, e->timeout_ms, &answered);
@@ -372,8 +372,8 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
     if (frame.type == LARDER__DATA && frame.length == read->length) {
         rc = recv_all(fd, buf, (size_t)read->length);
         *connection_fault = rc < 0;
-    } else if (frame.type == LARDER__ERROR && frame.length <= 4 + LARDER_WIRE_MAX_MESSAGE) {
-        uint8_t payload[4 + LARDER_WIRE_MAX_MESSAGE];
+    } else if (frame.type == LARDER__ERROR && frame.length <= 4 + LARDER__WIRE_MAX_MESSAGE) {
+        uint8_t payload[4 + LARDER__WIRE_MAX_MESSAGE];
         rc = recv_all(fd, payload, frame.length);
         *connection_fault = rc < 0;
         if (rc == 0) {
@@ -433,13 +433,13 @@ int larder__endpoint_stats(struct larder__endpoint *e, char **json)
 {
     int fd = connect_endpoint(e);
     if (fd < 0) return fd;
-    uint8_t request[LARDER_WIRE_HEADER];
+    uint8_t request[LARDER__WIRE_HEADER];
     larder__wire_encode_header(request, sizeof request, LARDER__STAT, 0, 3);
     int rc = send_all(fd, request, sizeof request);
     struct larder__frame frame;
-    char *text = malloc(LARDER_WIRE_MAX_STATS + 1);
+    char *text = malloc(LARDER__WIRE_MAX_STATS + 1);
     if (!text) rc = -ENOMEM;
-    if (rc == 0) rc = recv_frame(fd, &frame, text, LARDER_WIRE_MAX_STATS, e->timeout_ms);
+    if (rc == 0) rc = recv_frame(fd, &frame, text, LARDER__WIRE_MAX_STATS, e->timeout_ms);
     if (rc == 0 && frame.type != LARDER__STATS)
         rc = larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: answer type %u to STAT",
                           e->address, frame.type);

@@ -23,13 +23,13 @@ struct larder__endpoint;
  * 0 takes LARDER_DAEMON_TIMEOUT_MS from the environment (default 1000),
  * which is what readers of a node daemon use.  0, or -ENOMEM.
  */
-LARDER_HIDDEN int larder__endpoint_new(struct larder__endpoint **out, const char *address,
-                                       enum larder__role role, const char *token,
-                                       const char *index_url, int timeout_ms);
-LARDER_HIDDEN void larder__endpoint_free(struct larder__endpoint *endpoint);
-LARDER_HIDDEN const char *larder__endpoint_address(const struct larder__endpoint *endpoint);
+LARDER__HIDDEN int larder__endpoint_new(struct larder__endpoint **out, const char *address,
+                                        enum larder__role role, const char *token,
+                                        const char *index_url, int timeout_ms);
+LARDER__HIDDEN void larder__endpoint_free(struct larder__endpoint *endpoint);
+LARDER__HIDDEN const char *larder__endpoint_address(const struct larder__endpoint *endpoint);
 /* Whether the endpoint failed recently (and is left alone for a while). */
-LARDER_HIDDEN bool larder__endpoint_down(struct larder__endpoint *endpoint);
+LARDER__HIDDEN bool larder__endpoint_down(struct larder__endpoint *endpoint);
 
 /*
  * Read bytes [offset, offset + length) of a shard of dataset (id_low,
@@ -39,11 +39,11 @@ LARDER_HIDDEN bool larder__endpoint_down(struct larder__endpoint *endpoint);
  * closed before any byte of the answer is not a failure: the request is
  * sent once more on a fresh connection.
  */
-LARDER_HIDDEN int larder__endpoint_read(struct larder__endpoint *endpoint, uint64_t id_low,
-                                        uint64_t id_high, uint32_t shard, int priority,
-                                        uint64_t offset, uint64_t length, void *buf);
+LARDER__HIDDEN int larder__endpoint_read(struct larder__endpoint *endpoint, uint64_t id_low,
+                                         uint64_t id_high, uint32_t shard, int priority,
+                                         uint64_t offset, uint64_t length, void *buf);
 
 /* The daemon's statistics as JSON text (malloc'd; the caller frees it). */
-LARDER_HIDDEN int larder__endpoint_stats(struct larder__endpoint *endpoint, char **json);
+LARDER__HIDDEN int larder__endpoint_stats(struct larder__endpoint *endpoint, char **json);
 
 #endif

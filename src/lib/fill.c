@@ -74,7 +74,7 @@ void larder__fill_free(struct larder__fill *f)
     larder__pool_free(f->pool);
     if (f->sources)
         for (uint64_t i = 0; i < f->ix->num_shards; i++)
-            larder__source_destroy(f->sources[i]);
+            larder__source_close(f->sources[i]);
     free(f->sources);
     larder__shard_map_free(f->map);
     free(f->verified);
@@ -308,7 +308,7 @@ static int shard_map(struct larder__fill *f, struct larder__shard_map **out)
     pthread_mutex_lock(&f->lock);
     int rc = f->map_error;
     if (!f->map && rc == 0) {
-        rc = larder__shard_map_build(&map, f->ix);
+        rc = larder__shard_map_new(&map, f->ix);
         if (rc == 0)
             __atomic_store_n(&f->map, map, __ATOMIC_RELEASE);
         else if (rc != -ENOMEM) { /* a bad index stays bad: say why on every fill */

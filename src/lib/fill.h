@@ -44,44 +44,44 @@ struct larder__fill_config {
     void *context;
 };
 
-LARDER_HIDDEN int larder__fill_new(struct larder__fill **out, const struct larder__fill_config *c);
+LARDER__HIDDEN int larder__fill_new(struct larder__fill **out, const struct larder__fill_config *c);
 /* Accepts NULL.  Destroys the shard sources; leaves the cache alone. */
-LARDER_HIDDEN void larder__fill_free(struct larder__fill *fill);
+LARDER__HIDDEN void larder__fill_free(struct larder__fill *fill);
 
 /*
  * Sample `id` (its record `s`, from larder__index_sample_range) whole
  * into buf, which holds s->length bytes: from the cache when resident,
  * else through a fill.  0 or a negative code naming the sample.
  */
-LARDER_HIDDEN int larder__fill_sample(struct larder__fill *fill, const struct larder__sample *s,
-                                      uint64_t id, void *buf);
+LARDER__HIDDEN int larder__fill_sample(struct larder__fill *fill, const struct larder__sample *s,
+                                       uint64_t id, void *buf);
 /* Bytes [offset, offset + length) of sample `id` straight from its
  * shard's source, unchecked (a field read without a cache or checks). */
-LARDER_HIDDEN int larder__fill_direct(struct larder__fill *fill, const struct larder__sample *s,
-                                      uint64_t id, void *buf, uint64_t offset, uint64_t length);
+LARDER__HIDDEN int larder__fill_direct(struct larder__fill *fill, const struct larder__sample *s,
+                                       uint64_t id, void *buf, uint64_t offset, uint64_t length);
 /* Bytes [offset, offset + length) of `shard`, every sample they belong to
  * checked (see larder__dataset_read_range). */
-LARDER_HIDDEN int larder__fill_range(struct larder__fill *fill, uint32_t shard, uint64_t offset,
-                                     uint64_t length, void *buf);
+LARDER__HIDDEN int larder__fill_range(struct larder__fill *fill, uint32_t shard, uint64_t offset,
+                                      uint64_t length, void *buf);
 /* Stage the range for a zero-copy send (see larder__dataset_stage_range). */
-LARDER_HIDDEN int larder__fill_stage_range(struct larder__fill *fill, uint32_t shard,
-                                           uint64_t offset, uint64_t length, int *fd);
+LARDER__HIDDEN int larder__fill_stage_range(struct larder__fill *fill, uint32_t shard,
+                                            uint64_t offset, uint64_t length, int *fd);
 /* Whether every block of sample `id` is in the cache (false without one). */
-LARDER_HIDDEN bool larder__fill_staged(const struct larder__fill *fill, uint64_t id);
+LARDER__HIDDEN bool larder__fill_staged(const struct larder__fill *fill, uint64_t id);
 /* Bring sample `id` into the cache, checked (nothing without a cache). */
-LARDER_HIDDEN int larder__fill_stage(struct larder__fill *fill, uint64_t id);
+LARDER__HIDDEN int larder__fill_stage(struct larder__fill *fill, uint64_t id);
 
 /* 0 when buf holds sample `id`'s bytes; else LARDER_ECHECKSUM naming it. */
-LARDER_HIDDEN int larder__fill_check(const struct larder__fill *fill,
-                                     const struct larder__sample *s, uint64_t id, const void *buf);
+LARDER__HIDDEN int larder__fill_check(const struct larder__fill *fill,
+                                      const struct larder__sample *s, uint64_t id, const void *buf);
 /* The source of a shard, opened on first use (valid while the engine lives). */
-LARDER_HIDDEN int larder__fill_source(struct larder__fill *fill, uint32_t shard,
-                                      struct larder__source **out);
+LARDER__HIDDEN int larder__fill_source(struct larder__fill *fill, uint32_t shard,
+                                       struct larder__source **out);
 /* The engine's worker pool, made on first use. */
-LARDER_HIDDEN int larder__fill_pool(struct larder__fill *fill, struct larder__pool **out);
+LARDER__HIDDEN int larder__fill_pool(struct larder__fill *fill, struct larder__pool **out);
 /* Requests in flight the engine allows (its pool's size). */
-LARDER_HIDDEN int larder__fill_inflight(const struct larder__fill *fill);
+LARDER__HIDDEN int larder__fill_inflight(const struct larder__fill *fill);
 /* The counters reads are counted in: the cache's (node-wide), or the engine's own. */
-LARDER_HIDDEN struct larder__cache_counters *larder__fill_counters(struct larder__fill *fill);
+LARDER__HIDDEN struct larder__cache_counters *larder__fill_counters(struct larder__fill *fill);
 
 #endif

@@ -58,7 +58,7 @@ struct larder__hedge_stats {
  * A budget of this process alone, full.  Returns 0 or -ENOMEM.  Free it
  * with larder__hedge_close.
  */
-LARDER_HIDDEN int larder__hedge_open_local(struct larder__hedge_budget **out);
+LARDER__HIDDEN int larder__hedge_open_local(struct larder__hedge_budget **out);
 /*
  * Map the budget file at `path`, creating it (full, 0640) if absent.
  * Returns 0; a negative errno when the file cannot be opened, created or
@@ -66,25 +66,25 @@ LARDER_HIDDEN int larder__hedge_open_local(struct larder__hedge_budget **out);
  * file of this version and rule (damaged, cut short, another version).
  * The mapping stays valid until larder__hedge_close.
  */
-LARDER_HIDDEN int larder__hedge_open_file(struct larder__hedge_budget **out, const char *path);
+LARDER__HIDDEN int larder__hedge_open_file(struct larder__hedge_budget **out, const char *path);
 /* Unmap or free a budget; accepts NULL.  Nobody may be using it. */
-LARDER_HIDDEN void larder__hedge_close(struct larder__hedge_budget *budget);
+LARDER__HIDDEN void larder__hedge_close(struct larder__hedge_budget *budget);
 
 /* Count a read that might be hedged (adds credit up to the cap). */
-LARDER_HIDDEN void larder__hedge_count_read(struct larder__hedge_budget *budget);
+LARDER__HIDDEN void larder__hedge_count_read(struct larder__hedge_budget *budget);
 /*
  * Ask for one hedge: true, and the hedge is counted, when the budget
  * allows it; false when it does not (counted as refused).
  */
-LARDER_HIDDEN bool larder__hedge_take(struct larder__hedge_budget *budget);
+LARDER__HIDDEN bool larder__hedge_take(struct larder__hedge_budget *budget);
 /*
  * Give back a hedge that was granted but never sent (no memory, no
  * connection): its credit returns, within the cap.
  */
-LARDER_HIDDEN void larder__hedge_refund(struct larder__hedge_budget *budget);
+LARDER__HIDDEN void larder__hedge_refund(struct larder__hedge_budget *budget);
 /* The budget's totals and credit now. */
-LARDER_HIDDEN void larder__hedge_stats_get(const struct larder__hedge_budget *budget,
-                                           struct larder__hedge_stats *stats);
+LARDER__HIDDEN void larder__hedge_stats_get(const struct larder__hedge_budget *budget,
+                                            struct larder__hedge_stats *stats);
 
 /* ---- the budget of this process ------------------------------------------ */
 
@@ -93,7 +93,7 @@ LARDER_HIDDEN void larder__hedge_stats_get(const struct larder__hedge_budget *bu
  * larder__hedge_attach succeeded, else one of the process's own.  Never
  * NULL; valid for the life of the process.
  */
-LARDER_HIDDEN struct larder__hedge_budget *larder__hedge_process(void);
+LARDER__HIDDEN struct larder__hedge_budget *larder__hedge_process(void);
 /*
  * Share the node's budget in `cache_dir` (its LARDER__HEDGE_FILE) from
  * now on.  The first directory attached stays for the life of the process
@@ -102,6 +102,6 @@ LARDER_HIDDEN struct larder__hedge_budget *larder__hedge_process(void);
  * case the process keeps its own budget (and a warning is logged): a
  * dataset opens either way.
  */
-LARDER_HIDDEN int larder__hedge_attach(const char *cache_dir);
+LARDER__HIDDEN int larder__hedge_attach(const char *cache_dir);
 
 #endif

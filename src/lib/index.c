@@ -33,7 +33,7 @@ enum {
     H_FILE_SIZE = 88,
     H_BLOCK_SIZE = 96,
     H_FLAGS = 100,
-    H_BASE = 104, /* version 2, with LARDER_INDEX_FLAG_BASE: string reference */
+    H_BASE = 104, /* version 2, with LARDER__INDEX_FLAG_BASE: string reference */
     H_RESERVED = 112,
     H_CHECKSUM = 120,
 };
@@ -72,14 +72,14 @@ static bool compute_layout(uint64_t num_shards, uint64_t num_samples, uint64_t n
                            struct layout *l)
 {
     uint64_t bytes;
-    l->shards = LARDER_INDEX_HEADER_SIZE;
-    if (!larder__mul_ok(num_shards, LARDER_INDEX_SHARD_SIZE, &bytes) ||
+    l->shards = LARDER__INDEX_HEADER_SIZE;
+    if (!larder__mul_ok(num_shards, LARDER__INDEX_SHARD_SIZE, &bytes) ||
         !larder__add_ok(l->shards, bytes, &l->samples))
         return false;
-    if (!larder__mul_ok(num_samples, LARDER_INDEX_SAMPLE_SIZE, &bytes) ||
+    if (!larder__mul_ok(num_samples, LARDER__INDEX_SAMPLE_SIZE, &bytes) ||
         !larder__add_ok(l->samples, bytes, &l->fields))
         return false;
-    if (!larder__mul_ok(num_fields, LARDER_INDEX_FIELD_SIZE, &bytes) ||
+    if (!larder__mul_ok(num_fields, LARDER__INDEX_FIELD_SIZE, &bytes) ||
         !larder__add_ok(l->fields, bytes, &l->dims))
         return false;
     if (!larder__mul_ok(num_dims, 8, &bytes) || !larder__add_ok(l->dims, bytes, &l->key_slots))
@@ -93,7 +93,7 @@ static bool compute_layout(uint64_t num_shards, uint64_t num_samples, uint64_t n
 /* The content hash: xxh3-128 of the image with the id and header checksum zeroed. */
 static XXH128_hash_t content_hash(const uint8_t *image, uint64_t size)
 {
-    uint8_t header[LARDER_INDEX_HEADER_SIZE];
+    uint8_t header[LARDER__INDEX_HEADER_SIZE];
     memcpy(header, image, sizeof header);
     memset(header + H_ID, 0, 16);
     memset(header + H_CHECKSUM, 0, 8);
@@ -125,21 +125,21 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
     const uint8_t *h = image;
     memset(ix, 0, sizeof *ix);
     ix->name = name;
-    if (size < LARDER_INDEX_HEADER_SIZE)
+    if (size < LARDER__INDEX_HEADER_SIZE)
         return larder__fail(LARDER_EBADINDEX, "%s: %llu bytes, too short for an index header", name,
                             (unsigned long long)size);
-    if (memcmp(h + H_MAGIC, LARDER_INDEX_MAGIC, 8) != 0)
+    if (memcmp(h + H_MAGIC, LARDER__INDEX_MAGIC, 8) != 0)
         return larder__fail(LARDER_EBADINDEX, "%s: bad magic at offset 0: not a larder index",
                             name);
     ix->version = larder__le32(h + H_VERSION);
-    if (ix->version < 1 || ix->version > LARDER_INDEX_VERSION)
+    if (ix->version < 1 || ix->version > LARDER__INDEX_VERSION)
         return larder__fail(LARDER_EVERSION,
                             "%s: index format version %u at offset %d; this build reads 1 to %d",
-                            name, ix->version, H_VERSION, LARDER_INDEX_VERSION);
-    if (larder__le32(h + H_HEADER_SIZE) != LARDER_INDEX_HEADER_SIZE)
+                            name, ix->version, H_VERSION, LARDER__INDEX_VERSION);
+    if (larder__le32(h + H_HEADER_SIZE) != LARDER__INDEX_HEADER_SIZE)
         return larder__fail(LARDER_EBADINDEX, "%s: header size %u at offset %d, expected %d", name,
                             larder__le32(h + H_HEADER_SIZE), H_HEADER_SIZE,
-                            LARDER_INDEX_HEADER_SIZE);
+                            LARDER__INDEX_HEADER_SIZE);
     if (XXH3_64bits(h, H_CHECKSUM) != larder__le64(h + H_CHECKSUM))
         return larder__fail(LARDER_EBADINDEX, "%s: header checksum mismatch (bytes 0-%d)", name,
                             H_CHECKSUM - 1);
@@ -173,13 +173,13 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
                             "%s: key table of %llu slots for %llu samples (offset %d)", name,
                             (unsigned long long)ix->num_key_slots,
                             (unsigned long long)ix->num_samples, H_NUM_KEY_SLOTS);
-    if (ix->block_size < LARDER_MIN_BLOCK_SIZE || ix->block_size > LARDER_MAX_BLOCK_SIZE ||
+    if (ix->block_size < LARDER__MIN_BLOCK_SIZE || ix->block_size > LARDER__MAX_BLOCK_SIZE ||
         ix->block_size & (ix->block_size - 1))
         return larder__fail(
             LARDER_EBADINDEX, "%s: block size %u is not a power of two from %u to %u (offset %d)",
-            name, ix->block_size, LARDER_MIN_BLOCK_SIZE, LARDER_MAX_BLOCK_SIZE, H_BLOCK_SIZE);
+            name, ix->block_size, LARDER__MIN_BLOCK_SIZE, LARDER__MAX_BLOCK_SIZE, H_BLOCK_SIZE);
     uint32_t flags = larder__le32(h + H_FLAGS);
-    uint32_t known_flags = ix->version >= 2 ? LARDER_INDEX_FLAG_BASE : 0;
+    uint32_t known_flags = ix->version >= 2 ? LARDER__INDEX_FLAG_BASE : 0;
     if (flags & ~known_flags)
         return larder__fail(LARDER_EBADINDEX, "%s: unknown flags %#x at offset %d", name, flags,
                             H_FLAGS);
@@ -191,7 +191,7 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
     ix->dims = h + l.dims;
     ix->key_slots = h + l.key_slots;
     ix->strings = h + l.strings;
-    if (flags & LARDER_INDEX_FLAG_BASE) {
+    if (flags & LARDER__INDEX_FLAG_BASE) {
         ix->base = string_at(ix, larder__le64(h + H_BASE));
         if (!ix->base || !ix->base[0])
             return larder__fail(LARDER_EBADINDEX,
@@ -204,7 +204,7 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
         if (rc < 0) return rc;
         /* bounded one by one, the sum cannot overflow before it is checked */
         ix->shard_bytes += shard.size;
-        if (ix->shard_bytes > LARDER_MAX_DATASET_SIZE)
+        if (ix->shard_bytes > LARDER__MAX_DATASET_SIZE)
             return larder__fail(LARDER_EBADINDEX,
                                 "%s: shards 0-%llu hold more than 2^60 bytes together", name,
                                 (unsigned long long)i);
@@ -217,7 +217,7 @@ int larder__index_shard(const struct larder__index *ix, uint64_t shard, struct l
     if (shard >= ix->num_shards)
         return larder__fail(LARDER_ENOTFOUND, "%s: no shard %llu (index has %llu)", ix->name,
                             (unsigned long long)shard, (unsigned long long)ix->num_shards);
-    const uint8_t *r = ix->shards + shard * LARDER_INDEX_SHARD_SIZE;
+    const uint8_t *r = ix->shards + shard * LARDER__INDEX_SHARD_SIZE;
     uint64_t record_offset = (uint64_t)(r - ix->image);
     out->name = string_at(ix, larder__le64(r));
     out->size = larder__le64(r + 8);
@@ -228,7 +228,7 @@ int larder__index_shard(const struct larder__index *ix, uint64_t shard, struct l
                             "%s: shard %llu (offset %llu): name string offset %llu out of range",
                             ix->name, (unsigned long long)shard, (unsigned long long)record_offset,
                             (unsigned long long)larder__le64(r));
-    if (out->size > LARDER_MAX_SHARD_SIZE)
+    if (out->size > LARDER__MAX_SHARD_SIZE)
         return larder__fail(LARDER_EBADINDEX,
                             "%s: shard %llu ('%s', offset %llu): size %llu is more than larder "
                             "supports (2^56 bytes)",
@@ -246,7 +246,7 @@ int larder__index_sample(const struct larder__index *ix, uint64_t id, struct lar
     if (id >= ix->num_samples)
         return larder__fail(LARDER_ENOTFOUND, "%s: no sample %llu (index has %llu)", ix->name,
                             (unsigned long long)id, (unsigned long long)ix->num_samples);
-    const uint8_t *r = ix->samples + id * LARDER_INDEX_SAMPLE_SIZE;
+    const uint8_t *r = ix->samples + id * LARDER__INDEX_SAMPLE_SIZE;
     unsigned long long at = (unsigned long long)(r - ix->image);
     out->offset = larder__le64(r);
     out->length = larder__le64(r + 8);
@@ -264,7 +264,7 @@ int larder__index_sample(const struct larder__index *ix, uint64_t id, struct lar
         return larder__fail(LARDER_EBADINDEX, "%s: sample %llu (offset %llu): shard %u of %llu",
                             ix->name, (unsigned long long)id, at, out->shard,
                             (unsigned long long)ix->num_shards);
-    uint64_t shard_size = larder__le64(ix->shards + out->shard * LARDER_INDEX_SHARD_SIZE + 8);
+    uint64_t shard_size = larder__le64(ix->shards + out->shard * LARDER__INDEX_SHARD_SIZE + 8);
     uint64_t end;
     if (!larder__add_ok(out->offset, out->length, &end) || end > shard_size)
         return larder__fail(LARDER_EBADINDEX,
@@ -289,7 +289,7 @@ int larder__index_sample_range(const struct larder__index *ix, uint64_t id,
     if (id >= ix->num_samples)
         return larder__fail(LARDER_ENOTFOUND, "%s: no sample %llu (index has %llu)", ix->name,
                             (unsigned long long)id, (unsigned long long)ix->num_samples);
-    const uint8_t *r = ix->samples + id * LARDER_INDEX_SAMPLE_SIZE;
+    const uint8_t *r = ix->samples + id * LARDER__INDEX_SAMPLE_SIZE;
     out->offset = larder__le64(r);
     out->length = larder__le64(r + 8);
     out->checksum = larder__le64(r + 16);
@@ -304,7 +304,7 @@ int larder__index_sample_range(const struct larder__index *ix, uint64_t id,
     bool key_fits = key <= ix->strings_size && ix->strings_size - key >= 5;
     if (!key_fits || out->shard >= ix->num_shards ||
         !larder__add_ok(out->offset, out->length, &end) ||
-        end > larder__le64(ix->shards + out->shard * LARDER_INDEX_SHARD_SIZE + 8) ||
+        end > larder__le64(ix->shards + out->shard * LARDER__INDEX_SHARD_SIZE + 8) ||
         !larder__add_ok(out->field_first, out->num_fields, &fields_end) ||
         fields_end > ix->num_fields)
         return larder__index_sample(ix, id, out); /* the full check names the problem */
@@ -317,7 +317,7 @@ int larder__index_field(const struct larder__index *ix, const struct larder__sam
     if (field >= sample->num_fields)
         return larder__fail(LARDER_ENOTFOUND, "%s: sample %llu has no field %u (it has %u)",
                             ix->name, (unsigned long long)sample_id, field, sample->num_fields);
-    const uint8_t *r = ix->fields + (sample->field_first + field) * LARDER_INDEX_FIELD_SIZE;
+    const uint8_t *r = ix->fields + (sample->field_first + field) * LARDER__INDEX_FIELD_SIZE;
     unsigned long long at = (unsigned long long)(r - ix->image);
     uint64_t name = larder__le64(r);
     memset(out, 0, sizeof *out);
@@ -384,7 +384,7 @@ int64_t larder__index_find_key(const struct larder__index *ix, const char *key, 
         if (entry >> SLOT_ID_BITS != slot_tag(hash)) continue;
         uint64_t id = (entry & SLOT_ID_MASK) - 1;
         if (id >= ix->num_samples) continue;
-        const uint8_t *r = ix->samples + id * LARDER_INDEX_SAMPLE_SIZE;
+        const uint8_t *r = ix->samples + id * LARDER__INDEX_SAMPLE_SIZE;
         const char *candidate = string_at(ix, larder__le64(r + 24));
         if (candidate && strlen(candidate) == key_length &&
             memcmp(candidate, key, key_length) == 0) {
@@ -453,7 +453,7 @@ int larder__index_builder_new(struct larder__index_builder **out, uint32_t block
 {
     struct larder__index_builder *b = calloc(1, sizeof *b);
     if (!b) return -ENOMEM;
-    if (block_size == 0) block_size = LARDER_DEFAULT_BLOCK_SIZE;
+    if (block_size == 0) block_size = LARDER__DEFAULT_BLOCK_SIZE;
     if (block_size & (block_size - 1)) {
         free(b);
         return larder__fail(LARDER_EUSAGE, "block size %u is not a power of two", block_size);
@@ -641,7 +641,7 @@ int64_t larder__index_builder_add_sample(struct larder__index_builder *b, uint32
     if (larder__reserve((void **)&b->samples, &b->cap_samples, b->num_samples + 1,
                         sizeof *b->samples) < 0 ||
         larder__reserve((void **)&b->fields, &b->cap_fields,
-                        (b->num_fields + num_fields) * LARDER_INDEX_FIELD_SIZE, 1) < 0 ||
+                        (b->num_fields + num_fields) * LARDER__INDEX_FIELD_SIZE, 1) < 0 ||
         larder__reserve((void **)&b->dims, &b->cap_dims, b->num_dims + ndims, 8) < 0)
         return -ENOMEM;
     int64_t key_offset = append_string(b, key, key_length);
@@ -649,8 +649,8 @@ int64_t larder__index_builder_add_sample(struct larder__index_builder *b, uint32
     for (uint32_t f = 0; f < num_fields; f++) {
         int64_t name = intern_name(b, fields[f].name);
         if (name < 0) return name;
-        uint8_t *r = b->fields + (b->num_fields + f) * LARDER_INDEX_FIELD_SIZE;
-        memset(r, 0, LARDER_INDEX_FIELD_SIZE);
+        uint8_t *r = b->fields + (b->num_fields + f) * LARDER__INDEX_FIELD_SIZE;
+        memset(r, 0, LARDER__INDEX_FIELD_SIZE);
         larder__put_le64(r, (uint64_t)name);
         larder__put_le64(r + 8, fields[f].offset);
         larder__put_le64(r + 16, fields[f].length);
@@ -753,16 +753,16 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
                         prefix + b->strings_size, &l))
         return larder__fail(LARDER_EUSAGE, "index too large");
 
-    uint8_t header[LARDER_INDEX_HEADER_SIZE] = {0};
-    memcpy(header + H_MAGIC, LARDER_INDEX_MAGIC, 8);
+    uint8_t header[LARDER__INDEX_HEADER_SIZE] = {0};
+    memcpy(header + H_MAGIC, LARDER__INDEX_MAGIC, 8);
     /* version 1 unless a base needs version 2: older readers keep reading
      * what they can read right, and refuse what they would misread */
     larder__put_le32(header + H_VERSION, b->base ? 2 : 1);
     if (b->base) {
-        larder__put_le32(header + H_FLAGS, LARDER_INDEX_FLAG_BASE);
+        larder__put_le32(header + H_FLAGS, LARDER__INDEX_FLAG_BASE);
         larder__put_le64(header + H_BASE, base_offset);
     }
-    larder__put_le32(header + H_HEADER_SIZE, LARDER_INDEX_HEADER_SIZE);
+    larder__put_le32(header + H_HEADER_SIZE, LARDER__INDEX_HEADER_SIZE);
     larder__put_le64(header + H_NUM_SHARDS, b->num_shards);
     larder__put_le64(header + H_NUM_SAMPLES, b->num_samples);
     larder__put_le64(header + H_NUM_FIELDS, b->num_fields);
@@ -792,7 +792,7 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
     XXH3_128bits_reset(&o->hash);
     out_put(o, header, sizeof header);
     for (size_t i = 0, name = 0; i < b->num_shards; i++) {
-        uint8_t r[LARDER_INDEX_SHARD_SIZE] = {0};
+        uint8_t r[LARDER__INDEX_SHARD_SIZE] = {0};
         size_t length;
         builder_string(b, b->shards[i].name, &length);
         larder__put_le64(r, name);
@@ -804,7 +804,7 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
     }
     for (size_t i = 0; i < b->num_samples; i++) {
         const struct builder_sample *s = &b->samples[i];
-        uint8_t r[LARDER_INDEX_SAMPLE_SIZE];
+        uint8_t r[LARDER__INDEX_SAMPLE_SIZE];
         larder__put_le64(r, s->offset);
         larder__put_le64(r + 8, s->length);
         larder__put_le64(r + 16, s->checksum);
@@ -815,8 +815,8 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
         out_put(o, r, sizeof r);
     }
     for (size_t i = 0; i < b->num_fields; i++) {
-        uint8_t r[LARDER_INDEX_FIELD_SIZE];
-        memcpy(r, b->fields + i * LARDER_INDEX_FIELD_SIZE, sizeof r);
+        uint8_t r[LARDER__INDEX_FIELD_SIZE];
+        memcpy(r, b->fields + i * LARDER__INDEX_FIELD_SIZE, sizeof r);
         larder__put_le64(r, prefix + larder__le64(r));
         out_put(o, r, sizeof r);
     }

@@ -10,21 +10,23 @@
 
 #include "common.h"
 
-#define LARDER_INDEX_MAGIC "LARDERIX"
-#define LARDER_INDEX_VERSION 2 /* the newest this build reads; it writes 1 unless a base is set */
-#define LARDER_INDEX_FLAG_BASE 1u /* version 2: the header names the shards' base */
-#define LARDER_INDEX_HEADER_SIZE 128
-#define LARDER_INDEX_SHARD_SIZE 32
-#define LARDER_INDEX_SAMPLE_SIZE 48
-#define LARDER_INDEX_FIELD_SIZE 40
-#define LARDER_DEFAULT_BLOCK_SIZE (64u * 1024)
+#define LARDER__INDEX_MAGIC "LARDERIX"
+#define LARDER__INDEX_VERSION                                                                      \
+    2 /* the newest this build reads; it writes 1 unless a base is set                             \
+       */
+#define LARDER__INDEX_FLAG_BASE 1u /* version 2: the header names the shards' base */
+#define LARDER__INDEX_HEADER_SIZE 128
+#define LARDER__INDEX_SHARD_SIZE 32
+#define LARDER__INDEX_SAMPLE_SIZE 48
+#define LARDER__INDEX_FIELD_SIZE 40
+#define LARDER__DEFAULT_BLOCK_SIZE (64u * 1024)
 /* Bounds that keep block arithmetic far from overflow: a shard of at most
  * 2^56 bytes, all shards together at most 2^60, block size hints from
  * 512 bytes to 1 GiB. */
-#define LARDER_MAX_SHARD_SIZE (UINT64_C(1) << 56)
-#define LARDER_MAX_DATASET_SIZE (UINT64_C(1) << 60)
-#define LARDER_MIN_BLOCK_SIZE 512u
-#define LARDER_MAX_BLOCK_SIZE (1u << 30)
+#define LARDER__MAX_SHARD_SIZE (UINT64_C(1) << 56)
+#define LARDER__MAX_DATASET_SIZE (UINT64_C(1) << 60)
+#define LARDER__MIN_BLOCK_SIZE 512u
+#define LARDER__MAX_BLOCK_SIZE (1u << 30)
 
 /* A validated view of an index image; pointers into the image. */
 struct larder__index {
@@ -36,7 +38,7 @@ struct larder__index {
     uint64_t num_shards, num_samples, num_fields, num_dims, num_key_slots;
     uint64_t strings_size, total_bytes;
     uint64_t id_low, id_high; /* dataset id, xxh3-128 */
-    uint64_t shard_bytes;     /* sum of the shard sizes (at most LARDER_MAX_DATASET_SIZE) */
+    uint64_t shard_bytes;     /* sum of the shard sizes (at most LARDER__MAX_DATASET_SIZE) */
     const char *base;         /* version 2: where shard names are relative to; else NULL */
     const uint8_t *shards, *samples, *fields, *dims, *key_slots, *strings;
 };
@@ -67,71 +69,71 @@ struct larder__field {
 /*
  * Validate the header and section bounds of image[0..size) and fill `ix`.
  * O(1) plus O(num_shards): every shard record (name, size within
- * LARDER_MAX_SHARD_SIZE, the sizes' sum within LARDER_MAX_DATASET_SIZE)
+ * LARDER__MAX_SHARD_SIZE, the sizes' sum within LARDER__MAX_DATASET_SIZE)
  * and the base are checked here; sample and field records as they are
  * accessed (larder__index_validate checks them all at once).
  * Returns 0, LARDER_EBADINDEX or LARDER_EVERSION with a message naming
  * `name` and the position.
  */
-LARDER_HIDDEN int larder__index_parse(struct larder__index *ix, const void *image, uint64_t size,
-                                      const char *name);
-LARDER_HIDDEN int larder__index_shard(const struct larder__index *ix, uint64_t shard,
-                                      struct larder__shard *out);
-LARDER_HIDDEN int larder__index_sample(const struct larder__index *ix, uint64_t id,
-                                       struct larder__sample *out);
+LARDER__HIDDEN int larder__index_parse(struct larder__index *ix, const void *image, uint64_t size,
+                                       const char *name);
+LARDER__HIDDEN int larder__index_shard(const struct larder__index *ix, uint64_t shard,
+                                       struct larder__shard *out);
+LARDER__HIDDEN int larder__index_sample(const struct larder__index *ix, uint64_t id,
+                                        struct larder__sample *out);
 /* The same without the key and field checks: for the read path, which
  * needs only the range.  out->key is NULL. */
-LARDER_HIDDEN int larder__index_sample_range(const struct larder__index *ix, uint64_t id,
-                                             struct larder__sample *out);
-LARDER_HIDDEN int larder__index_field(const struct larder__index *ix,
-                                      const struct larder__sample *sample, uint64_t sample_id,
-                                      uint32_t field, struct larder__field *out);
+LARDER__HIDDEN int larder__index_sample_range(const struct larder__index *ix, uint64_t id,
+                                              struct larder__sample *out);
+LARDER__HIDDEN int larder__index_field(const struct larder__index *ix,
+                                       const struct larder__sample *sample, uint64_t sample_id,
+                                       uint32_t field, struct larder__field *out);
 /* Sample id of `key`; LARDER_ENOTFOUND, or LARDER_EDUPKEY when two samples
  * carry the key (a corrupt index: keys are unique). */
-LARDER_HIDDEN int64_t larder__index_find_key(const struct larder__index *ix, const char *key,
-                                             size_t key_length);
+LARDER__HIDDEN int64_t larder__index_find_key(const struct larder__index *ix, const char *key,
+                                              size_t key_length);
 /* Recompute the content hash over the whole image; 0 or LARDER_ECHECKSUM. */
-LARDER_HIDDEN int larder__index_check_hash(const struct larder__index *ix);
+LARDER__HIDDEN int larder__index_check_hash(const struct larder__index *ix);
 
 /* xxh3-64 of a key, as the key table uses it. */
-LARDER_HIDDEN uint64_t larder__key_hash(const char *key, size_t length);
+LARDER__HIDDEN uint64_t larder__key_hash(const char *key, size_t length);
 
 /* ---- builder ----------------------------------------------------------- */
 
 struct larder__index_builder;
 
-LARDER_HIDDEN int larder__index_builder_new(struct larder__index_builder **out,
-                                            uint32_t block_size);
-LARDER_HIDDEN void larder__index_builder_free(struct larder__index_builder *builder);
+LARDER__HIDDEN int larder__index_builder_new(struct larder__index_builder **out,
+                                             uint32_t block_size);
+LARDER__HIDDEN void larder__index_builder_free(struct larder__index_builder *builder);
 /* Record `base` (an absolute path or a URL ending in '/') as where the
  * shard names are relative to; the index is then written as version 2.
  * NULL clears it.  0 or a negative code. */
-LARDER_HIDDEN int larder__index_builder_set_base(struct larder__index_builder *builder,
-                                                 const char *base);
+LARDER__HIDDEN int larder__index_builder_set_base(struct larder__index_builder *builder,
+                                                  const char *base);
 /* Add a shard; returns its number (>= 0) or a negative code. */
-LARDER_HIDDEN int64_t larder__index_builder_add_shard(struct larder__index_builder *builder,
-                                                      const char *name, uint32_t format);
-LARDER_HIDDEN void larder__index_builder_set_shard(struct larder__index_builder *builder,
-                                                   uint32_t shard, uint64_t size,
-                                                   uint64_t checksum);
+LARDER__HIDDEN int64_t larder__index_builder_add_shard(struct larder__index_builder *builder,
+                                                       const char *name, uint32_t format);
+LARDER__HIDDEN void larder__index_builder_set_shard(struct larder__index_builder *builder,
+                                                    uint32_t shard, uint64_t size,
+                                                    uint64_t checksum);
 /*
  * Add a sample; returns its id (>= 0), or LARDER_EDUPKEY (message names
  * the key), LARDER_EUSAGE for an inconsistent record, or -ENOMEM.
  */
-LARDER_HIDDEN int64_t larder__index_builder_add_sample(struct larder__index_builder *builder,
-                                                       uint32_t shard, uint64_t offset,
-                                                       uint64_t length, uint64_t checksum,
-                                                       const char *key, size_t key_length,
-                                                       const struct larder__field *fields,
-                                                       uint32_t num_fields);
-LARDER_HIDDEN void larder__index_builder_set_checksum(struct larder__index_builder *builder,
-                                                      uint64_t id, uint64_t checksum);
-LARDER_HIDDEN uint64_t larder__index_builder_num_samples(const struct larder__index_builder *b);
+LARDER__HIDDEN int64_t larder__index_builder_add_sample(struct larder__index_builder *builder,
+                                                        uint32_t shard, uint64_t offset,
+                                                        uint64_t length, uint64_t checksum,
+                                                        const char *key, size_t key_length,
+                                                        const struct larder__field *fields,
+                                                        uint32_t num_fields);
+LARDER__HIDDEN void larder__index_builder_set_checksum(struct larder__index_builder *builder,
+                                                       uint64_t id, uint64_t checksum);
+LARDER__HIDDEN uint64_t larder__index_builder_num_samples(const struct larder__index_builder *b);
 /* Key of sample `id` (valid until the builder changes), for messages. */
-LARDER_HIDDEN const char *larder__index_builder_key(const struct larder__index_builder *b,
-                                                    uint64_t id);
+LARDER__HIDDEN const char *larder__index_builder_key(const struct larder__index_builder *b,
+                                                     uint64_t id);
 /* Write the index to `path` atomically (temporary file, fsync, rename). */
-LARDER_HIDDEN int larder__index_builder_write(struct larder__index_builder *builder,
-                                              const char *path, char dataset_id[33]);
+LARDER__HIDDEN int larder__index_builder_write(struct larder__index_builder *builder,
+                                               const char *path, char dataset_id[33]);
 
 #endif

@@ -29,7 +29,7 @@ struct indexing {
 static int on_sample(void *userdata, const struct larder__tar_sample *sample)
 {
     struct indexing *ix = userdata;
-    struct larder__field fields[LARDER_TAR_MAX_FIELDS];
+    struct larder__field fields[LARDER__TAR_MAX_FIELDS];
     for (uint32_t f = 0; f < sample->num_fields; f++)
         fields[f] = sample->fields[f].field;
     int64_t id = larder__index_builder_add_sample(ix->builder, ix->shard, sample->offset,
@@ -169,7 +169,7 @@ int larder_index_shards(const char *const *shards, size_t num_shards, const char
         larder__tar_scanner_init(ix.scanner, shards[i], on_sample, on_skip, &ix);
         rc = larder__source_stream(origin, sink, &ix);
         if (rc == 0) rc = larder__tar_scanner_finish(ix.scanner);
-        larder__source_destroy(origin);
+        larder__source_close(origin);
         if (rc == LARDER_EDUPKEY)
             rc = larder__fail_context(rc,
                                       "%s (a WebDataset tar keeps each key's members "

@@ -122,10 +122,10 @@ int larder__npy_parse(const void *data, size_t length, struct larder__npy *out)
     return 0;
 }
 
-size_t larder__npy_write_header(uint8_t out[LARDER_NPY_MAX_HEADER], int dtype, uint32_t ndim,
+size_t larder__npy_write_header(uint8_t out[LARDER__NPY_MAX_HEADER], int dtype, uint32_t ndim,
                                 const uint64_t *shape)
 {
-    char dict[LARDER_NPY_MAX_HEADER];
+    char dict[LARDER__NPY_MAX_HEADER];
     int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
                      dtypes[dtype].descr);
     for (uint32_t d = 0; d < ndim; d++)

@@ -23,7 +23,7 @@ struct larder__npy {
  * LARDER_EUNSUPPORTED for anything else (not .npy, big-endian, Fortran
  * order, object arrays, or a header not wholly inside the buffer).
  */
-LARDER_HIDDEN int larder__npy_parse(const void *data, size_t length, struct larder__npy *out);
+LARDER__HIDDEN int larder__npy_parse(const void *data, size_t length, struct larder__npy *out);
 
 /*
  * Field names that mark an .npy member: "NAME.npy" (the array field is
@@ -39,9 +39,9 @@ static inline size_t larder__npy_bare_length(const char *ext)
 }
 
 /* Longest header larder__npy_write_header produces. */
-#define LARDER_NPY_MAX_HEADER 1024
+#define LARDER__NPY_MAX_HEADER 1024
 /* Write a version 1.0 header; returns its size (a multiple of 64). */
-LARDER_HIDDEN size_t larder__npy_write_header(uint8_t out[LARDER_NPY_MAX_HEADER], int dtype,
-                                              uint32_t ndim, const uint64_t *shape);
+LARDER__HIDDEN size_t larder__npy_write_header(uint8_t out[LARDER__NPY_MAX_HEADER], int dtype,
+                                               uint32_t ndim, const uint64_t *shape);
 
 #endif

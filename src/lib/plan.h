@@ -18,7 +18,7 @@
  * domains need more rounds to approach a uniform choice of permutation
  * (docs/plan.md has the measurements).  Changing this changes every order.
  */
-#define LARDER_PLAN_MAX_ROUNDS 32
+#define LARDER__PLAN_MAX_ROUNDS 32
 
 /* What a permutation orders; part of its key derivation. */
 enum larder__plan_purpose {
@@ -47,16 +47,16 @@ struct larder__perm {
     unsigned low_bits;  /* bits of the half changed by even rounds */
     unsigned high_bits; /* bits of the half changed by odd rounds */
     unsigned rounds;    /* by the domain's size, see above */
-    uint64_t keys[LARDER_PLAN_MAX_ROUNDS];
+    uint64_t keys[LARDER__PLAN_MAX_ROUNDS];
 };
 
 /* Key `p` for permuting [0, n) on behalf of (seed, epoch, purpose, index). */
-LARDER_HIDDEN void larder__perm_init(struct larder__perm *p, uint64_t n, uint64_t seed,
-                                     uint64_t epoch, uint64_t purpose, uint64_t index);
+LARDER__HIDDEN void larder__perm_init(struct larder__perm *p, uint64_t n, uint64_t seed,
+                                      uint64_t epoch, uint64_t purpose, uint64_t index);
 /* The image of x < n; x itself when n <= 1. */
-LARDER_HIDDEN uint64_t larder__perm_forward(const struct larder__perm *p, uint64_t x);
+LARDER__HIDDEN uint64_t larder__perm_forward(const struct larder__perm *p, uint64_t x);
 /* The preimage of y < n: larder__perm_forward(p, larder__perm_inverse(p, y)) == y. */
-LARDER_HIDDEN uint64_t larder__perm_inverse(const struct larder__perm *p, uint64_t y);
+LARDER__HIDDEN uint64_t larder__perm_inverse(const struct larder__perm *p, uint64_t y);
 
 /*
  * The deny-list file parser.  No I/O and no allocation: it calls `entry`
@@ -69,8 +69,8 @@ LARDER_HIDDEN uint64_t larder__perm_inverse(const struct larder__perm *p, uint64
  */
 typedef int (*larder__deny_entry_fn)(void *userdata, uint64_t line, const char *text,
                                      size_t length);
-LARDER_HIDDEN int larder__deny_parse(const char *text, size_t length, larder__deny_entry_fn entry,
-                                     void *userdata);
+LARDER__HIDDEN int larder__deny_parse(const char *text, size_t length, larder__deny_entry_fn entry,
+                                      void *userdata);
 
 /*
  * Where a plan's samples come from when there is no open dataset (tests,
@@ -89,7 +89,7 @@ struct larder__plan_source {
 };
 
 /* larder_plan_create() over `source` instead of a dataset. */
-LARDER_HIDDEN int larder__plan_create(larder_plan **out, const struct larder__plan_source *source,
-                                      const larder_plan_options *options);
+LARDER__HIDDEN int larder__plan_create(larder_plan **out, const struct larder__plan_source *source,
+                                       const larder_plan_options *options);
 
 #endif

@@ -23,14 +23,14 @@ typedef void (*larder__task_fn)(void *arg);
 enum larder__priority { LARDER__DEMAND = 0, LARDER__NEAR, LARDER__BACKGROUND, LARDER__CLASSES };
 
 /* A pool of `threads` workers, started as work arrives. */
-LARDER_HIDDEN int larder__pool_new(struct larder__pool **out, int threads);
+LARDER__HIDDEN int larder__pool_new(struct larder__pool **out, int threads);
 /* Stop the workers after the queued tasks ran (NULL-safe). */
-LARDER_HIDDEN void larder__pool_free(struct larder__pool *pool);
+LARDER__HIDDEN void larder__pool_free(struct larder__pool *pool);
 /* Queue fn(arg) in a class; runs it inline when no thread could be started. */
-LARDER_HIDDEN int larder__pool_submit(struct larder__pool *pool, larder__task_fn fn, void *arg,
-                                      int priority);
+LARDER__HIDDEN int larder__pool_submit(struct larder__pool *pool, larder__task_fn fn, void *arg,
+                                       int priority);
 /* Tasks queued in a class and not yet started. */
-LARDER_HIDDEN size_t larder__pool_queued(struct larder__pool *pool, int priority);
+LARDER__HIDDEN size_t larder__pool_queued(struct larder__pool *pool, int priority);
 
 /* A countdown a batch waits on, in the caller's memory: _init sets it up and
  * _wait, once every arrival is in, releases its mutex and condition, so it
@@ -40,8 +40,8 @@ struct larder__latch {
     pthread_cond_t done;
     size_t left;
 };
-LARDER_HIDDEN void larder__latch_init(struct larder__latch *latch, size_t count);
-LARDER_HIDDEN void larder__latch_arrive(struct larder__latch *latch);
-LARDER_HIDDEN void larder__latch_wait(struct larder__latch *latch);
+LARDER__HIDDEN void larder__latch_init(struct larder__latch *latch, size_t count);
+LARDER__HIDDEN void larder__latch_arrive(struct larder__latch *latch);
+LARDER__HIDDEN void larder__latch_wait(struct larder__latch *latch);
 
 #endif

@@ -29,7 +29,7 @@ struct larder__s3_location {
  * URL, the bucket name has characters no bucket name can have, or the
  * key is empty.  No I/O, no allocation.
  */
-LARDER_HIDDEN int larder__s3_parse_url(const char *url, struct larder__s3_location *out);
+LARDER__HIDDEN int larder__s3_parse_url(const char *url, struct larder__s3_location *out);
 
 /* Limits of the credential fields; longer values are refused, never cut. */
 #define LARDER__S3_KEY_ID_MAX 128
@@ -57,8 +57,9 @@ struct larder__s3_credentials {
  * is always left with NUL-terminated strings, empty on failure.  No I/O,
  * no allocation: safe to fuzz.
  */
-LARDER_HIDDEN int larder__s3_parse_credentials(const char *text, size_t length, const char *profile,
-                                               struct larder__s3_credentials *out);
+LARDER__HIDDEN int larder__s3_parse_credentials(const char *text, size_t length,
+                                                const char *profile,
+                                                struct larder__s3_credentials *out);
 
 /* How the bucket goes into the URL. */
 enum larder__s3_addressing {
@@ -92,16 +93,16 @@ struct larder__s3;
  * or setting, LARDER_ENOTFOUND for a profile named explicitly but
  * missing, errors reading the credentials file.
  */
-LARDER_HIDDEN int larder__s3_open(struct larder__s3 **out, const char *url,
-                                  const struct larder__s3_options *options);
-LARDER_HIDDEN void larder__s3_close(struct larder__s3 *s3);
+LARDER__HIDDEN int larder__s3_open(struct larder__s3 **out, const char *url,
+                                   const struct larder__s3_options *options);
+LARDER__HIDDEN void larder__s3_close(struct larder__s3 *s3);
 
 /* The object's http(s) URL, key percent-encoded; valid until larder__s3_close. */
-LARDER_HIDDEN const char *larder__s3_http_url(const struct larder__s3 *s3);
+LARDER__HIDDEN const char *larder__s3_http_url(const struct larder__s3 *s3);
 /* The SigV4 region, e.g. "us-east-1"; valid until larder__s3_close. */
-LARDER_HIDDEN const char *larder__s3_region(const struct larder__s3 *s3);
+LARDER__HIDDEN const char *larder__s3_region(const struct larder__s3 *s3);
 /* Whether requests are signed (false: anonymous). */
-LARDER_HIDDEN bool larder__s3_signed(const struct larder__s3 *s3);
+LARDER__HIDDEN bool larder__s3_signed(const struct larder__s3 *s3);
 
 /*
  * Decorate an easy handle for one request to this object, after
@@ -113,12 +114,12 @@ LARDER_HIDDEN bool larder__s3_signed(const struct larder__s3 *s3);
  * Nothing for anonymous access.  The handle refers to memory owned by
  * `s3`: it must not be used after larder__s3_close.
  */
-LARDER_HIDDEN void larder__s3_apply(const struct larder__s3 *s3, CURL *curl);
+LARDER__HIDDEN void larder__s3_apply(const struct larder__s3 *s3, CURL *curl);
 /*
  * The header list larder__s3_apply sets (NULL for anonymous access);
  * owned by `s3`.  For callers that send headers of their own: they pass
  * a list holding these and theirs.
  */
-LARDER_HIDDEN const struct curl_slist *larder__s3_headers(const struct larder__s3 *s3);
+LARDER__HIDDEN const struct curl_slist *larder__s3_headers(const struct larder__s3 *s3);
 
 #endif

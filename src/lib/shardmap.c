@@ -15,12 +15,12 @@ struct larder__shard_map {
 /* Offset and end of sample `id` (its record was checked when the map was built). */
 static uint64_t sample_offset(const struct larder__index *ix, uint64_t id)
 {
-    return larder__le64(ix->samples + id * LARDER_INDEX_SAMPLE_SIZE);
+    return larder__le64(ix->samples + id * LARDER__INDEX_SAMPLE_SIZE);
 }
 
 static uint64_t sample_end(const struct larder__index *ix, uint64_t id)
 {
-    const uint8_t *r = ix->samples + id * LARDER_INDEX_SAMPLE_SIZE;
+    const uint8_t *r = ix->samples + id * LARDER__INDEX_SAMPLE_SIZE;
     return larder__le64(r) + larder__le64(r + 8);
 }
 
@@ -56,7 +56,7 @@ static int check_overlaps(const struct larder__shard_map *map)
     return 0;
 }
 
-int larder__shard_map_build(struct larder__shard_map **out, const struct larder__index *ix)
+int larder__shard_map_new(struct larder__shard_map **out, const struct larder__index *ix)
 {
     struct larder__shard_map *map = calloc(1, sizeof *map);
     if (!map) return -ENOMEM;
@@ -85,7 +85,7 @@ int larder__shard_map_build(struct larder__shard_map **out, const struct larder_
         uint64_t *fill = calloc(ix->num_shards + 1, sizeof *fill);
         rc = map->ids && fill ? 0 : -ENOMEM;
         for (uint64_t id = 0; rc == 0 && id < ix->num_samples; id++) {
-            uint32_t shard = larder__le32(ix->samples + id * LARDER_INDEX_SAMPLE_SIZE + 40);
+            uint32_t shard = larder__le32(ix->samples + id * LARDER__INDEX_SAMPLE_SIZE + 40);
             map->ids[map->shard_first[shard] + fill[shard]++] = id;
         }
         for (uint64_t s = 0; rc == 0 && s < ix->num_shards; s++)
@@ -139,7 +139,7 @@ void larder__shard_map_overlapping(const struct larder__shard_map *map, uint32_t
 int larder__index_validate(const struct larder__index *ix)
 {
     struct larder__shard_map *map;
-    int rc = larder__shard_map_build(&map, ix);
+    int rc = larder__shard_map_new(&map, ix);
     if (rc < 0) return rc;
     larder__shard_map_free(map);
     for (uint64_t id = 0; id < ix->num_samples; id++) {

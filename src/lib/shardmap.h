@@ -27,19 +27,20 @@ struct larder__shard_map;
  * LARDER_EBADINDEX naming the first bad record or overlapping pair, or
  * -ENOMEM.  The map refers to `ix`, which must outlive it.
  */
-LARDER_HIDDEN int larder__shard_map_build(struct larder__shard_map **out,
-                                          const struct larder__index *ix);
-LARDER_HIDDEN void larder__shard_map_free(struct larder__shard_map *map);
+LARDER__HIDDEN int larder__shard_map_new(struct larder__shard_map **out,
+                                         const struct larder__index *ix);
+LARDER__HIDDEN void larder__shard_map_free(struct larder__shard_map *map);
 
 /*
  * Samples of `shard` overlapping bytes [start, end), in offset order:
  * positions [*first, *last) for larder__shard_map_id.
  */
-LARDER_HIDDEN void larder__shard_map_overlapping(const struct larder__shard_map *map,
-                                                 uint32_t shard, uint64_t start, uint64_t end,
-                                                 uint64_t *first, uint64_t *last);
+LARDER__HIDDEN void larder__shard_map_overlapping(const struct larder__shard_map *map,
+                                                  uint32_t shard, uint64_t start, uint64_t end,
+                                                  uint64_t *first, uint64_t *last);
 /* The sample id at a position of the map. */
-LARDER_HIDDEN uint64_t larder__shard_map_id(const struct larder__shard_map *map, uint64_t position);
+LARDER__HIDDEN uint64_t larder__shard_map_id(const struct larder__shard_map *map,
+                                             uint64_t position);
 
 /*
  * Check all of `ix`: the shard map's checks, every field record, and that
@@ -48,6 +49,6 @@ LARDER_HIDDEN uint64_t larder__shard_map_id(const struct larder__shard_map *map,
  * a message naming it.  O(samples + fields), plus a sort when samples are
  * out of offset order.
  */
-LARDER_HIDDEN int larder__index_validate(const struct larder__index *ix);
+LARDER__HIDDEN int larder__index_validate(const struct larder__index *ix);
 
 #endif

@@ -56,9 +56,9 @@ int larder__source_stream(struct larder__source *source, larder__sink_fn sink, v
     return stream_by_reads(source, sink, userdata);
 }
 
-void larder__source_destroy(struct larder__source *source)
+void larder__source_close(struct larder__source *source)
 {
-    if (source) source->ops->destroy(source);
+    if (source) source->ops->close(source);
 }
 
 int larder__source_open(struct larder__source **out, const char *url,
@@ -70,7 +70,7 @@ int larder__source_open(struct larder__source **out, const char *url,
     struct larder__source *file;
     int rc = larder__source_file_open(&file, url);
     if (rc < 0) return rc;
-    return larder__source_hedge_new(out, file, budget);
+    return larder__source_hedge_open(out, file, budget);
 }
 
 /* ---- names ------------------------------------------------------------------ */
@@ -127,7 +127,7 @@ int larder__source_load(const char *url, uint8_t **data, uint64_t *size)
     if (rc < 0) return rc;
     struct accumulator acc = {0};
     rc = larder__source_stream(source, load_sink, &acc);
-    larder__source_destroy(source);
+    larder__source_close(source);
     if (rc < 0) {
         free(acc.buf);
         return rc;

@@ -61,8 +61,8 @@ struct larder__source_ops {
                 unsigned flags);
     /* The whole object to `sink`; NULL: larder__source_stream reads it in chunks. */
     int (*stream)(struct larder__source *source, larder__sink_fn sink, void *userdata);
-    /* Free the source (and whatever it owns). */
-    void (*destroy)(struct larder__source *source);
+    /* Close the source and free it (and whatever it owns). */
+    void (*close)(struct larder__source *source);
 };
 
 /* The common head of every source; implementations embed it first. */
@@ -74,17 +74,17 @@ struct larder__source {
 
 /* ---- using a source -------------------------------------------------------- */
 
-LARDER_HIDDEN int larder__source_size(struct larder__source *source, uint64_t *size);
+LARDER__HIDDEN int larder__source_size(struct larder__source *source, uint64_t *size);
 /* One extent: a enum larder__from or a negative code (length 0: nothing read, FROM_ORIGIN). */
-LARDER_HIDDEN int larder__source_read(struct larder__source *source, void *buf, size_t length,
-                                      uint64_t offset, unsigned flags);
-LARDER_HIDDEN int larder__source_readv(struct larder__source *source,
-                                       const struct larder__extent *extents, size_t count,
-                                       unsigned flags);
-LARDER_HIDDEN int larder__source_stream(struct larder__source *source, larder__sink_fn sink,
-                                        void *userdata);
+LARDER__HIDDEN int larder__source_read(struct larder__source *source, void *buf, size_t length,
+                                       uint64_t offset, unsigned flags);
+LARDER__HIDDEN int larder__source_readv(struct larder__source *source,
+                                        const struct larder__extent *extents, size_t count,
+                                        unsigned flags);
+LARDER__HIDDEN int larder__source_stream(struct larder__source *source, larder__sink_fn sink,
+                                         void *userdata);
 /* Accepts NULL. */
-LARDER_HIDDEN void larder__source_destroy(struct larder__source *source);
+LARDER__HIDDEN void larder__source_close(struct larder__source *source);
 
 /* ---- opening one ---------------------------------------------------------- */
 
@@ -97,17 +97,17 @@ LARDER_HIDDEN void larder__source_destroy(struct larder__source *source);
  * and S3 inside their own transfers (the same policy; never both).
  * 0, or a negative code with a message naming the URL.
  */
-LARDER_HIDDEN int larder__source_open(struct larder__source **out, const char *url,
-                                      struct larder__hedge_budget *budget);
+LARDER__HIDDEN int larder__source_open(struct larder__source **out, const char *url,
+                                       struct larder__hedge_budget *budget);
 
 /* A path or file:// URL, unhedged. */
-LARDER_HIDDEN int larder__source_file_open(struct larder__source **out, const char *path);
+LARDER__HIDDEN int larder__source_file_open(struct larder__source **out, const char *path);
 /* An http(s):// object, hedged with `budget` (NULL: the process's) inside its transfers. */
-LARDER_HIDDEN int larder__source_http_open(struct larder__source **out, const char *url,
-                                           struct larder__hedge_budget *budget);
+LARDER__HIDDEN int larder__source_http_open(struct larder__source **out, const char *url,
+                                            struct larder__hedge_budget *budget);
 /* An s3://bucket/key object: HTTP with SigV4 (s3.h); hedged like HTTP. */
-LARDER_HIDDEN int larder__source_s3_open(struct larder__source **out, const char *url,
-                                         struct larder__hedge_budget *budget);
+LARDER__HIDDEN int larder__source_s3_open(struct larder__source **out, const char *url,
+                                          struct larder__hedge_budget *budget);
 /*
  * Shard `shard` of dataset (id_low, id_high) as the daemon at `endpoint`
  * serves it (the endpoint is borrowed: it must outlive the source).
@@ -117,9 +117,9 @@ LARDER_HIDDEN int larder__source_s3_open(struct larder__source **out, const char
  * size: size and stream fail with LARDER_EUNSUPPORTED (a chain takes
  * those from its last link).
  */
-LARDER_HIDDEN int larder__source_peer_new(struct larder__source **out,
-                                          struct larder__endpoint *endpoint, uint64_t id_low,
-                                          uint64_t id_high, uint32_t shard);
+LARDER__HIDDEN int larder__source_peer_open(struct larder__source **out,
+                                            struct larder__endpoint *endpoint, uint64_t id_low,
+                                            uint64_t id_high, uint32_t shard);
 /*
  * Try `links` in order (the chain owns them from now on, even when this
  * fails): a link that fails is logged (once) and skipped for `down_ms`,
@@ -127,34 +127,34 @@ LARDER_HIDDEN int larder__source_peer_new(struct larder__source **out,
  * LARDER__READ_ORIGIN_ONLY reads only the last link.  The size, the
  * stream and the name are the last link's.
  */
-LARDER_HIDDEN int larder__source_chain_new(struct larder__source **out,
-                                           struct larder__source *const *links, size_t count,
-                                           int down_ms);
+LARDER__HIDDEN int larder__source_chain_open(struct larder__source **out,
+                                             struct larder__source *const *links, size_t count,
+                                             int down_ms);
 /*
  * Hedge reads of `inner` (owned from now on, even when this fails) with
  * the budget `budget` (NULL: the process's): source_hedge.c says how.
  * Destroying the wrapper while a losing attempt is still reading is
  * safe: `inner` is destroyed when that attempt ends.
  */
-LARDER_HIDDEN int larder__source_hedge_new(struct larder__source **out,
-                                           struct larder__source *inner,
-                                           struct larder__hedge_budget *budget);
+LARDER__HIDDEN int larder__source_hedge_open(struct larder__source **out,
+                                             struct larder__source *inner,
+                                             struct larder__hedge_budget *budget);
 /* Hedged second requests sent so far by this process (all sources). */
-LARDER_HIDDEN uint64_t larder__source_hedges(void);
+LARDER__HIDDEN uint64_t larder__source_hedges(void);
 
 /* ---- names ------------------------------------------------------------------ */
 
 /* The local path of a file URL ("file:///x" -> "/x"; a path as it is). */
-LARDER_HIDDEN const char *larder__file_path(const char *url);
+LARDER__HIDDEN const char *larder__file_path(const char *url);
 /* Whether `name` is a URL with a scheme larder reads over the network. */
-LARDER_HIDDEN bool larder__is_remote(const char *name);
+LARDER__HIDDEN bool larder__is_remote(const char *name);
 /*
  * Resolve `name` as the index at `index_url` refers to it: URLs and
  * absolute paths as they are, relative names against the index's
  * directory.  Returns a malloc'd string or NULL.
  */
-LARDER_HIDDEN char *larder__resolve(const char *index_url, const char *name);
+LARDER__HIDDEN char *larder__resolve(const char *index_url, const char *name);
 /* Read a whole object into a malloc'd buffer. */
-LARDER_HIDDEN int larder__source_load(const char *url, uint8_t **data, uint64_t *size);
+LARDER__HIDDEN int larder__source_load(const char *url, uint8_t **data, uint64_t *size);
 
 #endif

@@ -69,11 +69,11 @@ static int chain_stream(struct larder__source *source, larder__sink_fn sink, voi
     return larder__source_stream(last_link(source), sink, userdata);
 }
 
-static void chain_destroy(struct larder__source *source)
+static void chain_close(struct larder__source *source)
 {
     struct chain_source *c = (struct chain_source *)source;
     for (size_t i = 0; i < c->count; i++)
-        larder__source_destroy(c->links[i].source);
+        larder__source_close(c->links[i].source);
     free(c);
 }
 
@@ -82,17 +82,17 @@ static const struct larder__source_ops chain_ops = {
     .size = chain_size,
     .read = chain_read,
     .stream = chain_stream,
-    .destroy = chain_destroy,
+    .close = chain_close,
 };
 
-int larder__source_chain_new(struct larder__source **out, struct larder__source *const *links,
-                             size_t count, int down_ms)
+int larder__source_chain_open(struct larder__source **out, struct larder__source *const *links,
+                              size_t count, int down_ms)
 {
     struct chain_source *c = NULL;
     if (count > 0) c = calloc(1, sizeof *c + count * sizeof *c->links);
     if (!c) {
         for (size_t i = 0; i < count; i++)
-            larder__source_destroy(links[i]);
+            larder__source_close(links[i]);
         return count ? -ENOMEM : larder__fail(LARDER_EUSAGE, "a chain of no sources");
     }
     c->base.ops = &chain_ops;

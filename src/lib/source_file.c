@@ -67,7 +67,7 @@ static int file_stream(struct larder__source *source, larder__sink_fn sink, void
     return rc;
 }
 
-static void file_destroy(struct larder__source *source)
+static void file_close(struct larder__source *source)
 {
     struct file_source *f = (struct file_source *)source;
     if (f->fd >= 0) larder__sys.close(f->fd);
@@ -80,7 +80,7 @@ static const struct larder__source_ops file_ops = {
     .size = file_size,
     .read = file_read,
     .stream = file_stream,
-    .destroy = file_destroy,
+    .close = file_close,
 };
 
 int larder__source_file_open(struct larder__source **out, const char *path)
@@ -95,7 +95,7 @@ int larder__source_file_open(struct larder__source **out, const char *path)
     f->fd = larder__open(larder__file_path(path), O_RDONLY, 0);
     if (f->fd < 0) {
         int rc = f->fd;
-        file_destroy(&f->base);
+        file_close(&f->base);
         return rc;
     }
     *out = &f->base;

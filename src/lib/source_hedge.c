@@ -53,7 +53,7 @@ void larder__hedge_policy_init(struct larder__hedge_policy *p, struct larder__he
     p->budget = budget;
 }
 
-void larder__hedge_policy_destroy(struct larder__hedge_policy *p)
+void larder__hedge_policy_clear(struct larder__hedge_policy *p)
 {
     pthread_mutex_destroy(&p->lock);
 }
@@ -245,8 +245,8 @@ struct hedge_source {
 static void hedge_release(struct hedge_source *h)
 {
     if (--h->refs > 0) return;
-    larder__source_destroy(h->inner);
-    larder__hedge_policy_destroy(&h->policy);
+    larder__source_close(h->inner);
+    larder__hedge_policy_clear(&h->policy);
     free(h);
 }
 
@@ -449,7 +449,7 @@ static int hedge_stream(struct larder__source *source, larder__sink_fn sink, voi
     return larder__source_stream(((struct hedge_source *)source)->inner, sink, userdata);
 }
 
-static void hedge_destroy(struct larder__source *source)
+static void hedge_close(struct larder__source *source)
 {
     hedge_release((struct hedge_source *)source);
 }
@@ -459,15 +459,15 @@ static const struct larder__source_ops hedge_ops = {
     .size = hedge_size,
     .read = hedge_read,
     .stream = hedge_stream,
-    .destroy = hedge_destroy,
+    .close = hedge_close,
 };
 
-int larder__source_hedge_new(struct larder__source **out, struct larder__source *inner,
-                             struct larder__hedge_budget *budget)
+int larder__source_hedge_open(struct larder__source **out, struct larder__source *inner,
+                              struct larder__hedge_budget *budget)
 {
     struct hedge_source *h = calloc(1, sizeof *h);
     if (!h) {
-        larder__source_destroy(inner);
+        larder__source_close(inner);
         return -ENOMEM;
     }
     h->base.ops = &hedge_ops;

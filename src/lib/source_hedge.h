@@ -39,29 +39,29 @@ struct larder__hedge_policy {
     struct larder__hedge_budget *budget;     /* NULL: larder__hedge_process(), at each use */
 };
 
-LARDER_HIDDEN void larder__hedge_policy_init(struct larder__hedge_policy *policy,
-                                             struct larder__hedge_budget *budget);
-LARDER_HIDDEN void larder__hedge_policy_destroy(struct larder__hedge_policy *policy);
+LARDER__HIDDEN void larder__hedge_policy_init(struct larder__hedge_policy *policy,
+                                              struct larder__hedge_budget *budget);
+LARDER__HIDDEN void larder__hedge_policy_clear(struct larder__hedge_policy *policy);
 /* How long a read may take, in ms, before it is hedged. */
-LARDER_HIDDEN double larder__hedge_policy_delay_ms(struct larder__hedge_policy *policy);
+LARDER__HIDDEN double larder__hedge_policy_delay_ms(struct larder__hedge_policy *policy);
 /*
  * Whether reads are so fast (p95 under 2 ms after LARDER__HEDGE_MIN_SAMPLES
  * reads: local disk, page cache) that they are best read inline, unhedged.
  */
-LARDER_HIDDEN bool larder__hedge_policy_fast(struct larder__hedge_policy *policy);
+LARDER__HIDDEN bool larder__hedge_policy_fast(struct larder__hedge_policy *policy);
 /* A good read's latency, into the window. */
-LARDER_HIDDEN void larder__hedge_policy_record(struct larder__hedge_policy *policy, double ms);
+LARDER__HIDDEN void larder__hedge_policy_record(struct larder__hedge_policy *policy, double ms);
 /* Count a read that may be hedged, in the budget. */
-LARDER_HIDDEN void larder__hedge_policy_count_read(struct larder__hedge_policy *policy);
+LARDER__HIDDEN void larder__hedge_policy_count_read(struct larder__hedge_policy *policy);
 /* Ask the budget for a hedge: true when granted (and then counted). */
-LARDER_HIDDEN bool larder__hedge_policy_take(struct larder__hedge_policy *policy);
+LARDER__HIDDEN bool larder__hedge_policy_take(struct larder__hedge_policy *policy);
 /* Give back a granted hedge that could not be sent. */
-LARDER_HIDDEN void larder__hedge_policy_refund(struct larder__hedge_policy *policy);
+LARDER__HIDDEN void larder__hedge_policy_refund(struct larder__hedge_policy *policy);
 /* A granted hedge was sent: counted in larder__source_hedges(), logged. */
-LARDER_HIDDEN void larder__hedge_policy_sent(struct larder__hedge_policy *policy, const char *name,
-                                             double after_ms);
+LARDER__HIDDEN void larder__hedge_policy_sent(struct larder__hedge_policy *policy, const char *name,
+                                              double after_ms);
 
 /* Milliseconds on the monotonic clock. */
-LARDER_HIDDEN double larder__now_ms(void);
+LARDER__HIDDEN double larder__now_ms(void);
 
 #endif

@@ -540,13 +540,13 @@ static int http_stream(struct larder__source *source, larder__sink_fn sink, void
     return rc;
 }
 
-static void http_destroy(struct larder__source *source)
+static void http_close(struct larder__source *source)
 {
     struct http_source *h = (struct http_source *)source;
     for (int i = 0; i < h->num_idle; i++)
         curl_easy_cleanup(h->idle[i]);
     if (h->signer.release) h->signer.release(h->signer.context);
-    larder__hedge_policy_destroy(&h->policy);
+    larder__hedge_policy_clear(&h->policy);
     pthread_mutex_destroy(&h->lock);
     free(h->name);
     free(h);
@@ -557,7 +557,7 @@ static const struct larder__source_ops http_ops = {
     .size = http_size,
     .read = http_read,
     .stream = http_stream,
-    .destroy = http_destroy,
+    .close = http_close,
 };
 
 int larder__source_http_new(struct larder__source **out, const char *url,

@@ -47,7 +47,7 @@ static int peer_read(struct larder__source *source, const struct larder__extent 
     return LARDER__FROM_PEER;
 }
 
-static void peer_destroy(struct larder__source *source)
+static void peer_close(struct larder__source *source)
 {
     free(source);
 }
@@ -57,11 +57,11 @@ static const struct larder__source_ops peer_ops = {
     .size = peer_size,
     .read = peer_read,
     .stream = NULL,
-    .destroy = peer_destroy,
+    .close = peer_close,
 };
 
-int larder__source_peer_new(struct larder__source **out, struct larder__endpoint *endpoint,
-                            uint64_t id_low, uint64_t id_high, uint32_t shard)
+int larder__source_peer_open(struct larder__source **out, struct larder__endpoint *endpoint,
+                             uint64_t id_low, uint64_t id_high, uint32_t shard)
 {
     struct peer_source *p = calloc(1, sizeof *p);
     if (!p) return -ENOMEM;

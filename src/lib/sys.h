@@ -41,21 +41,21 @@ struct larder__sys_ops {
 };
 
 /* The table in use; tests swap entries and restore them. */
-extern LARDER_HIDDEN struct larder__sys_ops larder__sys;
+extern LARDER__HIDDEN struct larder__sys_ops larder__sys;
 
 /* Open `path`; returns a descriptor or -errno (with a message naming path). */
-LARDER_HIDDEN int larder__open(const char *path, int flags, mode_t mode);
+LARDER__HIDDEN int larder__open(const char *path, int flags, mode_t mode);
 /*
  * Read exactly `count` bytes at `offset`.  Returns 0, -errno, or
  * LARDER_ETRUNCATED when the file ends first; in that case the unread
  * tail of `buf` is zero-filled.  `what` names the file in messages.
  */
-LARDER_HIDDEN int larder__pread_full(int fd, void *buf, size_t count, uint64_t offset,
-                                     const char *what);
-/* Write exactly `count` bytes at `offset`, or return -errno. */
-LARDER_HIDDEN int larder__pwrite_full(int fd, const void *buf, size_t count, uint64_t offset,
+LARDER__HIDDEN int larder__pread_full(int fd, void *buf, size_t count, uint64_t offset,
                                       const char *what);
+/* Write exactly `count` bytes at `offset`, or return -errno. */
+LARDER__HIDDEN int larder__pwrite_full(int fd, const void *buf, size_t count, uint64_t offset,
+                                       const char *what);
 /* Size of an open file, or -errno. */
-LARDER_HIDDEN int larder__file_size(int fd, uint64_t *size, const char *what);
+LARDER__HIDDEN int larder__file_size(int fd, uint64_t *size, const char *what);
 
 #endif

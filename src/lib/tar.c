@@ -16,7 +16,7 @@
 
 enum { ST_HEADER, ST_META_DATA, ST_PAD, ST_MEMBER_DATA, ST_SKIP_DATA, ST_END };
 
-#define PENDING_CAP (LARDER_TAR_MAX_PAX + 3 * LARDER_TAR_MAX_NAME + 8 * LARDER_TAR_BLOCK)
+#define PENDING_CAP (LARDER__TAR_MAX_PAX + 3 * LARDER__TAR_MAX_NAME + 8 * LARDER__TAR_BLOCK)
 #define NAMES_CAP (64 * 1024)
 #define NPY_HEAD 4096
 
@@ -29,7 +29,7 @@ struct larder__tar_scanner {
     int state;
     uint64_t remaining;  /* bytes left in the current data or padding run */
     bool pad_to_pending; /* padding after metadata belongs to the pending run */
-    uint8_t block[LARDER_TAR_BLOCK];
+    uint8_t block[LARDER__TAR_BLOCK];
     size_t block_used;
     uint32_t zero_blocks;
     uint64_t zero_start;
@@ -41,13 +41,13 @@ struct larder__tar_scanner {
     size_t meta_data_pos;
     uint64_t meta_length;
     char meta_type;
-    char next_name[LARDER_TAR_MAX_NAME];
+    char next_name[LARDER__TAR_MAX_NAME];
     bool have_next_name;
     uint64_t next_size;
     bool have_next_size;
 
     /* the member being read */
-    char member_name[LARDER_TAR_MAX_NAME];
+    char member_name[LARDER__TAR_MAX_NAME];
     uint64_t member_header_offset;
     uint64_t member_size;
     uint8_t head[NPY_HEAD];
@@ -57,10 +57,10 @@ struct larder__tar_scanner {
     /* the sample being assembled */
     bool in_sample;
     uint64_t sample_start;
-    char key[LARDER_TAR_MAX_NAME];
+    char key[LARDER__TAR_MAX_NAME];
     size_t key_length;
     XXH3_state_t hash;
-    struct larder__tar_field fields[LARDER_TAR_MAX_FIELDS];
+    struct larder__tar_field fields[LARDER__TAR_MAX_FIELDS];
     uint32_t num_fields;
     char names[NAMES_CAP];
     size_t names_used;
@@ -73,9 +73,9 @@ size_t larder__tar_scanner_size(void)
 
 /* ---- headers ----------------------------------------------------------- */
 
-int larder__tar_zero_block(const uint8_t block[LARDER_TAR_BLOCK])
+int larder__tar_zero_block(const uint8_t block[LARDER__TAR_BLOCK])
 {
-    for (int i = 0; i < LARDER_TAR_BLOCK; i++)
+    for (int i = 0; i < LARDER__TAR_BLOCK; i++)
         if (block[i]) return 0;
     return 1;
 }
@@ -113,14 +113,14 @@ static bool parse_size(const uint8_t *field, uint64_t *out)
     return parse_octal(field, 12, out);
 }
 
-int larder__tar_parse_header(const uint8_t b[LARDER_TAR_BLOCK], struct larder__tar_header *out)
+int larder__tar_parse_header(const uint8_t b[LARDER__TAR_BLOCK], struct larder__tar_header *out)
 {
     uint64_t stored;
     if (!parse_octal(b + 148, 8, &stored))
         return larder__fail(LARDER_EBADTAR, "header checksum field is not octal");
     uint64_t sum = 0;
     int64_t signed_sum = 0;
-    for (int i = 0; i < LARDER_TAR_BLOCK; i++) {
+    for (int i = 0; i < LARDER__TAR_BLOCK; i++) {
         uint8_t c = (i >= 148 && i < 156) ? ' ' : b[i];
         sum += c;
         signed_sum += (int8_t)c;
@@ -261,7 +261,7 @@ static int parse_pax(struct larder__tar_scanner *s, const char *p, size_t length
         size_t key_length = (size_t)(eq - kv), value_length = (size_t)(end - eq - 1);
         const char *value = eq + 1;
         if (key_length == 4 && memcmp(kv, "path", 4) == 0) {
-            if (value_length == 0 || value_length >= LARDER_TAR_MAX_NAME ||
+            if (value_length == 0 || value_length >= LARDER__TAR_MAX_NAME ||
                 memchr(value, '\0', value_length))
                 return bad(s, LARDER_EBADTAR, at, "PAX path is empty, too long or has a NUL");
             memcpy(s->next_name, value, value_length);
@@ -344,7 +344,7 @@ static int start_member(struct larder__tar_scanner *s, const struct larder__tar_
     }
     pending_flush(s);
     size_t ext_length = strlen(ext);
-    if (s->num_fields == LARDER_TAR_MAX_FIELDS || ext_length + 1 > NAMES_CAP - s->names_used)
+    if (s->num_fields == LARDER__TAR_MAX_FIELDS || ext_length + 1 > NAMES_CAP - s->names_used)
         return bad(s, LARDER_EUNSUPPORTED, at, "too many members in one sample");
     for (uint32_t i = 0; i < s->num_fields; i++)
         if (strcmp(s->fields[i].ext, ext) == 0)
@@ -397,7 +397,7 @@ static void finish_member(struct larder__tar_scanner *s)
 
 static int on_header_block(struct larder__tar_scanner *s)
 {
-    uint64_t at = s->offset - LARDER_TAR_BLOCK;
+    uint64_t at = s->offset - LARDER__TAR_BLOCK;
     if (larder__tar_zero_block(s->block)) {
         if (s->pending_used)
             return bad(s, LARDER_EBADTAR, at, "archive ends right after a metadata header");
@@ -410,7 +410,7 @@ static int on_header_block(struct larder__tar_scanner *s)
     }
     if (s->zero_blocks)
         return bad(s, LARDER_EBADTAR, s->zero_start, "lone zero block inside the archive");
-    int rc = pending_append(s, s->block, LARDER_TAR_BLOCK, at);
+    int rc = pending_append(s, s->block, LARDER__TAR_BLOCK, at);
     if (rc < 0) return rc;
     struct larder__tar_header h;
     if ((rc = larder__tar_parse_header(s->block, &h)) < 0)
@@ -420,7 +420,7 @@ static int on_header_block(struct larder__tar_scanner *s)
     case 'x':
     case 'L':
     case 'K':
-        if (h.size > (h.type == 'x' ? LARDER_TAR_MAX_PAX : LARDER_TAR_MAX_NAME - 1))
+        if (h.size > (h.type == 'x' ? LARDER__TAR_MAX_PAX : LARDER__TAR_MAX_NAME - 1))
             return bad(s, LARDER_EBADTAR, at, "metadata header too large");
         s->state = ST_META_DATA;
         s->meta_type = h.type;
@@ -502,12 +502,12 @@ int larder__tar_scanner_feed(struct larder__tar_scanner *s, const void *data, si
             return 0;
         }
         if (s->state == ST_HEADER) {
-            n = LARDER_TAR_BLOCK - s->block_used;
+            n = LARDER__TAR_BLOCK - s->block_used;
             if (n > length) n = length;
             memcpy(s->block + s->block_used, p, n);
             s->block_used += n;
             s->offset += n, p += n, length -= n;
-            if (s->block_used == LARDER_TAR_BLOCK) {
+            if (s->block_used == LARDER__TAR_BLOCK) {
                 s->block_used = 0;
                 if ((rc = on_header_block(s)) < 0 || (rc = settle(s)) < 0) return rc;
             }
@@ -578,9 +578,9 @@ static void put_octal(uint8_t *field, size_t width, uint64_t value)
     field[width - 1] = '\0';
 }
 
-static void ustar_block(uint8_t b[LARDER_TAR_BLOCK], const char *name, uint64_t size, char type)
+static void ustar_block(uint8_t b[LARDER__TAR_BLOCK], const char *name, uint64_t size, char type)
 {
-    memset(b, 0, LARDER_TAR_BLOCK);
+    memset(b, 0, LARDER__TAR_BLOCK);
     size_t length = strlen(name);
     if (length <= 100) {
         memcpy(b, name, length);
@@ -617,7 +617,7 @@ static void ustar_block(uint8_t b[LARDER_TAR_BLOCK], const char *name, uint64_t 
            8);
     memset(b + 148, ' ', 8);
     unsigned sum = 0;
-    for (int i = 0; i < LARDER_TAR_BLOCK; i++)
+    for (int i = 0; i < LARDER__TAR_BLOCK; i++)
         sum += b[i];
     put_octal(b + 148, 7, sum);
     b[155] = ' ';
@@ -647,29 +647,29 @@ static size_t pax_record(char *out, const char *key, const char *value)
 
 size_t larder__tar_member_header_size(const char *name, uint64_t size)
 {
-    if (fits_ustar(name, size)) return LARDER_TAR_BLOCK;
+    if (fits_ustar(name, size)) return LARDER__TAR_BLOCK;
     char number[32];
     snprintf(number, sizeof number, "%llu", (unsigned long long)size);
     size_t pax = pax_record(NULL, "path", name) + pax_record(NULL, "size", number);
-    return 2 * LARDER_TAR_BLOCK + pax + larder__tar_padding(pax);
+    return 2 * LARDER__TAR_BLOCK + pax + larder__tar_padding(pax);
 }
 
 int larder__tar_member_header(uint8_t *out, size_t capacity, const char *name, uint64_t size)
 {
     size_t need = larder__tar_member_header_size(name, size);
-    if (need > capacity || strlen(name) >= LARDER_TAR_MAX_NAME)
+    if (need > capacity || strlen(name) >= LARDER__TAR_MAX_NAME)
         return larder__fail(LARDER_EUSAGE, "member name '%.100s...' is too long", name);
-    if (need == LARDER_TAR_BLOCK) {
+    if (need == LARDER__TAR_BLOCK) {
         ustar_block(out, name, size, '0');
-        return LARDER_TAR_BLOCK;
+        return LARDER__TAR_BLOCK;
     }
     char number[32];
     snprintf(number, sizeof number, "%llu", (unsigned long long)size);
-    uint8_t *data = out + LARDER_TAR_BLOCK;
+    uint8_t *data = out + LARDER__TAR_BLOCK;
     size_t pax = pax_record((char *)data, "path", name);
     pax += pax_record((char *)data + pax, "size", number);
     memset(data + pax, 0, larder__tar_padding(pax));
     ustar_block(out, "././@PaxHeader", pax, 'x');
-    ustar_block(out + need - LARDER_TAR_BLOCK, name, size, '0');
+    ustar_block(out + need - LARDER__TAR_BLOCK, name, size, '0');
     return (int)need;
 }

@@ -17,27 +17,27 @@
 
 #include <xxhash.h>
 
-#define LARDER_TAR_BLOCK 512
-#define LARDER_TAR_MAX_NAME 4096
-#define LARDER_TAR_MAX_FIELDS 256
-#define LARDER_TAR_MAX_PAX (64 * 1024)
+#define LARDER__TAR_BLOCK 512
+#define LARDER__TAR_MAX_NAME 4096
+#define LARDER__TAR_MAX_FIELDS 256
+#define LARDER__TAR_MAX_PAX (64 * 1024)
 
 struct larder__tar_header {
-    char name[LARDER_TAR_MAX_NAME]; /* prefix/name joined */
+    char name[LARDER__TAR_MAX_NAME]; /* prefix/name joined */
     uint64_t size;
     char type; /* typeflag, '0' for '\0' */
 };
 
 /* Parse one 512-byte header block.  0, or LARDER_EBADTAR with a message. */
-LARDER_HIDDEN int larder__tar_parse_header(const uint8_t block[LARDER_TAR_BLOCK],
-                                           struct larder__tar_header *out);
+LARDER__HIDDEN int larder__tar_parse_header(const uint8_t block[LARDER__TAR_BLOCK],
+                                            struct larder__tar_header *out);
 /* Nonzero when the block is all zero bytes (end-of-archive marker). */
-LARDER_HIDDEN int larder__tar_zero_block(const uint8_t block[LARDER_TAR_BLOCK]);
+LARDER__HIDDEN int larder__tar_zero_block(const uint8_t block[LARDER__TAR_BLOCK]);
 
 /* Split a member path into WebDataset key and extension; false if it has no extension. */
-LARDER_HIDDEN bool larder__split_key(const char *path, size_t *key_length, const char **ext);
+LARDER__HIDDEN bool larder__split_key(const char *path, size_t *key_length, const char **ext);
 /* Reject absolute paths and ".." components: 0 or LARDER_EUNSAFE. */
-LARDER_HIDDEN int larder__check_member_name(const char *name);
+LARDER__HIDDEN int larder__check_member_name(const char *name);
 
 struct larder__tar_field {
     struct larder__field field; /* span relative to the sample, npy decoded */
@@ -61,18 +61,18 @@ typedef void (*larder__tar_skip_fn)(void *userdata, const char *name, uint64_t o
 
 struct larder__tar_scanner; /* about 400 KiB: allocate it */
 
-LARDER_HIDDEN size_t larder__tar_scanner_size(void);
+LARDER__HIDDEN size_t larder__tar_scanner_size(void);
 /* Start a scan; `name` names the archive in messages. */
-LARDER_HIDDEN void larder__tar_scanner_init(struct larder__tar_scanner *scanner, const char *name,
-                                            larder__tar_sample_fn on_sample,
-                                            larder__tar_skip_fn on_skip, void *userdata);
+LARDER__HIDDEN void larder__tar_scanner_init(struct larder__tar_scanner *scanner, const char *name,
+                                             larder__tar_sample_fn on_sample,
+                                             larder__tar_skip_fn on_skip, void *userdata);
 /* Push the next bytes of the archive.  0 or a negative code (message set). */
-LARDER_HIDDEN int larder__tar_scanner_feed(struct larder__tar_scanner *scanner, const void *data,
-                                           size_t length);
+LARDER__HIDDEN int larder__tar_scanner_feed(struct larder__tar_scanner *scanner, const void *data,
+                                            size_t length);
 /* The archive's bytes are all pushed; emits the last sample.  0 or a negative code. */
-LARDER_HIDDEN int larder__tar_scanner_finish(struct larder__tar_scanner *scanner);
+LARDER__HIDDEN int larder__tar_scanner_finish(struct larder__tar_scanner *scanner);
 /* Bytes consumed so far. */
-LARDER_HIDDEN uint64_t larder__tar_scanner_offset(const struct larder__tar_scanner *scanner);
+LARDER__HIDDEN uint64_t larder__tar_scanner_offset(const struct larder__tar_scanner *scanner);
 
 /* ---- writing ----------------------------------------------------------- */
 
@@ -82,14 +82,14 @@ LARDER_HIDDEN uint64_t larder__tar_scanner_offset(const struct larder__tar_scann
  * not fit ustar.  Returns the bytes written to out (512, or 512 * k), or
  * LARDER_EUSAGE if the name is too long even for PAX in `capacity`.
  */
-LARDER_HIDDEN int larder__tar_member_header(uint8_t *out, size_t capacity, const char *name,
-                                            uint64_t size);
+LARDER__HIDDEN int larder__tar_member_header(uint8_t *out, size_t capacity, const char *name,
+                                             uint64_t size);
 /* Bytes of header for that member, without writing it. */
-LARDER_HIDDEN size_t larder__tar_member_header_size(const char *name, uint64_t size);
+LARDER__HIDDEN size_t larder__tar_member_header_size(const char *name, uint64_t size);
 /* Padding after `size` data bytes. */
 static inline uint64_t larder__tar_padding(uint64_t size)
 {
-    return (LARDER_TAR_BLOCK - size % LARDER_TAR_BLOCK) % LARDER_TAR_BLOCK;
+    return (LARDER__TAR_BLOCK - size % LARDER__TAR_BLOCK) % LARDER__TAR_BLOCK;
 }
 
 #endif

@@ -9,23 +9,23 @@ static uint64_t max_payload(uint8_t type)
 {
     switch (type) {
     case LARDER__HELLO:
-        return 8 + LARDER_WIRE_NONCE;
+        return 8 + LARDER__WIRE_NONCE;
     case LARDER__WELCOME:
-        return 88 + LARDER_WIRE_MAX_NAME;
+        return 88 + LARDER__WIRE_MAX_NAME;
     case LARDER__PROVE:
-        return LARDER_WIRE_PROOF;
+        return LARDER__WIRE_PROOF;
     case LARDER__READ:
         return 40;
     case LARDER__DATA:
-        return LARDER_WIRE_MAX_READ;
+        return LARDER__WIRE_MAX_READ;
     case LARDER__ERROR:
-        return 4 + LARDER_WIRE_MAX_MESSAGE;
+        return 4 + LARDER__WIRE_MAX_MESSAGE;
     case LARDER__STAT:
         return 0;
     case LARDER__STATS:
-        return LARDER_WIRE_MAX_STATS;
+        return LARDER__WIRE_MAX_STATS;
     case LARDER__OPEN:
-        return LARDER_WIRE_MAX_URL;
+        return LARDER__WIRE_MAX_URL;
     case LARDER__OPENED:
         return 20;
     default:
@@ -35,12 +35,12 @@ static uint64_t max_payload(uint8_t type)
 
 int larder__wire_header(const uint8_t *buf, size_t available, struct larder__frame *frame)
 {
-    if (available < LARDER_WIRE_HEADER) return LARDER_ETRUNCATED;
-    if (larder__le32(buf) != LARDER_WIRE_MAGIC)
+    if (available < LARDER__WIRE_HEADER) return LARDER_ETRUNCATED;
+    if (larder__le32(buf) != LARDER__WIRE_MAGIC)
         return larder__fail(LARDER_EPROTOCOL, "bad magic 0x%08x", larder__le32(buf));
-    if (buf[4] != LARDER_WIRE_VERSION)
+    if (buf[4] != LARDER__WIRE_VERSION)
         return larder__fail(LARDER_EPROTOCOL, "protocol version %u, this build speaks %d", buf[4],
-                            LARDER_WIRE_VERSION);
+                            LARDER__WIRE_VERSION);
     uint8_t type = buf[5];
     if (type < LARDER__HELLO || type > LARDER__PROVE)
         return larder__fail(LARDER_EPROTOCOL, "unknown frame type %u", type);
@@ -58,16 +58,16 @@ int larder__wire_header(const uint8_t *buf, size_t available, struct larder__fra
 
 int larder__wire_hello(const uint8_t *p, uint32_t length, struct larder__hello *out)
 {
-    if (length != 8 + LARDER_WIRE_NONCE)
+    if (length != 8 + LARDER__WIRE_NONCE)
         return larder__fail(LARDER_EPROTOCOL, "HELLO of %u bytes, not %d", length,
-                            8 + LARDER_WIRE_NONCE);
+                            8 + LARDER__WIRE_NONCE);
     uint32_t role = larder__le32(p);
     if (role != LARDER__ROLE_READER && role != LARDER__ROLE_PEER)
         return larder__fail(LARDER_EPROTOCOL, "HELLO with unknown role %u", role);
     out->role = (enum larder__role)role;
     if (larder__le32(p + 4) != 0)
         return larder__fail(LARDER_EPROTOCOL, "HELLO with nonzero reserved bytes");
-    memcpy(out->nonce, p + 8, LARDER_WIRE_NONCE);
+    memcpy(out->nonce, p + 8, LARDER__WIRE_NONCE);
     return 0;
 }
 
@@ -76,13 +76,13 @@ int larder__wire_welcome(const uint8_t *p, uint32_t length, struct larder__welco
     if (length < 88) return larder__fail(LARDER_EPROTOCOL, "WELCOME of %u bytes", length);
     memcpy(out->member, p, 16);
     out->auth = larder__le32(p + 16);
-    memcpy(out->nonce, p + 20, LARDER_WIRE_NONCE);
-    memcpy(out->proof, p + 52, LARDER_WIRE_PROOF);
+    memcpy(out->nonce, p + 20, LARDER__WIRE_NONCE);
+    memcpy(out->proof, p + 52, LARDER__WIRE_PROOF);
     out->name_length = larder__le32(p + 84);
     out->name = (const char *)p + 88;
     if (out->auth != LARDER__AUTH_NONE && out->auth != LARDER__AUTH_HMAC)
         return larder__fail(LARDER_EPROTOCOL, "WELCOME with unknown authentication %u", out->auth);
-    if (out->name_length > LARDER_WIRE_MAX_NAME || out->name_length != length - 88)
+    if (out->name_length > LARDER__WIRE_MAX_NAME || out->name_length != length - 88)
         return larder__fail(LARDER_EPROTOCOL, "WELCOME name of %u bytes in %u", out->name_length,
                             length);
     return 0;
@@ -90,10 +90,10 @@ int larder__wire_welcome(const uint8_t *p, uint32_t length, struct larder__welco
 
 int larder__wire_prove(const uint8_t *p, uint32_t length, struct larder__prove *out)
 {
-    if (length != LARDER_WIRE_PROOF)
+    if (length != LARDER__WIRE_PROOF)
         return larder__fail(LARDER_EPROTOCOL, "PROVE of %u bytes, not %d", length,
-                            LARDER_WIRE_PROOF);
-    memcpy(out->proof, p, LARDER_WIRE_PROOF);
+                            LARDER__WIRE_PROOF);
+    memcpy(out->proof, p, LARDER__WIRE_PROOF);
     return 0;
 }
 
@@ -111,7 +111,7 @@ int larder__wire_read(const uint8_t *p, uint32_t length, struct larder__read *ou
         return larder__fail(LARDER_EPROTOCOL, "READ with nonzero reserved bytes");
     if (out->priority > 3)
         return larder__fail(LARDER_EPROTOCOL, "READ with priority %u", out->priority);
-    if (out->length == 0 || out->length > LARDER_WIRE_MAX_READ ||
+    if (out->length == 0 || out->length > LARDER__WIRE_MAX_READ ||
         !larder__add_ok(out->offset, out->length, &end))
         return larder__fail(LARDER_EPROTOCOL, "READ of %llu bytes at %llu",
                             (unsigned long long)out->length, (unsigned long long)out->offset);
@@ -131,61 +131,61 @@ int larder__wire_error(const uint8_t *p, uint32_t length, struct larder__error_f
 int larder__wire_encode_header(uint8_t *out, size_t capacity, uint8_t type, uint32_t length,
                                uint64_t request)
 {
-    if (capacity < LARDER_WIRE_HEADER) return LARDER_ETOOSMALL;
-    larder__put_le32(out, LARDER_WIRE_MAGIC);
-    out[4] = LARDER_WIRE_VERSION;
+    if (capacity < LARDER__WIRE_HEADER) return LARDER_ETOOSMALL;
+    larder__put_le32(out, LARDER__WIRE_MAGIC);
+    out[4] = LARDER__WIRE_VERSION;
     out[5] = type;
     larder__put_le16(out + 6, 0);
     larder__put_le32(out + 8, length);
     larder__put_le32(out + 12, 0);
     larder__put_le64(out + 16, request);
-    return LARDER_WIRE_HEADER;
+    return LARDER__WIRE_HEADER;
 }
 
 int larder__wire_encode_hello(uint8_t *out, size_t capacity, uint64_t request,
                               const struct larder__hello *hello)
 {
-    uint32_t length = 8 + LARDER_WIRE_NONCE;
-    if (capacity < LARDER_WIRE_HEADER + length) return LARDER_ETOOSMALL;
+    uint32_t length = 8 + LARDER__WIRE_NONCE;
+    if (capacity < LARDER__WIRE_HEADER + length) return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__HELLO, length, request);
-    larder__put_le32(out + LARDER_WIRE_HEADER, (uint32_t)hello->role);
-    larder__put_le32(out + LARDER_WIRE_HEADER + 4, 0);
-    memcpy(out + LARDER_WIRE_HEADER + 8, hello->nonce, LARDER_WIRE_NONCE);
-    return (int)(LARDER_WIRE_HEADER + length);
+    larder__put_le32(out + LARDER__WIRE_HEADER, (uint32_t)hello->role);
+    larder__put_le32(out + LARDER__WIRE_HEADER + 4, 0);
+    memcpy(out + LARDER__WIRE_HEADER + 8, hello->nonce, LARDER__WIRE_NONCE);
+    return (int)(LARDER__WIRE_HEADER + length);
 }
 
 int larder__wire_encode_welcome(uint8_t *out, size_t capacity, uint64_t request,
                                 const struct larder__welcome *welcome)
 {
     uint32_t length = 88 + welcome->name_length;
-    if (welcome->name_length > LARDER_WIRE_MAX_NAME || capacity < LARDER_WIRE_HEADER + length)
+    if (welcome->name_length > LARDER__WIRE_MAX_NAME || capacity < LARDER__WIRE_HEADER + length)
         return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__WELCOME, length, request);
-    uint8_t *p = out + LARDER_WIRE_HEADER;
+    uint8_t *p = out + LARDER__WIRE_HEADER;
     memcpy(p, welcome->member, 16);
     larder__put_le32(p + 16, welcome->auth);
-    memcpy(p + 20, welcome->nonce, LARDER_WIRE_NONCE);
-    memcpy(p + 52, welcome->proof, LARDER_WIRE_PROOF);
+    memcpy(p + 20, welcome->nonce, LARDER__WIRE_NONCE);
+    memcpy(p + 52, welcome->proof, LARDER__WIRE_PROOF);
     larder__put_le32(p + 84, welcome->name_length);
     if (welcome->name_length) memcpy(p + 88, welcome->name, welcome->name_length);
-    return (int)(LARDER_WIRE_HEADER + length);
+    return (int)(LARDER__WIRE_HEADER + length);
 }
 
 int larder__wire_encode_prove(uint8_t *out, size_t capacity, uint64_t request,
                               const struct larder__prove *prove)
 {
-    if (capacity < LARDER_WIRE_HEADER + LARDER_WIRE_PROOF) return LARDER_ETOOSMALL;
-    larder__wire_encode_header(out, capacity, LARDER__PROVE, LARDER_WIRE_PROOF, request);
-    memcpy(out + LARDER_WIRE_HEADER, prove->proof, LARDER_WIRE_PROOF);
-    return LARDER_WIRE_HEADER + LARDER_WIRE_PROOF;
+    if (capacity < LARDER__WIRE_HEADER + LARDER__WIRE_PROOF) return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__PROVE, LARDER__WIRE_PROOF, request);
+    memcpy(out + LARDER__WIRE_HEADER, prove->proof, LARDER__WIRE_PROOF);
+    return LARDER__WIRE_HEADER + LARDER__WIRE_PROOF;
 }
 
 int larder__wire_encode_read(uint8_t *out, size_t capacity, uint64_t request,
                              const struct larder__read *read)
 {
-    if (capacity < LARDER_WIRE_HEADER + 40) return LARDER_ETOOSMALL;
+    if (capacity < LARDER__WIRE_HEADER + 40) return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__READ, 40, request);
-    uint8_t *p = out + LARDER_WIRE_HEADER;
+    uint8_t *p = out + LARDER__WIRE_HEADER;
     memset(p, 0, 40);
     larder__put_le64(p, read->id_low);
     larder__put_le64(p + 8, read->id_high);
@@ -193,19 +193,19 @@ int larder__wire_encode_read(uint8_t *out, size_t capacity, uint64_t request,
     p[20] = read->priority;
     larder__put_le64(p + 24, read->offset);
     larder__put_le64(p + 32, read->length);
-    return LARDER_WIRE_HEADER + 40;
+    return LARDER__WIRE_HEADER + 40;
 }
 
 int larder__wire_encode_error(uint8_t *out, size_t capacity, uint64_t request, int32_t code,
                               const char *message)
 {
     size_t n = strlen(message);
-    if (n > LARDER_WIRE_MAX_MESSAGE) n = LARDER_WIRE_MAX_MESSAGE;
-    if (capacity < LARDER_WIRE_HEADER + 4 + n) return LARDER_ETOOSMALL;
+    if (n > LARDER__WIRE_MAX_MESSAGE) n = LARDER__WIRE_MAX_MESSAGE;
+    if (capacity < LARDER__WIRE_HEADER + 4 + n) return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__ERROR, (uint32_t)(4 + n), request);
-    larder__put_le32(out + LARDER_WIRE_HEADER, (uint32_t)code);
-    memcpy(out + LARDER_WIRE_HEADER + 4, message, n);
-    return (int)(LARDER_WIRE_HEADER + 4 + n);
+    larder__put_le32(out + LARDER__WIRE_HEADER, (uint32_t)code);
+    memcpy(out + LARDER__WIRE_HEADER + 4, message, n);
+    return (int)(LARDER__WIRE_HEADER + 4 + n);
 }
 
 int larder__wire_opened(const uint8_t *p, uint32_t length, struct larder__opened *out)
@@ -220,20 +220,20 @@ int larder__wire_opened(const uint8_t *p, uint32_t length, struct larder__opened
 int larder__wire_encode_open(uint8_t *out, size_t capacity, uint64_t request, const char *index_url)
 {
     size_t n = strlen(index_url);
-    if (n == 0 || n > LARDER_WIRE_MAX_URL || capacity < LARDER_WIRE_HEADER + n)
+    if (n == 0 || n > LARDER__WIRE_MAX_URL || capacity < LARDER__WIRE_HEADER + n)
         return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__OPEN, (uint32_t)n, request);
-    memcpy(out + LARDER_WIRE_HEADER, index_url, n);
-    return (int)(LARDER_WIRE_HEADER + n);
+    memcpy(out + LARDER__WIRE_HEADER, index_url, n);
+    return (int)(LARDER__WIRE_HEADER + n);
 }
 
 int larder__wire_encode_opened(uint8_t *out, size_t capacity, uint64_t request,
                                const struct larder__opened *opened)
 {
-    if (capacity < LARDER_WIRE_HEADER + 20) return LARDER_ETOOSMALL;
+    if (capacity < LARDER__WIRE_HEADER + 20) return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__OPENED, 20, request);
-    larder__put_le64(out + LARDER_WIRE_HEADER, opened->id_low);
-    larder__put_le64(out + LARDER_WIRE_HEADER + 8, opened->id_high);
-    larder__put_le32(out + LARDER_WIRE_HEADER + 16, opened->num_shards);
-    return LARDER_WIRE_HEADER + 20;
+    larder__put_le64(out + LARDER__WIRE_HEADER, opened->id_low);
+    larder__put_le64(out + LARDER__WIRE_HEADER + 8, opened->id_high);
+    larder__put_le32(out + LARDER__WIRE_HEADER + 16, opened->num_shards);
+    return LARDER__WIRE_HEADER + 20;
 }

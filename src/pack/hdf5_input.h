@@ -16,9 +16,9 @@
 #include <hdf5.h>
 
 /* Group nesting beyond this is treated as a link cycle. */
-#define LARDER_HDF5_MAX_NESTING 64
+#define LARDER__HDF5_MAX_NESTING 64
 /* Field cache slots per input (see input_hdf5.c). */
-#define LARDER_HDF5_CACHE_SLOTS 64
+#define LARDER__HDF5_CACHE_SLOTS 64
 
 struct larder__hdf5_dataset {
     size_t path; /* offset of its absolute path ("/a/b") in input->paths */
@@ -45,7 +45,7 @@ struct larder__hdf5_input {
     size_t paths_length, paths_capacity;
     struct larder__hdf5_dataset *datasets;
     size_t num_datasets, datasets_capacity;
-    struct larder__hdf5_cache_slot cache[LARDER_HDF5_CACHE_SLOTS];
+    struct larder__hdf5_cache_slot cache[LARDER__HDF5_CACHE_SLOTS];
     uint64_t cache_bytes, clock;
 };
 
@@ -58,24 +58,25 @@ struct larder__hdf5_shape {
 };
 
 /* Fail with LARDER_EHDF5: "file: object: what (HDF5: innermost message)". */
-LARDER_HIDDEN int larder__hdf5_fail(const char *file, const char *object, const char *what);
+LARDER__HIDDEN int larder__hdf5_fail(const char *file, const char *object, const char *what);
 /* The absolute path of dataset number `dataset` (valid while the input lives). */
-LARDER_HIDDEN const char *larder__hdf5_dataset_path(const struct larder__hdf5_input *input,
-                                                    uint64_t dataset);
+LARDER__HIDDEN const char *larder__hdf5_dataset_path(const struct larder__hdf5_input *input,
+                                                     uint64_t dataset);
 /* Append a dataset to the input's table; its number, or a negative code. */
-LARDER_HIDDEN int64_t larder__hdf5_add_dataset(struct larder__hdf5_input *input, const char *path);
+LARDER__HIDDEN int64_t larder__hdf5_add_dataset(struct larder__hdf5_input *input, const char *path);
 /*
  * Read a dataset's dtype, shape and byte size, and when `memory_type` is
  * not NULL the type to read it with (the caller closes it on success).
  * LARDER_EUNSUPPORTED for what a field cannot be (strings, compounds...).
  */
-LARDER_HIDDEN int larder__hdf5_describe_dataset(hid_t dataset, const char *file, const char *path,
-                                                struct larder__hdf5_shape *out, hid_t *memory_type);
+LARDER__HIDDEN int larder__hdf5_describe_dataset(hid_t dataset, const char *file, const char *path,
+                                                 struct larder__hdf5_shape *out,
+                                                 hid_t *memory_type);
 /* The listings (hdf5_walk.c): one sample per group at input->group_depth,
  * or one per row of the datasets input->rows names. */
-LARDER_HIDDEN int larder__hdf5_list_groups(struct larder__hdf5_input *input,
-                                           larder__pack_sample_fn on_sample, void *context);
-LARDER_HIDDEN int larder__hdf5_list_rows(struct larder__hdf5_input *input,
-                                         larder__pack_sample_fn on_sample, void *context);
+LARDER__HIDDEN int larder__hdf5_list_groups(struct larder__hdf5_input *input,
+                                            larder__pack_sample_fn on_sample, void *context);
+LARDER__HIDDEN int larder__hdf5_list_rows(struct larder__hdf5_input *input,
+                                          larder__pack_sample_fn on_sample, void *context);
 
 #endif

@@ -134,10 +134,10 @@ static int collect_fields(struct larder__hdf5_input *source, hid_t group, const 
                           const char *prefix, int nesting, struct sample_builder *builder)
 {
     const char *file = source->base.name;
-    if (nesting > LARDER_HDF5_MAX_NESTING)
+    if (nesting > LARDER__HDF5_MAX_NESTING)
         return larder__fail(LARDER_EUNSUPPORTED,
                             "%s: group %s: nested more than %d deep (a link cycle?)", file,
-                            group_path, LARDER_HDF5_MAX_NESTING);
+                            group_path, LARDER__HDF5_MAX_NESTING);
     struct link_list links;
     int rc = list_links(file, group, group_path, &links);
     for (size_t i = 0; rc == 0 && i < links.count; i++) {

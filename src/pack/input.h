@@ -61,8 +61,8 @@ struct larder__pack_input {
  * with *out = NULL.  Opening does what the input needs before listing
  * (the tar archive's descriptor, the HDF5 file); the listing walks.
  */
-LARDER_HIDDEN int larder__pack_input_dir_open(const char *path, struct larder__pack_input **out);
-LARDER_HIDDEN int larder__pack_input_tar_open(const char *path, struct larder__pack_input **out);
+LARDER__HIDDEN int larder__pack_input_dir_open(const char *path, struct larder__pack_input **out);
+LARDER__HIDDEN int larder__pack_input_tar_open(const char *path, struct larder__pack_input **out);
 /*
  * HDF5: with options->hdf5_rows set (comma-separated dataset paths), one
  * sample per row along axis 0 of those datasets (all must have the same
@@ -74,9 +74,10 @@ LARDER_HIDDEN int larder__pack_input_tar_open(const char *path, struct larder__p
  * with '/' turned to '.'.  Fields keep dtype and shape (little-endian,
  * C order).  Attributes are not packed.  `options` may be NULL.
  */
-LARDER_HIDDEN int larder__pack_input_hdf5_open(const char *path, const larder_pack_options *options,
-                                               struct larder__pack_input **out);
+LARDER__HIDDEN int larder__pack_input_hdf5_open(const char *path,
+                                                const larder_pack_options *options,
+                                                struct larder__pack_input **out);
 /* Whether `path` is an HDF5 file (reads its signature). */
-LARDER_HIDDEN bool larder__is_hdf5(const char *path);
+LARDER__HIDDEN bool larder__is_hdf5(const char *path);
 
 #endif

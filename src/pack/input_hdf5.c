@@ -136,7 +136,7 @@ static void source_close_locked(struct larder__hdf5_input *source)
         if (entry->handle >= 0) H5Dclose(entry->handle);
     }
     if (source->file >= 0) H5Fclose(source->file);
-    for (size_t i = 0; i < LARDER_HDF5_CACHE_SLOTS; i++)
+    for (size_t i = 0; i < LARDER__HDF5_CACHE_SLOTS; i++)
         cache_drop(source, &source->cache[i]);
     free(source->datasets);
     free(source->paths);
@@ -297,7 +297,7 @@ static int read_cached(struct larder__hdf5_input *source, const struct larder__p
 {
     uint64_t now = ++source->clock;
     struct larder__hdf5_cache_slot *slot = NULL, *free_slot = NULL;
-    for (size_t i = 0; i < LARDER_HDF5_CACHE_SLOTS; i++) {
+    for (size_t i = 0; i < LARDER__HDF5_CACHE_SLOTS; i++) {
         struct larder__hdf5_cache_slot *s = &source->cache[i];
         if (s->data && s->dataset == field->locator[0] && s->row == field->locator[1] &&
             s->size == field->size)
@@ -398,9 +398,9 @@ int larder__pack_input_hdf5_open(const char *path, const larder_pack_options *op
     int depth = options ? options->hdf5_group_depth : 0;
     const char *rows = options ? options->hdf5_rows : NULL;
     if (depth == 0) depth = 1;
-    if (depth < 0 || depth > LARDER_HDF5_MAX_NESTING)
+    if (depth < 0 || depth > LARDER__HDF5_MAX_NESTING)
         return larder__fail(LARDER_EUSAGE, "%s: hdf5_group_depth %d is not in 1..%d", path, depth,
-                            LARDER_HDF5_MAX_NESTING);
+                            LARDER__HDF5_MAX_NESTING);
 
     struct larder__hdf5_input *source = calloc(1, sizeof *source);
     char *name = strdup(path);

@@ -153,13 +153,13 @@ static int tar_list(struct larder__pack_input *input, larder__pack_sample_fn on_
     struct tar_enumeration e = {0};
     int rc = tar_scan(tar, &e);
     if (rc == 0) regroup(&e);
-    struct larder__pack_field fields[LARDER_TAR_MAX_FIELDS];
+    struct larder__pack_field fields[LARDER__TAR_MAX_FIELDS];
     size_t listed = 0;
     for (size_t i = 0; rc == 0 && i < e.count;) {
         size_t j = i;
         uint32_t n = 0;
         for (; j < e.count && strcmp(e.members[j].key, e.members[i].key) == 0; j++) {
-            if (n == LARDER_TAR_MAX_FIELDS) {
+            if (n == LARDER__TAR_MAX_FIELDS) {
                 rc = larder__fail(LARDER_EUNSUPPORTED, "%s: sample '%s' has too many members", path,
                                   e.members[i].key);
                 break;

@@ -112,7 +112,7 @@ void larder__pack_layout_sample(const struct larder__pack_layout *layout, uint64
 static int check_sample(const struct larder__pack_input *input, const char *key, size_t key_length,
                         const struct larder__pack_field *fields, uint32_t num_fields)
 {
-    if (key_length == 0 || key_length >= LARDER_TAR_MAX_NAME || memchr(key, '\0', key_length))
+    if (key_length == 0 || key_length >= LARDER__TAR_MAX_NAME || memchr(key, '\0', key_length))
         return larder__fail(LARDER_EUSAGE, "%s: empty or overlong sample key", input->name);
     for (uint32_t f = 0; f < num_fields; f++) {
         if (!fields[f].name[0] || strchr(fields[f].name, '/') || fields[f].ndim > LARDER_MAX_DIMS)
@@ -278,7 +278,7 @@ static int name_member(const struct larder__pack_input *input, const char *key,
     size_t member_length = strlen(key) + 1 + strlen(field->name) + 5;
     if (!(of->member = malloc(member_length))) return -ENOMEM;
     snprintf(of->member, member_length, "%s.%s%s", key, field->name, of->npy_size ? ".npy" : "");
-    if (strlen(of->member) >= LARDER_TAR_MAX_NAME)
+    if (strlen(of->member) >= LARDER__TAR_MAX_NAME)
         return larder__fail(LARDER_EUSAGE, "%s: member name '%.80s...' is too long", input->name,
                             of->member);
     of->header_size = larder__tar_member_header_size(of->member, data_size);
@@ -304,7 +304,7 @@ static int place_field(struct placing *p, struct larder__pack_input *input, cons
         ixf->shape[d] = field->shape[d];
     uint64_t data_size = field->size, data_offset = 0;
     if (field->dtype != LARDER_DTYPE_NONE && format == LARDER_FORMAT_TAR) {
-        uint8_t npy[LARDER_NPY_MAX_HEADER];
+        uint8_t npy[LARDER__NPY_MAX_HEADER];
         of->npy_size = larder__npy_write_header(npy, field->dtype, field->ndim, field->shape);
         data_offset = of->npy_size;
         data_size += of->npy_size;
@@ -418,7 +418,7 @@ int larder__pack_layout_place(struct larder__pack_layout *layout,
         .out = out,
         .builder = builder,
         .shard_size = options->shard_size ? options->shard_size : (1ull << 30),
-        .end_marker = format == LARDER_FORMAT_TAR ? 2 * LARDER_TAR_BLOCK : 0,
+        .end_marker = format == LARDER_FORMAT_TAR ? 2 * LARDER__TAR_BLOCK : 0,
         .shard = -1,
     };
     int rc = 0;

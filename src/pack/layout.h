@@ -21,9 +21,9 @@
 /* The samples listed so far and the inputs they come from. */
 struct larder__pack_layout;
 
-LARDER_HIDDEN int larder__pack_layout_new(struct larder__pack_layout **out);
+LARDER__HIDDEN int larder__pack_layout_new(struct larder__pack_layout **out);
 /* Frees the layout and closes every input added to it (NULL-safe). */
-LARDER_HIDDEN void larder__pack_layout_free(struct larder__pack_layout *layout);
+LARDER__HIDDEN void larder__pack_layout_free(struct larder__pack_layout *layout);
 /*
  * List `input`'s samples into the layout.  The layout takes the input in
  * every case: on success it keeps it (and closes it when freed); on
@@ -31,14 +31,14 @@ LARDER_HIDDEN void larder__pack_layout_free(struct larder__pack_layout *layout);
  * negative code: LARDER_EUSAGE for an empty key or a bad field name,
  * LARDER_EDUPKEY for a field twice in one sample, or the input's own.
  */
-LARDER_HIDDEN int larder__pack_layout_add_input(struct larder__pack_layout *layout,
-                                                struct larder__pack_input *input);
-LARDER_HIDDEN uint64_t larder__pack_layout_num_samples(const struct larder__pack_layout *layout);
+LARDER__HIDDEN int larder__pack_layout_add_input(struct larder__pack_layout *layout,
+                                                 struct larder__pack_input *input);
+LARDER__HIDDEN uint64_t larder__pack_layout_num_samples(const struct larder__pack_layout *layout);
 /* Sample i as listed: its key, input and fields (valid while the layout lives). */
-LARDER_HIDDEN void larder__pack_layout_sample(const struct larder__pack_layout *layout, uint64_t i,
-                                              const char **key, struct larder__pack_input **input,
-                                              const struct larder__pack_field **fields,
-                                              uint32_t *num_fields);
+LARDER__HIDDEN void larder__pack_layout_sample(const struct larder__pack_layout *layout, uint64_t i,
+                                               const char **key, struct larder__pack_input **input,
+                                               const struct larder__pack_field **fields,
+                                               uint32_t *num_fields);
 
 /* What one field becomes in its shard. */
 struct larder__pack_out_field {
@@ -78,13 +78,13 @@ struct larder__pack_placement {
  * larder__pack_placement_free either way, and lives no longer than the
  * layout.
  */
-LARDER_HIDDEN int larder__pack_layout_place(struct larder__pack_layout *layout,
-                                            const larder_pack_options *options, int format,
-                                            struct larder__index_builder *builder,
-                                            struct larder__pack_placement *out);
+LARDER__HIDDEN int larder__pack_layout_place(struct larder__pack_layout *layout,
+                                             const larder_pack_options *options, int format,
+                                             struct larder__index_builder *builder,
+                                             struct larder__pack_placement *out);
 /* NULL-safe for a zeroed placement. */
-LARDER_HIDDEN void larder__pack_placement_free(struct larder__pack_placement *placement);
+LARDER__HIDDEN void larder__pack_placement_free(struct larder__pack_placement *placement);
 /* "shard-000012.tar" or ".bin". */
-LARDER_HIDDEN void larder__pack_shard_name(char *out, size_t size, uint32_t shard, int format);
+LARDER__HIDDEN void larder__pack_shard_name(char *out, size_t size, uint32_t shard, int format);
 
 #endif

@@ -100,7 +100,7 @@ static int writer_copy(struct shard_writer *w, struct larder__pack_input *input,
 static int write_sample(struct pack_job *job, struct shard_writer *w,
                         const struct larder__pack_out_sample *s)
 {
-    static const uint8_t zeros[LARDER_TAR_BLOCK];
+    static const uint8_t zeros[LARDER__TAR_BLOCK];
     const char *key;
     struct larder__pack_input *input;
     const struct larder__pack_field *fields;
@@ -113,13 +113,13 @@ static int write_sample(struct pack_job *job, struct shard_writer *w,
         const struct larder__pack_out_field *of = &s->fields[f];
         uint64_t data_size = of->field->size + of->npy_size;
         if (job->placement.format == LARDER_FORMAT_TAR) {
-            uint8_t header[LARDER_TAR_BLOCK * 3 + LARDER_TAR_MAX_NAME * 2];
+            uint8_t header[LARDER__TAR_BLOCK * 3 + LARDER__TAR_MAX_NAME * 2];
             int n = larder__tar_member_header(header, sizeof header, of->member, data_size);
             if (n < 0) return n;
             rc = writer_put(w, header, (size_t)n);
         }
         if (rc == 0 && of->npy_size) {
-            uint8_t npy[LARDER_NPY_MAX_HEADER];
+            uint8_t npy[LARDER__NPY_MAX_HEADER];
             size_t n =
                 larder__npy_write_header(npy, of->field->dtype, of->field->ndim, of->field->shape);
             rc = writer_put(w, npy, n);
@@ -164,7 +164,7 @@ static int write_shard(struct pack_job *job, uint32_t shard, uint8_t *buf)
         }
     }
     if (rc == 0 && placement->format == LARDER_FORMAT_TAR) {
-        static const uint8_t end[2 * LARDER_TAR_BLOCK];
+        static const uint8_t end[2 * LARDER__TAR_BLOCK];
         rc = writer_put(&w, end, sizeof end);
     }
     if (rc == 0) rc = writer_flush(&w);

@@ -15,8 +15,8 @@
  * NULL.  The layout stays the caller's.  0 or a negative code; a shard
  * that failed is not left behind under its name.
  */
-LARDER_HIDDEN int larder__pack_write(struct larder__pack_layout *layout, const char *outdir,
-                                     const larder_pack_options *options,
-                                     larder_pack_result *result);
+LARDER__HIDDEN int larder__pack_write(struct larder__pack_layout *layout, const char *outdir,
+                                      const larder_pack_options *options,
+                                      larder_pack_result *result);
 
 #endif

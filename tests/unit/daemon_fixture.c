@@ -58,10 +58,10 @@ bool fixture_send(struct connection *c, const uint8_t *frame, size_t length)
 {
     struct larder__frame f;
     CHECK_EQ(larder__wire_header(frame, length, &f), 0);
-    CHECK_EQ(LARDER_WIRE_HEADER + f.length, length);
+    CHECK_EQ(LARDER__WIRE_HEADER + f.length, length);
     uint8_t *payload = malloc(f.length ? f.length : 1); /* its own size: over-reads show */
     CHECK(payload != NULL);
-    memcpy(payload, frame + LARDER_WIRE_HEADER, f.length);
+    memcpy(payload, frame + LARDER__WIRE_HEADER, f.length);
     bool ok = handle(c, &f, payload);
     free(payload);
     return ok;
@@ -94,12 +94,12 @@ struct output *fixture_answer(struct connection *c, int type)
 {
     struct output *o = connection_take_output(c);
     CHECK(o != NULL);
-    CHECK(o->length >= LARDER_WIRE_HEADER);
+    CHECK(o->length >= LARDER__WIRE_HEADER);
     struct larder__frame f;
     CHECK_EQ(larder__wire_header(o->bytes, o->length, &f), 0);
     if (f.type != type && f.type == LARDER__ERROR) {
         struct larder__error_frame e;
-        if (larder__wire_error(o->bytes + LARDER_WIRE_HEADER, f.length, &e) == 0)
+        if (larder__wire_error(o->bytes + LARDER__WIRE_HEADER, f.length, &e) == 0)
             fprintf(stderr, "    ERROR %d: %.*s\n", e.code, (int)e.message_length, e.message);
     }
     CHECK_EQ(f.type, type);
@@ -110,8 +110,8 @@ int fixture_error(struct connection *c, char *message, size_t size)
 {
     struct output *o = fixture_answer(c, LARDER__ERROR);
     struct larder__error_frame e;
-    CHECK_EQ(larder__wire_error(o->bytes + LARDER_WIRE_HEADER,
-                                (uint32_t)(o->length - LARDER_WIRE_HEADER), &e),
+    CHECK_EQ(larder__wire_error(o->bytes + LARDER__WIRE_HEADER,
+                                (uint32_t)(o->length - LARDER__WIRE_HEADER), &e),
              0);
     snprintf(message, size, "%.*s", (int)e.message_length, e.message);
     free(o);

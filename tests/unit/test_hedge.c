@@ -461,7 +461,7 @@ TEST(hedge_origin_reads_draw_on_the_node_budget)
     CHECK_EQ(s.reads, 20 + 2); /* both reads were counted on the node */
     CHECK_EQ(s.hedges, SPARE + 1);
     CHECK_EQ(s.credit, 2);
-    larder__source_destroy(o);
+    larder__source_close(o);
     larder__hedge_close(node);
 }
 

@@ -31,7 +31,7 @@ TEST(larderd_loop_frames_from_input)
     struct larderd d;
     fixture_daemon(&d, 1);
     struct connection *c = fixture_connection(&d, false);
-    uint8_t hello[128], stat[LARDER_WIRE_HEADER];
+    uint8_t hello[128], stat[LARDER__WIRE_HEADER];
     size_t n = hello_frame(hello, sizeof hello);
     larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 2);
     /* HELLO, STAT and the first half of another STAT, in one read */
@@ -54,7 +54,7 @@ TEST(larderd_loop_frames_from_input)
     CHECK_EQ(c->partial_since_ms, 0);
 
     /* a header no client sends: close */
-    uint8_t junk[LARDER_WIRE_HEADER];
+    uint8_t junk[LARDER__WIRE_HEADER];
     memset(junk, 0xff, sizeof junk);
     feed(c, junk, sizeof junk);
     CHECK(!process_input(c));

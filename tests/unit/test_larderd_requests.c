@@ -13,7 +13,7 @@
 
 static void send_open(struct connection *c, uint64_t request, const char *url)
 {
-    uint8_t frame[LARDER_WIRE_HEADER + LARDER_WIRE_MAX_URL];
+    uint8_t frame[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL];
     int n = larder__wire_encode_open(frame, sizeof frame, request, url);
     CHECK(n > 0);
     CHECK(fixture_send(c, frame, (size_t)n));
@@ -24,8 +24,8 @@ static struct larder__opened open_ok(struct connection *c, const char *url)
     send_open(c, 7, url);
     struct output *o = fixture_answer(c, LARDER__OPENED);
     struct larder__opened opened;
-    CHECK_EQ(larder__wire_opened(o->bytes + LARDER_WIRE_HEADER,
-                                 (uint32_t)(o->length - LARDER_WIRE_HEADER), &opened),
+    CHECK_EQ(larder__wire_opened(o->bytes + LARDER__WIRE_HEADER,
+                                 (uint32_t)(o->length - LARDER__WIRE_HEADER), &opened),
              0);
     free(o);
     return opened;
@@ -40,7 +40,7 @@ static bool send_read(struct connection *c, const struct larder__opened *dataset
                              .shard = shard,
                              .offset = offset,
                              .length = length};
-    uint8_t frame[LARDER_WIRE_HEADER + 64];
+    uint8_t frame[LARDER__WIRE_HEADER + 64];
     int n = larder__wire_encode_read(frame, sizeof frame, 9, &r);
     CHECK(n > 0);
     return fixture_send(c, frame, (size_t)n);
@@ -51,7 +51,7 @@ TEST(larderd_requests_hello)
     struct larderd d;
     fixture_daemon(&d, 2);
     struct connection *c = fixture_connection(&d, false);
-    uint8_t stat[LARDER_WIRE_HEADER];
+    uint8_t stat[LARDER__WIRE_HEADER];
     larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 3);
     CHECK(!fixture_send(c, stat, sizeof stat)); /* nothing before HELLO */
     CHECK(connection_take_output(c) == NULL);
@@ -62,8 +62,8 @@ TEST(larderd_requests_hello)
     CHECK(fixture_send(c, frame, (size_t)n));
     struct output *o = fixture_answer(c, LARDER__WELCOME);
     struct larder__welcome w;
-    CHECK_EQ(larder__wire_welcome(o->bytes + LARDER_WIRE_HEADER,
-                                  (uint32_t)(o->length - LARDER_WIRE_HEADER), &w),
+    CHECK_EQ(larder__wire_welcome(o->bytes + LARDER__WIRE_HEADER,
+                                  (uint32_t)(o->length - LARDER__WIRE_HEADER), &w),
              0);
     CHECK_EQ(w.auth, LARDER__AUTH_NONE);
     CHECK(w.name_length == 5 && memcmp(w.name, "local", 5) == 0);
@@ -103,8 +103,8 @@ TEST(larderd_requests_open_read_stat)
         CHECK_EQ(o->file_length, 1000);
         CHECK_EQ(pread(o->file, got, 1000, o->file_offset), 1000);
     } else {
-        CHECK_EQ(o->length, LARDER_WIRE_HEADER + 1000);
-        memcpy(got, o->bytes + LARDER_WIRE_HEADER, 1000);
+        CHECK_EQ(o->length, LARDER__WIRE_HEADER + 1000);
+        memcpy(got, o->bytes + LARDER__WIRE_HEADER, 1000);
     }
     free(o);
     larder_dataset *check;
@@ -121,13 +121,13 @@ TEST(larderd_requests_open_read_stat)
     char message[256];
     CHECK(fixture_error(c, message, sizeof message) < 0);
 
-    uint8_t stat[LARDER_WIRE_HEADER];
+    uint8_t stat[LARDER__WIRE_HEADER];
     larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 3);
     CHECK(fixture_send(c, stat, sizeof stat));
     o = fixture_answer(c, LARDER__STATS);
     larder_dataset_info info;
     larder_dataset_info_get(d.datasets[0].dataset, &info);
-    char *text = strndup((char *)o->bytes + LARDER_WIRE_HEADER, o->length - LARDER_WIRE_HEADER);
+    char *text = strndup((char *)o->bytes + LARDER__WIRE_HEADER, o->length - LARDER__WIRE_HEADER);
     CHECK(strstr(text, info.dataset_id) != NULL);
     CHECK(strncmp(text, "{\"self\": \"\", \"members\": 0, \"datasets\": [", 40) == 0);
     free(text);
@@ -192,15 +192,15 @@ TEST(larderd_requests_peer_proves_secret)
     CHECK(fixture_send(c, frame, (size_t)n));
     struct output *o = fixture_answer(c, LARDER__WELCOME);
     struct larder__welcome w;
-    CHECK_EQ(larder__wire_welcome(o->bytes + LARDER_WIRE_HEADER,
-                                  (uint32_t)(o->length - LARDER_WIRE_HEADER), &w),
+    CHECK_EQ(larder__wire_welcome(o->bytes + LARDER__WIRE_HEADER,
+                                  (uint32_t)(o->length - LARDER__WIRE_HEADER), &w),
              0);
     CHECK_EQ(w.auth, LARDER__AUTH_HMAC);
-    uint8_t expected[LARDER_WIRE_PROOF];
+    uint8_t expected[LARDER__WIRE_PROOF];
     CHECK_EQ(larder__auth_proof(d.secret, strlen(d.secret), LARDER__AUTH_SERVER_LABEL, h.nonce,
                                 w.nonce, expected),
              0);
-    CHECK(memcmp(expected, w.proof, LARDER_WIRE_PROOF) == 0); /* the daemon knows the secret */
+    CHECK(memcmp(expected, w.proof, LARDER__WIRE_PROOF) == 0); /* the daemon knows the secret */
     struct larder__prove prove;
     CHECK_EQ(larder__auth_proof(d.secret, strlen(d.secret), LARDER__AUTH_CLIENT_LABEL, w.nonce,
                                 h.nonce, prove.proof),
@@ -223,7 +223,7 @@ TEST(larderd_requests_peer_proves_secret)
     /* anything but PROVE first: refused */
     struct connection *early = fixture_connection(&d, true);
     fixture_hello(early, true);
-    uint8_t stat[LARDER_WIRE_HEADER];
+    uint8_t stat[LARDER__WIRE_HEADER];
     larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 3);
     CHECK(fixture_send(early, stat, sizeof stat));
     CHECK_EQ(fixture_error(early, message, sizeof message), LARDER_EDENIED);

@@ -6,7 +6,7 @@
 
 TEST(npy_roundtrip)
 {
-    uint8_t header[LARDER_NPY_MAX_HEADER];
+    uint8_t header[LARDER__NPY_MAX_HEADER];
     uint64_t shape[3] = {2, 3, 4};
     size_t n = larder__npy_write_header(header, LARDER_DTYPE_F32, 3, shape);
     CHECK_EQ(n % 64, 0);

@@ -722,7 +722,7 @@ TEST(s3_origin_requests)
     char buf[6];
     CHECK_EQ(larder__source_read(o, buf, 6, 4, 0), LARDER__FROM_ORIGIN);
     CHECK(memcmp(buf, "abcdef", 6) == 0);
-    larder__source_destroy(o);
+    larder__source_close(o);
     CHECK_EQ(capture_stop(&c), 1);
     const char *request = c.requests[0];
     CHECK(strncmp(request, "GET /bucket/set/shard%201.tar HTTP/1.1\r\n", 40) == 0);
@@ -741,7 +741,7 @@ TEST(s3_origin_requests)
     CHECK_EQ(larder__source_open(&o, "s3://bucket/set/a.tar", NULL), 0);
     CHECK_EQ(larder__source_read(o, buf, 6, 4, 0), -EACCES);
     CHECK(strstr(larder_errmsg(), "s3://bucket/set/a.tar: HTTP status 403") != NULL);
-    larder__source_destroy(o);
+    larder__source_close(o);
     CHECK_EQ(capture_stop(&c), 1);
 
     /* a bad s3:// URL fails at open, naming it */

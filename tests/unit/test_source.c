@@ -107,15 +107,15 @@ TEST(source_file_reads)
     struct larder__source *s;
     CHECK_EQ(larder__source_file_open(&s, test_path("f.bin")), 0);
     check_file_source(s, "file");
-    larder__source_destroy(s);
+    larder__source_close(s);
     char url[4096];
     snprintf(url, sizeof url, "file://%s", test_path("f.bin"));
     CHECK_EQ(larder__source_open(&s, url, NULL), 0);
     check_file_source(s, "hedge");
-    larder__source_destroy(s);
+    larder__source_close(s);
     CHECK_EQ(larder__source_open(&s, test_path("none.bin"), NULL), -ENOENT);
     CHECK(strstr(larder_errmsg(), "none.bin") != NULL);
-    larder__source_destroy(NULL);
+    larder__source_close(NULL);
 }
 
 static ssize_t (*real_pread)(int, void *, size_t, off_t);
@@ -145,7 +145,7 @@ TEST(source_file_reads_are_hedged)
     CHECK(now_ms() - start < 2500); /* the hedge answered long before the stalled read would */
     CHECK(memcmp(buf, data + 1000, sizeof buf) == 0);
     CHECK_EQ(larder__source_hedges(), hedges + 1);
-    larder__source_destroy(s); /* the stalled read still holds the file open */
+    larder__source_close(s); /* the stalled read still holds the file open */
     sleep_ms(3200);
     larder__sys.pread = real_pread;
 }
@@ -201,7 +201,7 @@ static const struct larder__source_ops fake_ops = {
     .size = fake_size,
     .read = fake_read,
     .stream = NULL, /* larder__source_stream reads it in chunks */
-    .destroy = fake_destroy,
+    .close = fake_destroy,
 };
 
 static struct fake *fake_new(const char *name, int answer, uint8_t fill)
@@ -232,7 +232,7 @@ TEST(source_chain_falls_through_and_skips_a_failed_link)
     origin->size = 1234;
     peer->fail = -EIO;
     struct larder__source *links[] = {&peer->base, &origin->base}, *chain;
-    CHECK_EQ(larder__source_chain_new(&chain, links, 2, 300), 0);
+    CHECK_EQ(larder__source_chain_open(&chain, links, 2, 300), 0);
     char buf[100];
     /* the peer fails: the origin answers, and the peer is left alone for 300 ms */
     CHECK_EQ(larder__source_read(chain, buf, sizeof buf, 10, 0), LARDER__FROM_ORIGIN);
@@ -263,7 +263,7 @@ TEST(source_chain_falls_through_and_skips_a_failed_link)
     sleep_ms(10);
     CHECK_EQ(larder__source_read(chain, buf, sizeof buf, 10, 0), -EIO);
     CHECK(strstr(larder_errmsg(), "fake origin: broken") != NULL);
-    larder__source_destroy(chain);
+    larder__source_close(chain);
     CHECK(peer_gone && origin_gone); /* the chain owned its links */
 }
 
@@ -275,14 +275,14 @@ TEST(source_chain_passes_over_a_dead_peer)
                                   "/nowhere/index.larder", 200),
              0);
     struct larder__source *peer;
-    CHECK_EQ(larder__source_peer_new(&peer, endpoint, 1, 2, 7), 0);
+    CHECK_EQ(larder__source_peer_open(&peer, endpoint, 1, 2, 7), 0);
     CHECK(strcmp(peer->ops->kind, "peer") == 0);
     CHECK(strcmp(peer->name, "peer 127.0.0.1:1 shard 7") == 0);
     uint64_t size;
     CHECK_EQ(larder__source_size(peer, &size), LARDER_EUNSUPPORTED);
     struct fake *origin = fake_new("fake origin", LARDER__FROM_ORIGIN, 'O');
     struct larder__source *links[] = {peer, &origin->base}, *chain;
-    CHECK_EQ(larder__source_chain_new(&chain, links, 2, 10000), 0);
+    CHECK_EQ(larder__source_chain_open(&chain, links, 2, 10000), 0);
     char buf[64];
     CHECK_EQ(larder__source_read(chain, buf, sizeof buf, 0, LARDER__READ_BACKGROUND),
              LARDER__FROM_ORIGIN);
@@ -291,7 +291,7 @@ TEST(source_chain_passes_over_a_dead_peer)
     /* a peer marked down is not asked */
     CHECK(larder__source_read(peer, buf, sizeof buf, 0, 0) < 0);
     CHECK(strstr(larder_errmsg(), "peer 127.0.0.1:1 shard 7") != NULL);
-    larder__source_destroy(chain);
+    larder__source_close(chain);
     larder__endpoint_free(endpoint);
 }
 
@@ -306,7 +306,7 @@ TEST(source_hedge_sends_one_hedge_and_the_loser_never_writes_late)
     f->stall_ms = 1000, f->stall_mask = 1u << 0 | 1u << 2, f->stall_fill = 'L';
     f->destroyed = &gone;
     struct larder__source *s;
-    CHECK_EQ(larder__source_hedge_new(&s, &f->base, budget), 0);
+    CHECK_EQ(larder__source_hedge_open(&s, &f->base, budget), 0);
     CHECK(strcmp(s->ops->kind, "hedge") == 0);
     uint64_t hedges = larder__source_hedges();
 
@@ -336,7 +336,7 @@ TEST(source_hedge_sends_one_hedge_and_the_loser_never_writes_late)
     CHECK_EQ(larder__source_read(s, buf, length, 0, 0), LARDER__FROM_PEER);
     CHECK(all_bytes(buf, length, 'W'));
     free(buf);
-    larder__source_destroy(s);
+    larder__source_close(s);
     CHECK_EQ(gone, 0); /* the stalled attempt still holds it */
     for (int i = 0; i < 200 && !gone; i++)
         sleep_ms(10);
@@ -365,7 +365,7 @@ TEST(source_hedge_refused_by_the_budget_sends_none)
     struct fake *f = fake_new("fake slow", LARDER__FROM_ORIGIN, 'W');
     f->stall_ms = 800, f->stall_mask = 1, f->stall_fill = 'L';
     struct larder__source *s;
-    CHECK_EQ(larder__source_hedge_new(&s, &f->base, budget), 0);
+    CHECK_EQ(larder__source_hedge_open(&s, &f->base, budget), 0);
     uint64_t hedges = larder__source_hedges();
     char buf[512];
     CHECK_EQ(larder__source_read(s, buf, sizeof buf, 0, 0), LARDER__FROM_ORIGIN);
@@ -389,7 +389,7 @@ TEST(source_hedge_refused_by_the_budget_sends_none)
     CHECK(all_bytes(buf, sizeof buf, 'W')); /* the hedge's answer */
     CHECK(took >= 650 && took < 1200);
     CHECK_EQ(larder__source_hedges(), hedges + 1);
-    larder__source_destroy(s);
+    larder__source_close(s);
     larder__hedge_close(budget);
 }
 
@@ -399,7 +399,7 @@ TEST(source_hedge_reads_in_a_forked_child)
      * them and must start its own (DataLoader workers fork like this) */
     struct fake *f = fake_new("fake", LARDER__FROM_ORIGIN, 'W');
     struct larder__source *s;
-    CHECK_EQ(larder__source_hedge_new(&s, &f->base, NULL), 0);
+    CHECK_EQ(larder__source_hedge_open(&s, &f->base, NULL), 0);
     char buf[64];
     CHECK_EQ(larder__source_read(s, buf, sizeof buf, 0, 0), LARDER__FROM_ORIGIN);
     CHECK(!pthread_equal(f->last_reader, pthread_self())); /* on a worker */
@@ -414,7 +414,7 @@ TEST(source_hedge_reads_in_a_forked_child)
     int status;
     CHECK_EQ(waitpid(child, &status, 0), child);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    larder__source_destroy(s);
+    larder__source_close(s);
 }
 
 /* Counts bytes that are all 'W'; -1 at any other. */
@@ -430,7 +430,7 @@ TEST(source_hedge_reads_fast_sources_inline)
     CHECK_EQ(larder__hedge_open_local(&budget), 0);
     struct fake *f = fake_new("fake fast", LARDER__FROM_ORIGIN, 'W');
     struct larder__source *s;
-    CHECK_EQ(larder__source_hedge_new(&s, &f->base, budget), 0);
+    CHECK_EQ(larder__source_hedge_open(&s, &f->base, budget), 0);
     char buf[64];
     for (int i = 0; i < 16; i++) { /* learning the latency: on the workers */
         CHECK_EQ(larder__source_read(s, buf, sizeof buf, 0, 0), LARDER__FROM_ORIGIN);
@@ -456,7 +456,7 @@ TEST(source_hedge_reads_fast_sources_inline)
     f->fail = -EIO;
     CHECK_EQ(larder__source_read(s, buf, sizeof buf, 0, 0), -EIO);
     CHECK(strstr(larder_errmsg(), "fake fast: broken") != NULL);
-    larder__source_destroy(s);
+    larder__source_close(s);
     larder__hedge_close(budget);
 }
 
@@ -604,7 +604,7 @@ TEST(source_http_vectored_reads)
     CHECK(memcmp(a, data, sizeof a) == 0);
     CHECK(b[0] == data[99999]);
     CHECK(memcmp(c, data + 30000, sizeof c) == 0);
-    larder__source_destroy(s);
+    larder__source_close(s);
     CHECK_EQ(server_stop(&server), 4); /* HEAD and three range GETs */
     CHECK(saw_range(&server, "0-4999") && saw_range(&server, "99999-99999") &&
           saw_range(&server, "30000-69999"));
@@ -626,7 +626,7 @@ TEST(source_http_refuses_bad_answers)
     CHECK_EQ(larder__source_read(s, buf, sizeof buf, 100, 0), LARDER_EHTTP);
     CHECK(strstr(larder_errmsg(), "does not serve byte ranges") != NULL);
     CHECK(strstr(larder_errmsg(), url) != NULL);
-    larder__source_destroy(s);
+    larder__source_close(s);
     CHECK_EQ(server_stop(&server), 1); /* no retries */
 
     /* a short body: LARDER_ETRUNCATED, the tail zeroed */
@@ -638,7 +638,7 @@ TEST(source_http_refuses_bad_answers)
     CHECK(memcmp(buf, data + 100, 500) == 0);
     CHECK(all_bytes(buf + 500, 500, 0));
     CHECK(strstr(larder_errmsg(), "short body") != NULL);
-    larder__source_destroy(s);
+    larder__source_close(s);
     server_stop(&server);
 }
 
@@ -666,7 +666,7 @@ TEST(source_http_hedges_a_stalled_range_read)
     larder__hedge_stats_get(budget, &st);
     CHECK_EQ(st.reads, 1);
     CHECK_EQ(st.hedges, 1);
-    larder__source_destroy(s);
+    larder__source_close(s);
     CHECK_EQ(server_stop(&server), 2); /* the read and its hedge: same range */
     CHECK(strcmp(server.ranges[0], "7000-26999") == 0 &&
           strcmp(server.ranges[1], "7000-26999") == 0);

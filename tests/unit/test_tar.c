@@ -260,7 +260,7 @@ TEST(tar_writer_roundtrip_with_gnu_tar)
     const char *names[] = {"plain.txt", "a/b/c.jpg", longname};
     FILE *f = fopen("w.tar", "wb");
     for (int i = 0; i < 3; i++) {
-        uint8_t header[LARDER_TAR_BLOCK * 4 + LARDER_TAR_MAX_NAME];
+        uint8_t header[LARDER__TAR_BLOCK * 4 + LARDER__TAR_MAX_NAME];
         int n = larder__tar_member_header(header, sizeof header, names[i], 5);
         CHECK(n > 0);
         CHECK_EQ((size_t)n, larder__tar_member_header_size(names[i], 5));
@@ -289,9 +289,9 @@ TEST(tar_writer_roundtrip_with_gnu_tar)
 TEST(tar_scan_huge_member)
 {
     uint64_t size = (UINT64_C(9) << 30) + 3;
-    uint8_t header[LARDER_TAR_BLOCK * 4 + LARDER_TAR_MAX_NAME];
+    uint8_t header[LARDER__TAR_BLOCK * 4 + LARDER__TAR_MAX_NAME];
     int n = larder__tar_member_header(header, sizeof header, "big.bin", size);
-    CHECK(n > LARDER_TAR_BLOCK); /* PAX size record */
+    CHECK(n > LARDER__TAR_BLOCK); /* PAX size record */
     struct collected c;
     memset(&c, 0, sizeof c);
     struct larder__tar_scanner *s = malloc(larder__tar_scanner_size());
@@ -309,7 +309,7 @@ TEST(tar_scan_huge_member)
     CHECK_EQ(c.field_length[0][0], size);
     /* base-256 in the ustar block too, for readers without PAX */
     struct larder__tar_header h;
-    CHECK_EQ(larder__tar_parse_header(header + n - LARDER_TAR_BLOCK, &h), 0);
+    CHECK_EQ(larder__tar_parse_header(header + n - LARDER__TAR_BLOCK, &h), 0);
     CHECK_EQ(h.size, size);
     free(s);
 }

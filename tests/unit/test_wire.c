@@ -17,62 +17,62 @@ TEST(wire_roundtrip)
                                 .offset = UINT64_C(5) << 32,
                                 .length = 65536};
     int n = larder__wire_encode_read(buf, sizeof buf, 99, &read);
-    CHECK_EQ(n, LARDER_WIRE_HEADER + 40);
+    CHECK_EQ(n, LARDER__WIRE_HEADER + 40);
     struct larder__frame frame;
-    for (int cut = 0; cut < LARDER_WIRE_HEADER; cut++)
+    for (int cut = 0; cut < LARDER__WIRE_HEADER; cut++)
         CHECK_EQ(larder__wire_header(buf, (size_t)cut, &frame), LARDER_ETRUNCATED);
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
     CHECK_EQ(frame.type, LARDER__READ);
     CHECK_EQ(frame.request, 99);
     struct larder__read back;
-    CHECK_EQ(larder__wire_read(buf + LARDER_WIRE_HEADER, frame.length, &back), 0);
+    CHECK_EQ(larder__wire_read(buf + LARDER__WIRE_HEADER, frame.length, &back), 0);
     CHECK_EQ(back.shard, 7);
     CHECK_EQ(back.offset, UINT64_C(5) << 32);
     CHECK_EQ(back.id_high, 2);
 
     struct larder__hello hello = {.role = LARDER__ROLE_PEER};
-    for (int i = 0; i < LARDER_WIRE_NONCE; i++)
+    for (int i = 0; i < LARDER__WIRE_NONCE; i++)
         hello.nonce[i] = (uint8_t)(i * 7 + 1);
     n = larder__wire_encode_hello(buf, sizeof buf, 1, &hello);
-    CHECK_EQ(n, LARDER_WIRE_HEADER + 40);
+    CHECK_EQ(n, LARDER__WIRE_HEADER + 40);
     CHECK_EQ(buf[4], 2); /* the version that carries nonces, not secrets */
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
     struct larder__hello hello_back;
-    CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, frame.length, &hello_back), 0);
+    CHECK_EQ(larder__wire_hello(buf + LARDER__WIRE_HEADER, frame.length, &hello_back), 0);
     CHECK_EQ(hello_back.role, LARDER__ROLE_PEER);
-    CHECK(memcmp(hello_back.nonce, hello.nonce, LARDER_WIRE_NONCE) == 0);
+    CHECK(memcmp(hello_back.nonce, hello.nonce, LARDER__WIRE_NONCE) == 0);
     /* the layout of docs/protocol.md: role at 0, reserved at 4, nonce at 8 */
-    CHECK_EQ(larder__le32(buf + LARDER_WIRE_HEADER), 2);
-    CHECK_EQ(buf[LARDER_WIRE_HEADER + 8 + 31], hello.nonce[31]);
+    CHECK_EQ(larder__le32(buf + LARDER__WIRE_HEADER), 2);
+    CHECK_EQ(buf[LARDER__WIRE_HEADER + 8 + 31], hello.nonce[31]);
 
     struct larder__welcome welcome = {
         .member = {1, 2, 3}, .auth = LARDER__AUTH_HMAC, .name_length = 9, .name = "node:4000"};
     welcome.nonce[0] = 0xaa, welcome.proof[31] = 0xbb;
     n = larder__wire_encode_welcome(buf, sizeof buf, 1, &welcome);
-    CHECK_EQ(n, LARDER_WIRE_HEADER + 88 + 9);
+    CHECK_EQ(n, LARDER__WIRE_HEADER + 88 + 9);
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
-    CHECK_EQ(buf[LARDER_WIRE_HEADER + 20], 0xaa); /* nonce at 20 */
-    CHECK_EQ(buf[LARDER_WIRE_HEADER + 83], 0xbb); /* proof at 52..84 */
+    CHECK_EQ(buf[LARDER__WIRE_HEADER + 20], 0xaa); /* nonce at 20 */
+    CHECK_EQ(buf[LARDER__WIRE_HEADER + 83], 0xbb); /* proof at 52..84 */
     struct larder__welcome welcome_back;
-    CHECK_EQ(larder__wire_welcome(buf + LARDER_WIRE_HEADER, frame.length, &welcome_back), 0);
+    CHECK_EQ(larder__wire_welcome(buf + LARDER__WIRE_HEADER, frame.length, &welcome_back), 0);
     CHECK(memcmp(welcome_back.name, "node:4000", 9) == 0);
     CHECK_EQ(welcome_back.auth, LARDER__AUTH_HMAC);
-    CHECK(memcmp(welcome_back.proof, welcome.proof, LARDER_WIRE_PROOF) == 0);
-    CHECK(memcmp(welcome_back.nonce, welcome.nonce, LARDER_WIRE_NONCE) == 0);
+    CHECK(memcmp(welcome_back.proof, welcome.proof, LARDER__WIRE_PROOF) == 0);
+    CHECK(memcmp(welcome_back.nonce, welcome.nonce, LARDER__WIRE_NONCE) == 0);
 
     struct larder__prove prove = {.proof = {9, 8, 7}};
     n = larder__wire_encode_prove(buf, sizeof buf, 4, &prove);
-    CHECK_EQ(n, LARDER_WIRE_HEADER + 32);
+    CHECK_EQ(n, LARDER__WIRE_HEADER + 32);
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
     CHECK_EQ(frame.type, LARDER__PROVE);
     struct larder__prove prove_back;
-    CHECK_EQ(larder__wire_prove(buf + LARDER_WIRE_HEADER, frame.length, &prove_back), 0);
-    CHECK(memcmp(prove_back.proof, prove.proof, LARDER_WIRE_PROOF) == 0);
+    CHECK_EQ(larder__wire_prove(buf + LARDER__WIRE_HEADER, frame.length, &prove_back), 0);
+    CHECK(memcmp(prove_back.proof, prove.proof, LARDER__WIRE_PROOF) == 0);
 
     n = larder__wire_encode_error(buf, sizeof buf, 5, LARDER_ENOTFOUND, "no such dataset");
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
     struct larder__error_frame error;
-    CHECK_EQ(larder__wire_error(buf + LARDER_WIRE_HEADER, frame.length, &error), 0);
+    CHECK_EQ(larder__wire_error(buf + LARDER__WIRE_HEADER, frame.length, &error), 0);
     CHECK_EQ(error.code, LARDER_ENOTFOUND);
     CHECK_EQ(error.message_length, 15);
     CHECK_EQ(larder__wire_encode_read(buf, 30, 1, &read), LARDER_ETOOSMALL);
@@ -89,7 +89,7 @@ static void expect_refused(size_t at, uint8_t value, const char *needle)
     int rc = larder__wire_header(buf, (size_t)n, &frame);
     if (rc == 0) {
         struct larder__read back;
-        rc = larder__wire_read(buf + LARDER_WIRE_HEADER, frame.length, &back);
+        rc = larder__wire_read(buf + LARDER__WIRE_HEADER, frame.length, &back);
     }
     CHECK_EQ(rc, LARDER_EPROTOCOL);
     if (!strstr(larder_errmsg(), needle)) fprintf(stderr, "    %s\n", larder_errmsg());
@@ -106,30 +106,30 @@ TEST(wire_refuses_bad_frames)
     expect_refused(12, 1, "reserved");
     expect_refused(8, 41, "payload bytes"); /* READ longer than 40 */
     expect_refused(8, 39, "not 40");
-    expect_refused(LARDER_WIRE_HEADER + 20, 4, "priority 4");
-    expect_refused(LARDER_WIRE_HEADER + 21, 1, "reserved");
-    expect_refused(LARDER_WIRE_HEADER + 32, 0, "READ of 0 bytes");
-    expect_refused(LARDER_WIRE_HEADER + 39, 0xff, "READ of"); /* huge length */
+    expect_refused(LARDER__WIRE_HEADER + 20, 4, "priority 4");
+    expect_refused(LARDER__WIRE_HEADER + 21, 1, "reserved");
+    expect_refused(LARDER__WIRE_HEADER + 32, 0, "READ of 0 bytes");
+    expect_refused(LARDER__WIRE_HEADER + 39, 0xff, "READ of"); /* huge length */
     /* a DATA frame over the limit, an offset that overflows */
     uint8_t buf[128];
-    larder__wire_encode_header(buf, sizeof buf, LARDER__DATA, LARDER_WIRE_MAX_READ + 1, 1);
+    larder__wire_encode_header(buf, sizeof buf, LARDER__DATA, LARDER__WIRE_MAX_READ + 1, 1);
     struct larder__frame frame;
     CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), LARDER_EPROTOCOL);
     struct larder__read read = {.offset = UINT64_MAX - 5, .length = 10};
     larder__wire_encode_read(buf, sizeof buf, 1, &read);
-    CHECK_EQ(larder__wire_read(buf + LARDER_WIRE_HEADER, 40, &read), LARDER_EPROTOCOL);
+    CHECK_EQ(larder__wire_read(buf + LARDER__WIRE_HEADER, 40, &read), LARDER_EPROTOCOL);
     /* HELLO with nonzero reserved bytes, an unknown role, a wrong size */
     struct larder__hello hello = {.role = 1};
     int n = larder__wire_encode_hello(buf, sizeof buf, 1, &hello);
-    larder__put_le32(buf + LARDER_WIRE_HEADER + 4, 200);
+    larder__put_le32(buf + LARDER__WIRE_HEADER + 4, 200);
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), 0);
     struct larder__hello back;
-    CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, frame.length, &back), LARDER_EPROTOCOL);
-    larder__put_le32(buf + LARDER_WIRE_HEADER + 4, 0);
-    CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, frame.length, &back), 0);
-    larder__put_le32(buf + LARDER_WIRE_HEADER, 3);
-    CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, frame.length, &back), LARDER_EPROTOCOL);
-    CHECK_EQ(larder__wire_hello(buf + LARDER_WIRE_HEADER, 39, &back), LARDER_EPROTOCOL);
+    CHECK_EQ(larder__wire_hello(buf + LARDER__WIRE_HEADER, frame.length, &back), LARDER_EPROTOCOL);
+    larder__put_le32(buf + LARDER__WIRE_HEADER + 4, 0);
+    CHECK_EQ(larder__wire_hello(buf + LARDER__WIRE_HEADER, frame.length, &back), 0);
+    larder__put_le32(buf + LARDER__WIRE_HEADER, 3);
+    CHECK_EQ(larder__wire_hello(buf + LARDER__WIRE_HEADER, frame.length, &back), LARDER_EPROTOCOL);
+    CHECK_EQ(larder__wire_hello(buf + LARDER__WIRE_HEADER, 39, &back), LARDER_EPROTOCOL);
     /* a version 1 HELLO (a token where the nonce is) is refused by its header */
     buf[4] = 1;
     CHECK_EQ(larder__wire_header(buf, (size_t)n, &frame), LARDER_EPROTOCOL);
@@ -143,14 +143,14 @@ TEST(wire_refuses_bad_frames)
     /* WELCOME: unknown authentication, a name longer than the frame */
     struct larder__welcome welcome = {.auth = 1, .name_length = 2, .name = "ab"};
     n = larder__wire_encode_welcome(buf, sizeof buf, 1, &welcome);
-    CHECK_EQ(n, LARDER_WIRE_HEADER + 90);
+    CHECK_EQ(n, LARDER__WIRE_HEADER + 90);
     struct larder__welcome welcome_back;
-    larder__put_le32(buf + LARDER_WIRE_HEADER + 16, 7);
-    CHECK_EQ(larder__wire_welcome(buf + LARDER_WIRE_HEADER, 90, &welcome_back), LARDER_EPROTOCOL);
-    larder__put_le32(buf + LARDER_WIRE_HEADER + 16, 1);
-    larder__put_le32(buf + LARDER_WIRE_HEADER + 84, 3);
-    CHECK_EQ(larder__wire_welcome(buf + LARDER_WIRE_HEADER, 90, &welcome_back), LARDER_EPROTOCOL);
-    CHECK_EQ(larder__wire_welcome(buf + LARDER_WIRE_HEADER, 87, &welcome_back), LARDER_EPROTOCOL);
+    larder__put_le32(buf + LARDER__WIRE_HEADER + 16, 7);
+    CHECK_EQ(larder__wire_welcome(buf + LARDER__WIRE_HEADER, 90, &welcome_back), LARDER_EPROTOCOL);
+    larder__put_le32(buf + LARDER__WIRE_HEADER + 16, 1);
+    larder__put_le32(buf + LARDER__WIRE_HEADER + 84, 3);
+    CHECK_EQ(larder__wire_welcome(buf + LARDER__WIRE_HEADER, 90, &welcome_back), LARDER_EPROTOCOL);
+    CHECK_EQ(larder__wire_welcome(buf + LARDER__WIRE_HEADER, 87, &welcome_back), LARDER_EPROTOCOL);
 }
 
 /* Hex of 32 bytes, for comparing against published vectors. */
@@ -186,7 +186,7 @@ TEST(wire_hmac_rfc4231)
  * client's differ; comparison tells them apart; nonces are fresh. */
 TEST(wire_handshake_proofs)
 {
-    uint8_t a[LARDER_WIRE_NONCE], b[LARDER_WIRE_NONCE];
+    uint8_t a[LARDER__WIRE_NONCE], b[LARDER__WIRE_NONCE];
     CHECK_EQ(larder__auth_nonce(a), 0);
     CHECK_EQ(larder__auth_nonce(b), 0);
     CHECK(memcmp(a, b, sizeof a) != 0);
