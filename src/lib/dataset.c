@@ -371,6 +371,37 @@ static void read_task(void *arg)
     larder__latch_arrive(item->latch);
 }
 
+/*
+ * Samples that share a block would wait on each other's fill lock and
+ * hold workers idle: a batch first fetches one sample per run of blocks
+ * (the leaders), then the rest (followers), which mostly find their
+ * blocks resident.  Leaders have disjoint block ranges: a sample
+ * overlapping the last leader's range waits for the second phase.
+ */
+static int mark_followers(larder_dataset *d, const struct batch_item *items, size_t count,
+                          bool *follower)
+{
+    if (!d->cache) return 0;
+    size_t *order = malloc((count ? count : 1) * sizeof *order);
+    if (!order) return -ENOMEM;
+    for (size_t i = 0; i < count; i++)
+        order[i] = i;
+    qsort_r(order, count, sizeof *order, by_position, (void *)items);
+    uint64_t reach = 0; /* end of the last leader's range in this shard, exclusive */
+    for (size_t k = 0; k < count; k++) {
+        const struct larder__sample *x = &items[order[k]].sample;
+        bool same_shard = k > 0 && items[order[k - 1]].sample.shard == x->shard;
+        uint64_t first, last;
+        larder__cache_blocks(d->cache, x->offset, x->length, &first, &last);
+        if (same_shard && first < reach)
+            follower[order[k]] = true;
+        else
+            reach = last + 1;
+    }
+    free(order);
+    return 0;
+}
+
 int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count, void *const *bufs,
                             const size_t *caps, int64_t *results)
 {
@@ -400,32 +431,10 @@ int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count
         free(items);
         return rc;
     }
-    /* Samples that share a block would wait on each other's fill lock and
-     * hold workers idle: first fetch one sample per run of blocks (the
-     * leaders), then the rest, which mostly find their blocks resident. */
-    size_t *order = malloc((queued ? queued : 1) * sizeof *order);
     bool *follower = calloc(queued ? queued : 1, sizeof *follower);
-    if (!order || !follower) {
-        free(order), free(follower), free(items);
+    if (!follower || mark_followers(d, items, queued, follower) < 0) {
+        free(follower), free(items);
         return -ENOMEM;
-    }
-    for (size_t i = 0; i < queued; i++)
-        order[i] = i;
-    if (d->cache) {
-        qsort_r(order, queued, sizeof *order, by_position, items);
-        /* leaders have disjoint block ranges: a sample overlapping the last
-         * leader's range waits for the second phase */
-        uint64_t reach = 0; /* end of the last leader's range in this shard, exclusive */
-        for (size_t k = 0; k < queued; k++) {
-            const struct larder__sample *x = &items[order[k]].sample;
-            bool same_shard = k > 0 && items[order[k - 1]].sample.shard == x->shard;
-            uint64_t first, last;
-            larder__cache_blocks(d->cache, x->offset, x->length, &first, &last);
-            if (same_shard && first < reach)
-                follower[order[k]] = true;
-            else
-                reach = last + 1;
-        }
     }
     for (int phase = 0; phase < 2; phase++) {
         size_t n = 0;
@@ -437,7 +446,6 @@ int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count
                 larder__pool_submit(pool, read_task, &items[i], LARDER__DEMAND);
         larder__latch_wait(&latch);
     }
-    free(order);
     free(follower);
     int64_t done = 0, first_error = 0;
     const char *message = NULL;

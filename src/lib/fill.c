@@ -1,15 +1,12 @@
 /*
  * fill.c - the read engine (fill.h): resident reads, fills under the
  * cache's fill lock, raw ranges, and the checks that keep wrong bytes
- * from being served or kept.
- *
- * Why this file is longer than most (about 700 lines): a fill's plan,
- * fetch, check and keep steps share one structure (struct fill_plan) and
- * their invariants (what is checked before what is kept) read best in
- * one place.
+ * from being served or kept.  What a fill reads, checks and keeps is
+ * decided in fill_scope.c; here it is done.
  */
 #include "fill.h"
 #include "pool.h"
+#include "fill_scope.h"
 #include "shardmap.h"
 #include "source.h"
 
@@ -228,14 +225,6 @@ static int fetch_run(struct larder__fill *f, uint32_t shard, uint64_t offset, ui
 /* Where each block of a fill came from. */
 enum { FROM_CACHE = 0, FROM_ORIGIN, FROM_PEER };
 
-/* A fill may read this much of the cache beyond what was asked to take in
- * the whole samples at its edges (so that their blocks can be checked and
- * trusted); a raw range cutting into a sample with more than
- * MAX_EXTRA_BYTES around it is refused rather than read whole
- * (docs/cache.md). */
-#define EDGE_EXTENSION (1u << 20)
-#define MAX_EXTRA_BYTES (UINT64_C(256) << 20)
-
 /*
  * Read the blocks [first, last] of `shard` into span: those present in
  * the cache from there (unless `everything`), the rest as one read per run
@@ -323,144 +312,6 @@ static int shard_map(struct larder__fill *f, struct larder__shard_map **out)
     return *out ? 0 : rc;
 }
 
-/* A sample's offset and end, from a record the shard map has checked. */
-static void sample_span(const struct larder__fill *f, uint64_t id, uint64_t *offset, uint64_t *end)
-{
-    struct larder__sample s;
-    larder__index_sample_range(f->ix, id, &s);
-    *offset = s.offset;
-    *end = s.offset + s.length;
-}
-
-/*
- * What a fill reads and checks: the samples overlapping what was asked
- * (which must be checked, or nothing is served), and those overlapping
- * the blocks around it (checked when cheap, so that their blocks can be
- * kept).  Positions are the shard map's.
- */
-struct fill_plan {
-    uint64_t need_first, need_last;   /* samples overlapping [lo, hi): [first, last) */
-    uint64_t check_first, check_last; /* every sample checked: [first, last) */
-    uint64_t first, last;             /* blocks read */
-    /* straddling samples that may be taken in (their other blocks are in
-     * the cache already), if their blocks' locks are free: the blocks they
-     * add, below first and above last; none when left_first == first /
-     * right_last == last */
-    uint64_t left_first, right_last;
-};
-
-/*
- * The samples overlapping bytes [lo, hi) of a shard (p->need_first and
- * need_last), which must be read whole and checked before any of those
- * bytes is served, and the bytes that takes: [*start, *end).  0, or
- * LARDER_EUNSUPPORTED when that is more than MAX_EXTRA_BYTES beyond what
- * was asked.
- */
-static int plan_needed(struct larder__fill *f, struct larder__shard_map *map, uint32_t shard,
-                       uint64_t lo, uint64_t hi, struct fill_plan *p, uint64_t *start,
-                       uint64_t *end)
-{
-    larder__shard_map_overlapping(map, shard, lo, hi, &p->need_first, &p->need_last);
-    *start = lo, *end = hi;
-    if (p->need_first < p->need_last) { /* without overlaps, the first starts and the last ends */
-        uint64_t a, z;
-        sample_span(f, larder__shard_map_id(map, p->need_first), &a, &z);
-        if (a < *start) *start = a;
-        sample_span(f, larder__shard_map_id(map, p->need_last - 1), &a, &z);
-        if (z > *end) *end = z;
-    }
-    if ((lo - *start) + (*end - hi) > MAX_EXTRA_BYTES)
-        return larder__fail(LARDER_EUNSUPPORTED,
-                            "bytes %llu+%llu of shard %u cut into a sample too large to check "
-                            "for them (%llu bytes around them); read the sample itself",
-                            (unsigned long long)lo, (unsigned long long)(hi - lo), shard,
-                            (unsigned long long)(*end - *start));
-    return 0;
-}
-
-static int plan_fill(struct larder__fill *f, struct larder__shard_map *map, uint32_t shard,
-                     uint64_t lo, uint64_t hi, struct fill_plan *p)
-{
-    struct larder__cache *c = f->cache;
-    uint64_t size = shard_size(f, shard);
-    uint64_t start, end;
-    int rc = plan_needed(f, map, shard, lo, hi, p, &start, &end);
-    if (rc < 0) return rc;
-    /* the blocks these bytes fill, and the samples sharing them */
-    uint64_t first, last;
-    larder__cache_blocks(c, start, end - start, &first, &last);
-    uint64_t block_start = larder__cache_block_offset(c, first);
-    uint64_t block_end = block_start + larder__cache_span(c, shard, first, last);
-    larder__shard_map_overlapping(map, shard, block_start, block_end, &p->check_first,
-                                  &p->check_last);
-    /* samples straddling the edges are left out, but noted when their
-     * other blocks are in the cache already and few: checking them then
-     * costs a pread, and lets the shared edge blocks be trusted.  Fetching
-     * them, or waiting for their locks, would widen every cold fill. */
-    p->left_first = first, p->right_last = last;
-    if (p->check_first < p->check_last &&
-        (p->check_first < p->need_first || p->need_first == p->need_last)) {
-        uint64_t a, z, bf, bl;
-        sample_span(f, larder__shard_map_id(map, p->check_first), &a, &z);
-        if (a < block_start) {
-            larder__cache_blocks(c, a, block_start - a, &bf, &bl);
-            if (block_start - a <= EDGE_EXTENSION && larder__cache_present(c, shard, bf, bl))
-                p->left_first = bf;
-            p->check_first++;
-        }
-    }
-    if (p->check_first < p->check_last) {
-        uint64_t a, z, bf, bl;
-        sample_span(f, larder__shard_map_id(map, p->check_last - 1), &a, &z);
-        bool needed = p->check_last == p->need_last && p->need_first < p->need_last;
-        if (!needed && z > block_end) {
-            larder__cache_blocks(c, block_end, z - block_end, &bf, &bl);
-            if (z - block_end <= EDGE_EXTENSION && larder__cache_present(c, shard, bf, bl))
-                p->right_last = bl;
-            p->check_last--;
-        }
-    }
-    if (p->check_first > p->check_last) p->check_first = p->check_last;
-    if (end > size) end = size;
-    p->first = first, p->last = last;
-    return 0;
-}
-
-/* Take in the noted straddlers whose blocks no one else holds (see fill_plan). */
-static void take_in_straddlers(struct larder__fill *f, uint32_t shard, int lock,
-                               struct fill_plan *p)
-{
-    struct larder__cache *c = f->cache;
-    if (p->left_first < p->first && p->check_first > 0 &&
-        larder__cache_try_lock(c, lock, shard, p->left_first, p->first - 1))
-        p->check_first--, p->first = p->left_first;
-    if (p->right_last > p->last &&
-        larder__cache_try_lock(c, lock, shard, p->last + 1, p->right_last))
-        p->check_last++, p->last = p->right_last;
-}
-
-/*
- * Check the samples of a fill against their checksums.  ok[] (one per
- * sample of the plan's checked range) says which matched; returns the
- * first needed sample that did not (as an id), or UINT64_MAX.
- */
-static uint64_t check_plan(struct larder__fill *f, struct larder__shard_map *map,
-                           const struct fill_plan *p, const uint8_t *span, uint64_t span_start,
-                           bool *ok)
-{
-    uint64_t bad_needed = UINT64_MAX;
-    for (uint64_t q = p->check_first; q < p->check_last; q++) {
-        uint64_t id = larder__shard_map_id(map, q);
-        struct larder__sample s;
-        larder__index_sample_range(f->ix, id, &s);
-        ok[q - p->check_first] = checksum_ok(&s, span + (s.offset - span_start));
-        if (!ok[q - p->check_first] && q >= p->need_first && q < p->need_last &&
-            bad_needed == UINT64_MAX)
-            bad_needed = id;
-    }
-    return bad_needed;
-}
-
 /* LARDER_ECHECKSUM naming sample `id`, whose bytes are in span (which starts at span_start). */
 static int checksum_failure(struct larder__fill *f, uint64_t id, const uint8_t *span,
                             uint64_t span_start)
@@ -470,43 +321,8 @@ static int checksum_failure(struct larder__fill *f, uint64_t id, const uint8_t *
     return check_sample(f, &s, id, span + (s.offset - span_start));
 }
 
-/* What becomes of each block a fill read. */
-enum { KEEP_CHECKED = 0, KEEP_SUSPECT, DISCARD };
-
-/*
- * Which blocks of the fill may be kept: trusted, those whose every sample
- * byte was checked and matched; suspect, those shared with a sample the
- * fill did not check (a later fill checks them without fetching them
- * again); none that hold bytes of a sample that failed.  Bytes of no
- * sample (a tar's end blocks) have no checksum to check and no reader to
- * mislead.  keep[] is per block.
- */
-static void keepable(struct larder__fill *f, struct larder__shard_map *map, uint32_t shard,
-                     const struct fill_plan *p, const bool *ok, uint8_t *keep)
-{
-    struct larder__cache *c = f->cache;
-    uint64_t n = p->last - p->first + 1;
-    for (uint64_t i = 0; i < n; i++)
-        keep[i] = KEEP_CHECKED;
-    uint64_t start = larder__cache_block_offset(c, p->first);
-    uint64_t end = start + larder__cache_span(c, shard, p->first, p->last);
-    uint64_t from, to;
-    larder__shard_map_overlapping(map, shard, start, end, &from, &to);
-    for (uint64_t q = from; q < to; q++) {
-        bool checked = q >= p->check_first && q < p->check_last;
-        if (checked && ok[q - p->check_first]) continue;
-        uint64_t a, z, first, last;
-        sample_span(f, larder__shard_map_id(map, q), &a, &z);
-        if (z == a) continue;
-        larder__cache_blocks(c, a, z - a, &first, &last);
-        for (uint64_t b = first < p->first ? p->first : first; b <= last && b <= p->last; b++)
-            if (keep[b - p->first] != DISCARD)
-                keep[b - p->first] = checked ? DISCARD : KEEP_SUSPECT;
-    }
-}
-
 /* Store (or trust, when they were read from the cache) the blocks that may be kept. */
-static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct fill_plan *p,
+static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct larder__fill_scope *p,
                         const uint8_t *span, const uint8_t *fetched, const uint8_t *keep)
 {
     struct larder__cache *c = f->cache;
@@ -517,12 +333,12 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct fil
                fetched[end + 1 - p->first] == fetched[b - p->first])
             end++;
         uint8_t what = keep[b - p->first];
-        if (what == KEEP_CHECKED && fetched[b - p->first] == FROM_CACHE)
+        if (what == LARDER__KEEP_CHECKED && fetched[b - p->first] == FROM_CACHE)
             larder__cache_trust(c, shard, b, end);
-        else if (what != DISCARD && fetched[b - p->first] != FROM_CACHE &&
-                 larder__cache_store(c, shard, b, end,
-                                     span + larder__cache_block_offset(c, b) - start,
-                                     fetched[b - p->first] == FROM_PEER, what == KEEP_CHECKED) < 0)
+        else if (what != LARDER__DISCARD && fetched[b - p->first] != FROM_CACHE &&
+                 larder__cache_store(
+                     c, shard, b, end, span + larder__cache_block_offset(c, b) - start,
+                     fetched[b - p->first] == FROM_PEER, what == LARDER__KEEP_CHECKED) < 0)
             return; /* disk full: served uncached (the cache counts it and warns once) */
         b = end + 1;
     }
@@ -546,12 +362,12 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
     struct larder__shard_map *map;
     int rc = shard_map(f, &map);
     if (rc < 0) return rc;
-    struct fill_plan p;
-    if ((rc = plan_fill(f, map, shard, lo, hi, &p)) < 0) return rc;
+    struct larder__fill_scope p;
+    if ((rc = larder__fill_scope_make(f->ix, f->cache, map, shard, lo, hi, &p)) < 0) return rc;
     uint64_t started = now_microseconds();
     int lock = larder__cache_lock(c, shard, p.first, p.last);
     if (lock < 0) return lock;
-    take_in_straddlers(f, shard, lock, &p);
+    larder__fill_scope_take_in(f->cache, shard, lock, &p);
     uint64_t want_first, want_last;
     larder__cache_blocks(c, lo, hi - lo, &want_first, &want_last);
     if (!suspect && larder__cache_resident(c, shard, want_first, want_last)) {
@@ -582,7 +398,8 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
     for (uint64_t i = 0; rc == 0 && i < blocks; i++)
         fetched_any = fetched_any || fetched[i] != FROM_CACHE;
     larder__cache_count(fetched_any ? &k->misses : &k->hits, 1);
-    uint64_t bad = rc == 0 ? check_plan(f, map, &p, span, span_start, ok) : UINT64_MAX;
+    uint64_t bad =
+        rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, span_start, ok) : UINT64_MAX;
     bool all_ok = true;
     for (uint64_t i = 0; rc == 0 && i < checked; i++)
         all_ok = all_ok && ok[i];
@@ -592,14 +409,14 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
         larder__cache_count(&k->refetches, 1);
         larder__cache_forget(c, shard, p.first, p.last);
         rc = fetch_missing(f, shard, p.first, p.last, span, fetched, true);
-        bad = rc == 0 ? check_plan(f, map, &p, span, span_start, ok) : UINT64_MAX;
+        bad = rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, span_start, ok) : UINT64_MAX;
     }
     if (rc == 0 && bad != UINT64_MAX) {
         checksum_failure(f, bad, span, span_start);
         rc = larder__fail_context(LARDER_ECHECKSUM, "the origin's bytes do not match the index");
     }
     if (rc == 0) {
-        keepable(f, map, shard, &p, ok, keep);
+        larder__fill_scope_keepable(f->ix, f->cache, map, shard, &p, ok, keep);
         keep_blocks(f, shard, &p, span, fetched, keep);
         if (buf) memcpy(buf, span + (lo - span_start), (size_t)(hi - lo));
     }
@@ -711,16 +528,18 @@ int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, 
     }
     /* no cache: read the samples these bytes belong to, and check them */
     struct larder__shard_map *map;
-    struct fill_plan p;
+    struct larder__fill_scope p;
     if ((rc = shard_map(f, &map)) < 0) return rc;
     uint64_t start, end;
-    if ((rc = plan_needed(f, map, shard, offset, offset + length, &p, &start, &end)) < 0) return rc;
+    if ((rc = larder__fill_scope_needed(f->ix, map, shard, offset, offset + length, &p, &start,
+                                        &end)) < 0)
+        return rc;
     p.check_first = p.need_first, p.check_last = p.need_last;
     uint8_t *span = start == offset && end == offset + length ? buf : malloc((size_t)(end - start));
     bool *ok = calloc(p.need_last - p.need_first + 1, sizeof *ok);
     bool from_peer = false;
     rc = span && ok ? fetch_run(f, shard, start, end - start, span, &from_peer) : -ENOMEM;
-    uint64_t bad = rc == 0 ? check_plan(f, map, &p, span, start, ok) : UINT64_MAX;
+    uint64_t bad = rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, start, ok) : UINT64_MAX;
     if (rc == 0 && bad != UINT64_MAX) rc = checksum_failure(f, bad, span, start);
     if (rc == 0 && span != buf) memcpy(buf, span + (offset - start), (size_t)length);
     if (span != buf) free(span);

@@ -79,19 +79,18 @@ static int verify_sink(void *userdata, const void *data, size_t length)
     return 0;
 }
 
-int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progress_fn progress,
-                      void *userdata)
+/*
+ * Check every sample's records and key; the sound samples of each shard
+ * go into order[counts[shard] .. counts[shard + 1]).  Returns 0 or
+ * -ENOMEM.
+ */
+static int check_records(struct verify *v, size_t *counts, uint64_t *order)
 {
-    const struct larder__index *ix = larder__dataset_index(d);
-    struct verify v = {.ix = ix, .bad = bad, .progress = progress, .userdata = userdata};
-    if (larder__index_check_hash(ix) < 0) report(&v, LARDER_NO_SAMPLE, LARDER_ECHECKSUM);
-
-    /* records, keys, and the samples of each shard */
-    size_t *counts = calloc(ix->num_shards + 1, sizeof *counts);
-    uint64_t *order = malloc((ix->num_samples ? ix->num_samples : 1) * sizeof *order);
+    const struct larder__index *ix = v->ix;
     bool *sound = calloc(ix->num_samples ? ix->num_samples : 1, 1);
-    if (!counts || !order || !sound) {
-        free(counts), free(order), free(sound);
+    size_t *fill = calloc(ix->num_shards + 1, sizeof *fill);
+    if (!sound || !fill) {
+        free(sound), free(fill);
         return -ENOMEM;
     }
     for (uint64_t id = 0; id < ix->num_samples; id++) {
@@ -107,82 +106,103 @@ int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progre
                               "it through the key table",
                               ix->name, (unsigned long long)id, s.key);
         if (rc < 0) {
-            report(&v, id, rc);
+            report(v, id, rc);
             continue;
         }
         sound[id] = true;
         counts[s.shard + 1]++;
     }
-    for (uint64_t i = 0; i < ix->num_shards; i++) {
-        struct larder__shard shard;
-        larder__index_shard(ix, i, &shard);
-        v.total += shard.size;
+    for (uint64_t i = 0; i < ix->num_shards; i++)
         counts[i + 1] += counts[i];
-    }
-    size_t *fill = calloc(ix->num_shards + 1, sizeof *fill);
-    if (!fill) {
-        free(counts), free(order), free(sound);
-        return -ENOMEM;
-    }
     for (uint64_t id = 0; id < ix->num_samples; id++) {
         if (!sound[id]) continue;
         struct larder__sample s;
         larder__index_sample(ix, id, &s);
         order[counts[s.shard] + fill[s.shard]++] = id;
     }
+    free(sound), free(fill);
+    return 0;
+}
 
-    for (uint32_t i = 0; i < ix->num_shards; i++) {
-        struct larder__shard shard;
-        larder__index_shard(ix, i, &shard);
-        v.shard = i;
-        v.order = order + counts[i];
-        v.count = counts[i + 1] - counts[i];
-        v.next = 0;
-        v.open = false;
-        v.position = 0;
-        qsort_r(v.order, v.count, sizeof *v.order, by_offset, (void *)ix);
-        /* overlapping samples are corrupt: report, then check the rest */
-        for (size_t k = 1; k < v.count; k++) {
-            struct larder__sample a, b;
-            larder__index_sample(ix, v.order[k - 1], &a);
-            larder__index_sample(ix, v.order[k], &b);
-            if (a.offset + a.length > b.offset) {
-                larder__fail(LARDER_EBADINDEX, "%s: samples %llu and %llu overlap in shard %u",
-                             ix->name, (unsigned long long)v.order[k - 1],
-                             (unsigned long long)v.order[k], i);
-                report(&v, v.order[k], LARDER_EBADINDEX);
-                memmove(v.order + k, v.order + k + 1, (v.count - k - 1) * sizeof *v.order);
-                v.count--, k--;
-            }
-        }
-        XXH3_64bits_reset(&v.shard_hash);
-        struct larder__source *source;
-        int rc = larder__fill_source(larder__dataset_fill(d), i, &source);
-        if (rc == 0) rc = larder__source_stream(source, verify_sink, &v);
-        if (rc < 0) {
-            /* one problem for the shard, not one per sample it could not check */
-            larder__fail_context(rc, "shard %u ('%s'), %zu samples left unchecked", i, shard.name,
-                                 v.count - v.next);
-            report(&v, LARDER_NO_SAMPLE, rc);
-            continue;
-        } else if (v.position != shard.size) {
-            larder__fail(LARDER_ETRUNCATED, "shard %u ('%s'): %llu bytes, index says %llu", i,
-                         shard.name, (unsigned long long)v.position,
-                         (unsigned long long)shard.size);
-            report(&v, LARDER_NO_SAMPLE, LARDER_ETRUNCATED);
-        } else if (XXH3_64bits_digest(&v.shard_hash) != shard.checksum) {
-            larder__fail(LARDER_ECHECKSUM, "shard %u ('%s'): checksum mismatch", i, shard.name);
-            report(&v, LARDER_NO_SAMPLE, LARDER_ECHECKSUM);
-        }
-        /* samples the stream never finished */
-        for (; v.next < v.count; v.next++) {
-            struct larder__sample s;
-            larder__index_sample(ix, v.order[v.next], &s);
-            larder__fail(LARDER_ETRUNCATED, "sample %llu ('%s'): shard %u ends before it",
-                         (unsigned long long)v.order[v.next], s.key, i);
-            report(&v, v.order[v.next], LARDER_ETRUNCATED);
+/* Sort v->order by offset; report overlapping samples and leave them out. */
+static void order_by_offset(struct verify *v, uint32_t shard)
+{
+    const struct larder__index *ix = v->ix;
+    qsort_r(v->order, v->count, sizeof *v->order, by_offset, (void *)ix);
+    for (size_t k = 1; k < v->count; k++) {
+        struct larder__sample a, b;
+        larder__index_sample(ix, v->order[k - 1], &a);
+        larder__index_sample(ix, v->order[k], &b);
+        if (a.offset + a.length > b.offset) {
+            larder__fail(LARDER_EBADINDEX, "%s: samples %llu and %llu overlap in shard %u",
+                         ix->name, (unsigned long long)v->order[k - 1],
+                         (unsigned long long)v->order[k], shard);
+            report(v, v->order[k], LARDER_EBADINDEX);
+            memmove(v->order + k, v->order + k + 1, (v->count - k - 1) * sizeof *v->order);
+            v->count--, k--;
         }
     }
-    free(counts), free(order), free(sound), free(fill);
-    return v.problems;
+}
+
+/* Stream shard `i` once from its source, checking it and its samples. */
+static void verify_shard(struct verify *v, struct larder__fill *fill, uint32_t i)
+{
+    const struct larder__index *ix = v->ix;
+    struct larder__shard shard;
+    larder__index_shard(ix, i, &shard);
+    v->shard = i;
+    v->next = 0;
+    v->open = false;
+    v->position = 0;
+    order_by_offset(v, i);
+    XXH3_64bits_reset(&v->shard_hash);
+    struct larder__source *source;
+    int rc = larder__fill_source(fill, i, &source);
+    if (rc == 0) rc = larder__source_stream(source, verify_sink, v);
+    if (rc < 0) {
+        /* one problem for the shard, not one per sample it could not check */
+        larder__fail_context(rc, "shard %u ('%s'), %zu samples left unchecked", i, shard.name,
+                             v->count - v->next);
+        report(v, LARDER_NO_SAMPLE, rc);
+        return;
+    } else if (v->position != shard.size) {
+        larder__fail(LARDER_ETRUNCATED, "shard %u ('%s'): %llu bytes, index says %llu", i,
+                     shard.name, (unsigned long long)v->position, (unsigned long long)shard.size);
+        report(v, LARDER_NO_SAMPLE, LARDER_ETRUNCATED);
+    } else if (XXH3_64bits_digest(&v->shard_hash) != shard.checksum) {
+        larder__fail(LARDER_ECHECKSUM, "shard %u ('%s'): checksum mismatch", i, shard.name);
+        report(v, LARDER_NO_SAMPLE, LARDER_ECHECKSUM);
+    }
+    /* samples the stream never finished */
+    for (; v->next < v->count; v->next++) {
+        struct larder__sample s;
+        larder__index_sample(ix, v->order[v->next], &s);
+        larder__fail(LARDER_ETRUNCATED, "sample %llu ('%s'): shard %u ends before it",
+                     (unsigned long long)v->order[v->next], s.key, i);
+        report(v, v->order[v->next], LARDER_ETRUNCATED);
+    }
+}
+
+int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progress_fn progress,
+                      void *userdata)
+{
+    const struct larder__index *ix = larder__dataset_index(d);
+    struct verify v = {.ix = ix, .bad = bad, .progress = progress, .userdata = userdata};
+    if (larder__index_check_hash(ix) < 0) report(&v, LARDER_NO_SAMPLE, LARDER_ECHECKSUM);
+    /* records, keys, and the samples of each shard */
+    size_t *counts = calloc(ix->num_shards + 1, sizeof *counts);
+    uint64_t *order = malloc((ix->num_samples ? ix->num_samples : 1) * sizeof *order);
+    int rc = counts && order ? check_records(&v, counts, order) : -ENOMEM;
+    for (uint64_t i = 0; rc == 0 && i < ix->num_shards; i++) {
+        struct larder__shard shard;
+        larder__index_shard(ix, i, &shard);
+        v.total += shard.size;
+    }
+    for (uint32_t i = 0; rc == 0 && i < ix->num_shards; i++) {
+        v.order = order + counts[i];
+        v.count = counts[i + 1] - counts[i];
+        verify_shard(&v, larder__dataset_fill(d), i);
+    }
+    free(counts), free(order);
+    return rc < 0 ? rc : v.problems;
 }

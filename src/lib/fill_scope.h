@@ -1,0 +1,86 @@
+/*
+ * fill_scope.h - the scope of one fill (fill.c): which samples a range
+ * belongs to and must be read whole and checked before any of its bytes
+ * is served, which blocks that reads, which neighbours it takes in, and
+ * which of the blocks read may be kept (trusted or suspect).  Decisions
+ * only: the fill engine does the reading, checking and storing.
+ */
+#ifndef LARDER_FILL_SCOPE_H
+#define LARDER_FILL_SCOPE_H
+
+#include "cache.h"
+#include "index.h"
+#include "shardmap.h"
+
+/*
+ * What a fill reads and checks: the samples overlapping what was asked
+ * (which must be checked, or nothing is served), and those overlapping
+ * the blocks around it (checked when cheap, so that their blocks can be
+ * kept).  Positions are the shard map's.
+ */
+struct larder__fill_scope {
+    uint64_t need_first, need_last;   /* samples overlapping [lo, hi): [first, last) */
+    uint64_t check_first, check_last; /* every sample checked: [first, last) */
+    uint64_t first, last;             /* blocks read */
+    /* straddling samples that may be taken in (their other blocks are in
+     * the cache already), if their blocks' locks are free: the blocks they
+     * add, below first and above last; none when left_first == first /
+     * right_last == last */
+    uint64_t left_first, right_last;
+};
+
+/* What becomes of each block a fill read. */
+enum larder__keep { LARDER__KEEP_CHECKED = 0, LARDER__KEEP_SUSPECT, LARDER__DISCARD };
+
+/*
+ * The samples overlapping bytes [lo, hi) of a shard (p->need_first and
+ * need_last), which must be read whole and checked before any of those
+ * bytes is served, and the bytes that takes: [*start, *end).  0, or
+ * LARDER_EUNSUPPORTED when that is more than MAX_EXTRA_BYTES beyond what
+ * was asked.
+ */
+LARDER__HIDDEN int larder__fill_scope_needed(const struct larder__index *ix,
+                                             struct larder__shard_map *map, uint32_t shard,
+                                             uint64_t lo, uint64_t hi, struct larder__fill_scope *p,
+                                             uint64_t *start, uint64_t *end);
+
+/*
+ * The scope of a fill of bytes [lo, hi) of `shard` through the cache:
+ * the needed samples (as larder__fill_scope_needed), the blocks they
+ * cover, the samples sharing those blocks (checked too, so that the
+ * blocks can be trusted), and the straddlers that may be taken in.
+ */
+LARDER__HIDDEN int larder__fill_scope_make(const struct larder__index *ix, struct larder__cache *c,
+                                           struct larder__shard_map *map, uint32_t shard,
+                                           uint64_t lo, uint64_t hi, struct larder__fill_scope *p);
+
+/* Take in the noted straddlers whose blocks no one else holds (see struct larder__fill_scope). */
+LARDER__HIDDEN void larder__fill_scope_take_in(struct larder__cache *c, uint32_t shard, int lock,
+                                               struct larder__fill_scope *p);
+
+/*
+ * Check the samples of a fill against their checksums.  ok[] (one per
+ * sample of the scope's checked range) says which matched; returns the
+ * first needed sample that did not (as an id), or UINT64_MAX.
+ */
+LARDER__HIDDEN uint64_t larder__fill_scope_check(const struct larder__index *ix,
+                                                 struct larder__shard_map *map,
+                                                 const struct larder__fill_scope *p,
+                                                 const uint8_t *span, uint64_t span_start,
+                                                 bool *ok);
+
+/*
+ * Which blocks of the fill may be kept: trusted, those whose every sample
+ * byte was checked and matched; suspect, those shared with a sample the
+ * fill did not check (a later fill checks them without fetching them
+ * again); none that hold bytes of a sample that failed.  Bytes of no
+ * sample (a tar's end blocks) have no checksum to check and no reader to
+ * mislead.  keep[] is per block.
+ */
+LARDER__HIDDEN void larder__fill_scope_keepable(const struct larder__index *ix,
+                                                struct larder__cache *c,
+                                                struct larder__shard_map *map, uint32_t shard,
+                                                const struct larder__fill_scope *p, const bool *ok,
+                                                uint8_t *keep);
+
+#endif
