@@ -219,24 +219,49 @@ static bool read_resident(struct larder__fill *f, const struct larder__sample *s
     return true;
 }
 
-static int fetch_run(struct larder__fill *f, uint32_t shard, uint64_t offset, uint64_t length,
-                     uint8_t *buf, bool *from_peer);
-
 /* Where each block of a fill came from. */
 enum { FROM_CACHE = 0, FROM_ORIGIN, FROM_PEER };
 
 /*
+ * Runs of blocks from the shard's source in one vectored read (its owner
+ * node first, in a daemon; `origin_only`: the origin itself, past any
+ * peer).  Returns where the bytes came from (enum larder__from), or a
+ * negative code.
+ */
+static int fetch_runs(struct larder__fill *f, uint32_t shard, const struct larder__extent *runs,
+                      size_t count, bool origin_only)
+{
+    struct larder__cache_counters *k = larder__fill_counters(f);
+    struct larder__source *source;
+    int rc = larder__fill_source(f, shard, &source);
+    if (rc == 0)
+        rc = larder__source_readv(source, runs, count, origin_only ? LARDER__READ_ORIGIN_ONLY : 0);
+    if (rc < 0) return rc;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < count; i++)
+        bytes += runs[i].length;
+    bool peer = rc == LARDER__FROM_PEER;
+    larder__cache_count(peer ? &k->peer_requests : &k->origin_requests, count);
+    larder__cache_count(peer ? &k->peer_bytes : &k->origin_bytes, bytes);
+    return rc;
+}
+
+/*
  * Read the blocks [first, last] of `shard` into span: those present in
- * the cache from there (unless `everything`), the rest as one read per run
- * of missing blocks, from the shard's owner node in a daemon or else the
- * origin; fetched[] marks where each block came from.  Present blocks
- * include suspect ones: the caller checks everything it keeps.
+ * the cache from there (unless `everything`), the runs of missing ones
+ * with one vectored read of the shard's source (which reads them at once
+ * where it can); fetched[] marks where each block came from.  Present
+ * blocks include suspect ones: the caller checks everything it keeps.
+ * `everything`: a refetch after wrong bytes, from the origin itself.
  */
 static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first, uint64_t last,
                          uint8_t *span, uint8_t *fetched, bool everything)
 {
     struct larder__cache *c = f->cache;
     uint64_t start = larder__cache_block_offset(c, first);
+    size_t count = 0;
+    struct larder__extent *runs = malloc((size_t)((last - first) / 2 + 1) * sizeof *runs);
+    if (!runs) return -ENOMEM;
     for (uint64_t b = first; b <= last;) {
         uint64_t at = larder__cache_block_offset(c, b) - start;
         uint64_t end = b;
@@ -247,8 +272,7 @@ static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first,
             if (larder__cache_pread(c, shard, span + at,
                                     (size_t)larder__cache_span(c, shard, b, end),
                                     start + at) == 0) {
-                for (uint64_t i = b; i <= end; i++)
-                    fetched[i - first] = FROM_CACHE;
+                memset(fetched + (b - first), FROM_CACHE, (size_t)(end - b + 1));
                 b = end + 1;
                 continue;
             } /* else the file was cut underneath: fetch the run */
@@ -256,33 +280,20 @@ static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first,
             while (end < last && (everything || !larder__cache_present(c, shard, end + 1, end + 1)))
                 end++;
         }
-        uint64_t n = larder__cache_span(c, shard, b, end);
-        /* a refetch after wrong bytes goes to the origin itself, past any peer */
-        bool from_peer = everything;
-        int rc = fetch_run(f, shard, start + at, n, span + at, &from_peer);
-        if (rc < 0) return rc;
-        for (uint64_t i = b; i <= end; i++)
-            fetched[i - first] = from_peer ? FROM_PEER : FROM_ORIGIN;
+        size_t length = (size_t)larder__cache_span(c, shard, b, end);
+        if (count > 0 && (uint8_t *)runs[count - 1].buf + runs[count - 1].length == span + at)
+            runs[count - 1].length += length; /* after a run found cut: one run */
+        else
+            runs[count++] = (struct larder__extent){span + at, start + at, length};
+        memset(fetched + (b - first), FROM_ORIGIN, (size_t)(end - b + 1));
         b = end + 1;
     }
-    return 0;
-}
-
-/* One run of blocks from the shard's source (its owner node first, in a
- * daemon).  *from_peer: in, true to read the origin itself, past any
- * peer; out, whether a peer answered. */
-static int fetch_run(struct larder__fill *f, uint32_t shard, uint64_t offset, uint64_t length,
-                     uint8_t *buf, bool *from_peer)
-{
-    struct larder__cache_counters *k = larder__fill_counters(f);
-    unsigned flags = *from_peer ? LARDER__READ_ORIGIN_ONLY : 0;
-    struct larder__source *source;
-    int rc = larder__fill_source(f, shard, &source);
-    if (rc == 0) rc = larder__source_read(source, buf, (size_t)length, offset, flags);
+    int rc = count ? fetch_runs(f, shard, runs, count, everything) : LARDER__FROM_ORIGIN;
+    free(runs);
     if (rc < 0) return rc;
-    *from_peer = rc == LARDER__FROM_PEER;
-    larder__cache_count(*from_peer ? &k->peer_requests : &k->origin_requests, 1);
-    larder__cache_count(*from_peer ? &k->peer_bytes : &k->origin_bytes, length);
+    if (rc == LARDER__FROM_PEER)
+        for (uint64_t i = 0; i <= last - first; i++)
+            if (fetched[i] == FROM_ORIGIN) fetched[i] = FROM_PEER;
     return 0;
 }
 
@@ -537,8 +548,9 @@ int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, 
     p.check_first = p.need_first, p.check_last = p.need_last;
     uint8_t *span = start == offset && end == offset + length ? buf : malloc((size_t)(end - start));
     bool *ok = calloc(p.need_last - p.need_first + 1, sizeof *ok);
-    bool from_peer = false;
-    rc = span && ok ? fetch_run(f, shard, start, end - start, span, &from_peer) : -ENOMEM;
+    struct larder__extent run = {span, start, (size_t)(end - start)};
+    rc = span && ok ? fetch_runs(f, shard, &run, 1, false) : -ENOMEM;
+    if (rc > 0) rc = 0; /* from a peer */
     uint64_t bad = rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, start, ok) : UINT64_MAX;
     if (rc == 0 && bad != UINT64_MAX) rc = checksum_failure(f, bad, span, start);
     if (rc == 0 && span != buf) memcpy(buf, span + (offset - start), (size_t)length);

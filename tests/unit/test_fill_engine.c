@@ -30,6 +30,7 @@ struct fake {
     int from;         /* what a good read answers: LARDER__FROM_ORIGIN or _PEER */
     int delay_ms;     /* every read stalls this long */
     int reads;        /* read calls */
+    size_t extents;   /* extents in the last read */
     unsigned flags;   /* of the last read */
     uint64_t low, hi; /* lowest offset and highest end asked for */
     pthread_mutex_t lock;
@@ -49,6 +50,7 @@ static int fake_read(struct larder__source *s, const struct larder__extent *e, s
     pthread_mutex_lock(&f->lock);
     f->reads++;
     f->flags = flags;
+    f->extents = n;
     enum fault fault = f->fault;
     pthread_mutex_unlock(&f->lock);
     for (size_t i = 0; i < n; i++) {
@@ -318,5 +320,26 @@ TEST(fill_engine_without_a_cache_checks_when_asked)
     t.fake.fault = WRONG;
     uint8_t small[8];
     CHECK_EQ(larder__fill_range(t.fill, 0, s.offset, sizeof small, small), LARDER_ECHECKSUM);
+    teardown();
+}
+
+TEST(fill_engine_reads_the_missing_runs_of_a_fill_at_once)
+{
+    setup(true, true);
+    /* sample 5 staged: its blocks are present; 4's and 6's other blocks are not */
+    CHECK_EQ(larder__fill_stage(t.fill, 5), 0);
+    struct larder__sample a, c;
+    CHECK_EQ(larder__index_sample_range(t.ix, 4, &a), 0);
+    CHECK_EQ(larder__index_sample_range(t.ix, 6, &c), 0);
+    int reads = t.fake.reads;
+    uint64_t lo = a.offset + 1, hi = c.offset + c.length - 1;
+    uint8_t *buf = malloc(hi - lo);
+    CHECK_EQ(larder__fill_range(t.fill, 0, lo, hi - lo, buf), 0);
+    CHECK(memcmp(buf, t.fake.bytes + lo, hi - lo) == 0);
+    /* two runs of missing blocks, on either side of 5's: one vectored read */
+    CHECK_EQ(t.fake.reads, reads + 1);
+    CHECK_EQ(t.fake.extents, 2);
+    CHECK_EQ(larder__fill_counters(t.fill)->origin_requests, 1 + 2);
+    free(buf);
     teardown();
 }
