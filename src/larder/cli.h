@@ -37,6 +37,11 @@ void cli_progress(void *userdata, uint64_t done, uint64_t total);
  * id.  The id, or -1 once the reason is printed. */
 int64_t resolve_sample(larder_dataset *d, const char *what);
 
+/* What a command's option parser returns when the command should go on;
+ * anything else is the exit status to return at once (0 after --help, 2
+ * after a usage error). */
+enum { CLI_RUN = -1 };
+
 /* The commands: argv[0] is the command's name. */
 int cmd_pack(int argc, char **argv);
 int cmd_index(int argc, char **argv);

@@ -46,7 +46,17 @@ static void warn_about_readers(uint64_t shards, uint64_t readers)
                 program, shards, readers, shards / readers, shards / readers + 1, readers);
 }
 
-int cmd_pack(int argc, char **argv)
+/* What the command line asks of `larder pack`. */
+struct pack_args {
+    larder_pack_options options; /* for larder_pack; progress is set when it runs */
+    const char *outdir;          /* -o */
+    uint64_t readers;            /* --readers, 0 when not given */
+    const char *const *sources;  /* the SRC arguments, into argv */
+    size_t num_sources;
+};
+
+/* Fill `a` from the command line; CLI_RUN, or the exit status to return. */
+static int parse_pack_args(int argc, char **argv, struct pack_args *a)
 {
     static const struct option options[] = {{"output", required_argument, 0, 'o'},
                                             {"format", required_argument, 0, 'f'},
@@ -60,55 +70,57 @@ int cmd_pack(int argc, char **argv)
                                             {"hdf5-rows", required_argument, 0, 'R'},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
-    larder_pack_options o = {.version = LARDER_PACK_OPTIONS_VERSION, .shuffle = 1};
-    const char *outdir = NULL;
-    uint64_t readers = 0, v;
+    *a = (struct pack_args){
+        .options = {.version = LARDER_PACK_OPTIONS_VERSION, .shuffle = 1},
+    };
+    larder_pack_options *o = &a->options;
+    uint64_t v;
     int c;
     while ((c = getopt_long(argc, argv, "o:f:s:j:h", options, NULL)) != -1) {
         switch (c) {
         case 'o':
-            outdir = optarg;
+            a->outdir = optarg;
             break;
         case 'f':
             if (strcmp(optarg, "tar") == 0)
-                o.format = LARDER_FORMAT_TAR;
+                o->format = LARDER_FORMAT_TAR;
             else if (strcmp(optarg, "flat") == 0)
-                o.format = LARDER_FORMAT_FLAT;
+                o->format = LARDER_FORMAT_FLAT;
             else
                 return usage_error("pack", "unknown format '%s' (tar or flat)", optarg);
             break;
         case 's':
-            if (args_parse_size(optarg, &o.shard_size) < 0 || o.shard_size == 0)
+            if (args_parse_size(optarg, &o->shard_size) < 0 || o->shard_size == 0)
                 return usage_error("pack", "bad shard size '%s'", optarg);
             break;
         case 'S':
-            if (args_parse_u64(optarg, &o.shuffle_seed) < 0)
+            if (args_parse_u64(optarg, &o->shuffle_seed) < 0)
                 return usage_error("pack", "bad seed '%s'", optarg);
             break;
         case 'N':
-            o.shuffle = 0;
+            o->shuffle = 0;
             break;
         case 'j':
             if (args_parse_u64(optarg, &v) < 0 || v == 0 || v > 256)
                 return usage_error("pack", "bad job count '%s' (1-256)", optarg);
-            o.jobs = (int)v;
+            o->jobs = (int)v;
             break;
         case 'r':
-            if (args_parse_u64(optarg, &readers) < 0 || readers == 0)
+            if (args_parse_u64(optarg, &a->readers) < 0 || a->readers == 0)
                 return usage_error("pack", "bad reader count '%s'", optarg);
             break;
         case 'b':
             if (args_parse_size(optarg, &v) < 0 || v == 0 || v > (1u << 30) || (v & (v - 1)))
                 return usage_error("pack", "block size '%s' must be a power of two", optarg);
-            o.block_size = (uint32_t)v;
+            o->block_size = (uint32_t)v;
             break;
         case 'd':
             if (args_parse_u64(optarg, &v) < 0 || v == 0 || v > 64)
                 return usage_error("pack", "bad HDF5 group depth '%s'", optarg);
-            o.hdf5_group_depth = (int)v;
+            o->hdf5_group_depth = (int)v;
             break;
         case 'R':
-            o.hdf5_rows = optarg;
+            o->hdf5_rows = optarg;
             break;
         case 'h':
             fputs(pack_help, stdout);
@@ -117,25 +129,35 @@ int cmd_pack(int argc, char **argv)
             return usage_error("pack", "bad option");
         }
     }
-    if (!outdir) return usage_error("pack", "missing -o OUTDIR");
+    if (!a->outdir) return usage_error("pack", "missing -o OUTDIR");
     if (optind >= argc) return usage_error("pack", "no sources given");
+    a->sources = (const char *const *)argv + optind;
+    a->num_sources = (size_t)(argc - optind);
+    return CLI_RUN;
+}
+
+int cmd_pack(int argc, char **argv)
+{
+    struct pack_args a;
+    int status = parse_pack_args(argc, argv, &a);
+    if (status != CLI_RUN) return status;
+    larder_pack_options *o = &a.options;
     struct progress bar;
     progress_start(&bar, "packing");
-    o.progress = cli_progress;
-    o.progress_userdata = &bar;
+    o->progress = cli_progress;
+    o->progress_userdata = &bar;
     larder_pack_result result;
     double started = now_seconds();
-    int rc = larder_pack((const char *const *)argv + optind, (size_t)(argc - optind), outdir, &o,
-                         &result);
+    int rc = larder_pack(a.sources, a.num_sources, a.outdir, o, &result);
     progress_end(&bar);
     if (rc < 0) return fail(rc);
     double seconds = now_seconds() - started;
     char size[32], rate[32];
     printf("packed %" PRIu64 " samples into %" PRIu64 " %s shards (%s) in %.2f s (%s/s)\n",
-           result.num_samples, result.num_shards, o.format == LARDER_FORMAT_FLAT ? "flat" : "tar",
+           result.num_samples, result.num_shards, o->format == LARDER_FORMAT_FLAT ? "flat" : "tar",
            human_bytes(result.bytes_written, size), seconds,
            human_bytes(seconds > 0 ? (uint64_t)(result.bytes_written / seconds) : 0, rate));
-    printf("index: %s/index.larder\ndataset id: %s\n", outdir, result.dataset_id);
-    if (readers) warn_about_readers(result.num_shards, readers);
+    printf("index: %s/index.larder\ndataset id: %s\n", a.outdir, result.dataset_id);
+    if (a.readers) warn_about_readers(result.num_shards, a.readers);
     return 0;
 }

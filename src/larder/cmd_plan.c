@@ -94,136 +94,167 @@ static int print_ids(larder_dataset *d, const larder_plan *plan, uint64_t end, i
     return 0;
 }
 
-int cmd_plan(int argc, char **argv)
+/* What the command line asks of `larder plan`. */
+struct plan_args {
+    larder_plan_options options; /* deny_path is --deny's, or NULL */
+    uint64_t max_steps;          /* --steps, UINT64_MAX when not given */
+    int no_deny;                 /* --no-deny */
+    int keys;                    /* --keys */
+    int info;                    /* --info */
+    const char *index;           /* INDEX, into argv */
+};
+
+/* getopt_long codes of the options without a short form. */
+enum { FROM_STEP = 256, STEPS, WORKERS, WORKER, MODE, WINDOW, PAD, DENY, NO_DENY, KEYS, INFO };
+
+/* `larder plan`'s options, for getopt_long. */
+static const struct option plan_options[] = {{"seed", required_argument, 0, 's'},
+                                             {"epoch", required_argument, 0, 'e'},
+                                             {"batch", required_argument, 0, 'b'},
+                                             {"world", required_argument, 0, 'w'},
+                                             {"rank", required_argument, 0, 'r'},
+                                             {"from-step", required_argument, 0, FROM_STEP},
+                                             {"steps", required_argument, 0, STEPS},
+                                             {"workers", required_argument, 0, WORKERS},
+                                             {"worker", required_argument, 0, WORKER},
+                                             {"mode", required_argument, 0, MODE},
+                                             {"window", required_argument, 0, WINDOW},
+                                             {"pad", no_argument, 0, PAD},
+                                             {"deny", required_argument, 0, DENY},
+                                             {"no-deny", no_argument, 0, NO_DENY},
+                                             {"keys", no_argument, 0, KEYS},
+                                             {"info", no_argument, 0, INFO},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
+
+/* Apply option `c` with argument `arg` to `a`; CLI_RUN, or the exit status to return. */
+static int plan_option(int c, const char *arg, struct plan_args *a)
 {
-    enum { FROM_STEP = 256, STEPS, WORKERS, WORKER, MODE, WINDOW, PAD, DENY, NO_DENY, KEYS, INFO };
-    static const struct option options[] = {{"seed", required_argument, 0, 's'},
-                                            {"epoch", required_argument, 0, 'e'},
-                                            {"batch", required_argument, 0, 'b'},
-                                            {"world", required_argument, 0, 'w'},
-                                            {"rank", required_argument, 0, 'r'},
-                                            {"from-step", required_argument, 0, FROM_STEP},
-                                            {"steps", required_argument, 0, STEPS},
-                                            {"workers", required_argument, 0, WORKERS},
-                                            {"worker", required_argument, 0, WORKER},
-                                            {"mode", required_argument, 0, MODE},
-                                            {"window", required_argument, 0, WINDOW},
-                                            {"pad", no_argument, 0, PAD},
-                                            {"deny", required_argument, 0, DENY},
-                                            {"no-deny", no_argument, 0, NO_DENY},
-                                            {"keys", no_argument, 0, KEYS},
-                                            {"info", no_argument, 0, INFO},
-                                            {"help", no_argument, 0, 'h'},
-                                            {0, 0, 0, 0}};
-    larder_plan_options o = {.version = LARDER_PLAN_OPTIONS_VERSION, .global_batch = 1};
-    uint64_t max_steps = UINT64_MAX;
-    int no_deny = 0, keys = 0, info = 0, c;
-    while ((c = getopt_long(argc, argv, "s:e:b:w:r:h", options, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            if (args_parse_u64(optarg, &o.seed) < 0)
-                return usage_error("plan", "bad seed '%s'", optarg);
-            break;
-        case 'e':
-            if (args_parse_u64(optarg, &o.epoch) < 0)
-                return usage_error("plan", "bad epoch '%s'", optarg);
-            break;
-        case 'b':
-            if (args_parse_u64(optarg, &o.global_batch) < 0 || o.global_batch == 0)
-                return usage_error("plan", "bad global batch '%s' (a positive number)", optarg);
-            break;
-        case 'w':
-            if (args_parse_u32(optarg, &o.world) < 0 || o.world == 0)
-                return usage_error("plan", "bad world size '%s' (a positive number)", optarg);
-            break;
-        case 'r':
-            if (args_parse_u32(optarg, &o.rank) < 0)
-                return usage_error("plan", "bad rank '%s'", optarg);
-            break;
-        case FROM_STEP:
-            if (args_parse_u64(optarg, &o.start_step) < 0)
-                return usage_error("plan", "bad step '%s'", optarg);
-            break;
-        case STEPS:
-            if (args_parse_u64(optarg, &max_steps) < 0)
-                return usage_error("plan", "bad step count '%s'", optarg);
-            break;
-        case WORKERS:
-            if (args_parse_u32(optarg, &o.workers) < 0 || o.workers == 0)
-                return usage_error("plan", "bad worker count '%s' (a positive number)", optarg);
-            break;
-        case WORKER:
-            if (args_parse_u32(optarg, &o.worker) < 0)
-                return usage_error("plan", "bad worker '%s'", optarg);
-            break;
-        case MODE:
-            if (strcmp(optarg, "global") == 0)
-                o.mode = LARDER_PLAN_GLOBAL;
-            else if (strcmp(optarg, "locality") == 0)
-                o.mode = LARDER_PLAN_LOCALITY;
-            else if (strcmp(optarg, "none") == 0)
-                o.mode = LARDER_PLAN_NONE;
-            else
-                return usage_error("plan", "unknown mode '%s' (global, locality or none)", optarg);
-            break;
-        case WINDOW:
-            if (args_parse_u32(optarg, &o.locality_window) < 0 || o.locality_window == 0)
-                return usage_error("plan", "bad window '%s' (shards per window, a positive number)",
-                                   optarg);
-            break;
-        case PAD:
-            o.pad = 1;
-            break;
-        case DENY:
-            o.deny_path = optarg;
-            break;
-        case NO_DENY:
-            no_deny = 1;
-            break;
-        case KEYS:
-            keys = 1;
-            break;
-        case INFO:
-            info = 1;
-            break;
-        case 'h':
-            fputs(plan_help, stdout);
-            return 0;
-        default:
-            return usage_error("plan", "bad option");
-        }
+    larder_plan_options *o = &a->options;
+    switch (c) {
+    case 's':
+        if (args_parse_u64(arg, &o->seed) < 0) return usage_error("plan", "bad seed '%s'", arg);
+        return CLI_RUN;
+    case 'e':
+        if (args_parse_u64(arg, &o->epoch) < 0) return usage_error("plan", "bad epoch '%s'", arg);
+        return CLI_RUN;
+    case 'b':
+        if (args_parse_u64(arg, &o->global_batch) < 0 || o->global_batch == 0)
+            return usage_error("plan", "bad global batch '%s' (a positive number)", arg);
+        return CLI_RUN;
+    case 'w':
+        if (args_parse_u32(arg, &o->world) < 0 || o->world == 0)
+            return usage_error("plan", "bad world size '%s' (a positive number)", arg);
+        return CLI_RUN;
+    case 'r':
+        if (args_parse_u32(arg, &o->rank) < 0) return usage_error("plan", "bad rank '%s'", arg);
+        return CLI_RUN;
+    case FROM_STEP:
+        if (args_parse_u64(arg, &o->start_step) < 0)
+            return usage_error("plan", "bad step '%s'", arg);
+        return CLI_RUN;
+    case STEPS:
+        if (args_parse_u64(arg, &a->max_steps) < 0)
+            return usage_error("plan", "bad step count '%s'", arg);
+        return CLI_RUN;
+    case WORKERS:
+        if (args_parse_u32(arg, &o->workers) < 0 || o->workers == 0)
+            return usage_error("plan", "bad worker count '%s' (a positive number)", arg);
+        return CLI_RUN;
+    case WORKER:
+        if (args_parse_u32(arg, &o->worker) < 0) return usage_error("plan", "bad worker '%s'", arg);
+        return CLI_RUN;
+    case MODE:
+        if (strcmp(arg, "global") == 0)
+            o->mode = LARDER_PLAN_GLOBAL;
+        else if (strcmp(arg, "locality") == 0)
+            o->mode = LARDER_PLAN_LOCALITY;
+        else if (strcmp(arg, "none") == 0)
+            o->mode = LARDER_PLAN_NONE;
+        else
+            return usage_error("plan", "unknown mode '%s' (global, locality or none)", arg);
+        return CLI_RUN;
+    case WINDOW:
+        if (args_parse_u32(arg, &o->locality_window) < 0 || o->locality_window == 0)
+            return usage_error("plan", "bad window '%s' (shards per window, a positive number)",
+                               arg);
+        return CLI_RUN;
+    case PAD:
+        o->pad = 1;
+        return CLI_RUN;
+    case DENY:
+        o->deny_path = arg;
+        return CLI_RUN;
+    case NO_DENY:
+        a->no_deny = 1;
+        return CLI_RUN;
+    case KEYS:
+        a->keys = 1;
+        return CLI_RUN;
+    case INFO:
+        a->info = 1;
+        return CLI_RUN;
+    case 'h':
+        fputs(plan_help, stdout);
+        return 0;
+    default:
+        return usage_error("plan", "bad option");
+    }
+}
+
+/* Fill `a` from the command line; CLI_RUN, or the exit status to return. */
+static int parse_plan_args(int argc, char **argv, struct plan_args *a)
+{
+    *a = (struct plan_args){
+        .options = {.version = LARDER_PLAN_OPTIONS_VERSION, .global_batch = 1},
+        .max_steps = UINT64_MAX,
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "s:e:b:w:r:h", plan_options, NULL)) != -1) {
+        int status = plan_option(c, optarg, a);
+        if (status != CLI_RUN) return status;
     }
     if (optind + 1 != argc) return usage_error("plan", "expected one INDEX");
-    if (o.deny_path && no_deny)
+    if (a->options.deny_path && a->no_deny)
         return usage_error("plan", "--deny and --no-deny contradict each other");
-    const char *index = argv[optind];
+    a->index = argv[optind];
+    return CLI_RUN;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    struct plan_args a;
+    int status = parse_plan_args(argc, argv, &a);
+    if (status != CLI_RUN) return status;
+    larder_plan_options *o = &a.options;
+    const char *index = a.index;
     char default_deny[4096];
-    if (!o.deny_path && !no_deny) {
+    if (!o->deny_path && !a.no_deny) {
         int found = larder_plan_default_deny(index, default_deny, sizeof default_deny);
         if (found < 0) return fail_or_usage("plan", found);
-        if (found) o.deny_path = default_deny;
+        if (found) o->deny_path = default_deny;
     }
 
     larder_dataset *d;
     int rc = cli_open(&d, index, NULL);
     if (rc < 0) return fail_or_usage("plan", rc);
     larder_plan *plan;
-    rc = larder_plan_create(&plan, d, &o);
+    rc = larder_plan_create(&plan, d, o);
     if (rc < 0) {
         larder_close(d);
         return fail_or_usage("plan", rc);
     }
-    int status = 0;
+    status = 0;
     uint64_t steps = larder_plan_steps(plan);
-    if (info) {
-        print_info(plan, o.deny_path);
-    } else if (o.start_step > steps) {
+    if (a.info) {
+        print_info(plan, o->deny_path);
+    } else if (o->start_step > steps) {
         status = usage_error(
             "plan", "--from-step %" PRIu64 " is past the end of the epoch (%" PRIu64 " steps)",
-            o.start_step, steps);
+            o->start_step, steps);
     } else {
-        uint64_t end = steps - o.start_step < max_steps ? steps : o.start_step + max_steps;
-        status = print_ids(d, plan, end, keys);
+        uint64_t end = steps - o->start_step < a.max_steps ? steps : o->start_step + a.max_steps;
+        status = print_ids(d, plan, end, a.keys);
     }
     larder_plan_destroy(plan);
     larder_close(d);

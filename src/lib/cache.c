@@ -1,7 +1,10 @@
 /*
- * cache.c - the node-local block cache (design in cache.h).
+ * cache.c - the node-local block cache (design in cache.h): opening and
+ * mapping the shared state, the data files, fill locks, storing and
+ * forgetting blocks.  Eviction is cache_evict.c, the counters and the
+ * listing of caches cache_stats.c; cache_internal.h is what they share.
  */
-#include "cache.h"
+#include "cache_internal.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -11,79 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define BLOCKS_MAGIC "LARDERCB"
-#define BLOCKS_VERSION 3 /* 2: a third bitmap, of borrowed blocks; 3: suspect blocks, boot id */
-#define FILE_MODE 0640   /* cache files: never world-readable (docs/security.md) */
 #define DIR_MODE 0750
 /* The most blocks one dataset's cache tracks: 2^36 (4 PiB in 64 KiB
  * blocks) keeps the bitmaps within 32 GiB of sparse mapping. */
 #define MAX_BLOCKS (UINT64_C(1) << 36)
-#define HEADER_SIZE 4096
-
-/* The start of the shared `blocks` file. */
-struct shared_header {
-    char magic[8];
-    uint32_t version;
-    uint32_t block_size;
-    uint64_t id_low, id_high;
-    uint64_t num_shards;
-    uint64_t total_blocks;
-    uint64_t total_bytes;
-    uint64_t resident_blocks; /* atomic */
-    uint64_t clock_hand;      /* atomic: next block the eviction clock looks at */
-    uint64_t capacity;        /* bytes, 0 unlimited; the last opener's setting */
-    uint64_t generation;      /* atomic: bumped whenever cached bytes may have changed
-                               * under a reader (eviction, damage found, repair) */
-    uint64_t borrowed_blocks; /* atomic: resident blocks that came from another node */
-    char boot_id[40];         /* the boot whose writes the resident bits trust (see suspect) */
-    uint64_t reserved[4];
-    struct larder__cache_counters counters; /* atomic */
-};
-
-_Static_assert(sizeof(struct shared_header) <= HEADER_SIZE, "header fits its page");
-
-struct larder__cache {
-    char *dir; /* DIR/<dataset id> */
-    char *locks_path;
-    uint32_t block_size;
-    unsigned block_shift;
-    uint64_t num_shards;
-    uint64_t *shard_base; /* first global block of each shard, plus the total */
-    uint64_t *shard_size;
-    struct shared_header *header;
-    uint64_t *resident, *referenced; /* bitmaps in the mapping */
-    uint64_t *borrowed;              /* resident blocks borrowed from the shard's owner node */
-    /* Resident blocks not trusted until a fill checks them again: those
-     * the cache held when the machine last went down.  A resident bit is
-     * set after its data is written, but nothing orders the two on the
-     * way to disk, so after a power loss a set bit may stand over a hole
-     * or stale bytes. */
-    uint64_t *suspect;
-    uint64_t borrow_capacity; /* bytes of borrowed blocks kept; 0: no own limit */
-    size_t map_size;
-    pthread_mutex_t lock; /* guards data_fds[] and retired[] */
-    int *data_fds;
-    int *retired; /* descriptors of data files deleted underneath, closed at the end */
-    size_t num_retired, cap_retired;
-    bool warned_full;
-    pthread_mutex_t evict_lock;
-};
-
-static void disturbed(struct larder__cache *c);
-
-static uint64_t atomic_load64(const uint64_t *p)
-{
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-
-void larder__cache_count(uint64_t *counter, uint64_t amount)
-{
-    __atomic_fetch_add(counter, amount, __ATOMIC_RELAXED);
-}
 
 static uint64_t words_for(uint64_t bits)
 {
@@ -125,15 +62,15 @@ static int create_blocks(const struct larder__cache *c, const char *path,
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
         return larder__fail(-ENAMETOOLONG, "%s: path too long", path);
-    int fd = larder__open(tmp, O_RDWR | O_CREAT | O_TRUNC, FILE_MODE);
+    int fd = larder__open(tmp, O_RDWR | O_CREAT | O_TRUNC, LARDER__CACHE_FILE_MODE);
     if (fd < 0) return fd;
-    struct shared_header h = {.version = BLOCKS_VERSION,
+    struct shared_header h = {.version = LARDER__CACHE_VERSION,
                               .block_size = c->block_size,
                               .id_low = ix->id_low,
                               .id_high = ix->id_high,
                               .num_shards = c->num_shards,
                               .total_blocks = c->shard_base[c->num_shards]};
-    memcpy(h.magic, BLOCKS_MAGIC, 8);
+    memcpy(h.magic, LARDER__CACHE_MAGIC, 8);
     boot_id(h.boot_id);
     for (uint64_t i = 0; i < c->num_shards; i++)
         h.total_bytes += c->shard_size[i];
@@ -149,7 +86,7 @@ static int create_blocks(const struct larder__cache *c, const char *path,
     for (uint64_t i = 0; rc == 0 && i < c->num_shards; i++) {
         char data[PATH_MAX];
         snprintf(data, sizeof data, "%s/%06llu.data", c->dir, (unsigned long long)i);
-        int dfd = larder__open(data, O_RDWR | O_CREAT, FILE_MODE);
+        int dfd = larder__open(data, O_RDWR | O_CREAT, LARDER__CACHE_FILE_MODE);
         if (dfd < 0) {
             rc = dfd;
         } else {
@@ -202,7 +139,7 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/blocks", c->dir);
     uint64_t words = words_for(c->shard_base[c->num_shards]);
-    c->map_size = HEADER_SIZE + 4 * words * 8;
+    c->map_size = LARDER__CACHE_HEADER_SIZE + 4 * words * 8;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (access(path, F_OK) != 0) {
             int rc = create_blocks(c, path, ix, c->map_size);
@@ -214,8 +151,8 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         int rc = larder__file_size(fd, &size, path);
         struct shared_header h;
         if (rc == 0 && size >= sizeof h) rc = larder__pread_full(fd, &h, sizeof h, 0, path);
-        bool known = rc == 0 && size >= sizeof h && memcmp(h.magic, BLOCKS_MAGIC, 8) == 0 &&
-                     h.version == BLOCKS_VERSION;
+        bool known = rc == 0 && size >= sizeof h && memcmp(h.magic, LARDER__CACHE_MAGIC, 8) == 0 &&
+                     h.version == LARDER__CACHE_VERSION;
         if (known && h.block_size != c->block_size) {
             larder__sys.close(fd);
             return larder__fail(LARDER_ECACHE,
@@ -231,8 +168,9 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         if (rc == 0 && !sound) {
             /* damaged (for example cut short): start this dataset's cache afresh */
             larder__sys.close(fd);
-            bool older = rc == 0 && size >= sizeof h && memcmp(h.magic, BLOCKS_MAGIC, 8) == 0 &&
-                         h.version != BLOCKS_VERSION;
+            bool older = rc == 0 && size >= sizeof h &&
+                         memcmp(h.magic, LARDER__CACHE_MAGIC, 8) == 0 &&
+                         h.version != LARDER__CACHE_VERSION;
             larder__log(LARDER_LOG_WARN, "%s: %s, starting it afresh", path,
                         older ? "cache state of another larder version" : "damaged cache state");
             unlink(path);
@@ -246,7 +184,7 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         larder__sys.close(fd);
         if (map == MAP_FAILED) return larder__fail(-errno, "%s: mmap: %s", path, strerror(errno));
         c->header = map;
-        c->resident = (uint64_t *)((uint8_t *)map + HEADER_SIZE);
+        c->resident = (uint64_t *)((uint8_t *)map + LARDER__CACHE_HEADER_SIZE);
         c->referenced = c->resident + words;
         c->borrowed = c->referenced + words;
         c->suspect = c->borrowed + words;
@@ -360,11 +298,6 @@ uint64_t larder__cache_span(const struct larder__cache *c, uint32_t shard, uint6
     return end > start ? end - start : 0;
 }
 
-static bool bit_get(const uint64_t *bits, uint64_t i)
-{
-    return (atomic_load64(&bits[i / 64]) >> (i % 64)) & 1;
-}
-
 bool larder__cache_resident(const struct larder__cache *c, uint32_t shard, uint64_t first,
                             uint64_t last)
 {
@@ -383,20 +316,6 @@ bool larder__cache_present(const struct larder__cache *c, uint32_t shard, uint64
     return true;
 }
 
-static uint64_t capacity_of(const struct larder__cache *c)
-{
-    return __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
-}
-
-void larder__cache_touch(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
-{
-    if (!capacity_of(c)) return; /* nothing is evicted: no use for the clock's marks */
-    uint64_t base = c->shard_base[shard];
-    for (uint64_t b = base + first; b <= base + last; b++)
-        if (!bit_get(c->referenced, b)) /* no cache-line write when already set */
-            __atomic_fetch_or(&c->referenced[b / 64], UINT64_C(1) << (b % 64), __ATOMIC_RELAXED);
-}
-
 static void set_bits(uint64_t *bits, uint64_t from, uint64_t to, uint64_t *newly)
 {
     for (uint64_t b = from; b <= to; b++) {
@@ -406,25 +325,9 @@ static void set_bits(uint64_t *bits, uint64_t from, uint64_t to, uint64_t *newly
     }
 }
 
-static uint64_t clear_bits(uint64_t *bits, uint64_t from, uint64_t to)
-{
-    uint64_t cleared = 0;
-    for (uint64_t b = from; b <= to; b++) {
-        uint64_t mask = UINT64_C(1) << (b % 64);
-        uint64_t old = __atomic_fetch_and(&bits[b / 64], ~mask, __ATOMIC_ACQ_REL);
-        if (old & mask) cleared++;
-    }
-    return cleared;
-}
-
 uint64_t larder__cache_generation(const struct larder__cache *c)
 {
     return atomic_load64(&c->header->generation);
-}
-
-static void disturbed(struct larder__cache *c)
-{
-    __atomic_fetch_add(&c->header->generation, 1, __ATOMIC_ACQ_REL);
 }
 
 /*
@@ -466,7 +369,7 @@ static int open_data(struct larder__cache *c, uint32_t shard)
     bool created = false;
     int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0 && errno == ENOENT) {
-        fd = larder__sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, FILE_MODE);
+        fd = larder__sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, LARDER__CACHE_FILE_MODE);
         created = fd >= 0;
         if (fd < 0 && errno == EEXIST) fd = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
     }
@@ -519,11 +422,6 @@ static int data_fd_for_store(struct larder__cache *c, uint32_t shard)
     return fd;
 }
 
-bool larder__cache_evicts(const struct larder__cache *c)
-{
-    return capacity_of(c) || c->borrow_capacity;
-}
-
 int larder__cache_data_fd(struct larder__cache *c, uint32_t shard)
 {
     return data_fd(c, shard);
@@ -550,7 +448,7 @@ static struct flock blocks_lock(const struct larder__cache *c, uint32_t shard, u
 int larder__cache_lock(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
     /* a descriptor of its own: OFD locks of one open file description never conflict */
-    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, FILE_MODE);
+    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, LARDER__CACHE_FILE_MODE);
     if (fd < 0) return fd;
     struct flock lock = blocks_lock(c, shard, first, last);
     while (fcntl(fd, F_OFD_SETLKW, &lock) < 0) {
@@ -593,94 +491,6 @@ void larder__cache_forget(struct larder__cache *c, uint32_t shard, uint64_t firs
     disturbed(c);
 }
 
-/* Shard and block of a global block number. */
-static uint32_t shard_of(const struct larder__cache *c, uint64_t global)
-{
-    uint64_t low = 0, high = c->num_shards; /* shard_base[low] <= global < shard_base[high] */
-    while (high - low > 1) {
-        uint64_t mid = (low + high) / 2;
-        if (c->shard_base[mid] <= global)
-            low = mid;
-        else
-            high = mid;
-    }
-    return (uint32_t)low;
-}
-
-/* Evict one resident block if the clock allows; true when it did. */
-static bool evict_block(struct larder__cache *c, int lock_fd, uint64_t b, bool borrowed_only)
-{
-    if (!bit_get(c->resident, b)) return false;
-    bool borrowed = bit_get(c->borrowed, b);
-    if (borrowed_only && !borrowed) return false;
-    if (!borrowed && bit_get(c->referenced, b)) { /* borrowed blocks get no second chance */
-        clear_bits(c->referenced, b, b);
-        return false;
-    }
-    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)b, .l_len = 1};
-    if (fcntl(lock_fd, F_OFD_SETLK, &lock) < 0) return false; /* being filled */
-    bool evicted = false;
-    if (clear_bits(c->resident, b, b)) {
-        disturbed(c); /* before the hole: a reader that raced it will look again */
-        __atomic_fetch_sub(&c->header->resident_blocks, 1, __ATOMIC_RELAXED);
-        if (clear_bits(c->borrowed, b, b))
-            __atomic_fetch_sub(&c->header->borrowed_blocks, 1, __ATOMIC_RELAXED);
-        clear_bits(c->suspect, b, b);
-        larder__cache_count(&c->header->counters.evictions, 1);
-        uint32_t shard = shard_of(c, b);
-        int data = data_fd(c, shard);
-        uint64_t block = b - c->shard_base[shard];
-        if (data >= 0)
-            larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                                  (off_t)(block << c->block_shift),
-                                  (off_t)larder__cache_span(c, shard, block, block));
-        evicted = true;
-    }
-    lock.l_type = F_UNLCK;
-    fcntl(lock_fd, F_OFD_SETLK, &lock);
-    return evicted;
-}
-
-/*
- * Keep the cache within its limits: borrowed blocks within their own
- * share, all blocks within the capacity.  Borrowed blocks go first (the
- * owner node still has them); then a clock sweep spares blocks read since
- * its last pass.  Blocks whose fill lock is held (a fill, or the caller's
- * own store) are never evicted.
- */
-static void evict(struct larder__cache *c)
-{
-    uint64_t total = c->shard_base[c->num_shards];
-    uint64_t capacity = capacity_of(c);
-    uint64_t limit = capacity ? capacity >> c->block_shift : UINT64_MAX;
-    uint64_t borrow_limit = c->borrow_capacity ? c->borrow_capacity >> c->block_shift : UINT64_MAX;
-    if (total == 0 || (atomic_load64(&c->header->resident_blocks) <= limit &&
-                       atomic_load64(&c->header->borrowed_blocks) <= borrow_limit))
-        return;
-    pthread_mutex_lock(&c->evict_lock);
-    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, FILE_MODE);
-    /* first pass: borrowed blocks only, while either limit is exceeded */
-    for (uint64_t steps = 0;
-         fd >= 0 && steps < total && atomic_load64(&c->header->borrowed_blocks) > 0 &&
-         (atomic_load64(&c->header->resident_blocks) > limit ||
-          atomic_load64(&c->header->borrowed_blocks) > borrow_limit);
-         steps++)
-        evict_block(c, fd, __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
-                    true);
-    for (uint64_t steps = 0;
-         fd >= 0 && steps < 2 * total && atomic_load64(&c->header->resident_blocks) > limit;
-         steps++)
-        evict_block(c, fd, __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
-                    false);
-    if (fd >= 0) larder__sys.close(fd);
-    pthread_mutex_unlock(&c->evict_lock);
-}
-
-void larder__cache_trim(struct larder__cache *c)
-{
-    evict(c);
-}
-
 int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
                         const void *data, bool borrowed, bool checked)
 {
@@ -710,85 +520,6 @@ int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first,
     set_bits(c->resident, base + first, base + last, &newly); /* only after the data */
     __atomic_fetch_add(&c->header->resident_blocks, newly, __ATOMIC_RELAXED);
     __atomic_fetch_add(&c->header->borrowed_blocks, newly_borrowed, __ATOMIC_RELAXED);
-    evict(c);
+    larder__cache_trim(c);
     return 0;
-}
-
-struct larder__cache_counters *larder__cache_counters(struct larder__cache *c)
-{
-    return &c->header->counters;
-}
-
-void larder__cache_record_fill(struct larder__cache *c, uint64_t microseconds)
-{
-    int bucket = 0;
-    while (bucket + 1 < LARDER_FILL_BUCKETS && microseconds >= (UINT64_C(2) << bucket))
-        bucket++;
-    larder__cache_count(&c->header->counters.fill_latency[bucket], 1);
-}
-
-void larder__counters_copy(const struct larder__cache_counters *k, larder_stats *out)
-{
-    out->hits = __atomic_load_n(&k->hits, __ATOMIC_RELAXED);
-    out->misses = __atomic_load_n(&k->misses, __ATOMIC_RELAXED);
-    out->origin_requests = __atomic_load_n(&k->origin_requests, __ATOMIC_RELAXED);
-    out->origin_bytes = __atomic_load_n(&k->origin_bytes, __ATOMIC_RELAXED);
-    out->bytes_served = __atomic_load_n(&k->bytes_served, __ATOMIC_RELAXED);
-    out->refetches = __atomic_load_n(&k->refetches, __ATOMIC_RELAXED);
-    out->evictions = __atomic_load_n(&k->evictions, __ATOMIC_RELAXED);
-    out->uncached_fills = __atomic_load_n(&k->uncached_fills, __ATOMIC_RELAXED);
-    for (int i = 0; i < LARDER_FILL_BUCKETS; i++)
-        out->fill_latency[i] = __atomic_load_n(&k->fill_latency[i], __ATOMIC_RELAXED);
-    out->peer_requests = __atomic_load_n(&k->peer_requests, __ATOMIC_RELAXED);
-    out->peer_bytes = __atomic_load_n(&k->peer_bytes, __ATOMIC_RELAXED);
-}
-
-/* Copy the shared counters and usage of a mapped header into stats. */
-static void header_stats(const struct shared_header *h, larder_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    larder__counters_copy(&h->counters, out);
-    out->cached = 1;
-    out->block_size = h->block_size;
-    out->resident_bytes = __atomic_load_n(&h->resident_blocks, __ATOMIC_RELAXED) * h->block_size;
-    if (out->resident_bytes > h->total_bytes) out->resident_bytes = h->total_bytes;
-    out->total_bytes = h->total_bytes;
-    out->borrowed_bytes = __atomic_load_n(&h->borrowed_blocks, __ATOMIC_RELAXED) * h->block_size;
-}
-
-void larder__cache_stats(const struct larder__cache *c, larder_stats *out)
-{
-    header_stats(c->header, out);
-}
-
-int larder_cache_list(const char *dir, larder_cache_entry_fn fn, void *userdata)
-{
-    DIR *d = opendir(dir);
-    if (!d) return larder__fail(-errno, "%s: %s", dir, strerror(errno));
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (strlen(e->d_name) != 32 || strspn(e->d_name, "0123456789abcdef") != 32) continue;
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s/blocks", dir, e->d_name);
-        int fd = larder__open(path, O_RDONLY, 0);
-        if (fd < 0) continue;
-        uint64_t size = 0;
-        if (larder__file_size(fd, &size, path) == 0 && size >= HEADER_SIZE) {
-            void *map = mmap(NULL, HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-            if (map != MAP_FAILED) {
-                const struct shared_header *h = map;
-                if (memcmp(h->magic, BLOCKS_MAGIC, 8) == 0 && h->version == BLOCKS_VERSION) {
-                    larder_stats stats;
-                    header_stats(h, &stats);
-                    if (fn) fn(userdata, e->d_name, &stats);
-                    count++;
-                }
-                munmap(map, HEADER_SIZE);
-            }
-        }
-        larder__sys.close(fd);
-    }
-    closedir(d);
-    return count;
 }

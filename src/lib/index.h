@@ -2,8 +2,9 @@
  * index.h - the index file: its binary layout (docs/format.md), a parser
  * that validates a mapped or loaded image without doing any I/O or
  * allocation of its own (so it can be fuzzed alone), per-record
- * accessors that check every record they return, and a builder used by
- * `larder pack` and `larder index` to write new indexes.
+ * accessors that check every record they return (index.c), and a builder
+ * used by `larder pack` and `larder index` to write new indexes
+ * (index_builder.c).  index_internal.h holds what the two share.
  */
 #ifndef LARDER_INDEX_H
 #define LARDER_INDEX_H

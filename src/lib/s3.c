@@ -111,6 +111,32 @@ static int copy_value(char *to, size_t capacity, const char *value, size_t lengt
     return 0;
 }
 
+/*
+ * One "name = value" line of the wanted profile, into `out` (the legacy
+ * aws_security_token into `legacy_token`, of LARDER__S3_TOKEN_MAX + 1
+ * bytes); other names are ignored.  0 or LARDER_EUSAGE.
+ */
+static int profile_setting(const char *name, size_t name_length, const char *value,
+                           size_t value_length, size_t line, struct larder__s3_credentials *out,
+                           char *legacy_token)
+{
+    char where[32];
+    snprintf(where, sizeof where, "line %zu", line);
+    if (name_is(name, name_length, "aws_access_key_id"))
+        return copy_value(out->access_key_id, LARDER__S3_KEY_ID_MAX, value, value_length, where,
+                          "aws_access_key_id");
+    if (name_is(name, name_length, "aws_secret_access_key"))
+        return copy_value(out->secret_access_key, LARDER__S3_SECRET_MAX, value, value_length, where,
+                          "aws_secret_access_key");
+    if (name_is(name, name_length, "aws_session_token"))
+        return copy_value(out->session_token, LARDER__S3_TOKEN_MAX, value, value_length, where,
+                          "aws_session_token");
+    if (name_is(name, name_length, "aws_security_token"))
+        return copy_value(legacy_token, LARDER__S3_TOKEN_MAX, value, value_length, where,
+                          "aws_security_token");
+    return 0;
+}
+
 static int parse_credentials(const char *text, size_t length, const char *profile,
                              struct larder__s3_credentials *out)
 {
@@ -164,21 +190,7 @@ static int parse_credentials(const char *text, size_t length, const char *profil
             continue;
         }
         if (!in_profile) continue;
-        char where[32];
-        snprintf(where, sizeof where, "line %zu", line);
-        int rc = 0;
-        if (name_is(name, name_length, "aws_access_key_id"))
-            rc = copy_value(out->access_key_id, LARDER__S3_KEY_ID_MAX, value, value_length, where,
-                            "aws_access_key_id");
-        else if (name_is(name, name_length, "aws_secret_access_key"))
-            rc = copy_value(out->secret_access_key, LARDER__S3_SECRET_MAX, value, value_length,
-                            where, "aws_secret_access_key");
-        else if (name_is(name, name_length, "aws_session_token"))
-            rc = copy_value(out->session_token, LARDER__S3_TOKEN_MAX, value, value_length, where,
-                            "aws_session_token");
-        else if (name_is(name, name_length, "aws_security_token"))
-            rc = copy_value(legacy_token, LARDER__S3_TOKEN_MAX, value, value_length, where,
-                            "aws_security_token");
+        int rc = profile_setting(name, name_length, value, value_length, line, out, legacy_token);
         if (rc < 0) return rc;
     }
     if (!found) return larder__fail(LARDER_ENOTFOUND, "no [%s] profile", profile);

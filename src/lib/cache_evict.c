@@ -1,0 +1,112 @@
+/*
+ * cache_evict.c - keeping the node cache within its capacity: the
+ * referenced bits readers set for the clock, and the clock sweep that
+ * evicts borrowed blocks first, then blocks not read since its last pass
+ * (design in cache.h).  Stores call larder__cache_trim as they go.
+ */
+#include "cache_internal.h"
+#include "sys.h"
+
+#include <fcntl.h>
+
+static uint64_t capacity_of(const struct larder__cache *c)
+{
+    return __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
+}
+
+void larder__cache_touch(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    if (!capacity_of(c)) return; /* nothing is evicted: no use for the clock's marks */
+    uint64_t base = c->shard_base[shard];
+    for (uint64_t b = base + first; b <= base + last; b++)
+        if (!bit_get(c->referenced, b)) /* no cache-line write when already set */
+            __atomic_fetch_or(&c->referenced[b / 64], UINT64_C(1) << (b % 64), __ATOMIC_RELAXED);
+}
+
+bool larder__cache_evicts(const struct larder__cache *c)
+{
+    return capacity_of(c) || c->borrow_capacity;
+}
+
+/* Shard and block of a global block number. */
+static uint32_t shard_of(const struct larder__cache *c, uint64_t global)
+{
+    uint64_t low = 0, high = c->num_shards; /* shard_base[low] <= global < shard_base[high] */
+    while (high - low > 1) {
+        uint64_t mid = (low + high) / 2;
+        if (c->shard_base[mid] <= global)
+            low = mid;
+        else
+            high = mid;
+    }
+    return (uint32_t)low;
+}
+
+/* Evict one resident block if the clock allows; true when it did. */
+static bool evict_block(struct larder__cache *c, int lock_fd, uint64_t b, bool borrowed_only)
+{
+    if (!bit_get(c->resident, b)) return false;
+    bool borrowed = bit_get(c->borrowed, b);
+    if (borrowed_only && !borrowed) return false;
+    if (!borrowed && bit_get(c->referenced, b)) { /* borrowed blocks get no second chance */
+        clear_bits(c->referenced, b, b);
+        return false;
+    }
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)b, .l_len = 1};
+    if (fcntl(lock_fd, F_OFD_SETLK, &lock) < 0) return false; /* being filled */
+    bool evicted = false;
+    if (clear_bits(c->resident, b, b)) {
+        disturbed(c); /* before the hole: a reader that raced it will look again */
+        __atomic_fetch_sub(&c->header->resident_blocks, 1, __ATOMIC_RELAXED);
+        if (clear_bits(c->borrowed, b, b))
+            __atomic_fetch_sub(&c->header->borrowed_blocks, 1, __ATOMIC_RELAXED);
+        clear_bits(c->suspect, b, b);
+        larder__cache_count(&c->header->counters.evictions, 1);
+        uint32_t shard = shard_of(c, b);
+        int data = larder__cache_data_fd(c, shard);
+        uint64_t block = b - c->shard_base[shard];
+        if (data >= 0)
+            larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                  (off_t)(block << c->block_shift),
+                                  (off_t)larder__cache_span(c, shard, block, block));
+        evicted = true;
+    }
+    lock.l_type = F_UNLCK;
+    fcntl(lock_fd, F_OFD_SETLK, &lock);
+    return evicted;
+}
+
+/*
+ * Keep the cache within its limits: borrowed blocks within their own
+ * share, all blocks within the capacity.  Borrowed blocks go first (the
+ * owner node still has them); then a clock sweep spares blocks read since
+ * its last pass.  Blocks whose fill lock is held (a fill, or the caller's
+ * own store) are never evicted.
+ */
+void larder__cache_trim(struct larder__cache *c)
+{
+    uint64_t total = c->shard_base[c->num_shards];
+    uint64_t capacity = capacity_of(c);
+    uint64_t limit = capacity ? capacity >> c->block_shift : UINT64_MAX;
+    uint64_t borrow_limit = c->borrow_capacity ? c->borrow_capacity >> c->block_shift : UINT64_MAX;
+    if (total == 0 || (atomic_load64(&c->header->resident_blocks) <= limit &&
+                       atomic_load64(&c->header->borrowed_blocks) <= borrow_limit))
+        return;
+    pthread_mutex_lock(&c->evict_lock);
+    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, LARDER__CACHE_FILE_MODE);
+    /* first pass: borrowed blocks only, while either limit is exceeded */
+    for (uint64_t steps = 0;
+         fd >= 0 && steps < total && atomic_load64(&c->header->borrowed_blocks) > 0 &&
+         (atomic_load64(&c->header->resident_blocks) > limit ||
+          atomic_load64(&c->header->borrowed_blocks) > borrow_limit);
+         steps++)
+        evict_block(c, fd, __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
+                    true);
+    for (uint64_t steps = 0;
+         fd >= 0 && steps < 2 * total && atomic_load64(&c->header->resident_blocks) > limit;
+         steps++)
+        evict_block(c, fd, __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
+                    false);
+    if (fd >= 0) larder__sys.close(fd);
+    pthread_mutex_unlock(&c->evict_lock);
+}

@@ -1,0 +1,99 @@
+/*
+ * cache_internal.h - what the cache's files (cache.c, cache_evict.c,
+ * cache_stats.c) share: the layout of the shared `blocks` file, the
+ * handle, and the atomic bitmap helpers.  Private to them; everyone else
+ * goes through cache.h, where the design is.
+ */
+#ifndef LARDER_CACHE_INTERNAL_H
+#define LARDER_CACHE_INTERNAL_H
+
+#include "cache.h"
+
+#include <pthread.h>
+
+#define LARDER__CACHE_MAGIC "LARDERCB"
+/* 2: a third bitmap, of borrowed blocks; 3: suspect blocks, boot id */
+#define LARDER__CACHE_VERSION 3
+#define LARDER__CACHE_FILE_MODE 0640 /* cache files: never world-readable (docs/security.md) */
+#define LARDER__CACHE_HEADER_SIZE 4096
+
+/* The start of the shared `blocks` file. */
+struct shared_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t block_size;
+    uint64_t id_low, id_high;
+    uint64_t num_shards;
+    uint64_t total_blocks;
+    uint64_t total_bytes;
+    uint64_t resident_blocks; /* atomic */
+    uint64_t clock_hand;      /* atomic: next block the eviction clock looks at */
+    uint64_t capacity;        /* bytes, 0 unlimited; the last opener's setting */
+    uint64_t generation;      /* atomic: bumped whenever cached bytes may have changed
+                               * under a reader (eviction, damage found, repair) */
+    uint64_t borrowed_blocks; /* atomic: resident blocks that came from another node */
+    char boot_id[40];         /* the boot whose writes the resident bits trust (see suspect) */
+    uint64_t reserved[4];
+    struct larder__cache_counters counters; /* atomic */
+};
+
+_Static_assert(sizeof(struct shared_header) <= LARDER__CACHE_HEADER_SIZE, "header fits its page");
+
+/* One dataset's cache as one process holds it (cache.h says what it is). */
+struct larder__cache {
+    char *dir; /* DIR/<dataset id> */
+    char *locks_path;
+    uint32_t block_size;
+    unsigned block_shift;
+    uint64_t num_shards;
+    uint64_t *shard_base; /* first global block of each shard, plus the total */
+    uint64_t *shard_size;
+    struct shared_header *header;
+    uint64_t *resident, *referenced; /* bitmaps in the mapping */
+    uint64_t *borrowed;              /* resident blocks borrowed from the shard's owner node */
+    /* Resident blocks not trusted until a fill checks them again: those
+     * the cache held when the machine last went down.  A resident bit is
+     * set after its data is written, but nothing orders the two on the
+     * way to disk, so after a power loss a set bit may stand over a hole
+     * or stale bytes. */
+    uint64_t *suspect;
+    uint64_t borrow_capacity; /* bytes of borrowed blocks kept; 0: no own limit */
+    size_t map_size;
+    pthread_mutex_t lock; /* guards data_fds[] and retired[] */
+    int *data_fds;
+    int *retired; /* descriptors of data files deleted underneath, closed at the end */
+    size_t num_retired, cap_retired;
+    bool warned_full;
+    pthread_mutex_t evict_lock;
+};
+
+/* The bitmaps are shared by every process of the node: bits change
+ * atomically, one at a time. */
+static inline uint64_t atomic_load64(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static inline bool bit_get(const uint64_t *bits, uint64_t i)
+{
+    return (atomic_load64(&bits[i / 64]) >> (i % 64)) & 1;
+}
+
+static inline uint64_t clear_bits(uint64_t *bits, uint64_t from, uint64_t to)
+{
+    uint64_t cleared = 0;
+    for (uint64_t b = from; b <= to; b++) {
+        uint64_t mask = UINT64_C(1) << (b % 64);
+        uint64_t old = __atomic_fetch_and(&bits[b / 64], ~mask, __ATOMIC_ACQ_REL);
+        if (old & mask) cleared++;
+    }
+    return cleared;
+}
+
+/* Readers' trust in the cached bytes may be stale: bump the generation. */
+static inline void disturbed(struct larder__cache *c)
+{
+    __atomic_fetch_add(&c->header->generation, 1, __ATOMIC_ACQ_REL);
+}
+
+#endif
