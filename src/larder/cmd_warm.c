@@ -134,11 +134,11 @@ int cmd_warm(int argc, char **argv)
     larder_stats st;
     larder_stats_get(d, &st);
     larder_close(d);
-    char a[32], b[32], r[32];
+    char a[32], b[32], r[32], t[32];
     printf("warmed %" PRIu64 " samples (%s) in %.2f s (%s/s); the cache holds %s of %s\n",
            info.num_samples - bad, human_bytes(done, a), seconds,
            human_bytes(seconds > 0 ? (uint64_t)((double)done / seconds) : 0, r),
-           human_bytes(st.resident_bytes, b), human_bytes(st.total_bytes, a));
+           human_bytes(st.resident_bytes, b), human_bytes(st.total_bytes, t));
     if (bad) {
         printf("%" PRIu64 " samples failed\n", bad);
         return 1;
