@@ -28,11 +28,15 @@ static int owner_then_origin(void *context, uint32_t shard, struct larder__sourc
     const struct larderd *d = e->daemon;
     size_t owner = larder__owner(&d->members, e->id_low, e->id_high, shard);
     struct larder__endpoint *peer = e->members ? e->members[owner] : NULL;
-    struct larder__source *links[2] = {NULL, origin};
-    if (owner == d->self || !peer ||
-        larder__source_peer_open(&links[0], peer, e->id_low, e->id_high, shard) < 0) {
-        *out = origin; /* this node's shard (or no memory for the peer): the origin alone */
+    if (owner == d->self || !peer) {
+        *out = origin; /* this node's shard: the origin alone */
         return 0;
+    }
+    struct larder__source *links[2] = {NULL, origin};
+    int rc = larder__source_peer_open(&links[0], peer, e->id_low, e->id_high, shard);
+    if (rc < 0) { /* no memory: fail this read; the engine asks again on the next */
+        larder__source_close(origin);
+        return rc;
     }
     return larder__source_chain_open(out, links, 2, OWNER_DOWN_MS);
 }

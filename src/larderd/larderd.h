@@ -123,7 +123,7 @@ struct larderd {
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
- * theirs as an argument; only fetch_from_owner (datasets.c) reads this. */
+ * theirs as an argument; only main.c's signal handler reads this. */
 extern struct larderd daemon_state;
 
 /* state.c */

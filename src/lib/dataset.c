@@ -427,14 +427,13 @@ int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count
     }
     struct larder__pool *pool;
     int rc = larder__fill_pool(d->fill, &pool);
-    if (rc < 0) {
-        free(items);
-        return rc;
-    }
-    bool *follower = calloc(queued ? queued : 1, sizeof *follower);
-    if (!follower || mark_followers(d, items, queued, follower) < 0) {
+    bool *follower = rc == 0 ? calloc(queued ? queued : 1, sizeof *follower) : NULL;
+    if (rc == 0 && (!follower || mark_followers(d, items, queued, follower) < 0)) rc = -ENOMEM;
+    if (rc < 0) { /* nothing was read: no result may look like a success */
+        for (size_t i = 0; i < queued; i++)
+            *items[i].result = rc;
         free(follower), free(items);
-        return -ENOMEM;
+        return rc;
     }
     for (int phase = 0; phase < 2; phase++) {
         size_t n = 0;

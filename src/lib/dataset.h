@@ -23,7 +23,7 @@ LARDER__HIDDEN bool larder__dataset_staged(const larder_dataset *dataset, uint64
 LARDER__HIDDEN int larder__dataset_stage(larder_dataset *dataset, uint64_t id);
 /* The dataset's worker pool, made on first use. */
 LARDER__HIDDEN int larder__dataset_pool_get(larder_dataset *dataset, struct larder__pool **pool);
-/* The pool larder__dataset_pool_get made. */
+/* The same pool (made on first use, NULL when it could not be). */
 LARDER__HIDDEN struct larder__pool *larder__dataset_pool(larder_dataset *dataset);
 /* Origin requests in flight the dataset allows (its pool's size). */
 LARDER__HIDDEN int larder__dataset_inflight(const larder_dataset *dataset);

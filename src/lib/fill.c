@@ -129,21 +129,18 @@ static const char *key_of(const struct larder__fill *f, uint64_t id)
     return larder__index_sample(f->ix, id, &s) == 0 ? s.key : "?";
 }
 
+static int fetch_runs(struct larder__fill *f, uint32_t shard, const struct larder__extent *runs,
+                      size_t count, bool origin_only);
+
 int larder__fill_direct(struct larder__fill *f, const struct larder__sample *s, uint64_t id,
                         void *buf, uint64_t offset, uint64_t length)
 {
-    struct larder__source *source;
-    int rc = larder__fill_source(f, s->shard, &source);
-    if (rc == 0) rc = larder__source_read(source, buf, (size_t)length, s->offset + offset, 0);
+    struct larder__extent e = {buf, s->offset + offset, (size_t)length};
+    int rc = length ? fetch_runs(f, s->shard, &e, 1, false) : 0;
     if (rc < 0)
         return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id,
                                     key_of(f, id));
     return 0;
-}
-
-static bool checksum_ok(const struct larder__sample *s, const void *data)
-{
-    return XXH3_64bits(data, (size_t)s->length) == s->checksum;
 }
 
 static int check_sample(const struct larder__fill *f, const struct larder__sample *s, uint64_t id,
@@ -212,7 +209,8 @@ static bool read_resident(struct larder__fill *f, const struct larder__sample *s
     bool steady = larder__cache_generation(c) == generation &&
                   larder__cache_present(c, s->shard, first, last);
     if (!steady || !trusted || !verified(f, id, generation)) {
-        if (!checksum_ok(s, buf) || !larder__cache_present(c, s->shard, first, last)) return false;
+        if (!larder__checksum_ok(s, buf) || !larder__cache_present(c, s->shard, first, last))
+            return false;
         if (steady && trusted) mark_verified(f, id, generation);
     }
     larder__cache_touch(c, s->shard, first, last);
@@ -220,7 +218,7 @@ static bool read_resident(struct larder__fill *f, const struct larder__sample *s
 }
 
 /* Where each block of a fill came from. */
-enum { FROM_CACHE = 0, FROM_ORIGIN, FROM_PEER };
+enum { BLOCK_CACHED = 0, BLOCK_ORIGIN, BLOCK_PEER };
 
 /*
  * Runs of blocks from the shard's source in one vectored read (its owner
@@ -272,7 +270,7 @@ static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first,
             if (larder__cache_pread(c, shard, span + at,
                                     (size_t)larder__cache_span(c, shard, b, end),
                                     start + at) == 0) {
-                memset(fetched + (b - first), FROM_CACHE, (size_t)(end - b + 1));
+                memset(fetched + (b - first), BLOCK_CACHED, (size_t)(end - b + 1));
                 b = end + 1;
                 continue;
             } /* else the file was cut underneath: fetch the run */
@@ -285,7 +283,7 @@ static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first,
             runs[count - 1].length += length; /* after a run found cut: one run */
         else
             runs[count++] = (struct larder__extent){span + at, start + at, length};
-        memset(fetched + (b - first), FROM_ORIGIN, (size_t)(end - b + 1));
+        memset(fetched + (b - first), BLOCK_ORIGIN, (size_t)(end - b + 1));
         b = end + 1;
     }
     int rc = count ? fetch_runs(f, shard, runs, count, everything) : LARDER__FROM_ORIGIN;
@@ -293,7 +291,7 @@ static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first,
     if (rc < 0) return rc;
     if (rc == LARDER__FROM_PEER)
         for (uint64_t i = 0; i <= last - first; i++)
-            if (fetched[i] == FROM_ORIGIN) fetched[i] = FROM_PEER;
+            if (fetched[i] == BLOCK_ORIGIN) fetched[i] = BLOCK_PEER;
     return 0;
 }
 
@@ -344,12 +342,12 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
                fetched[end + 1 - p->first] == fetched[b - p->first])
             end++;
         uint8_t what = keep[b - p->first];
-        if (what == LARDER__KEEP_CHECKED && fetched[b - p->first] == FROM_CACHE)
+        if (what == LARDER__KEEP_CHECKED && fetched[b - p->first] == BLOCK_CACHED)
             larder__cache_trust(c, shard, b, end);
-        else if (what != LARDER__DISCARD && fetched[b - p->first] != FROM_CACHE &&
+        else if (what != LARDER__DISCARD && fetched[b - p->first] != BLOCK_CACHED &&
                  larder__cache_store(
                      c, shard, b, end, span + larder__cache_block_offset(c, b) - start,
-                     fetched[b - p->first] == FROM_PEER, what == LARDER__KEEP_CHECKED) < 0)
+                     fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0)
             return; /* disk full: served uncached (the cache counts it and warns once) */
         b = end + 1;
     }
@@ -407,8 +405,8 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
     if (rc == 0) rc = fetch_missing(f, shard, p.first, p.last, span, fetched, suspect);
     bool fetched_any = false; /* a miss needs a fetch; the rest came from the cache */
     for (uint64_t i = 0; rc == 0 && i < blocks; i++)
-        fetched_any = fetched_any || fetched[i] != FROM_CACHE;
-    larder__cache_count(fetched_any ? &k->misses : &k->hits, 1);
+        fetched_any = fetched_any || fetched[i] != BLOCK_CACHED;
+    if (rc == 0) larder__cache_count(fetched_any ? &k->misses : &k->hits, 1);
     uint64_t bad =
         rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, span_start, ok) : UINT64_MAX;
     bool all_ok = true;
@@ -455,7 +453,7 @@ static int fill(struct larder__fill *f, const struct larder__sample *s, uint64_t
 int larder__fill_check(const struct larder__fill *f, const struct larder__sample *s, uint64_t id,
                        const void *buf)
 {
-    return checksum_ok(s, buf) ? 0 : check_sample(f, s, id, buf);
+    return larder__checksum_ok(s, buf) ? 0 : check_sample(f, s, id, buf);
 }
 
 int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, uint64_t id,
@@ -464,10 +462,8 @@ int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, 
     struct larder__cache_counters *k = larder__fill_counters(f);
     int rc;
     if (!f->cache) {
-        rc = larder__fill_direct(f, s, id, buf, 0, s->length);
+        rc = larder__fill_direct(f, s, id, buf, 0, s->length); /* counts the request */
         larder__cache_count(&k->misses, 1);
-        larder__cache_count(&k->origin_requests, 1);
-        larder__cache_count(&k->origin_bytes, s->length);
         if (rc == 0 && f->verify) rc = check_sample(f, s, id, buf);
         return rc;
     }

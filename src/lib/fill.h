@@ -9,7 +9,7 @@
  * process and whenever the cache's generation moved); anything else goes
  * through a fill: under the fill lock of its blocks (single flight across
  * threads and processes), whatever the cache lacks is read from the
- * shard's source as one read per run of missing blocks, every sample the
+ * shard's source (one vectored read of its runs of missing blocks), every sample the
  * bytes belong to is checked, the blocks whose bytes all checked out are
  * kept, and the asked-for bytes copied out.  Wrong bytes lead to one more
  * read from the origin itself (past any peer), then to LARDER_ECHECKSUM
@@ -32,7 +32,7 @@ struct larder__source;
 struct larder__pool;
 
 /* The source of shard `shard`, opened on the engine's first read of it
- * (the engine owns it from then on and destroys it). */
+ * (the engine owns it from then on and closes it). */
 typedef int (*larder__open_source_fn)(void *context, uint32_t shard, struct larder__source **out);
 
 struct larder__fill_config {

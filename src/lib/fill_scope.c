@@ -3,19 +3,6 @@
  */
 #include "fill_scope.h"
 
-#include <xxhash.h>
-
-static uint64_t shard_size(const struct larder__index *ix, uint32_t shard)
-{
-    struct larder__shard info;
-    return larder__index_shard(ix, shard, &info) == 0 ? info.size : 0;
-}
-
-static bool checksum_ok(const struct larder__sample *s, const void *data)
-{
-    return XXH3_64bits(data, (size_t)s->length) == s->checksum;
-}
-
 /* A fill may read this much of the cache beyond what was asked to take in
  * the whole samples at its edges (so that their blocks can be checked and
  * trusted); a raw range cutting into a sample with more than
@@ -67,7 +54,6 @@ int larder__fill_scope_make(const struct larder__index *ix, struct larder__cache
                             struct larder__shard_map *map, uint32_t shard, uint64_t lo, uint64_t hi,
                             struct larder__fill_scope *p)
 {
-    uint64_t size = shard_size(ix, shard);
     uint64_t start, end;
     int rc = larder__fill_scope_needed(ix, map, shard, lo, hi, p, &start, &end);
     if (rc < 0) return rc;
@@ -106,7 +92,6 @@ int larder__fill_scope_make(const struct larder__index *ix, struct larder__cache
         }
     }
     if (p->check_first > p->check_last) p->check_first = p->check_last;
-    if (end > size) end = size;
     p->first = first, p->last = last;
     return 0;
 }
@@ -137,7 +122,7 @@ uint64_t larder__fill_scope_check(const struct larder__index *ix, struct larder_
         uint64_t id = larder__shard_map_id(map, q);
         struct larder__sample s;
         larder__index_sample_range(ix, id, &s);
-        ok[q - p->check_first] = checksum_ok(&s, span + (s.offset - span_start));
+        ok[q - p->check_first] = larder__checksum_ok(&s, span + (s.offset - span_start));
         if (!ok[q - p->check_first] && q >= p->need_first && q < p->need_last &&
             bad_needed == UINT64_MAX)
             bad_needed = id;

@@ -12,6 +12,14 @@
 #include "index.h"
 #include "shardmap.h"
 
+#include <xxhash.h>
+
+/* Whether `data` holds sample s's bytes (its checksum matches). */
+static inline bool larder__checksum_ok(const struct larder__sample *s, const void *data)
+{
+    return XXH3_64bits(data, (size_t)s->length) == s->checksum;
+}
+
 /*
  * What a fill reads and checks: the samples overlapping what was asked
  * (which must be checked, or nothing is served), and those overlapping

@@ -41,7 +41,10 @@ enum larder__from {
 /* Flags of a read. */
 enum {
     LARDER__READ_ORIGIN_ONLY = 1u << 0, /* skip peers: a refetch after wrong bytes */
-    LARDER__READ_BACKGROUND = 1u << 1,  /* prefetch or warming, not a blocked reader */
+    /* prefetch or warming, not a blocked reader: a peer serves it after
+     * its DEMAND reads.  Reserved: the fill engine does not pass its
+     * callers' priority down yet, so peers are asked at DEMAND. */
+    LARDER__READ_BACKGROUND = 1u << 1,
 };
 
 /* A whole object, in order, to a sink; a negative return from the sink stops it. */
@@ -69,7 +72,7 @@ struct larder__source_ops {
 struct larder__source {
     const struct larder__source_ops *ops;
     const char *name; /* for messages: the URL or path, "peer HOST:PORT shard N", ...;
-                         owned by the source, valid until it is destroyed */
+                         owned by the source, valid until it is closed */
 };
 
 /* ---- using a source -------------------------------------------------------- */
@@ -134,7 +137,7 @@ LARDER__HIDDEN int larder__source_chain_open(struct larder__source **out,
  * Hedge reads of `inner` (owned from now on, even when this fails) with
  * the budget `budget` (NULL: the process's): source_hedge.c says how.
  * Destroying the wrapper while a losing attempt is still reading is
- * safe: `inner` is destroyed when that attempt ends.
+ * safe: `inner` is closed when that attempt ends.
  */
 LARDER__HIDDEN int larder__source_hedge_open(struct larder__source **out,
                                              struct larder__source *inner,

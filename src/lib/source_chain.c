@@ -2,8 +2,9 @@
  * source_chain.c - links tried in order: the shard's owner (a peer), then
  * the origin.  A link whose read fails is logged once and skipped for
  * down_ms, so a dead peer costs one failed read per down_ms, not one per
- * read; the last link (the origin) is never skipped, as nothing comes
- * after it.  LARDER__READ_ORIGIN_ONLY reads only the last link: a refetch
+ * read (a link that declines without asking, -EHOSTUNREACH: a peer its
+ * endpoint already knows to be down, is passed over quietly); the last link (the origin) is never
+ * skipped, as nothing comes after it.  LARDER__READ_ORIGIN_ONLY reads only the last link: a refetch
  * after wrong bytes must not ask the peer that may have sent them.  The
  * size and the stream are the last link's.
  */
@@ -39,8 +40,8 @@ static void link_failed(struct chain_source *c, struct chain_link *l, int64_t no
     if (!__atomic_compare_exchange_n(&l->down_until_ms, &until, now + c->down_ms, false,
                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
         return;
-    larder__log(LARDER_LOG_WARN, "%s (%s): skipped for %d ms, reading the next source",
-                l->source->name, larder_errmsg(), c->down_ms);
+    larder__log(LARDER_LOG_WARN, "%s; skipped for %d ms, reading the next source", larder_errmsg(),
+                c->down_ms);
 }
 
 static int chain_read(struct larder__source *source, const struct larder__extent *extents,
@@ -54,7 +55,8 @@ static int chain_read(struct larder__source *source, const struct larder__extent
         if (l->down_until_ms > now) continue;
         int rc = larder__source_readv(l->source, extents, count, flags);
         if (rc >= 0) return rc;
-        link_failed(c, l, (int64_t)larder__now_ms());
+        if (rc != -EHOSTUNREACH) /* declined unasked (a peer known down): nothing to mark */
+            link_failed(c, l, (int64_t)larder__now_ms());
     }
     return larder__source_readv(last_link(source), extents, count, flags);
 }

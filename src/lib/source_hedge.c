@@ -12,7 +12,11 @@
  * past WORKER_IDLE_MS go while more than WORKERS_IDLE stay.  Each attempt
  * reads into a buffer of its own, held by a reference-counted read that
  * also holds a reference on the wrapper, so the loser can finish late
- * without touching the caller's memory or a destroyed source.
+ * without touching the caller's memory or a closed source.  The idle
+ * workers stay for the life of the process, running liblarder's code:
+ * the library must not be unloaded (dlclose) while a process runs
+ * (Python's ctypes never unloads it).  A vectored read is hedged extent
+ * by extent, so the latency window holds single reads.
  */
 #include "hedge.h"
 #include "source.h"
@@ -26,7 +30,10 @@
 
 #define HEDGE_COLD_MS 500.0 /* the delay until a source's latencies are known */
 #define HEDGE_FLOOR_MS 2.0  /* never hedge sooner; faster sources are read inline */
-#define WORKERS_MAX 64      /* threads running attempts, at most */
+/* threads running attempts, at most: stalled attempts keep theirs (a hung
+ * NFS server), so there is room for a few stalls per fill worker (64 a
+ * dataset by default) before reads fall back to unhedged inline reads */
+#define WORKERS_MAX 256
 #define WORKERS_IDLE 4      /* idle threads kept */
 #define WORKER_IDLE_MS 2000 /* an idle thread beyond those leaves after this */
 
@@ -216,8 +223,16 @@ static bool workers_submit(void (*run)(void *), void *arg)
             workers.threads < WORKERS_MAX && pthread_create(&thread, &attr, worker_main, NULL) == 0;
         pthread_attr_destroy(&attr);
         if (!ok) {
+            static _Atomic bool said;
+            bool first = !said;
+            said = true;
             pthread_mutex_unlock(&workers.lock);
             free(t);
+            if (first)
+                larder__log(LARDER_LOG_WARN,
+                            "%d hedge workers are busy (stalled reads?): reads "
+                            "go on inline and unhedged until one is free",
+                            WORKERS_MAX);
             return false;
         }
         workers.threads++, workers.idle++;
@@ -411,13 +426,13 @@ static struct hedged_read *read_new(struct hedge_source *h, const struct larder_
     return r;
 }
 
-static int hedge_read(struct larder__source *source, const struct larder__extent *extents,
-                      size_t count, unsigned flags)
+/* One extent, hedged when the source is slow enough to be worth it. */
+static int hedge_read_one(struct hedge_source *h, const struct larder__extent *extent,
+                          unsigned flags)
 {
-    struct hedge_source *h = (struct hedge_source *)source;
     double start = larder__now_ms();
     struct hedged_read *r = NULL;
-    if (!larder__hedge_policy_fast(&h->policy) && (r = read_new(h, extents, count, flags))) {
+    if (!larder__hedge_policy_fast(&h->policy) && (r = read_new(h, extent, 1, flags))) {
         larder__hedge_policy_count_read(&h->policy);
         pthread_mutex_lock(&r->lock);
         if (!attempt_start(r)) { /* no worker: read inline, unhedged */
@@ -429,13 +444,25 @@ static int hedge_read(struct larder__source *source, const struct larder__extent
     int rc;
     if (r) {
         wait_and_hedge(h, r, start);
-        rc = deliver(r, extents);
+        rc = deliver(r, extent);
         pthread_mutex_unlock(&r->lock);
         read_release(r);
     } else {
-        rc = larder__source_readv(h->inner, extents, count, flags);
+        rc = larder__source_readv(h->inner, extent, 1, flags);
     }
     if (rc >= 0) larder__hedge_policy_record(&h->policy, larder__now_ms() - start);
+    return rc;
+}
+
+/* Each extent on its own: the latency window holds single reads, so a
+ * vectored read of many runs neither looks slow nor is hedged as one. */
+static int hedge_read(struct larder__source *source, const struct larder__extent *extents,
+                      size_t count, unsigned flags)
+{
+    struct hedge_source *h = (struct hedge_source *)source;
+    int rc = LARDER__FROM_ORIGIN;
+    for (size_t i = 0; i < count && rc >= 0; i++)
+        rc = hedge_read_one(h, &extents[i], flags);
     return rc;
 }
 

@@ -453,7 +453,10 @@ static int schedule(struct http_source *h, CURLM *multi, struct range *ranges, s
         }
         if (r->state == RUNNING && !r->handle[1] && r->ask_at <= now) range_hedge(h, multi, r, now);
         if (r->state == RUNNING && !r->handle[1] && r->ask_at < next) next = r->ask_at;
-        if (r->state == WAITING && r->not_before < next) next = r->not_before;
+        /* a waiting range is due when its backoff ends, if a slot is free
+         * then; with none free, the transfers' own activity wakes the poll */
+        if (r->state == WAITING && r->not_before < next && in_flight < HTTP_IN_FLIGHT)
+            next = r->not_before;
         if (r->state == DONE && r->rc < 0) *failed = r;
         done += r->state == DONE;
     }
@@ -560,9 +563,9 @@ static const struct larder__source_ops http_ops = {
     .close = http_close,
 };
 
-int larder__source_http_new(struct larder__source **out, const char *url,
-                            const struct larder__http_signer *signer,
-                            struct larder__hedge_budget *budget)
+int larder__source_http_signed_open(struct larder__source **out, const char *url,
+                                    const struct larder__http_signer *signer,
+                                    struct larder__hedge_budget *budget)
 {
     struct http_source *h = calloc(1, sizeof *h);
     if (!h || !(h->name = strdup(url))) {
@@ -589,5 +592,5 @@ int larder__source_http_new(struct larder__source **out, const char *url,
 int larder__source_http_open(struct larder__source **out, const char *url,
                              struct larder__hedge_budget *budget)
 {
-    return larder__source_http_new(out, url, NULL, budget);
+    return larder__source_http_signed_open(out, url, NULL, budget);
 }

@@ -26,8 +26,8 @@ struct larder__http_signer {
  * `budget` (NULL: the process's).  The source owns the signer's context
  * from now on, even when this fails.  0, or -ENOMEM.
  */
-LARDER__HIDDEN int larder__source_http_new(struct larder__source **out, const char *url,
-                                           const struct larder__http_signer *signer,
-                                           struct larder__hedge_budget *budget);
+LARDER__HIDDEN int larder__source_http_signed_open(struct larder__source **out, const char *url,
+                                                   const struct larder__http_signer *signer,
+                                                   struct larder__hedge_budget *budget);
 
 #endif

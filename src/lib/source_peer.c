@@ -10,6 +10,7 @@
 #include "endpoint.h"
 #include "pool.h"
 #include "source.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -39,10 +40,15 @@ static int peer_read(struct larder__source *source, const struct larder__extent 
         return larder__fail(-EHOSTUNREACH, "%s: down (failed recently), not asked", p->name);
     for (size_t i = 0; i < count; i++) {
         const struct larder__extent *e = &extents[i];
-        if (e->length == 0) continue;
-        int rc = larder__endpoint_read(p->endpoint, p->id_low, p->id_high, p->shard, priority,
-                                       e->offset, e->length, e->buf);
-        if (rc < 0) return larder__fail_context(rc, "%s", p->name);
+        /* a READ asks for at most LARDER__WIRE_MAX_READ bytes (a peer refuses more) */
+        for (size_t done = 0; done < e->length;) {
+            size_t n = e->length - done;
+            if (n > LARDER__WIRE_MAX_READ) n = LARDER__WIRE_MAX_READ;
+            int rc = larder__endpoint_read(p->endpoint, p->id_low, p->id_high, p->shard, priority,
+                                           e->offset + done, n, (uint8_t *)e->buf + done);
+            if (rc < 0) return larder__fail_context(rc, "%s", p->name);
+            done += n;
+        }
     }
     return LARDER__FROM_PEER;
 }

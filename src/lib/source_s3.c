@@ -27,5 +27,5 @@ int larder__source_s3_open(struct larder__source **out, const char *url,
                                          .apply = s3_sign,
                                          .release = s3_release,
                                          .context = s3};
-    return larder__source_http_new(out, url, &signer, budget);
+    return larder__source_http_signed_open(out, url, &signer, budget);
 }

@@ -4,20 +4,21 @@
  * below retry EINTR and partial transfers and never leave a buffer's tail
  * undefined.
  *
- * Through the table: the data and index files of the cache, index,
- * dataset, origin (file://), s3, hedge (its budget file) and pack modules
- * (open, close, pread, pwrite, fstat, fsync, rename, ftruncate, fallocate,
- * mmap).  Tests that swap entries: test_cache.c, test_fill.c,
- * test_hedge.c, test_index.c, test_origin.c, test_pack.c, and runner.c's
+ * Through the table: the file I/O of the cache (cache*.c), the index
+ * (dataset.c, index_builder.c), file sources (source_file.c), s3 (its
+ * credentials file), the hedge budget file (hedge.c) and the packer
+ * (src/pack/: its inputs and shard writer): open, close, pread, pwrite,
+ * fstat, fsync, rename, ftruncate, fallocate, mmap.  Tests that swap
+ * entries: test_cache.c, test_fill.c, test_hedge.c, test_index.c,
+ * test_pack.c, test_prefetch.c, test_source.c, and runner.c's
  * test_slow_origin().
  *
  * Calling the system directly, not faked in tests: sockets (endpoint.c;
  * its failures are tested against real and misbehaving daemons instead),
- * HTTP through curl (origin.c, s3.c), HDF5 through its library
- * (hdf5src.c), getrandom (auth.c), and in cache.c, pack.c, hedge.c,
- * index.c, origin.c and dataset.c the calls that are not file transfers:
- * mkdir, stat, unlink of temporary files, fcntl's OFD locks, munmap, and
- * (origin.c) dup and close of the descriptors of hedged file reads.
+ * HTTP through curl (source_http.c), HDF5 through its library
+ * (src/pack/input_hdf5.c, hdf5_walk.c), getrandom (auth.c), and the calls
+ * that are not file transfers: mkdir, stat, unlink of temporary files,
+ * fcntl's OFD locks, munmap.
  */
 #ifndef LARDER_SYS_H
 #define LARDER_SYS_H
