@@ -101,6 +101,7 @@ struct dataset_entry {
 
 struct larderd {
     struct larderd_config config; /* the options (config.c) */
+    char *config_text;            /* --config's file: config's strings may point into it */
     /* what the options name (larderd_config_load) */
     char *secret;          /* the cluster's shared secret; NULL: none */
     const char *self_name; /* this member's name: --self, else --listen; NULL: neither */
