@@ -31,6 +31,20 @@ int fail(int rc);
  * contradict each other) is a usage error of `command`: exit 2. */
 int fail_or_usage(const char *command, int rc);
 
+/*
+ * Where a command that reads through a node cache works, from its --cache
+ * and --socket options (NULL when not given): *cache set to a directory
+ * (--cache, else LARDER_CACHE), or else *socket to the node daemon's
+ * socket (--socket, else LARDER_SOCKET), the daemon then owning the
+ * cache.  false when there is neither.
+ */
+bool cli_cache_or_daemon(const char **cache, const char **socket);
+/* The number after "key": in a flat JSON object (a daemon's STATS), or 0. */
+uint64_t json_number(const char *object, const char *key);
+/* The flat object of dataset `id` in a daemon's STATS text, cut out in
+ * place (the text after it is lost); NULL when the daemon has no such dataset. */
+char *daemon_dataset_stats(char *stats, const char *id);
+
 /* A progress callback of the library, drawing the struct progress it is given. */
 void cli_progress(void *userdata, uint64_t done, uint64_t total);
 /* A sample named on the command line: an exact key first, else a decimal
