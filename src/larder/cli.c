@@ -25,6 +25,13 @@ int cli_open(larder_dataset **dataset, const char *url, larder_open_options *opt
     return larder_open(dataset, url, options);
 }
 
+void cli_log(void *userdata, int level, const char *message)
+{
+    (void)userdata;
+    fprintf(stderr, "%s: %s: %s\n", program, level == LARDER_LOG_ERROR ? "error" : "warning",
+            message);
+}
+
 bool cli_cache_or_daemon(const char **cache, const char **socket)
 {
     if (*cache) return true;

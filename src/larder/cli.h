@@ -23,6 +23,9 @@ extern bool cli_trust_index;
 /* larder_open with the command line's trust setting (options may be NULL). */
 int cli_open(larder_dataset **dataset, const char *url, larder_open_options *options);
 
+/* The library's log callback: "larder: warning: <message>" (or error) on stderr. */
+void cli_log(void *userdata, int level, const char *message);
+
 /* "larder COMMAND: <message>" and a hint to --help on stderr; returns 2. */
 int usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "larder: <the library's message for rc>" on stderr; returns 1. */

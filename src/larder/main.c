@@ -12,13 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void on_log(void *userdata, int level, const char *message)
-{
-    (void)userdata;
-    fprintf(stderr, "%s: %s: %s\n", program, level == LARDER_LOG_ERROR ? "error" : "warning",
-            message);
-}
-
 static const char main_help[] =
     "usage: larder COMMAND [ARGS]\n"
     "\n"
@@ -46,7 +39,7 @@ static const char main_help[] =
 
 int main(int argc, char **argv)
 {
-    larder_set_log(on_log, NULL, LARDER_LOG_WARN);
+    larder_set_log(cli_log, NULL, LARDER_LOG_WARN);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         fputs(main_help, argc < 2 ? stderr : stdout);
