@@ -18,6 +18,17 @@
 extern "C" {
 #endif
 
+/*
+ * What packing says about a single input (a file, a tar member, an HDF5
+ * group) goes to the log callback (larder_set_log) as a warning
+ * "SUBJECT: CAUSE", where the cause has no ": " of its own and is the
+ * same text for every input it applies to, so that a host can group
+ * them by cause (larder pack summarizes them).  The causes of an input
+ * left out of the dataset begin with "skipped, ":
+ */
+#define LARDER_PACK_SKIPPED_NO_KEY "skipped, no extension (no sample key)"
+#define LARDER_PACK_SKIPPED_DIRECTORY_LINK "skipped, a symbolic link to a directory (not followed)"
+
 #define LARDER_PACK_OPTIONS_VERSION 1
 typedef struct larder_pack_options {
     int version;           /* LARDER_PACK_OPTIONS_VERSION */

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *const program = "larder";
@@ -22,6 +23,45 @@ int cli_open(larder_dataset **dataset, const char *url, larder_open_options *opt
     options->version = LARDER_OPEN_OPTIONS_VERSION;
     options->trust_index = cli_trust_index;
     return larder_open(dataset, url, options);
+}
+
+void cli_log(void *userdata, int level, const char *message)
+{
+    (void)userdata;
+    fprintf(stderr, "%s: %s: %s\n", program, level == LARDER_LOG_ERROR ? "error" : "warning",
+            message);
+}
+
+bool cli_cache_or_daemon(const char **cache, const char **socket)
+{
+    if (*cache) return true;
+    if (*socket) return true;
+    const char *env = getenv("LARDER_CACHE");
+    if (env && env[0]) {
+        *cache = env;
+        return true;
+    }
+    env = getenv("LARDER_SOCKET");
+    if (env && env[0]) *socket = env;
+    return *socket != NULL;
+}
+
+uint64_t json_number(const char *object, const char *key)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
+    const char *at = strstr(object, pattern);
+    return at ? strtoull(at + strlen(pattern), NULL, 10) : 0;
+}
+
+char *daemon_dataset_stats(char *stats, const char *id)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "{\"dataset_id\": \"%s\"", id);
+    char *at = strstr(stats, pattern);
+    char *end = at ? strchr(at, '}') : NULL;
+    if (end) end[1] = '\0';
+    return end ? at : NULL;
 }
 
 int fail(int rc)

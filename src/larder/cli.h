@@ -23,6 +23,9 @@ extern bool cli_trust_index;
 /* larder_open with the command line's trust setting (options may be NULL). */
 int cli_open(larder_dataset **dataset, const char *url, larder_open_options *options);
 
+/* The library's log callback: "larder: warning: <message>" (or error) on stderr. */
+void cli_log(void *userdata, int level, const char *message);
+
 /* "larder COMMAND: <message>" and a hint to --help on stderr; returns 2. */
 int usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "larder: <the library's message for rc>" on stderr; returns 1. */
@@ -30,6 +33,20 @@ int fail(int rc);
 /* fail(), except that LARDER_EUSAGE (options the library found to
  * contradict each other) is a usage error of `command`: exit 2. */
 int fail_or_usage(const char *command, int rc);
+
+/*
+ * Where a command that reads through a node cache works, from its --cache
+ * and --socket options (NULL when not given): *cache set to a directory
+ * (--cache, else LARDER_CACHE), or else *socket to the node daemon's
+ * socket (--socket, else LARDER_SOCKET), the daemon then owning the
+ * cache.  false when there is neither.
+ */
+bool cli_cache_or_daemon(const char **cache, const char **socket);
+/* The number after "key": in a flat JSON object (a daemon's STATS), or 0. */
+uint64_t json_number(const char *object, const char *key);
+/* The flat object of dataset `id` in a daemon's STATS text, cut out in
+ * place (the text after it is lost); NULL when the daemon has no such dataset. */
+char *daemon_dataset_stats(char *stats, const char *id);
 
 /* A progress callback of the library, drawing the struct progress it is given. */
 void cli_progress(void *userdata, uint64_t done, uint64_t total);

@@ -10,20 +10,24 @@
 #include <string.h>
 
 static const char cat_help[] =
-    "usage: larder cat INDEX ID|KEY [--field NAME] [--cache DIR]\n"
+    "usage: larder cat INDEX ID|KEY [--field NAME] [--cache DIR] [--socket PATH]\n"
     "\n"
     "Write one sample's bytes (or one field's) to stdout.  Array fields are\n"
     "written as their raw little-endian elements.  With a cache (--cache, or\n"
     "the LARDER_CACHE environment variable) the bytes come from node-local\n"
-    "disk when staged, and are staged there when not.\n";
+    "disk when staged, and are staged there when not.  With the node daemon\n"
+    "(--socket, or LARDER_SOCKET), what is not in a cache of your own is asked\n"
+    "of the daemon, which stages it in its cache; when it does not answer, the\n"
+    "bytes are read from the origin directly (with a warning).\n";
 
 int cmd_cat(int argc, char **argv)
 {
     static const struct option options[] = {{"field", required_argument, 0, 'f'},
                                             {"cache", required_argument, 0, 'c'},
+                                            {"socket", required_argument, 0, 'S'},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
-    const char *field = NULL, *cache = NULL;
+    const char *field = NULL, *cache = NULL, *socket = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "f:h", options, NULL)) != -1) {
         switch (c) {
@@ -33,6 +37,9 @@ int cmd_cat(int argc, char **argv)
         case 'c':
             cache = optarg;
             break;
+        case 'S':
+            socket = optarg;
+            break;
         case 'h':
             fputs(cat_help, stdout);
             return 0;
@@ -41,8 +48,11 @@ int cmd_cat(int argc, char **argv)
         }
     }
     if (optind + 2 != argc) return usage_error("cat", "expected INDEX and a sample id or key");
-    larder_open_options open_options = {
-        .version = LARDER_OPEN_OPTIONS_VERSION, .verify_checksums = 1, .cache_dir = cache};
+    larder_open_options open_options = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                                        .verify_checksums = 1,
+                                        .cache_dir = cache,
+                                        .daemon_socket =
+                                            socket}; /* NULL: LARDER_CACHE's and LARDER_SOCKET's */
     larder_dataset *d;
     int rc = cli_open(&d, argv[optind], &open_options);
     if (rc < 0) return fail(rc);

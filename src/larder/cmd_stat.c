@@ -20,8 +20,10 @@ static const char stat_help[] =
     "\n"
     "Show what the node cache holds, per dataset, and its counters: hits,\n"
     "misses, origin and peer requests and bytes, bytes served, fill latency.\n"
-    "With --socket, ask the node daemon (larderd) instead.  --watch redraws\n"
-    "the view every SECONDS (default 1) until interrupted.\n";
+    "With --socket (or LARDER_SOCKET set and no cache named), ask the node\n"
+    "daemon (larderd) instead: what it answered to readers and peers, and its\n"
+    "cache.  The cache is --cache's, else LARDER_CACHE's.  --watch redraws the\n"
+    "view every SECONDS (default 1) until interrupted.\n";
 
 struct stat_print {
     int json, count;
@@ -73,13 +75,45 @@ static void print_entry(void *userdata, const char *id, const larder_stats *s)
     p->count++;
 }
 
-/* The number after "key": in a flat JSON object, or 0. */
-static uint64_t json_number(const char *object, const char *key)
+/* A latency bound from the daemon (us): "< N us", or "> 10 s" past the last bound. */
+static const char *latency_text(uint64_t us, char *out, size_t size)
 {
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
-    const char *at = strstr(object, pattern);
-    return at ? strtoull(at + strlen(pattern), NULL, 10) : 0;
+    if (us == UINT64_MAX)
+        snprintf(out, size, "> 10 s");
+    else
+        snprintf(out, size, "<= %" PRIu64 " us", us);
+    return out;
+}
+
+/* One dataset of a daemon's STATS: what the daemon answered, and its cache. */
+static void print_daemon_dataset(const char *at)
+{
+    char a[32], b[32], c[32], d[32], e[32], p50[32], p99[32];
+    uint64_t hits = json_number(at, "hits"), misses = json_number(at, "misses");
+    uint64_t reads = hits + misses;
+    printf("dataset %.32s\n  staged        %s of %s\n", at + 16,
+           human_bytes(json_number(at, "resident_bytes"), a),
+           human_bytes(json_number(at, "total_bytes"), b));
+    printf("  reads         %" PRIu64 " hits, %" PRIu64 " misses (hit ratio %.1f%%), %s served\n",
+           hits, misses, reads ? 100.0 * (double)hits / (double)reads : 0,
+           human_bytes(json_number(at, "served_bytes"), c));
+    if (json_number(at, "borrowed_reads") || json_number(at, "peer_served_reads"))
+        printf("                %" PRIu64 " misses borrowed from owners; %" PRIu64
+               " reads (%s) served to peers\n",
+               json_number(at, "borrowed_reads"), json_number(at, "peer_served_reads"),
+               human_bytes(json_number(at, "peer_served_bytes"), d));
+    if (json_number(at, "read_errors"))
+        printf("  errors        %" PRIu64 " reads answered with an error\n",
+               json_number(at, "read_errors"));
+    if (reads)
+        printf("  read latency  p50 %s, p99 %s\n",
+               latency_text(json_number(at, "read_p50_us"), p50, sizeof p50),
+               latency_text(json_number(at, "read_p99_us"), p99, sizeof p99));
+    printf("  origin        %" PRIu64 " requests, %s\n", json_number(at, "origin_requests"),
+           human_bytes(json_number(at, "origin_bytes"), e));
+    if (json_number(at, "peer_requests"))
+        printf("  peers         %" PRIu64 " requests, %s borrowed\n",
+               json_number(at, "peer_requests"), human_bytes(json_number(at, "peer_bytes"), a));
 }
 
 /* The daemon's own view: its JSON as it is, or the main figures. */
@@ -100,15 +134,7 @@ static int stat_daemon(const char *socket, int json)
              at = strstr(at + 1, "{\"dataset_id\"")) {
             char *end = strchr(at, '}');
             if (end) *end = '\0';
-            char a[32], b[32], c[32], d[32];
-            printf("dataset %.32s\n  staged        %s of %s\n  reads         %llu hits, %llu "
-                   "misses\n  origin        %s\n  peers         %s borrowed\n",
-                   at + 16, human_bytes(json_number(at, "resident_bytes"), a),
-                   human_bytes(json_number(at, "total_bytes"), b),
-                   (unsigned long long)json_number(at, "hits"),
-                   (unsigned long long)json_number(at, "misses"),
-                   human_bytes(json_number(at, "origin_bytes"), c),
-                   human_bytes(json_number(at, "peer_bytes"), d));
+            print_daemon_dataset(at);
             if (!end) break;
             at = end;
         }
@@ -122,9 +148,6 @@ static int stat_once(const char *socket, const char *cache, struct stat_print *p
 {
     struct stat_print p = *pp;
     if (socket) return stat_daemon(socket, p.json);
-    if (!cache) cache = getenv("LARDER_CACHE");
-    if (!cache || !cache[0])
-        return usage_error("stat", "no cache: give --cache DIR or set LARDER_CACHE");
     if (p.json) {
         printf("{\"cache\": ");
         json_string(stdout, cache);
@@ -171,6 +194,10 @@ int cmd_stat(int argc, char **argv)
         }
     }
     if (optind != argc) return usage_error("stat", "unexpected argument '%s'", argv[optind]);
+    if (socket) cache = NULL; /* --socket: the daemon's view, whatever else is named */
+    if (!cli_cache_or_daemon(&cache, &socket))
+        return usage_error("stat", "no cache: give --cache DIR or --socket PATH, or set "
+                                   "LARDER_CACHE or LARDER_SOCKET");
     for (;;) {
         if (watch > 0 && isatty(STDOUT_FILENO)) printf("\033[H\033[2J"); /* home, clear */
         int status = stat_once(socket, cache, &p);

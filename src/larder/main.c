@@ -12,13 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void on_log(void *userdata, int level, const char *message)
-{
-    (void)userdata;
-    fprintf(stderr, "%s: %s: %s\n", program, level == LARDER_LOG_ERROR ? "error" : "warning",
-            message);
-}
-
 static const char main_help[] =
     "usage: larder COMMAND [ARGS]\n"
     "\n"
@@ -29,19 +22,24 @@ static const char main_help[] =
     "  inspect INDEX             summarize a dataset, or one sample (--sample)\n"
     "  verify INDEX              check every sample's checksum\n"
     "  cat INDEX ID|KEY          write a sample or a field (--field) to stdout\n"
-    "  warm INDEX --cache DIR    stage a dataset onto the node cache\n"
-    "  stat --cache DIR          what the node cache holds, and its counters\n"
+    "  warm INDEX --cache DIR    stage a dataset onto the node cache (or --socket PATH:\n"
+    "                            through the node daemon, into its cache)\n"
+    "  stat --cache DIR          what the node cache (or --socket PATH: the daemon) holds,\n"
+    "                            and its counters\n"
     "  plan INDEX --batch G      print a rank's sample ids for an epoch, in order\n"
     "\n"
     "Every command that reads an index refuses one whose shard names leave its\n"
     "base (absolute paths, '..', file:// or other hosts' URLs) unless given\n"
     "--trust-index: only for an index you trust as much as your own files.\n"
     "\n"
+    "LARDER_CACHE names the node cache, LARDER_SOCKET the node daemon (larderd):\n"
+    "with only LARDER_SOCKET set, warm, stat and cat go through the daemon.\n"
+    "\n"
     "'larder COMMAND --help' describes a command.  Version " LARDER_VERSION_STRING ".\n";
 
 int main(int argc, char **argv)
 {
-    larder_set_log(on_log, NULL, LARDER_LOG_WARN);
+    larder_set_log(cli_log, NULL, LARDER_LOG_WARN);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         fputs(main_help, argc < 2 ? stderr : stdout);

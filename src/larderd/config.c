@@ -1,23 +1,28 @@
 /*
- * config.c - larderd's options (config.h): parsed and checked without I/O
- * into struct larderd_config, then the files and environment they name
- * loaded into the daemon (the secret, the cluster's members).
+ * config.c - larderd's options (config.h): a configuration file's lines,
+ * then the command line over them, parsed and checked without I/O into
+ * struct larderd_config (both through take_option, so a key of the file
+ * and its flag take the same values and fail with the same message), then
+ * the files and environment they name loaded into the daemon (the
+ * secret, the cluster's members).
  */
 #include "config.h"
 
 #include "args.h"
 #include "larderd.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 const char larderd_help[] =
-    "usage: larderd --cache DIR [--socket PATH] [--listen HOST:PORT]\n"
+    "usage: larderd [--config FILE] --cache DIR [--socket PATH] [--listen HOST:PORT]\n"
     "               [--peers H:P,... | --hostfile FILE | --slurm] [--self H:P]\n"
     "               [--secret-file FILE | --insecure-peers] [--jobs N]\n"
     "               [--warm [--warm-rate MB/S]] [--metrics HOST:PORT]\n"
@@ -29,6 +34,9 @@ const char larderd_help[] =
     "peers, reads each shard from the origin on one node only (its owner, by\n"
     "rendezvous hashing) and borrows the rest from the owners.\n"
     "\n"
+    "  --config FILE        read options from FILE first: 'key = value' lines, the\n"
+    "                       keys the long options below ('cache = /nvme/larder',\n"
+    "                       'warm = true'), '#' comments; options given here win\n"
     "  --cache DIR          the node cache (required)\n"
     "  --socket PATH        Unix socket for local readers (default: $LARDER_SOCKET)\n"
     "  --listen HOST:PORT   TCP address for peers\n"
@@ -155,6 +163,9 @@ static int take_option(struct larderd_config *config, int option, const char *va
                        size_t size)
 {
     switch (option) {
+    case 'F':
+        config->config_file = value;
+        return 0;
     case 'c':
         config->cache_dir = value;
         return 0;
@@ -203,7 +214,8 @@ static int take_option(struct larderd_config *config, int option, const char *va
     }
 }
 
-static const struct option options[] = {{"cache", required_argument, 0, 'c'},
+static const struct option options[] = {{"config", required_argument, 0, 'F'},
+                                        {"cache", required_argument, 0, 'c'},
                                         {"socket", required_argument, 0, 's'},
                                         {"listen", required_argument, 0, 'l'},
                                         {"peers", required_argument, 0, 'p'},
@@ -233,6 +245,7 @@ int larderd_config_parse(struct larderd_config *config, int argc, char **argv, c
     if (error_size) error[0] = '\0';
     optind = 0; /* GNU getopt: start over, so that a test may parse many vectors */
     opterr = 0; /* its messages are ours to write */
+    bool lists_replaced[3] = {false, false, false}; /* --allow, --allow-uid, --allow-gid */
     int c;
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         if (c == 'h') return LARDERD_CONFIG_HELP;
@@ -240,6 +253,13 @@ int larderd_config_parse(struct larderd_config *config, int argc, char **argv, c
             return config_error(error, error_size, "option '%s' needs a value", argv[optind - 1]);
         if (c == '?')
             return config_error(error, error_size, "unrecognized option '%s'", argv[optind - 1]);
+        int list = c == 'a' ? 0 : c == 'U' ? 1 : c == 'G' ? 2 : -1;
+        if (list >= 0 && !lists_replaced[list]) { /* the command line's list, not the file's */
+            lists_replaced[list] = true;
+            if (list == 0) config->num_allow = 0, config->allow[0] = NULL;
+            if (list == 1) config->num_allow_uids = 0;
+            if (list == 2) config->num_allow_gids = 0;
+        }
         int rc = take_option(config, c, optarg, error, error_size);
         if (rc < 0) return rc;
     }
@@ -251,6 +271,128 @@ int larderd_config_parse(struct larderd_config *config, int argc, char **argv, c
                             "nothing to listen on: give --socket (or set LARDER_SOCKET) "
                             "and/or --listen");
     return LARDERD_CONFIG_RUN;
+}
+
+const char *larderd_config_file_option(int argc, char **argv)
+{
+    const char *file = NULL;
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1)
+        if (c == 'F') file = optarg;
+    optind = 0;
+    return file;
+}
+
+/* Whether a flag's value in a file is true (1), false (0), or neither (-1). */
+static int flag_value(const char *value)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no",
+                                                                                "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(value, yes[i]) == 0) return 1;
+        if (strcasecmp(value, no[i]) == 0) return 0;
+    }
+    return -1;
+}
+
+/* Cut the blanks around [start, end) in place: the trimmed string, NUL-terminated. */
+static char *trim(char *start, char *end)
+{
+    while (start < end && isspace((unsigned char)*start))
+        start++;
+    while (end > start && isspace((unsigned char)end[-1]))
+        end--;
+    *end = '\0';
+    return start;
+}
+
+/* One "key = value" line of a file (its number `line`); seen_on: where each single key was. */
+static int take_line(struct larderd_config *config, char *text, const char *name, int line,
+                     int *seen_on, char *error, size_t size)
+{
+    char *equals = strchr(text, '=');
+    if (!equals)
+        return config_error(error, size, "%s:%d: expected 'key = value', not '%s'", name, line,
+                            trim(text, text + strlen(text)));
+    char *key = trim(text, equals), *value = trim(equals + 1, equals + 1 + strlen(equals + 1));
+    if (!key[0]) return config_error(error, size, "%s:%d: no key before '='", name, line);
+    size_t o = 0;
+    while (options[o].name && (strcmp(options[o].name, key) != 0 || options[o].val == 'h'))
+        o++;
+    if (!options[o].name)
+        return config_error(error, size, "%s:%d: unknown option '%s'", name, line, key);
+    int option = options[o].val;
+    if (option == 'F')
+        return config_error(error, size, "%s:%d: 'config' is an option of the command line only",
+                            name, line);
+    if (!value[0]) return config_error(error, size, "%s:%d: '%s' needs a value", name, line, key);
+    bool repeatable = option == 'a' || option == 'U' || option == 'G';
+    if (!repeatable && seen_on[o])
+        return config_error(error, size, "%s:%d: '%s' again (line %d set it)", name, line, key,
+                            seen_on[o]);
+    seen_on[o] = line;
+    if (options[o].has_arg == no_argument) {
+        int on = flag_value(value);
+        if (on < 0)
+            return config_error(error, size, "%s:%d: '%s' is true or false, not '%s'", name, line,
+                                key, value);
+        bool *flag = option == 'S'   ? &config->slurm
+                     : option == 'w' ? &config->warm
+                                     : &config->insecure_peers; /* 'I' */
+        *flag = on == 1;
+        return 0;
+    }
+    char message[CONFIG_ERROR_SIZE];
+    if (take_option(config, option, value, message, sizeof message) < 0)
+        return config_error(error, size, "%s:%d: %s", name, line, message);
+    return 0;
+}
+
+int larderd_config_parse_text(struct larderd_config *config, char *text, const char *name,
+                              char *error, size_t error_size)
+{
+    if (error_size) error[0] = '\0';
+    int seen_on[sizeof options / sizeof *options] = {0};
+    int line = 0;
+    for (char *at = text; at && *at;) {
+        line++;
+        char *end = strchr(at, '\n');
+        char *next = end ? end + 1 : NULL;
+        if (end) *end = '\0';
+        char *content = trim(at, at + strlen(at));
+        if (content[0] && content[0] != '#') {
+            int rc = take_line(config, content, name, line, seen_on, error, error_size);
+            if (rc < 0) return rc;
+        }
+        at = next;
+    }
+    return 0;
+}
+
+int larderd_config_read(struct larderd_config *config, const char *path, char **text, char *error,
+                        size_t error_size)
+{
+    *text = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return config_error(error, error_size, "cannot read %s: %s", path, strerror(errno));
+    char *buf = malloc(CONFIG_MAX_FILE + 2);
+    size_t n = buf ? fread(buf, 1, CONFIG_MAX_FILE + 1, f) : 0;
+    bool failed = buf && ferror(f);
+    fclose(f);
+    if (!buf) return config_error(error, error_size, "%s: out of memory", path);
+    if (failed || n > CONFIG_MAX_FILE || memchr(buf, '\0', n)) {
+        free(buf);
+        return config_error(error, error_size,
+                            failed ? "cannot read %s"
+                                   : "%s: not a configuration file (over 64 KB, "
+                                     "or a NUL byte)",
+                            path);
+    }
+    buf[n] = '\0';
+    *text = buf;
+    return larderd_config_parse_text(config, buf, path, error, error_size);
 }
 
 /* A small text file (a secret, a hostfile) without its trailing blanks; NULL: unreadable. */

@@ -1,8 +1,11 @@
 /*
- * config.h - larderd's options: the command line parsed into a struct and
- * validated (larderd_config_parse: no I/O, so a unit test drives it with
- * argument vectors), then what the options name read from files and the
- * environment (larderd_config_load: the secret, the cluster's members).
+ * config.h - larderd's options: a configuration file's "key = value"
+ * lines (larderd --config FILE; larderd_config_parse_text), then the
+ * command line over them, parsed into a struct and validated
+ * (larderd_config_parse); neither does I/O, so a unit test drives them
+ * with texts and argument vectors.  Then what the options name, read
+ * from files and the environment (larderd_config_load: the secret, the
+ * cluster's members).
  */
 #ifndef LARDERD_CONFIG_H
 #define LARDERD_CONFIG_H
@@ -12,13 +15,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define MAX_ALLOWED_IDS 64    /* --allow-uid, --allow-gid: each at most this many */
-#define MAX_ALLOW_PREFIXES 64 /* --allow */
-#define CONFIG_ERROR_SIZE 256 /* room for any message of larderd_config_parse */
+#define MAX_ALLOWED_IDS 64          /* --allow-uid, --allow-gid: each at most this many */
+#define MAX_ALLOW_PREFIXES 64       /* --allow */
+#define CONFIG_ERROR_SIZE 256       /* room for any message of larderd_config_parse */
+#define CONFIG_MAX_FILE (64 * 1024) /* bytes of a configuration file, at most */
 
 struct larderd;
 
 struct larderd_config {
+    const char *config_file;     /* --config FILE: read before the command line; NULL: none */
     const char *cache_dir;       /* --cache DIR: the node cache (required) */
     const char *socket_path;     /* --socket, else $LARDER_SOCKET; NULL: none */
     const char *listen_address;  /* --listen HOST:PORT for peers; NULL: none */
@@ -55,14 +60,44 @@ void larderd_config_defaults(struct larderd_config *config);
 
 enum { LARDERD_CONFIG_RUN = 0, LARDERD_CONFIG_HELP = 1 };
 /*
- * Parse argv (argv[0] is the program) over config's defaults, and check
- * the options against each other.  LARDERD_CONFIG_RUN; LARDERD_CONFIG_HELP
- * for --help; or -EINVAL with a message in error (error_size bytes,
- * CONFIG_ERROR_SIZE is enough), an empty one when the usage text says it
- * best.  The strings in config point into argv.  Not reentrant (getopt).
+ * Parse argv (argv[0] is the program) over config (its defaults, and what
+ * a configuration file set), and check the options against each other:
+ * an option given here replaces the file's value, and the first --allow
+ * (--allow-uid, --allow-gid) here replaces the file's list of them.
+ * LARDERD_CONFIG_RUN; LARDERD_CONFIG_HELP for --help; or -EINVAL with a
+ * message in error (error_size bytes, CONFIG_ERROR_SIZE is enough), an
+ * empty one when the usage text says it best.  The strings in config
+ * point into argv.  Not reentrant (getopt).
  */
 int larderd_config_parse(struct larderd_config *config, int argc, char **argv, char *error,
                          size_t error_size);
+
+/* The value of the last --config in argv (argv[0] is the program), or
+ * NULL: the file to read before parsing argv over it.  Not reentrant. */
+const char *larderd_config_file_option(int argc, char **argv);
+
+/*
+ * A configuration file's text over config: one "key = value" a line, the
+ * key a long option's name without "--" ("cache", "allow", ...), a flag's
+ * value true or false (yes/no, on/off, 1/0); blank lines and lines whose
+ * first non-blank is '#' are left alone; repeatable options (allow,
+ * allow-uid, allow-gid) on as many lines as wanted, any other key once.
+ * The value is the rest of the line without its surrounding blanks (no
+ * quoting, no comment after it).  No I/O and no allocation: text is cut
+ * in place and config's strings point into it, so it must outlive config.
+ * 0, or -EINVAL with "NAME:LINE: message" in error (NAME: the file's).
+ * Checks nothing across options: larderd_config_parse does, after.
+ */
+int larderd_config_parse_text(struct larderd_config *config, char *text, const char *name,
+                              char *error, size_t error_size);
+
+/*
+ * Read the configuration file at path (at most CONFIG_MAX_FILE bytes)
+ * into *text (malloc'd; the caller frees it after config) and parse it
+ * over config (larderd_config_parse_text).  0, or -EINVAL with a message.
+ */
+int larderd_config_read(struct larderd_config *config, const char *path, char **text, char *error,
+                        size_t error_size);
 
 /*
  * What the options name, into the daemon: the secret (read from

@@ -4,7 +4,8 @@
  * never trusting an index's shard names beyond its base), and found again
  * by URL or id; in a cluster, each entry reads a shard from its owner
  * node before the origin (a chain of sources the entry puts before each
- * shard's origin).
+ * shard's origin).  Every shard's source is wrapped in one that notes, for
+ * the thread reading it, that it read and from where (take_source_reads).
  */
 #include "larderd.h"
 #include "source.h"
@@ -16,6 +17,67 @@
 /* How long a shard's owner that failed is left alone before it is asked again. */
 #define OWNER_DOWN_MS 10000
 
+/* What the calling thread's shard sources read since take_source_reads. */
+static _Thread_local unsigned source_reads;
+
+unsigned take_source_reads(void)
+{
+    unsigned reads = source_reads;
+    source_reads = 0;
+    return reads;
+}
+
+/* A shard's source (the origin, or the owner-then-origin chain), noting its reads. */
+struct noted_source {
+    struct larder__source base;
+    struct larder__source *inner;
+};
+
+static int noted_read(struct larder__source *source, const struct larder__extent *extents,
+                      size_t count, unsigned flags)
+{
+    int rc = larder__source_readv(((struct noted_source *)source)->inner, extents, count, flags);
+    if (rc >= 0) source_reads |= rc == LARDER__FROM_PEER ? SOURCE_READ_PEER : SOURCE_READ_ORIGIN;
+    return rc;
+}
+
+static int noted_size(struct larder__source *source, uint64_t *size)
+{
+    return larder__source_size(((struct noted_source *)source)->inner, size);
+}
+
+static int noted_stream(struct larder__source *source, larder__sink_fn sink, void *userdata)
+{
+    return larder__source_stream(((struct noted_source *)source)->inner, sink, userdata);
+}
+
+static void noted_close(struct larder__source *source)
+{
+    larder__source_close(((struct noted_source *)source)->inner);
+    free(source);
+}
+
+static const struct larder__source_ops noted_ops = {
+    .kind = "noted",
+    .size = noted_size,
+    .read = noted_read,
+    .stream = noted_stream,
+    .close = noted_close,
+};
+
+/* `inner` behind a noted source (which owns it from now on, even when this fails). */
+static int noted_open(struct larder__source *inner, struct larder__source **out)
+{
+    struct noted_source *n = malloc(sizeof *n);
+    if (!n) {
+        larder__source_close(inner);
+        return -ENOMEM;
+    }
+    *n = (struct noted_source){.base = {.ops = &noted_ops, .name = inner->name}, .inner = inner};
+    *out = &n->base;
+    return 0;
+}
+
 /*
  * The source of a shard this daemon reads (each entry's source wrapper):
  * its owner node, then the origin, when another member owns it; the
@@ -26,19 +88,17 @@ static int owner_then_origin(void *context, uint32_t shard, struct larder__sourc
 {
     struct dataset_entry *e = context;
     const struct larderd *d = e->daemon;
-    size_t owner = larder__owner(&d->members, e->id_low, e->id_high, shard);
+    size_t owner = e->members ? larder__owner(&d->members, e->id_low, e->id_high, shard) : 0;
     struct larder__endpoint *peer = e->members ? e->members[owner] : NULL;
-    if (owner == d->self || !peer) {
-        *out = origin; /* this node's shard: the origin alone */
-        return 0;
-    }
-    struct larder__source *links[2] = {NULL, origin};
+    if (owner == d->self || !peer) return noted_open(origin, out); /* this node's shard */
+    struct larder__source *links[2] = {NULL, origin}, *chain;
     int rc = larder__source_peer_open(&links[0], peer, e->id_low, e->id_high, shard);
     if (rc < 0) { /* no memory: fail this read; the engine asks again on the next */
         larder__source_close(origin);
         return rc;
     }
-    return larder__source_chain_open(out, links, 2, OWNER_DOWN_MS);
+    rc = larder__source_chain_open(&chain, links, 2, OWNER_DOWN_MS);
+    return rc < 0 ? rc : noted_open(chain, out);
 }
 
 /* The entry at url, with its slot; NULL: not open.  Call with d->lock held. */
@@ -102,6 +162,10 @@ static int open_entry(struct larderd *d, struct dataset_entry *e, const char *ur
     int rc = larder_open(&e->dataset, url, &o);
     if (rc == 0) rc = larder_validate(e->dataset);
     if (rc == 0) larder__dataset_id(e->dataset, &e->id_low, &e->id_high);
+    if (rc == 0) { /* before any read: every shard's source is the entry's */
+        e->daemon = d;
+        larder__dataset_set_source_wrapper(e->dataset, owner_then_origin, e);
+    }
     return rc;
 }
 
@@ -116,8 +180,6 @@ static int connect_members(struct larderd *d, struct dataset_entry *e, const cha
         if (m != d->self)
             rc = larder__endpoint_new(&e->members[m], d->members.names[m], LARDER__ROLE_PEER,
                                       d->secret, url, 5000);
-    e->daemon = d;
-    larder__dataset_set_source_wrapper(e->dataset, owner_then_origin, e);
     return rc;
 }
 

@@ -29,6 +29,7 @@
 #include "larder.h"
 
 #include "config.h"
+#include "metrics.h"
 
 #include "endpoint.h"
 #include "cluster.h"
@@ -95,10 +96,12 @@ struct dataset_entry {
     uint64_t id_low, id_high;
     struct larder__endpoint **members; /* one per member; NULL for this node */
     const struct larderd *daemon;      /* whose members these are */
+    struct served served;              /* what the daemon answered to READs of it */
 };
 
 struct larderd {
     struct larderd_config config; /* the options (config.c) */
+    char *config_text;            /* --config's file: config's strings may point into it */
     /* what the options name (larderd_config_load) */
     char *secret;          /* the cluster's shared secret; NULL: none */
     const char *self_name; /* this member's name: --self, else --listen; NULL: neither */
@@ -206,6 +209,13 @@ int open_dataset(struct larderd *d, const char *url, bool may_open, struct datas
 struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t high, int *slot);
 /* Close every dataset and its peer endpoints. */
 void close_datasets(struct larderd *d);
+/* Where the reads of the calling thread's shard sources came from since
+ * the last call (bits: SOURCE_READ_ORIGIN, SOURCE_READ_PEER; 0: none, the
+ * fill was served from the cache), and start over.  The read engine reads
+ * a fill's sources on the thread that asked for it: this is how a READ's
+ * worker tells a hit from a miss, and a borrowed miss. */
+enum { SOURCE_READ_ORIGIN = 1, SOURCE_READ_PEER = 2 };
+unsigned take_source_reads(void);
 
 /* warm.c */
 #define WARM_CHUNK (4u << 20) /* bytes staged by one background job */

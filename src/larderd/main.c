@@ -73,6 +73,12 @@ int main(int argc, char **argv)
     struct larderd *d = &daemon_state;
     larderd_init(d);
     char error[CONFIG_ERROR_SIZE];
+    /* the configuration file first, the command line over it */
+    const char *file = larderd_config_file_option(argc, argv);
+    if (file && larderd_config_read(&d->config, file, &d->config_text, error, sizeof error) < 0) {
+        say("%s", error);
+        return 2;
+    }
     int rc = larderd_config_parse(&d->config, argc, argv, error, sizeof error);
     if (rc == LARDERD_CONFIG_HELP) {
         fputs(larderd_help, stdout);

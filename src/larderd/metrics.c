@@ -1,7 +1,9 @@
 /*
  * metrics.c - the Prometheus endpoint (larderd --metrics HOST:PORT): the
  * counters of every open dataset as text (metrics.h), answered to any
- * HTTP request on that port, one request a connection.
+ * HTTP request on that port, one request a connection; and the counting
+ * of what the daemon answers (struct served), which requests.c calls.
+ * docs/operations.md lists every metric.
  */
 #include "metrics.h"
 
@@ -14,16 +16,77 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+const uint64_t read_latency_bounds_us[READ_LATENCY_BUCKETS] = {
+    100,   250,    500,    1000,   2500,    5000,    10000,   25000,
+    50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
+
+static void add(uint64_t *counter, uint64_t amount)
+{
+    __atomic_fetch_add(counter, amount, __ATOMIC_RELAXED);
+}
+
+void served_count(struct served *s, bool hit, bool borrowed, bool error, bool to_peer,
+                  uint64_t bytes, uint64_t microseconds)
+{
+    if (error) {
+        add(&s->errors, 1);
+    } else {
+        add(hit ? &s->hits : &s->misses, 1);
+        if (!hit && borrowed) add(&s->borrowed, 1);
+        add(&s->bytes, bytes);
+        if (to_peer) add(&s->peer_reads, 1), add(&s->peer_bytes, bytes);
+    }
+    size_t bucket = 0;
+    while (bucket < READ_LATENCY_BUCKETS && microseconds > read_latency_bounds_us[bucket])
+        bucket++;
+    add(&s->latency[bucket], 1);
+    add(&s->latency_sum_us, microseconds);
+}
+
+void served_copy(const struct served *s, struct served *out)
+{
+    const uint64_t *from = (const uint64_t *)s;
+    uint64_t *to = (uint64_t *)out;
+    for (size_t i = 0; i < sizeof *s / sizeof(uint64_t); i++)
+        to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
+}
+
+uint64_t served_percentile(const struct served *s, double fraction)
+{
+    uint64_t total = 0, seen = 0;
+    for (size_t i = 0; i <= READ_LATENCY_BUCKETS; i++)
+        total += s->latency[i];
+    if (total == 0) return 0;
+    uint64_t want = (uint64_t)(fraction * (double)total + 0.5);
+    if (want == 0) want = 1;
+    for (size_t i = 0; i < READ_LATENCY_BUCKETS; i++)
+        if ((seen += s->latency[i]) >= want) return read_latency_bounds_us[i];
+    return UINT64_MAX;
+}
+
+/* The plain series, one value per dataset.  `daemon`: of struct served (this
+ * daemon's answers), else of larder_stats (the node cache's counters). */
 static const struct {
     const char *name, *type, *help;
 } metrics[] = {
-    {"larder_hits_total", "counter", "Samples served from the node cache."},
-    {"larder_misses_total", "counter", "Samples that needed a fetch."},
-    {"larder_origin_requests_total", "counter", "Reads sent to the origin."},
-    {"larder_origin_bytes_total", "counter", "Bytes read from the origin."},
-    {"larder_peer_requests_total", "counter", "Reads answered by a shard's owner node."},
-    {"larder_peer_bytes_total", "counter", "Bytes borrowed from owner nodes."},
-    {"larder_served_bytes_total", "counter", "Sample bytes handed to readers."},
+    {"larder_hits_total", "counter", "READs this daemon answered from its cache, with no fill."},
+    {"larder_misses_total", "counter",
+     "READs this daemon answered that needed a fill (from the origin or the owner node)."},
+    {"larder_borrowed_reads_total", "counter",
+     "Of the misses, READs filled with blocks borrowed from the shard's owner node."},
+    {"larder_read_errors_total", "counter", "READs this daemon answered with an ERROR."},
+    {"larder_served_bytes_total", "counter",
+     "Bytes this daemon sent in answers to READs, to readers and peers."},
+    {"larder_peer_served_reads_total", "counter",
+     "READs this daemon answered to other nodes' daemons."},
+    {"larder_peer_served_bytes_total", "counter",
+     "Bytes this daemon sent in answers to other nodes' daemons."},
+    {"larder_origin_requests_total", "counter",
+     "Reads the node cache sent to the origin (one per run of missing blocks)."},
+    {"larder_origin_bytes_total", "counter", "Bytes the node cache read from the origin."},
+    {"larder_peer_requests_total", "counter",
+     "Reads of blocks the node cache borrowed from a shard's owner node."},
+    {"larder_peer_bytes_total", "counter", "Bytes the node cache borrowed from owner nodes."},
     {"larder_resident_bytes", "gauge", "Bytes staged in the node cache."},
     {"larder_dataset_bytes", "gauge", "Bytes of the dataset's shards."},
 };
@@ -31,13 +94,18 @@ static const struct {
 enum { NUM_METRICS = sizeof metrics / sizeof *metrics };
 
 /* Metric m of a dataset's figures, in the order of metrics[]. */
-static uint64_t value_of(const larder_stats *s, size_t m)
+static uint64_t value_of(const struct metrics_row *r, size_t m)
 {
-    const uint64_t values[NUM_METRICS] = {s->hits,         s->misses,         s->origin_requests,
-                                          s->origin_bytes, s->peer_requests,  s->peer_bytes,
-                                          s->bytes_served, s->resident_bytes, s->total_bytes};
+    const larder_stats *s = &r->stats;
+    const struct served *v = &r->served;
+    const uint64_t values[NUM_METRICS] = {
+        v->hits,       v->misses,         v->borrowed,        v->errors,       v->bytes,
+        v->peer_reads, v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
+        s->peer_bytes, s->resident_bytes, s->total_bytes};
     return values[m];
 }
+
+#define LATENCY_NAME "larder_read_duration_seconds"
 
 /* Append one formatted line when it fits whole; false when it does not. */
 static bool append(char *out, size_t capacity, size_t *used, const char *fmt, ...)
@@ -55,6 +123,38 @@ static bool append(char *out, size_t capacity, size_t *used, const char *fmt, ..
     return true;
 }
 
+/* The READ latency histogram of every row; false when the text is full. */
+static bool format_latency(const struct metrics_row *rows, size_t count, char *out, size_t capacity,
+                           size_t *used)
+{
+    if (!append(out, capacity, used,
+                "# HELP " LATENCY_NAME " Time from a READ's arrival to its answer queued.\n"
+                "# TYPE " LATENCY_NAME " histogram\n"))
+        return false;
+    for (size_t i = 0; i < count; i++) {
+        const struct served *v = &rows[i].served;
+        uint64_t cumulative = 0;
+        for (size_t b = 0; b <= READ_LATENCY_BUCKETS; b++) {
+            cumulative += v->latency[b];
+            char bound[32];
+            if (b < READ_LATENCY_BUCKETS)
+                snprintf(bound, sizeof bound, "%g", (double)read_latency_bounds_us[b] / 1e6);
+            else
+                snprintf(bound, sizeof bound, "+Inf");
+            if (!append(out, capacity, used,
+                        LATENCY_NAME "_bucket{dataset=\"%s\",le=\"%s\"} %llu\n", rows[i].dataset_id,
+                        bound, (unsigned long long)cumulative))
+                return false;
+        }
+        if (!append(out, capacity, used, LATENCY_NAME "_sum{dataset=\"%s\"} %.6f\n",
+                    rows[i].dataset_id, (double)v->latency_sum_us / 1e6) ||
+            !append(out, capacity, used, LATENCY_NAME "_count{dataset=\"%s\"} %llu\n",
+                    rows[i].dataset_id, (unsigned long long)cumulative))
+            return false;
+    }
+    return true;
+}
+
 size_t metrics_format(const struct metrics_row *rows, size_t count, char *out, size_t capacity)
 {
     size_t used = 0;
@@ -65,9 +165,10 @@ size_t metrics_format(const struct metrics_row *rows, size_t count, char *out, s
             return used;
         for (size_t i = 0; i < count; i++)
             if (!append(out, capacity, &used, "%s{dataset=\"%s\"} %llu\n", metrics[m].name,
-                        rows[i].dataset_id, (unsigned long long)value_of(&rows[i].stats, m)))
+                        rows[i].dataset_id, (unsigned long long)value_of(&rows[i], m)))
                 return used;
     }
+    format_latency(rows, count, out, capacity, &used);
     return used;
 }
 
@@ -79,6 +180,7 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
     for (size_t i = 0; i < count; i++) {
         larder_dataset_info info;
         larder_stats_get(d->datasets[i].dataset, &rows[i].stats);
+        served_copy(&d->datasets[i].served, &rows[i].served);
         larder_dataset_info_get(d->datasets[i].dataset, &info);
         memcpy(rows[i].dataset_id, info.dataset_id, sizeof rows[i].dataset_id);
     }

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct read_job {
@@ -31,7 +32,15 @@ struct read_job {
     struct dataset_entry *entry;
     struct larder__read read;
     uint64_t request;
+    uint64_t arrived_us; /* when the READ was taken off the connection */
 };
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
 
 void uncached_take(struct larderd *d, uint64_t length)
 {
@@ -51,10 +60,18 @@ void uncached_give(struct larderd *d, uint64_t length)
     pthread_mutex_unlock(&d->uncached_lock);
 }
 
-/* The job is done: its charge leaves the connection's budget. */
-static void read_job_end(struct read_job *job)
+/*
+ * The job is done, answered with `bytes` of DATA (0: an ERROR): it is
+ * counted (a hit when no source was read for it on this thread, a miss
+ * otherwise; borrowed when the owner node answered) and its charge leaves
+ * the connection's budget.
+ */
+static void read_job_end(struct read_job *job, uint64_t bytes)
 {
     struct connection *c = job->connection;
+    unsigned reads = take_source_reads();
+    served_count(&job->entry->served, reads == 0, (reads & SOURCE_READ_PEER) != 0, bytes == 0,
+                 c->peer, bytes, now_us() - job->arrived_us);
     pthread_mutex_lock(&c->lock);
     c->charged -= (size_t)job->read.length + REQUEST_OVERHEAD;
     c->jobs--;
@@ -70,6 +87,7 @@ static void read_job(void *arg)
     struct read_job *job = arg;
     size_t length = (size_t)job->read.length;
     int file = -1;
+    take_source_reads(); /* what a warm job on this thread read is not this READ's */
     int staged = larder__dataset_stage_range(job->entry->dataset, job->read.shard, job->read.offset,
                                              job->read.length, &file);
     if (staged == 0) { /* in the cache: send it from there with sendfile */
@@ -84,12 +102,12 @@ static void read_job(void *arg)
         } else {
             send_error(job->connection, job->request, -ENOMEM, "out of memory");
         }
-        read_job_end(job);
+        read_job_end(job, o ? length : 0);
         return;
     }
     if (staged < 0) {
         send_error(job->connection, job->request, staged, larder_errmsg());
-        read_job_end(job);
+        read_job_end(job, 0);
         return;
     }
     /* not cacheable (no room): the bytes land in the frame that is sent;
@@ -111,9 +129,10 @@ static void read_job(void *arg)
         uncached_give(job->connection->daemon, length);
         send_error(job->connection, job->request, rc, larder_errmsg());
     }
-    read_job_end(job);
+    read_job_end(job, rc == 0 ? length : 0);
 }
 
+/* STATS: per dataset, what this daemon answered (struct served) and the node cache's figures. */
 static void stats_frame(struct connection *c, uint64_t request)
 {
     struct larderd *d = c->daemon;
@@ -124,18 +143,27 @@ static void stats_frame(struct connection *c, uint64_t request)
     used += (size_t)snprintf(p, capacity, "{\"self\": \"%s\", \"members\": %zu, \"datasets\": [",
                              d->self_name ? d->self_name : "", d->members.count);
     pthread_mutex_lock(&d->lock);
-    for (int i = 0; i < d->num_datasets && used < capacity - 512; i++) {
+    for (int i = 0; i < d->num_datasets && used < capacity - 1024; i++) {
         larder_stats s;
         larder_dataset_info info;
+        struct served v;
         larder_stats_get(d->datasets[i].dataset, &s);
         larder_dataset_info_get(d->datasets[i].dataset, &info);
+        served_copy(&d->datasets[i].served, &v);
         used += (size_t)snprintf(
             p + used, capacity - used,
             "%s{\"dataset_id\": \"%s\", \"hits\": %llu, \"misses\": %llu, "
+            "\"borrowed_reads\": %llu, \"read_errors\": %llu, \"served_bytes\": %llu, "
+            "\"peer_served_reads\": %llu, \"peer_served_bytes\": %llu, "
+            "\"read_p50_us\": %llu, \"read_p99_us\": %llu, "
             "\"origin_requests\": %llu, \"origin_bytes\": %llu, \"peer_requests\": %llu, "
             "\"peer_bytes\": %llu, \"resident_bytes\": %llu, \"total_bytes\": %llu}",
-            i ? ", " : "", info.dataset_id, (unsigned long long)s.hits,
-            (unsigned long long)s.misses, (unsigned long long)s.origin_requests,
+            i ? ", " : "", info.dataset_id, (unsigned long long)v.hits,
+            (unsigned long long)v.misses, (unsigned long long)v.borrowed,
+            (unsigned long long)v.errors, (unsigned long long)v.bytes,
+            (unsigned long long)v.peer_reads, (unsigned long long)v.peer_bytes,
+            (unsigned long long)served_percentile(&v, 0.5),
+            (unsigned long long)served_percentile(&v, 0.99), (unsigned long long)s.origin_requests,
             (unsigned long long)s.origin_bytes, (unsigned long long)s.peer_requests,
             (unsigned long long)s.peer_bytes, (unsigned long long)s.resident_bytes,
             (unsigned long long)s.total_bytes);
@@ -263,7 +291,8 @@ static bool read_request(struct connection *c, const struct larder__frame *f,
         send_error(c, f->request, -ENOMEM, "out of memory");
         return true;
     }
-    *job = (struct read_job){.connection = c, .entry = e, .read = read, .request = f->request};
+    *job = (struct read_job){
+        .connection = c, .entry = e, .read = read, .request = f->request, .arrived_us = now_us()};
     pthread_mutex_lock(&c->lock);
     c->refs++;
     c->jobs++;

@@ -50,6 +50,8 @@ void larderd_free(struct larderd *d)
     if (d->secret) memset(d->secret, 0, strlen(d->secret));
     free(d->secret);
     d->secret = NULL;
+    free(d->config_text);
+    d->config_text = NULL;
     if (d->epoll >= 0) close(d->epoll);
     if (d->wake >= 0) close(d->wake);
     d->epoll = d->wake = -1;

@@ -110,7 +110,7 @@ static int visit(struct dir_walk *w, const char *child, const char *full)
         if (stat(full, &st) < 0) return larder__fail(-errno, "%s: broken symbolic link", full);
         if (S_ISDIR(st.st_mode)) {
             w->skipped++;
-            larder__log(LARDER_LOG_WARN, "%s: symbolic link to a directory, not followed", full);
+            larder__log(LARDER_LOG_WARN, "%s: " LARDER_PACK_SKIPPED_DIRECTORY_LINK, full);
             return 0;
         }
     }
@@ -152,7 +152,7 @@ static void keep_keyed(struct dir_walk *w)
         if (larder__split_key(w->entries[i].relative, &key_length, &ext)) {
             w->entries[kept++] = w->entries[i];
         } else {
-            larder__log(LARDER_LOG_WARN, "%s/%s: no extension, so no sample key: skipped", w->root,
+            larder__log(LARDER_LOG_WARN, "%s/%s: " LARDER_PACK_SKIPPED_NO_KEY, w->root,
                         w->entries[i].relative);
             free(w->entries[i].relative);
         }

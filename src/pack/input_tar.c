@@ -57,6 +57,7 @@ struct tar_member {
 };
 
 struct tar_enumeration {
+    const char *path; /* the archive's, for messages */
     struct tar_member *members;
     size_t count, capacity;
 };
@@ -86,9 +87,9 @@ static int tar_on_sample(void *userdata, const struct larder__tar_sample *sample
 
 static void tar_on_skip(void *userdata, const char *name, uint64_t offset)
 {
-    (void)userdata;
-    larder__log(LARDER_LOG_WARN, "member '%s' at offset %llu has no extension: skipped", name,
-                (unsigned long long)offset);
+    const struct tar_enumeration *e = userdata;
+    larder__log(LARDER_LOG_WARN, "%s: member '%s' at offset %llu: " LARDER_PACK_SKIPPED_NO_KEY,
+                e->path, name, (unsigned long long)offset);
 }
 
 static int by_key_then_position(const void *a, const void *b)
@@ -150,7 +151,7 @@ static int tar_list(struct larder__pack_input *input, larder__pack_sample_fn on_
 {
     struct tar_input *tar = (struct tar_input *)input;
     const char *path = input->name;
-    struct tar_enumeration e = {0};
+    struct tar_enumeration e = {.path = path};
     int rc = tar_scan(tar, &e);
     if (rc == 0) regroup(&e);
     struct larder__pack_field fields[LARDER__TAR_MAX_FIELDS];

@@ -213,3 +213,140 @@ TEST(larderd_config_load)
     CHECK(d.members.count == 0 && d.self == SIZE_MAX && !d.secret && !d.self_name);
     larderd_free(&d);
 }
+
+/* Parse a configuration text over the defaults: 0 or -EINVAL with the message in error. */
+static int parse_text(struct larderd_config *config, char *error, const char *text, char *copy)
+{
+    strcpy(copy, text);
+    larderd_config_defaults(config);
+    return larderd_config_parse_text(config, copy, "larderd.conf", error, CONFIG_ERROR_SIZE);
+}
+
+TEST(larderd_config_file_good)
+{
+    unsetenv("LARDER_SOCKET");
+    struct larderd_config c;
+    char error[CONFIG_ERROR_SIZE], copy[2048];
+    const char *text = "# the node daemon\n"
+                       "\n"
+                       "cache = /nvme/larder\n"
+                       "  socket=/run/larder/larderd.sock  \r\n"
+                       "listen = 0.0.0.0:7461\n"
+                       "\t# indented comment\n"
+                       "peers = a:1,b:2\n"
+                       "self = a:1\n"
+                       "secret-file = /etc/larder/secret\n"
+                       "jobs = 8\n"
+                       "metrics = 127.0.0.1:9461\n"
+                       "warm = yes\n"
+                       "warm-rate = 12.5\n"
+                       "borrow-size = 1G\n"
+                       "cache-size = 2T\n"
+                       "allow = /lustre/datasets\n"
+                       "allow = https://data.example.org/a b/\n"
+                       "allow-uid = 1001\n"
+                       "allow-uid = 1002\n"
+                       "allow-gid = 2002\n"
+                       "insecure-peers = false\n"
+                       "slurm = off\n"
+                       "max-connections = 10\n"
+                       "idle-timeout = 5\n"
+                       "connection-memory = 1M"; /* no newline at the end */
+    CHECK_EQ(parse_text(&c, error, text, copy), 0);
+    CHECK(strcmp(c.cache_dir, "/nvme/larder") == 0);
+    CHECK(strcmp(c.socket_path, "/run/larder/larderd.sock") == 0);
+    CHECK(strcmp(c.listen_address, "0.0.0.0:7461") == 0 && strcmp(c.peers, "a:1,b:2") == 0);
+    CHECK(strcmp(c.self_name, "a:1") == 0 && strcmp(c.secret_file, "/etc/larder/secret") == 0);
+    CHECK(strcmp(c.metrics_address, "127.0.0.1:9461") == 0);
+    CHECK(c.jobs == 8 && c.warm && c.warm_rate == 12.5 && !c.insecure_peers && !c.slurm);
+    CHECK(c.borrow_capacity == 1ull << 30 && c.cache_capacity == 2ull << 40);
+    CHECK_EQ(c.num_allow, 2);
+    CHECK(strcmp(c.allow[0], "/lustre/datasets") == 0);
+    CHECK(strcmp(c.allow[1], "https://data.example.org/a b/") == 0 && !c.allow[2]);
+    CHECK(c.num_allow_uids == 2 && c.allow_uids[0] == 1001 && c.allow_uids[1] == 1002);
+    CHECK(c.num_allow_gids == 1 && c.allow_gids[0] == 2002);
+    CHECK(c.max_connections == 10 && c.idle_timeout_ms == 5000 && c.connection_budget == 1u << 20);
+
+    /* an empty file changes nothing */
+    CHECK_EQ(parse_text(&c, error, "", copy), 0);
+    CHECK(!c.cache_dir && c.jobs == 64);
+    CHECK_EQ(parse_text(&c, error, "\n\n# nothing\n", copy), 0);
+}
+
+TEST(larderd_config_file_bad)
+{
+    static const struct {
+        const char *text;
+        const char *message;
+    } cases[] = {
+        {"cache = /c\njobs = 0\n", "larderd.conf:2: bad --jobs '0' (1-4096)"},
+        {"cache = /c\n\n# x\ncache-size = lots\n", "larderd.conf:4: bad --cache-size 'lots'"},
+        {"frobnicate = 1\n", "larderd.conf:1: unknown option 'frobnicate'"},
+        {"help = true\n", "larderd.conf:1: unknown option 'help'"},
+        {"--cache = /c\n", "larderd.conf:1: unknown option '--cache'"},
+        {"cache /c\n", "larderd.conf:1: expected 'key = value', not 'cache /c'"},
+        {"  = /c\n", "larderd.conf:1: no key before '='"},
+        {"cache =\n", "larderd.conf:1: 'cache' needs a value"},
+        {"cache = /c\ncache = /d\n", "larderd.conf:2: 'cache' again (line 1 set it)"},
+        {"warm = maybe\n", "larderd.conf:1: 'warm' is true or false, not 'maybe'"},
+        {"config = /etc/other.conf\n",
+         "larderd.conf:1: 'config' is an option of the command line only"},
+        {"allow-uid = -1\n", "larderd.conf:1: bad --allow-uid '-1'"},
+        {"idle-timeout = 0.5 # seconds\n",
+         "larderd.conf:1: bad --idle-timeout '0.5 # seconds' (whole seconds, at least 1)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct larderd_config c;
+        char error[CONFIG_ERROR_SIZE] = "unset", copy[512];
+        int rc = parse_text(&c, error, cases[i].text, copy);
+        if (rc != -EINVAL || strcmp(error, cases[i].message) != 0)
+            fprintf(stderr, "    case %zu: %d '%s'\n", i, rc, error);
+        CHECK_EQ(rc, -EINVAL);
+        CHECK(strcmp(error, cases[i].message) == 0);
+    }
+}
+
+TEST(larderd_config_file_then_command_line)
+{
+    unsetenv("LARDER_SOCKET");
+    char path[4096], error[CONFIG_ERROR_SIZE];
+    snprintf(path, sizeof path, "%s", test_path("larderd.conf"));
+    const char *text = "cache = /file-cache\nsocket = /file.sock\njobs = 8\nwarm = true\n"
+                       "allow = /a\nallow = /b\nallow-gid = 5\n";
+    test_write_file(path, text, strlen(text));
+    char *argv[] = {"larderd", "--jobs", "4", "--config", path, "--allow", "/c", NULL};
+    int argc = 7;
+    CHECK(strcmp(larderd_config_file_option(argc, argv), path) == 0);
+    struct larderd_config c;
+    larderd_config_defaults(&c);
+    char *file_text;
+    CHECK_EQ(larderd_config_read(&c, path, &file_text, error, sizeof error), 0);
+    CHECK_EQ(larderd_config_parse(&c, argc, argv, error, sizeof error), LARDERD_CONFIG_RUN);
+    CHECK(strcmp(c.config_file, path) == 0);
+    CHECK(strcmp(c.cache_dir, "/file-cache") == 0 && strcmp(c.socket_path, "/file.sock") == 0);
+    CHECK(c.jobs == 4 && c.warm); /* the command line wins; the rest is the file's */
+    CHECK(c.num_allow == 1 && strcmp(c.allow[0], "/c") == 0 && !c.allow[1]); /* replaced */
+    CHECK(c.num_allow_gids == 1 && c.allow_gids[0] == 5); /* not given here: the file's */
+    free(file_text);
+
+    /* --config=FILE, and none */
+    char option[4200];
+    snprintf(option, sizeof option, "--config=%s", path);
+    char *equals[] = {"larderd", option, NULL};
+    CHECK(strcmp(larderd_config_file_option(2, equals), path) == 0);
+    char *none[] = {"larderd", "--cache", "/c", NULL};
+    CHECK(larderd_config_file_option(3, none) == NULL);
+
+    /* a file that is not there, one too large */
+    larderd_config_defaults(&c);
+    CHECK_EQ(larderd_config_read(&c, test_path("missing.conf"), &file_text, error, sizeof error),
+             -EINVAL);
+    CHECK(strstr(error, "cannot read ") == error && strstr(error, ": No such file or directory"));
+    CHECK(file_text == NULL);
+    char *big = malloc(CONFIG_MAX_FILE + 10);
+    memset(big, '#', CONFIG_MAX_FILE + 10);
+    test_write_file(path, big, CONFIG_MAX_FILE + 10);
+    free(big);
+    CHECK_EQ(larderd_config_read(&c, path, &file_text, error, sizeof error), -EINVAL);
+    CHECK(strstr(error, ": not a configuration file (over 64 KB, or a NUL byte)") != NULL);
+}

@@ -3,7 +3,8 @@
  * (src/larderd/requests.c) without sockets: frames handed to handle() on a
  * connection of a daemon of the test's own, the answers read back from the
  * connection's output queue.  The handshake, who may OPEN, READ staged by
- * the workers (the bytes checked against the shard), STAT, a peer's PROVE.
+ * the workers (the bytes checked against the shard; each READ counted as a
+ * hit, a miss or an error), STAT, a peer's PROVE.
  */
 #include "auth.h"
 #include "daemon_fixture.h"
@@ -114,12 +115,25 @@ TEST(larderd_requests_open_read_stat)
     larder_close(check);
     CHECK(memcmp(got, want, 1000) == 0);
     CHECK_EQ(c->charged, 0);
+    const struct served *served = &d.datasets[0].served;
+    CHECK(served->misses == 1 && served->hits == 0 && served->bytes == 1000);
+    /* the same bytes again: from the cache, with no fill, a hit */
+    CHECK(send_read(c, &opened, 1, 100, 1000));
+    fixture_wait_jobs(c);
+    free(fixture_answer(c, LARDER__DATA));
+    CHECK(served->misses == 1 && served->hits == 1 && served->bytes == 2000);
+    CHECK(served->peer_reads == 0 && served->borrowed == 0);
 
     /* past the shard's end: an ERROR, the connection stays */
     CHECK(send_read(c, &opened, 1, 0, 1u << 20));
     fixture_wait_jobs(c);
     char message[256];
     CHECK(fixture_error(c, message, sizeof message) < 0);
+    CHECK(served->errors == 1 && served->hits == 1 && served->misses == 1);
+    uint64_t answered = 0;
+    for (int b = 0; b <= READ_LATENCY_BUCKETS; b++)
+        answered += served->latency[b];
+    CHECK_EQ(answered, 3); /* every READ answered is in the histogram */
 
     uint8_t stat[LARDER__WIRE_HEADER];
     larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 3);
@@ -130,6 +144,8 @@ TEST(larderd_requests_open_read_stat)
     char *text = strndup((char *)o->bytes + LARDER__WIRE_HEADER, o->length - LARDER__WIRE_HEADER);
     CHECK(strstr(text, info.dataset_id) != NULL);
     CHECK(strncmp(text, "{\"self\": \"\", \"members\": 0, \"datasets\": [", 40) == 0);
+    CHECK(strstr(text, "\"hits\": 1, \"misses\": 1, \"borrowed_reads\": 0, \"read_errors\": 1, "
+                       "\"served_bytes\": 2000, ") != NULL);
     free(text);
     free(o);
 
