@@ -35,7 +35,14 @@ extern "C" {
 #define LARDER_API
 #endif
 
+/* The one place larder's version is written: CMake, larder.pc, the man
+ * pages and the Python package take it from here. */
 #define LARDER_VERSION_STRING "0.1.0"
+
+/* The version of the library as loaded: LARDER_VERSION_STRING of the
+ * header it was built with, to compare with the one a program was compiled
+ * against.  A static string. */
+LARDER_API const char *larder_version(void);
 
 /* larder's own error codes, well below every errno value. */
 #define LARDER_ERRNO_MAP(X)                                                                        \

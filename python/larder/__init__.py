@@ -38,7 +38,11 @@ from .dataset import Dataset, DatasetInfo, Field, SampleInfo
 from .plan import Plan, PlanInfo
 from .stats import summarize
 
-__version__ = "0.1.0"
+from . import _lib
+
+# the loaded liblarder's version (LARDER_VERSION_STRING of include/larder.h,
+# the one place it is written); an installed package ships its own library
+__version__ = _lib.lib.larder_version().decode()
 
 __all__ = [
     "EBADINDEX", "EVERSION", "EBADTAR", "ECHECKSUM", "ENOTFOUND", "EDUPKEY", "EUNSAFE",

@@ -228,6 +228,7 @@ def _declare(name, restype, *argtypes):
     return fn
 
 
+_declare("larder_version", ctypes.c_char_p)
 _declare("larder_strerror", ctypes.c_char_p, ctypes.c_int)
 _declare("larder_errmsg", ctypes.c_char_p)
 _declare("larder_dtype_name", ctypes.c_char_p, ctypes.c_int)

@@ -1,12 +1,17 @@
 /*
  * error.c - return codes, their names, and the per-thread detail message
- * behind larder_errmsg().
+ * behind larder_errmsg(); and larder_version(), the library's version.
  */
 #include "common.h"
 
 #include <stdio.h>
 
 static _Thread_local char error_detail[1024];
+
+const char *larder_version(void)
+{
+    return LARDER_VERSION_STRING;
+}
 
 const char *larder_strerror(int code)
 {

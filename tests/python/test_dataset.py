@@ -314,21 +314,3 @@ def test_import_without_torch_and_library_lookup(tree_index):
                                               "LARDER_LIBRARY": "/nonexistent/liblarder.so"})
     assert result.returncode != 0
     assert "ImportError" in result.stderr and "/nonexistent/liblarder.so" in result.stderr
-
-
-def test_install_script(tmp_path, tree_index):
-    library = os.environ.get("LARDER_LIBRARY") or os.path.join(REPO, "build", "liblarder.so")
-    build = os.path.dirname(library)
-    target = tmp_path / "site"
-    result = subprocess.run([os.path.join(REPO, "scripts", "install-python"), "--target",
-                             str(target)], capture_output=True, text=True,
-                            env={**os.environ, "BUILD": build})
-    assert result.returncode == 0, result.stderr
-    assert (target / "larder" / "liblarder.so").is_file()
-    assert (target / "larder" / "torch.py").is_file()
-    result = run_python(
-        f"import larder; print(larder.library_path()); print(len(larder.Dataset({tree_index!r})))",
-        env={"PYTHONPATH": str(target), "LARDER_LIBRARY": ""})
-    assert result.returncode == 0, result.stderr
-    path, count = result.stdout.split()
-    assert path == str(target / "larder" / "liblarder.so") and int(count) == TREE_SAMPLES

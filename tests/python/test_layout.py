@@ -8,6 +8,7 @@ each field's offset and size, and ctypes must compute the same; every
 LARDER_* constant _lib defines must have the header's value."""
 
 import ctypes
+import re
 
 import pytest
 
@@ -91,3 +92,12 @@ def test_constants_match_the_header(tmp_path):
         pytest.skip("no C compiler to read the header's constants")
     for name, value in constants.items():
         assert int(c[name]) == value % (1 << 64), name
+
+
+def test_version_is_the_headers():
+    # the version is written once, in the header; __version__ is the loaded
+    # library's (larder_version), so the build must have taken it from there
+    import larder
+    match = re.search(r'^#define LARDER_VERSION_STRING "([^"]+)"$', header.text(), re.M)
+    assert match, "no LARDER_VERSION_STRING in include/larder.h"
+    assert larder.__version__ == match.group(1)
