@@ -241,6 +241,8 @@ _declare("larder_sample_info_get", ctypes.c_int, _vp, ctypes.c_uint64,
          ctypes.POINTER(SampleInfo))
 _declare("larder_field_info_get", ctypes.c_int, _vp, ctypes.c_uint64, ctypes.c_uint32,
          ctypes.POINTER(FieldInfo))
+_declare("larder_sample_layout_get", ctypes.c_int, _vp, ctypes.c_uint64,
+         ctypes.POINTER(SampleInfo), ctypes.POINTER(FieldInfo), ctypes.c_uint32)
 _declare("larder_find_key", ctypes.c_int64, _vp, ctypes.c_char_p)
 _declare("larder_find_field", ctypes.c_int, _vp, ctypes.c_uint64, ctypes.c_char_p)
 _declare("larder_read_sample", ctypes.c_int64, _vp, ctypes.c_uint64, _vp, ctypes.c_size_t)
