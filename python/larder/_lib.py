@@ -31,8 +31,12 @@ def _candidates():
     yield "build tree", os.path.normpath(
         os.path.join(_PACKAGE_DIR, "..", "..", "build", "liblarder.so")
     )
+    # the loader's own search first: find_library runs ldconfig and the
+    # compiler in subprocesses (tens of milliseconds), so only as a fallback
+    yield "system loader", "liblarder.so.0"
     found = ctypes.util.find_library("larder")
-    yield "system loader", found or "liblarder.so.0"
+    if found and found != "liblarder.so.0":
+        yield "system loader (find_library)", found
 
 
 def _load():

@@ -529,38 +529,59 @@ class IterableDataset(torch.utils.data.IterableDataset):
         return self._generate(plan, epoch, in_main, skip)
 
     def _generate(self, plan, epoch, in_main, skip):
-        """Read plan's steps for this worker, one step ahead; the first
-        `skip` samples of the first step were handed out by an earlier pass.
-        In the main process, the position moves with every sample handed
-        out."""
+        """Read plan's steps for this worker, read_ahead steps ahead; the
+        first `skip` samples of the first step were handed out by an earlier
+        pass.  In the main process, the position moves with every sample
+        handed out.
+
+        The first step is read in this thread with nothing else of this
+        reader running: the read-ahead thread and the prefetcher start once
+        its samples are handed out, so that neither their start nor their
+        reads delay the first batch."""
         dataset, decode, waits = self.dataset, self.decode, self._waits
         steps = plan.worker_steps()
-        prefetcher = _Prefetcher(dataset, plan, self.prefetch)
-        consumed = 0  # this worker's steps handed out, for the prefetcher
+        prefetcher = None
         executor = None
-        if self.read_ahead:
-            executor = ThreadPoolExecutor(1, thread_name_prefix="larder-read")
-        pending = deque()
+        pending = deque()  # (step, future or None, ids, offset, step's length)
+        consumed = 0  # this worker's steps handed out, for the prefetcher
+
+        def queue(count, background):
+            nonlocal executor, skip
+            while len(pending) < count:
+                step = next(steps, None)
+                if step is None:
+                    return
+                ids = plan.batch(step)
+                total, offset, skip = len(ids), skip, 0
+                ids = ids[offset:]
+                job = None
+                if background:
+                    if executor is None:
+                        executor = ThreadPoolExecutor(1, thread_name_prefix="larder-read")
+                    job = executor.submit(dataset.get_many, ids)
+                pending.append((step, job, ids, offset, total))
+
         try:
             while True:
-                # queue the next reads before waiting on this one
-                while len(pending) < 1 + self.read_ahead:
-                    step = next(steps, None)
-                    if step is None:
-                        break
-                    ids = plan.batch(step)
-                    total, offset, skip = len(ids), skip, 0
-                    ids = ids[offset:]
-                    job = executor.submit(dataset.get_many, ids) if executor else ids
-                    pending.append((step, job, offset, total))
+                if consumed:
+                    if prefetcher is None:
+                        prefetcher = _Prefetcher(dataset, plan, self.prefetch)
+                        prefetcher.advance(consumed)
+                    if self.read_ahead:
+                        queue(self.read_ahead, background=True)
+                if not pending:
+                    queue(1, background=False)
                 if not pending:
                     return
-                step, job, offset, total = pending.popleft()
+                step, job, ids, offset, total = pending.popleft()
                 started = time.perf_counter()
-                samples = job.result() if executor else dataset.get_many(job)
+                samples = job.result() if job is not None else dataset.get_many(ids)
                 waits.record(step, time.perf_counter() - started)
                 consumed += 1
-                prefetcher.advance(consumed)
+                if prefetcher is not None:
+                    prefetcher.advance(consumed)
+                    if self.read_ahead:  # the next reads run while this step is handed out
+                        queue(self.read_ahead, background=True)
                 if decode is not None:
                     samples = [decode(s) for s in samples]
                 # in the main process steps run start, start+1, ...: having
@@ -580,7 +601,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
         finally:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
-            prefetcher.stop()
+            if prefetcher is not None:
+                prefetcher.stop()
             plan.close()
 
     def __repr__(self):
