@@ -526,12 +526,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 return _raise(ValueError(_MID_STEP.format(sample=skip, step=start)))
         start = min(start, self._steps)
         plan = self._plan(epoch, world, rank, workers, worker, start)
-        generator = self._generate(plan, epoch, in_main, skip)
-        try:
-            next(generator)  # read the first step now
-        except Exception as error:  # raised from the first next(), as a worker passes it on
-            return _raise(error)
-        return generator
+        return self._generate(plan, epoch, in_main, skip)
 
     def _generate(self, plan, epoch, in_main, skip):
         """Read plan's steps for this worker, read_ahead steps ahead; the
@@ -539,13 +534,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
         pass.  In the main process, the position moves with every sample
         handed out.
 
-        The generator first yields None once the first step is read and
-        decoded: __iter__ runs it that far, so that a DataLoader worker
-        (which calls iter() as it starts) has its first step ready by the
-        time the main process, still starting the other workers, asks for
-        it.  That read runs in this thread with nothing else of this reader
-        running: the read-ahead thread and the prefetcher start once its
-        samples are handed out, so that neither delays the first batch."""
+        The first step is read in this thread with nothing else of this
+        reader running: the read-ahead thread and the prefetcher start once
+        its samples are handed out, so that neither their start nor their
+        reads delay the first batch."""
         dataset, decode, waits = self.dataset, self.decode, self._waits
         steps = plan.worker_steps()
         prefetcher = None
@@ -572,52 +564,43 @@ class IterableDataset(torch.utils.data.IterableDataset):
                     job = executor.submit(dataset.get_many, ids)
                 pending.append((step, job, ids, offset, total))
 
-        def read_next():
-            """(step, samples, offset, step's length) of the next step, or None."""
-            nonlocal consumed, prefetcher
-            if consumed:
-                if prefetcher is None:
-                    prefetcher = _Prefetcher(dataset, plan, self.prefetch)
-                    prefetcher.advance(consumed)
-                if self.read_ahead:
-                    queue(self.read_ahead, background=True)
-            if not pending:
-                queue(1, background=False)
-            if not pending:
-                return None
-            step, job, ids, offset, total = pending.popleft()
-            started = time.perf_counter()
-            samples = job.result() if job is not None else dataset.get_many(ids)
-            waits.record(step, time.perf_counter() - started)
-            consumed += 1
-            if prefetcher is not None:
-                prefetcher.advance(consumed)
-                if self.read_ahead:  # the next reads run while this step is handed out
-                    queue(self.read_ahead, background=True)
-            if decode is not None:
-                samples = [decode(s) for s in samples]
-            return step, samples, offset, total
-
         try:
-            current = read_next()
-            yield None  # primed: see above
-            while current is not None:
-                step, samples, offset, total = current
+            while True:
+                if consumed:
+                    if prefetcher is None:
+                        prefetcher = _Prefetcher(dataset, plan, self.prefetch)
+                        prefetcher.advance(consumed)
+                    if self.read_ahead:
+                        queue(self.read_ahead, background=True)
+                if not pending:
+                    queue(1, background=False)
+                if not pending:
+                    return
+                step, job, ids, offset, total = pending.popleft()
+                started = time.perf_counter()
+                samples = job.result() if job is not None else dataset.get_many(ids)
+                waits.record(step, time.perf_counter() - started)
+                consumed += 1
+                if prefetcher is not None:
+                    prefetcher.advance(consumed)
+                    if self.read_ahead:  # the next reads run while this step is handed out
+                        queue(self.read_ahead, background=True)
+                if decode is not None:
+                    samples = [decode(s) for s in samples]
                 # in the main process steps run start, start+1, ...: having
                 # handed out sample k of `step`, k + 1 of it are done
                 if self.yield_batches:
                     if in_main:
                         self._mark(epoch, step + 1)
                     yield samples
-                else:
-                    for done, sample in enumerate(samples, offset + 1):
-                        if in_main:
-                            if done < total:
-                                self._mark(epoch, step, done)
-                            else:
-                                self._mark(epoch, step + 1)
-                        yield sample
-                current = read_next()
+                    continue
+                for done, sample in enumerate(samples, offset + 1):
+                    if in_main:
+                        if done < total:
+                            self._mark(epoch, step, done)
+                        else:
+                            self._mark(epoch, step + 1)
+                    yield sample
         finally:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
