@@ -220,6 +220,18 @@ LARDER_API int larder_sample_info_get(const larder_dataset *dataset, uint64_t id
 /* Layout of field `field` (0 .. num_fields-1) of sample `id`. */
 LARDER_API int larder_field_info_get(const larder_dataset *dataset, uint64_t id, uint32_t field,
                                      larder_field_info *info);
+/*
+ * The whole layout of sample `id` in one call: *info (may be NULL) as
+ * larder_sample_info_get() fills it, and fields[0 .. num_fields) as
+ * larder_field_info_get() fills each field, in field order.  Returns
+ * num_fields; LARDER_ETOOSMALL when capacity < num_fields (no field is
+ * written, but *info is, so info->num_fields tells what to allocate);
+ * LARDER_ENOTFOUND past the end; LARDER_EBADINDEX for an inconsistent
+ * record.  The names and keys are valid while the dataset is open.
+ */
+LARDER_API int larder_sample_layout_get(const larder_dataset *dataset, uint64_t id,
+                                        larder_sample_info *info, larder_field_info *fields,
+                                        uint32_t capacity);
 /* Id of the sample named `key` (>= 0), or LARDER_ENOTFOUND. */
 LARDER_API int64_t larder_find_key(const larder_dataset *dataset, const char *key);
 /* Index of the field named `name` in sample `id` (>= 0), or LARDER_ENOTFOUND. */

@@ -31,8 +31,12 @@ def _candidates():
     yield "build tree", os.path.normpath(
         os.path.join(_PACKAGE_DIR, "..", "..", "build", "liblarder.so")
     )
+    # the loader's own search first: find_library runs ldconfig and the
+    # compiler in subprocesses (tens of milliseconds), so only as a fallback
+    yield "system loader", "liblarder.so.0"
     found = ctypes.util.find_library("larder")
-    yield "system loader", found or "liblarder.so.0"
+    if found and found != "liblarder.so.0":
+        yield "system loader (find_library)", found
 
 
 def _load():
@@ -242,6 +246,8 @@ _declare("larder_sample_info_get", ctypes.c_int, _vp, ctypes.c_uint64,
          ctypes.POINTER(SampleInfo))
 _declare("larder_field_info_get", ctypes.c_int, _vp, ctypes.c_uint64, ctypes.c_uint32,
          ctypes.POINTER(FieldInfo))
+_declare("larder_sample_layout_get", ctypes.c_int, _vp, ctypes.c_uint64,
+         ctypes.POINTER(SampleInfo), ctypes.POINTER(FieldInfo), ctypes.c_uint32)
 _declare("larder_find_key", ctypes.c_int64, _vp, ctypes.c_char_p)
 _declare("larder_find_field", ctypes.c_int, _vp, ctypes.c_uint64, ctypes.c_char_p)
 _declare("larder_read_sample", ctypes.c_int64, _vp, ctypes.c_uint64, _vp, ctypes.c_size_t)

@@ -112,6 +112,7 @@ class Dataset:
         self._closed = False
         self._lock = threading.Lock()
         self._info = None
+        self._field_room = 8  # FieldInfo slots a layout call starts with
 
     # ---- opening, closing, pickling ----------------------------------------
 
@@ -223,17 +224,24 @@ class Dataset:
               f"{self.url}: sample {i}")
         return info
 
-    def _fields(self, handle, i, num_fields):
-        fields = []
-        info = _lib.FieldInfo()
-        for f in range(num_fields):
-            check(lib.larder_field_info_get(handle, i, f, ctypes.byref(info)),
-                  f"{self.url}: sample {i} field {f}")
-            dtype = _numpy_dtype(info.dtype)
-            shape = tuple(info.shape[:info.ndim]) if dtype is not None else None
-            fields.append(Field(info.name.decode("utf-8", "surrogateescape"), info.offset,
-                                info.length, dtype, shape))
-        return fields
+    def _layout(self, handle, i, info, fields):
+        """Sample i's layout with one larder_sample_layout_get call into
+        `info` and the FieldInfo array `fields` (a bigger one when the
+        sample has more fields): returns (fields, count)."""
+        rc = lib.larder_sample_layout_get(handle, i, info, fields, len(fields))
+        if rc == _lib.ETOOSMALL and info.num_fields > len(fields):
+            self._field_room = max(self._field_room, info.num_fields)
+            fields = (_lib.FieldInfo * info.num_fields)()
+            rc = lib.larder_sample_layout_get(handle, i, info, fields, len(fields))
+        if rc < 0:
+            raise _lib.error(rc, f"{self.url}: sample {i}")
+        return fields, rc
+
+    @staticmethod
+    def _field(f):
+        dtype = _numpy_dtype(f.dtype)
+        shape = tuple(f.shape[:f.ndim]) if dtype is not None else None
+        return Field(f.name.decode("utf-8", "surrogateescape"), f.offset, f.length, dtype, shape)
 
     def sample_info(self, i):
         """SampleInfo(id, key, offset, length, checksum, shard, shard_name,
@@ -247,8 +255,7 @@ class Dataset:
         """The fields of sample i, as a list of Field(name, offset, length,
         dtype, shape)."""
         i = self._index(i)
-        handle = self._ensure_open()
-        return self._fields(handle, i, self._sample_info(handle, i).num_fields)
+        return self._layouts(self._ensure_open(), [i], with_fields=True)[0][3]
 
     def key(self, i):
         """The key of sample i (str)."""
@@ -288,11 +295,23 @@ class Dataset:
                               f"{len(buf)} bytes")
 
     def _layouts(self, handle, ids, with_fields):
+        """(id, key, length, fields or None) of each sample: one call into
+        the library per sample."""
         layouts = []
+        info = _lib.SampleInfo()
+        if not with_fields:
+            for i in ids:
+                rc = lib.larder_sample_info_get(handle, i, info)
+                if rc < 0:
+                    raise _lib.error(rc, f"{self.url}: sample {i}")
+                layouts.append((i, _decode_key(info.key), info.length, None))
+            return layouts
+        fields = (_lib.FieldInfo * self._field_room)()
+        field = self._field
         for i in ids:
-            s = self._sample_info(handle, i)
-            fields = self._fields(handle, i, s.num_fields) if with_fields else None
-            layouts.append((i, _decode_key(s.key), s.length, fields))
+            fields, count = self._layout(handle, i, info, fields)
+            layouts.append((i, _decode_key(info.key), info.length,
+                            [field(fields[k]) for k in range(count)]))
         return layouts
 
     def _read_batch(self, ids, with_fields):

@@ -11,14 +11,16 @@ ranks never depends on W or K.
 
 State and workers: DataLoader workers are separate processes holding
 copies of the dataset, so only the main process can know how far training
-got.  The dataset keeps (epoch, step) -- the global step the next pass
-starts at -- in the main process, and two things advance it: iterating
-the dataset in the main process (num_workers=0), and larder.torch.DataLoader,
-which counts the batches it hands out (each one is exactly one step).
-state_dict() reads that; load_state_dict() sets it; workers started
-afterwards begin there.  A plain torch DataLoader with workers does not
-advance it: call set_epoch() each epoch and track steps yourself, or use
-larder.torch.DataLoader.
+got.  The dataset keeps (epoch, step, sample) -- where the next pass
+starts -- in the main process, and two things advance it: iterating the
+dataset in the main process (num_workers=0), sample by sample, and
+larder.torch.DataLoader, which counts the batches it hands out (each one
+is exactly one step).  state_dict() reads that; load_state_dict() and
+set_epoch() set it.  The main process publishes it in memory shared with
+its DataLoader workers, which read it at the start of every pass, so
+persistent workers follow it too.  A plain torch DataLoader with workers
+does not advance it (state_dict() then raises): call set_epoch() each
+epoch and track steps yourself, or use larder.torch.DataLoader.
 
 Importing this module imports torch; `import larder` does not.
 """
@@ -30,7 +32,6 @@ import multiprocessing.context
 import os
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.utils.data
@@ -44,7 +45,7 @@ from .stats import summarize
 __all__ = ["IterableDataset", "DataLoader", "StatefulLoader", "distributed_topology",
            "torch_dtypes"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2 added 'sample' and 'world'
 
 # Per-step wait slots kept per dataset: a ring of at most this many steps
 # (2 MiB), so the summary covers the most recent 262144 steps of an epoch.
@@ -89,6 +90,19 @@ def torch_dtypes(sample):
     return out
 
 
+_MID_STEP = ("larder.torch: the position is mid-step (sample {sample} of step {step}: "
+             "iteration in the main process stopped there); DataLoader workers and "
+             "larder.torch.DataLoader's batches are whole steps, so resume it by iterating "
+             "the dataset in the main process (a torch DataLoader with num_workers=0), or "
+             "resume from a step boundary")
+
+
+def _raise(error):
+    """A generator that raises `error` when first asked for an item."""
+    raise error
+    yield
+
+
 def _in_worker():
     return torch.utils.data.get_worker_info() is not None
 
@@ -110,7 +124,8 @@ class _WaitSlots:
         self.clear()
 
     def clear(self):
-        self._slots[:] = [float("nan")] * self.size
+        # all ones is a NaN: a memset, not a list of 262144 floats
+        ctypes.memset(self._slots, 0xFF, ctypes.sizeof(self._slots))
 
     def record(self, step, seconds):
         self._slots[step % self.size] = seconds
@@ -130,6 +145,68 @@ class _WaitSlots:
             self.size, self.shared, self._slots = state["size"], True, state["slots"]
         else:
             self.__init__(state["size"], shared=state["shared"])
+
+
+class _Position:
+    """Where the next pass of the dataset's DataLoader workers starts,
+    (epoch, step, sample), as the main process last published it, in memory
+    shared with the workers started from it: persistent workers read it at
+    the start of every pass, so set_epoch() and load_state_dict() between
+    passes reach them.  Plus a flag that the workers of a plain torch
+    DataLoader raise: the main process cannot know what such a pass handed
+    to training.  Forked workers inherit the mapping, spawned ones get it
+    while they are being started; any other copy gets memory of its own."""
+
+    def __init__(self, epoch=0, step=0, sample=0, untracked=False):
+        self._cells = multiprocessing.RawArray(ctypes.c_int64, 4)
+        self.publish(epoch, step, sample)
+        self.untracked = untracked
+
+    def publish(self, epoch, step, sample):
+        self._cells[0:3] = [epoch, step, sample]
+
+    def get(self):
+        """(epoch, step, sample)"""
+        return tuple(self._cells[0:3])
+
+    @property
+    def untracked(self):
+        return bool(self._cells[3])
+
+    @untracked.setter
+    def untracked(self, value):
+        self._cells[3] = 1 if value else 0
+
+    def __getstate__(self):
+        spawning = multiprocessing.context.get_spawning_popen() is not None
+        return {"cells": self._cells if spawning else None, "values": self._cells[:]}
+
+    def __setstate__(self, state):
+        if state["cells"] is not None:
+            self._cells = state["cells"]
+        else:
+            epoch, step, sample, untracked = state["values"]
+            self.__init__(epoch, step, sample, untracked)
+
+
+# True in a DataLoader worker started by larder.torch.DataLoader, which
+# counts what the main process hands out (set by _LoaderWorkerInit)
+_tracked_worker = False
+
+
+class _LoaderWorkerInit:
+    """The worker_init_fn of larder.torch.DataLoader's workers: marks the
+    process as one whose passes the main process follows, then calls the
+    user's worker_init_fn, if any."""
+
+    def __init__(self, user_fn):
+        self.user_fn = user_fn
+
+    def __call__(self, worker_id):
+        global _tracked_worker
+        _tracked_worker = True
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
 
 
 class _Prefetcher:
@@ -232,8 +309,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._steps = plan.steps
             self._num_samples = plan.num_samples
             self._num_denied = plan.info.num_denied
-        self.epoch = 0
-        self._step = 0  # global steps of `epoch` done: where the next pass starts
+        # where the next pass starts, in the main process: epoch, global
+        # steps of it done, and samples of this rank's share of the next
+        # step already handed out (only iterating in the main process stops
+        # mid-step); _position is what the workers see
+        self._epoch, self._step, self._sample = 0, 0, 0
+        self._position = _Position()
         self._waits = _WaitSlots(self._steps)
 
     def _plan(self, epoch, world, rank, workers=1, worker=0, start_step=0):
@@ -295,29 +376,68 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     # ---- state -------------------------------------------------------------
 
+    @property
+    def epoch(self):
+        """The epoch the next pass reads."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, epoch):
+        self._epoch = int(epoch)
+        self._publish()
+
+    def _publish(self):
+        """Make the main process's position the one DataLoader workers
+        start their next pass at (persistent ones included)."""
+        self._position.publish(self._epoch, self._step, self._sample)
+
     def set_epoch(self, epoch):
         """Read epoch `epoch` next, from its start -- unless it is already
         the current epoch, so that resuming with load_state_dict() and then
-        calling set_epoch(state['epoch']) keeps the step."""
+        calling set_epoch(state['epoch']) keeps the position.  Reaches
+        persistent DataLoader workers too."""
         epoch = int(epoch)
-        if epoch != self.epoch:
-            self.epoch, self._step = epoch, 0
+        if epoch != self._epoch:
+            self._epoch, self._step, self._sample = epoch, 0, 0
+        self._position.untracked = False
+        self._publish()
 
-    def _mark(self, epoch, steps_done):
-        """The main process has handed out steps [.., steps_done) of epoch."""
-        if steps_done >= self._steps:
-            self.epoch, self._step = epoch + 1, 0
-        else:
-            self.epoch, self._step = epoch, steps_done
+    def _mark(self, epoch, step, sample=0, publish=True):
+        """The main process has handed out everything before sample
+        `sample` of this rank's share of global step `step` of `epoch`.
+        publish=False while a larder DataLoader's workers may still be
+        starting their pass (the loader publishes when the pass ends)."""
+        if step >= self._steps:
+            epoch, step, sample = epoch + 1, 0, 0
+        self._epoch, self._step, self._sample = epoch, step, sample
+        if publish:
+            self._publish()
 
     def state_dict(self):
         """Where the next pass starts: {'epoch', 'step' (global steps of
-        that epoch done), ...}.  The step counts global steps, so the state
-        resumes on any world size that divides the global batch."""
+        that epoch done), 'sample' (samples of this rank's share of the
+        next step done: 0 unless iteration in the main process stopped
+        mid-step), 'world', ...}.  At a step boundary the state resumes on
+        any world size that divides the global batch; mid-step, only on the
+        same world size.
+
+        RuntimeError when the workers of a plain torch DataLoader have read
+        since the position was last set: the main process cannot know what
+        they handed to training (use larder.torch.DataLoader, or count
+        yourself and load_state_dict(strict=False))."""
+        if self._position.untracked:
+            raise RuntimeError(
+                "larder.torch: the workers of a plain torch DataLoader read this dataset, and "
+                "the main process cannot know how much of it training consumed; use "
+                "larder.torch.DataLoader (it counts the steps it hands out), iterate with "
+                "num_workers=0, or count yourself and call load_state_dict({'epoch': e, "
+                "'step': t}, strict=False) on restart (set_epoch() clears this)")
         return {
             "version": STATE_VERSION,
-            "epoch": self.epoch,
+            "epoch": self._epoch,
             "step": self._step,
+            "sample": self._sample,
+            "world": self.topology()[1],
             "seed": self.seed,
             "global_batch": self.global_batch,
             "mode": self.mode,
@@ -328,23 +448,43 @@ class IterableDataset(torch.utils.data.IterableDataset):
         }
 
     def load_state_dict(self, state, strict=True):
-        """Continue from a state_dict(): the next pass starts at its epoch
-        and step.  With strict (the default), a state from another seed,
-        global batch, mode, deny-list or dataset raises ValueError, since it
-        would not continue the same sequence."""
+        """Continue from a state_dict(): the next pass starts at its epoch,
+        step and sample.  With strict (the default), a state from another
+        seed, global batch, mode, deny-list or dataset raises ValueError,
+        since it would not continue the same sequence.  A state taken
+        mid-step ('sample' > 0) needs the world size it was taken on, and
+        a pass that runs in the main process (num_workers=0)."""
         if strict:
-            mine = self.state_dict()
+            mine = self._identity()
             for name in ("seed", "global_batch", "mode", "pad", "num_samples", "dataset_id"):
                 if name in state and state[name] != mine[name]:
                     raise ValueError(f"state_dict has {name} {state[name]!r}, this dataset "
                                      f"{mine[name]!r}: not the same sequence (strict=False "
                                      f"to load anyway)")
         epoch, step = int(state["epoch"]), int(state["step"])
-        if step < 0:
-            raise ValueError(f"state_dict step {step} is negative")
+        sample = int(state.get("sample", 0))
+        if step < 0 or sample < 0:
+            raise ValueError(f"state_dict step {step}, sample {sample}: negative")
+        if sample:
+            world = self.topology()[1]
+            if state.get("world") != world:
+                raise ValueError(f"state_dict was taken mid-step (sample {sample} of step "
+                                 f"{step}) on world size {state.get('world')}: it resumes "
+                                 f"exactly only on that world size, not on {world}")
+            if sample >= self.local_batch:
+                raise ValueError(f"state_dict sample {sample} is not within a step of "
+                                 f"{self.local_batch} samples")
         if self._steps and step >= self._steps:
-            epoch, step = epoch + 1, 0  # that epoch was done
-        self.epoch, self._step = epoch, step
+            epoch, step, sample = epoch + 1, 0, 0  # that epoch was done
+        self._epoch, self._step, self._sample = epoch, step, sample
+        self._position.untracked = False
+        self._publish()
+
+    def _identity(self):
+        """What load_state_dict(strict=True) compares."""
+        return {"seed": self.seed, "global_batch": self.global_batch, "mode": self.mode,
+                "pad": self.pad, "num_samples": self._num_samples,
+                "dataset_id": self.dataset.info.dataset_id}
 
     # ---- statistics --------------------------------------------------------
 
@@ -371,61 +511,107 @@ class IterableDataset(torch.utils.data.IterableDataset):
         in_main = info is None
         workers, worker = (1, 0) if in_main else (info.num_workers, info.id)
         rank, world = self.topology()
-        epoch, start = self.epoch, min(self._step, self._steps)
+        if in_main:
+            epoch, start, skip = self._epoch, self._step, self._sample
+        else:
+            # what the main process published: a persistent worker's own
+            # copy of the position is as old as the worker
+            epoch, start, skip = self._position.get()
+            if not _tracked_worker:
+                self._position.untracked = True
+            if skip:
+                # raised from the first next(): torch's worker loop passes an
+                # error from there to the main process, but not one from a
+                # persistent worker's iter()
+                return _raise(ValueError(_MID_STEP.format(sample=skip, step=start)))
+        start = min(start, self._steps)
         plan = self._plan(epoch, world, rank, workers, worker, start)
-        return self._generate(plan, epoch, in_main)
+        return self._generate(plan, epoch, in_main, skip)
 
-    def _generate(self, plan, epoch, in_main):
+    def _generate(self, plan, epoch, in_main, skip):
+        """Read plan's steps for this worker, read_ahead steps ahead; the
+        first `skip` samples of the first step were handed out by an earlier
+        pass.  In the main process, the position moves with every sample
+        handed out.
+
+        The first step is read in this thread with nothing else of this
+        reader running: the read-ahead thread and the prefetcher start once
+        its samples are handed out, so that neither their start nor their
+        reads delay the first batch."""
         dataset, decode, waits = self.dataset, self.decode, self._waits
         steps = plan.worker_steps()
-        prefetcher = _Prefetcher(dataset, plan, self.prefetch)
-        consumed = 0  # this worker's steps handed out, for the prefetcher
+        prefetcher = None
         executor = None
-        if self.read_ahead:
-            executor = ThreadPoolExecutor(1, thread_name_prefix="larder-read")
-        pending = deque()
+        pending = deque()  # (step, future or None, ids, offset, step's length)
+        consumed = 0  # this worker's steps handed out, for the prefetcher
+
+        def queue(count, background):
+            nonlocal executor, skip
+            while len(pending) < count:
+                step = next(steps, None)
+                if step is None:
+                    return
+                ids = plan.batch(step)
+                total, offset, skip = len(ids), skip, 0
+                ids = ids[offset:]
+                job = None
+                if background:
+                    if executor is None:
+                        # imported here: only once the first step is handed out
+                        from concurrent.futures import ThreadPoolExecutor
+
+                        executor = ThreadPoolExecutor(1, thread_name_prefix="larder-read")
+                    job = executor.submit(dataset.get_many, ids)
+                pending.append((step, job, ids, offset, total))
+
         try:
             while True:
-                # queue the next reads before waiting on this one
-                while len(pending) < 1 + self.read_ahead:
-                    step = next(steps, None)
-                    if step is None:
-                        break
-                    ids = plan.batch(step)
-                    job = executor.submit(dataset.get_many, ids) if executor else ids
-                    pending.append((step, job))
+                if consumed:
+                    if prefetcher is None:
+                        prefetcher = _Prefetcher(dataset, plan, self.prefetch)
+                        prefetcher.advance(consumed)
+                    if self.read_ahead:
+                        queue(self.read_ahead, background=True)
+                if not pending:
+                    queue(1, background=False)
                 if not pending:
                     return
-                step, job = pending.popleft()
+                step, job, ids, offset, total = pending.popleft()
                 started = time.perf_counter()
-                samples = job.result() if executor else dataset.get_many(job)
+                samples = job.result() if job is not None else dataset.get_many(ids)
                 waits.record(step, time.perf_counter() - started)
                 consumed += 1
-                prefetcher.advance(consumed)
+                if prefetcher is not None:
+                    prefetcher.advance(consumed)
+                    if self.read_ahead:  # the next reads run while this step is handed out
+                        queue(self.read_ahead, background=True)
                 if decode is not None:
                     samples = [decode(s) for s in samples]
-                # in the main process steps run start, start+1, ...: after
-                # handing out the last item of `step`, step + 1 steps are done
+                # in the main process steps run start, start+1, ...: having
+                # handed out sample k of `step`, k + 1 of it are done
                 if self.yield_batches:
                     if in_main:
                         self._mark(epoch, step + 1)
                     yield samples
                     continue
-                last = len(samples) - 1
-                for k, sample in enumerate(samples):
-                    if k == last and in_main:
-                        self._mark(epoch, step + 1)
+                for done, sample in enumerate(samples, offset + 1):
+                    if in_main:
+                        if done < total:
+                            self._mark(epoch, step, done)
+                        else:
+                            self._mark(epoch, step + 1)
                     yield sample
         finally:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
-            prefetcher.stop()
+            if prefetcher is not None:
+                prefetcher.stop()
             plan.close()
 
     def __repr__(self):
         return (f"larder.torch.IterableDataset({self.dataset.url!r}, seed={self.seed}, "
-                f"batch_size={self.global_batch}, mode={self.mode!r}, epoch={self.epoch}, "
-                f"step={self._step}/{self._steps})")
+                f"batch_size={self.global_batch}, mode={self.mode!r}, epoch={self._epoch}, "
+                f"step={self._step}/{self._steps}, sample={self._sample})")
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -437,9 +623,9 @@ class DataLoader(torch.utils.data.DataLoader):
     batch_size defaults to the dataset's local batch G/world (None with
     yield_batches); any other value is an error, because every batch must
     be exactly one step.  Other keyword arguments go to
-    torch.utils.data.DataLoader, except persistent_workers=True: persistent
-    workers would keep reading from where their own copy of the dataset
-    was, not from the state the main process holds.
+    torch.utils.data.DataLoader; with persistent_workers=True the workers
+    start each pass where the main process's state says (they read it from
+    memory shared with it) and keep their open dataset between passes.
 
     Iterating starts at the dataset's (epoch, step).  After each batch the
     dataset's state moves one global step on; after the epoch's last step it
@@ -451,8 +637,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def __init__(self, dataset, batch_size=None, **kwargs):
         if not isinstance(dataset, IterableDataset):
             raise TypeError("larder.torch.DataLoader needs a larder.torch.IterableDataset")
-        if kwargs.get("persistent_workers"):
-            raise ValueError("persistent_workers=True would not follow the dataset's state")
+        if kwargs.get("num_workers"):
+            kwargs["worker_init_fn"] = _LoaderWorkerInit(kwargs.get("worker_init_fn"))
         if batch_size is None and not dataset.yield_batches:
             batch_size = dataset.local_batch
         super().__init__(dataset, batch_size=batch_size, **kwargs)
@@ -465,17 +651,25 @@ class DataLoader(torch.utils.data.DataLoader):
             raise ValueError(f"batch_size is {self.batch_size}, but one step of this rank is "
                              f"{expected} samples" + (" (yield_batches: use None)"
                                                       if dataset.yield_batches else ""))
+        if dataset._sample:  # its batches would straddle steps
+            raise ValueError(_MID_STEP.format(sample=dataset._sample, step=dataset._step))
         dataset._stamp()  # before the workers start
         epoch, step = dataset.epoch, dataset._step
+        # the workers (new, or persistent ones resuming) start where the
+        # main process is; while they start, the position moves here only
+        dataset._publish()
         batches = super().__iter__()
         waits = self._loader_waits
-        asked = time.perf_counter()
-        for batch in batches:
-            waits.record(step, time.perf_counter() - asked)
-            step += 1
-            dataset._mark(epoch, step)
-            yield batch
+        try:
             asked = time.perf_counter()
+            for batch in batches:
+                waits.record(step, time.perf_counter() - asked)
+                step += 1
+                dataset._mark(epoch, step, publish=False)
+                yield batch
+                asked = time.perf_counter()
+        finally:
+            dataset._publish()
 
     def state_dict(self):
         return self.dataset.state_dict()

@@ -214,22 +214,39 @@ int larder_validate(larder_dataset *d)
     return rc < 0 ? rc : larder__index_validate(&d->ix);
 }
 
+/* The public view of sample `id`, whose record is `s`. */
+static int sample_info_of(const larder_dataset *d, uint64_t id, const struct larder__sample *s,
+                          larder_sample_info *info)
+{
+    struct larder__shard shard;
+    int rc = larder__index_shard(&d->ix, s->shard, &shard);
+    if (rc < 0) return rc;
+    *info = (larder_sample_info){.id = id,
+                                 .offset = s->offset,
+                                 .length = s->length,
+                                 .checksum = s->checksum,
+                                 .shard = s->shard,
+                                 .num_fields = s->num_fields,
+                                 .key = s->key,
+                                 .shard_name = shard.name};
+    return 0;
+}
+
+static void field_info_of(const struct larder__field *f, larder_field_info *info)
+{
+    info->name = f->name;
+    info->offset = f->offset;
+    info->length = f->length;
+    info->dtype = f->dtype;
+    info->ndim = f->ndim;
+    memcpy(info->shape, f->shape, sizeof info->shape);
+}
+
 int larder_sample_info_get(const larder_dataset *d, uint64_t id, larder_sample_info *info)
 {
     struct larder__sample s;
-    struct larder__shard shard;
     int rc = larder__index_sample(&d->ix, id, &s);
-    if (rc == 0) rc = larder__index_shard(&d->ix, s.shard, &shard);
-    if (rc < 0) return rc;
-    *info = (larder_sample_info){.id = id,
-                                 .offset = s.offset,
-                                 .length = s.length,
-                                 .checksum = s.checksum,
-                                 .shard = s.shard,
-                                 .num_fields = s.num_fields,
-                                 .key = s.key,
-                                 .shard_name = shard.name};
-    return 0;
+    return rc < 0 ? rc : sample_info_of(d, id, &s, info);
 }
 
 int larder_field_info_get(const larder_dataset *d, uint64_t id, uint32_t field,
@@ -240,13 +257,32 @@ int larder_field_info_get(const larder_dataset *d, uint64_t id, uint32_t field,
     int rc = larder__index_sample(&d->ix, id, &s);
     if (rc == 0) rc = larder__index_field(&d->ix, &s, id, field, &f);
     if (rc < 0) return rc;
-    info->name = f.name;
-    info->offset = f.offset;
-    info->length = f.length;
-    info->dtype = f.dtype;
-    info->ndim = f.ndim;
-    memcpy(info->shape, f.shape, sizeof info->shape);
+    field_info_of(&f, info);
     return 0;
+}
+
+/* One call where Python used to make 1 + num_fields of the two above. */
+int larder_sample_layout_get(const larder_dataset *d, uint64_t id, larder_sample_info *info,
+                             larder_field_info *fields, uint32_t capacity)
+{
+    if (!d || (!fields && capacity))
+        return larder__fail(LARDER_EUSAGE, "larder_sample_layout_get: NULL argument");
+    struct larder__sample s;
+    int rc = larder__index_sample(&d->ix, id, &s);
+    if (rc == 0 && info) rc = sample_info_of(d, id, &s, info);
+    if (rc < 0) return rc;
+    if (s.num_fields > INT_MAX)
+        return larder__fail(LARDER_EBADINDEX, "%s: sample %llu: %u fields", d->url,
+                            (unsigned long long)id, s.num_fields);
+    if (s.num_fields > capacity)
+        return larder__fail(LARDER_ETOOSMALL, "sample %llu has %u fields, room for %u",
+                            (unsigned long long)id, s.num_fields, capacity);
+    for (uint32_t i = 0; i < s.num_fields; i++) {
+        struct larder__field f;
+        if ((rc = larder__index_field(&d->ix, &s, id, i, &f)) < 0) return rc;
+        field_info_of(&f, &fields[i]);
+    }
+    return (int)s.num_fields;
 }
 
 int64_t larder_find_key(const larder_dataset *d, const char *key)

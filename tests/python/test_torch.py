@@ -8,6 +8,8 @@ import os
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -300,8 +302,6 @@ def test_loader_needs_one_step_per_batch(tree_index):
     ds = make(tree_index, 0, 2)
     with pytest.raises(ValueError):
         iter(lt.DataLoader(ds, batch_size=3)).__next__()
-    with pytest.raises(ValueError):
-        lt.DataLoader(ds, num_workers=1, persistent_workers=True)
     with pytest.raises(TypeError):
         lt.DataLoader(larder.Dataset(tree_index))
 
@@ -383,3 +383,151 @@ def test_prefetch_stages_ahead(tmp_path, tree_index):
     # prefetcher does and the reader mostly hits
     assert with_stats["hits"] > without_stats["hits"]
     assert with_stats["hits"] >= len(with_keys) // 2
+
+
+@pytest.fixture
+def http_tree(tree_index, tmp_path):
+    """The tree dataset served over HTTP by tests/tools/faulty_http.py:
+    (index URL, a function returning how many requests the index got)."""
+    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    root = os.path.dirname(os.path.dirname(tree_index))  # .../tree: ds/ holds the dataset
+    port_file = tmp_path / "port"
+    server = subprocess.Popen([sys.executable, os.path.join(tools, "faulty_http.py"), root,
+                               str(port_file)])
+    try:
+        for _ in range(200):
+            if port_file.exists():
+                break
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{port_file.read_text()}"
+
+        def index_reads():
+            with urllib.request.urlopen(base + "/__counts") as answer:
+                return json.load(answer).get("/ok/ds/index.larder", 0)
+
+        yield base + "/ok/ds/index.larder", index_reads
+    finally:
+        server.kill()
+        server.wait()
+
+
+@pytest.mark.parametrize("ours", [True, False])
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_persistent_workers_follow_set_epoch(tree_index, http_tree, ours, num_workers):
+    """set_epoch() between epochs reaches persistent workers (the position
+    is in memory shared with them), and they keep their open index: the
+    origin sees no index read after the first epoch."""
+    url, index_reads = http_tree
+    ds = make(url)
+    if ours:
+        loader = lt.DataLoader(ds, num_workers=num_workers, persistent_workers=True)
+    else:
+        loader = torch.utils.data.DataLoader(ds, batch_size=ds.local_batch,
+                                             num_workers=num_workers, persistent_workers=True)
+    opened = index_reads()  # the main process's open
+    assert opened > 0
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        before = index_reads()
+        got = [batch["__index__"].tolist() for batch in loader]
+        assert got == global_steps(tree_index, epoch=epoch), f"epoch {epoch}"
+        if epoch == 0:
+            assert index_reads() > before, "the workers opened the index"
+        else:
+            assert index_reads() == before, f"epoch {epoch} read the index again"
+    if ours:
+        assert (ds.epoch, ds.state_dict()["step"]) == (3, 0)
+
+
+def test_persistent_workers_resume_where_the_loader_stopped(tree_index):
+    want = global_steps(tree_index)
+    ds = make(tree_index)
+    loader = lt.DataLoader(ds, num_workers=2, persistent_workers=True)
+    head = []
+    for batch in loader:
+        head.append(batch["__index__"].tolist())
+        if len(head) == 5:
+            break
+    assert ds.state_dict()["step"] == 5
+    assert head + [b["__index__"].tolist() for b in loader] == want
+    # a state loaded between passes reaches the same workers
+    ds.load_state_dict({**ds.state_dict(), "epoch": 4, "step": 7})
+    assert [b["__index__"].tolist() for b in loader] == global_steps(tree_index, epoch=4)[7:]
+    assert [b["__index__"].tolist() for b in loader] == global_steps(tree_index, epoch=5)
+
+
+def ids_of(loader, stop=None):
+    out = []
+    for batch in loader:
+        out += batch["__index__"].tolist()
+        if stop is not None and len(out) >= stop:
+            break
+    return out
+
+
+@pytest.mark.parametrize("global_batch,batch,stop", [(4, 2, 2), (8, 3, 9), (8, 3, 24)])
+def test_plain_loader_resumes_mid_step(tree_index, global_batch, batch, stop):
+    """A plain DataLoader (num_workers=0) whose batches are smaller than a
+    step, stopped after a partial step: the state counts samples, and the
+    resumed run repeats and skips nothing."""
+    want = [i for step in global_steps(tree_index, global_batch=global_batch) for i in step]
+    ds = make(tree_index, batch_size=global_batch)
+    head = ids_of(torch.utils.data.DataLoader(ds, batch_size=batch), stop)
+    assert head == want[:stop]
+    state = ds.state_dict()
+    assert (state["epoch"], state["step"], state["sample"]) == \
+        (0, stop // global_batch, stop % global_batch)
+    again = make(tree_index, batch_size=global_batch)
+    again.load_state_dict(state)
+    again.set_epoch(0)  # the same epoch: keeps the position
+    assert head + ids_of(torch.utils.data.DataLoader(again, batch_size=batch)) == want
+    assert (again.epoch, again.state_dict()["step"], again.state_dict()["sample"]) == (1, 0, 0)
+
+
+def test_mid_step_state_where_it_cannot_be_exact(tree_index):
+    # two ranks, each stopped 1 sample into its share of step 2
+    states = []
+    for r in range(2):
+        ds = make(tree_index, r, 2)
+        ids_of(torch.utils.data.DataLoader(ds, batch_size=1), stop=2 * ds.local_batch + 1)
+        states.append(ds.state_dict())
+        assert (states[-1]["step"], states[-1]["sample"], states[-1]["world"]) == (2, 1, 2)
+    # the same world resumes exactly
+    want = global_steps(tree_index)
+    for r in range(2):
+        ds = make(tree_index, r, 2)
+        ds.load_state_dict(states[r])
+        rest = ids_of(torch.utils.data.DataLoader(ds, batch_size=1))
+        share = [step[r * 4:(r + 1) * 4] for step in want]
+        assert rest == share[2][1:] + sum(share[3:], [])
+    # another world size cannot continue mid-step
+    with pytest.raises(ValueError, match="world size"):
+        make(tree_index, 0, 4).load_state_dict(states[0])
+    # nor can workers, or the larder loader (whose batches are whole steps)
+    ds = make(tree_index, 0, 2)
+    ds.load_state_dict(states[0])
+    with pytest.raises(ValueError, match="mid-step"):
+        next(iter(lt.DataLoader(ds)))
+    with pytest.raises(ValueError, match="mid-step"):
+        next(iter(torch.utils.data.DataLoader(ds, batch_size=1, num_workers=1)))
+
+
+def test_state_of_a_plain_loader_with_workers_is_an_error(tree_index):
+    """The main process cannot know what a plain DataLoader's workers
+    handed to training: state_dict() says so instead of returning a stale
+    position; set_epoch() or load_state_dict() states the position again."""
+    ds = make(tree_index)
+    ids_of(torch.utils.data.DataLoader(ds, batch_size=G, num_workers=2), stop=3 * G)
+    with pytest.raises(RuntimeError, match="plain torch DataLoader"):
+        ds.state_dict()
+    ds.load_state_dict({"epoch": 0, "step": 3}, strict=False)
+    assert ds.state_dict()["step"] == 3
+    ids_of(torch.utils.data.DataLoader(ds, batch_size=G, num_workers=1))
+    with pytest.raises(RuntimeError):
+        ds.state_dict()
+    ds.set_epoch(1)
+    assert (ds.state_dict()["epoch"], ds.state_dict()["step"]) == (1, 0)
+    # larder's own loader is followed exactly
+    assert ids_of(lt.DataLoader(ds, num_workers=2)) == \
+        [i for step in global_steps(tree_index, epoch=1) for i in step]
+    assert (ds.state_dict()["epoch"], ds.state_dict()["step"]) == (2, 0)
