@@ -25,6 +25,10 @@ first next() ("next_ms").  READER is one of:
              DIR/cache-warm or DIR/cache-cold (first_batch.sh fills the
              first with every sample beforehand and removes the second
              before each run)
+    larder-http  the same over HTTP: the index and shards at the URL in
+             $FIRST_BATCH_URL (first_batch.sh serves DIR/tar with
+             tools/httpdelay, 20 ms a request), the node cache in
+             DIR/cache-http, removed before each run: a cold remote origin
     tar      an IterableDataset streaming the tar shards with Python's
              tarfile (1 MiB reads), shards split over the workers
     h5py     a map-style Dataset over DIR/data.h5 (each worker opens the
@@ -143,8 +147,11 @@ def run(reader, root, workers, batch):
 
         marks["import_ms"] = time.perf_counter()
         cache = "" if reader == "larder" else os.path.join(root, "cache-" + reader[7:])
-        ds = larder.torch.IterableDataset(os.path.join(root, "tar", "index.larder"), cache=cache,
-                                          batch_size=batch, seed=1, decode=training_sample)
+        index = os.path.join(root, "tar", "index.larder")
+        if reader == "larder-http":
+            index = os.environ["FIRST_BATCH_URL"] + "/index.larder"
+        ds = larder.torch.IterableDataset(index, cache=cache, batch_size=batch, seed=1,
+                                          decode=training_sample)
         loader = larder.torch.DataLoader(ds, num_workers=workers)
     elif reader == "tar":
         ds = tar_reader(root)

@@ -3,8 +3,9 @@
 # batch: larder.torch against a tar-streaming IterableDataset (Python
 # tarfile, 1 MiB reads) over the same shards and a map-style DataLoader
 # over the same samples in HDF5 (h5py), all on local disk with a warm page
-# cache, each run in a fresh process (bench/first_batch.py), the runs of
-# the three readers interleaved.  Writes bench/results/first_batch.md with
+# cache, and larder.torch from a cold HTTP origin 20 ms away (tools/
+# httpdelay), each run in a fresh process (bench/first_batch.py), the runs
+# of the readers interleaved.  Writes bench/results/first_batch.md with
 # the median of RUNS runs of each.
 #
 #   bench/first_batch.sh
@@ -19,6 +20,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 BUILD_DIR=${BUILD_DIR:-build}
 SAMPLES=${SAMPLES:-2000} SHARDS=${SHARDS:-8} WORKERS=${WORKERS:-4} BATCH=${BATCH:-8}
 RUNS=${RUNS:-5}
@@ -48,10 +50,13 @@ $PY -m compileall -q "$PYTHON_DIR/larder"
 rm -rf "$WORK/cache-warm"
 LARDER_NO_PROGRESS=1 "$BUILD_DIR/larder" warm "$WORK/tar/index.larder" --cache "$WORK/cache-warm" >/dev/null
 runs=$(mktemp)
-trap 'rm -f "$runs"' EXIT
+server=""
+trap 'rm -f "$runs"; [ -z "$server" ] || kill "$server" 2>/dev/null' EXIT
+start_httpdelay "$BUILD_DIR" "$WORK/tar" "$WORK" 20 # sets server and base_url
+export FIRST_BATCH_URL=$base_url
 for round in $(seq "$RUNS"); do
-    for reader in larder tar h5py larder-warm larder-cold; do
-        rm -rf "$WORK/cache-cold"
+    for reader in larder tar h5py larder-warm larder-cold larder-http; do
+        rm -rf "$WORK/cache-cold" "$WORK/cache-http"
         $PY bench/first_batch.py run $reader "$WORK" "$WORKERS" "$BATCH" >>"$runs"
     done
     echo "round $round of $RUNS done" >&2
@@ -66,10 +71,11 @@ names = {"larder": "larder.torch, no cache",
          "tar": "tar streaming (tarfile, 1 MiB reads)",
          "h5py": "map-style over h5py (shuffled)",
          "larder-warm": "larder.torch, node cache holding every sample",
-         "larder-cold": "larder.torch, empty node cache (created by the run)"}
+         "larder-cold": "larder.torch, empty node cache (created by the run)",
+         "larder-http": "larder.torch, cold HTTP origin 20 ms away, empty node cache"}
 print("| reader | first batch ms (median) | min | max | import | setup | iter() | first next() |")
 print("|---|---|---|---|---|---|---|---|")
-for reader in ("larder", "tar", "h5py", "larder-warm", "larder-cold"):
+for reader in ("larder", "tar", "h5py", "larder-warm", "larder-cold", "larder-http"):
     mine = [r for r in rows if r["reader"] == reader]
     first = [r["first_ms"] for r in mine]
     part = lambda name: statistics.median(r[name] for r in mine)
@@ -98,7 +104,9 @@ time from there to the first batch in the training loop: importing the
 reader's module, building the dataset and loader, \`iter()\` (which starts
 the workers) and the first \`next()\`. Median of $RUNS runs of each reader,
 the runs interleaved; the last four columns are the medians of the parts
-in ms.
+in ms. The HTTP origin is \`httpdelay\` (tools/httpdelay) serving the same
+tar shards and index on loopback, answering every request 20 ms after it
+arrives; that reader's node cache is removed before each of its runs.
 
 $table
 EOF
