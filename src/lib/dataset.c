@@ -596,8 +596,7 @@ uint32_t larder__dataset_num_shards(const larder_dataset *d)
 
 uint64_t larder__dataset_shard_size(const larder_dataset *d, uint32_t shard)
 {
-    struct larder__shard info;
-    return larder__index_shard(&d->ix, shard, &info) == 0 ? info.size : 0;
+    return larder__index_shard_size(&d->ix, shard);
 }
 
 int larder__dataset_read_range(larder_dataset *d, uint32_t shard, uint64_t offset, uint64_t length,

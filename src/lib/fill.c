@@ -116,12 +116,6 @@ struct larder__cache_counters *larder__fill_counters(struct larder__fill *f)
     return f->cache ? larder__cache_counters(f->cache) : &f->local;
 }
 
-static uint64_t shard_size(const struct larder__fill *f, uint32_t shard)
-{
-    struct larder__shard info;
-    return larder__index_shard(f->ix, shard, &info) == 0 ? info.size : 0;
-}
-
 /* A sample's key for messages (the read path carries only its range). */
 static const char *key_of(const struct larder__fill *f, uint64_t id)
 {
@@ -508,7 +502,7 @@ static int check_range(const struct larder__fill *f, uint32_t shard, uint64_t of
 {
     uint64_t end;
     if (shard >= f->ix->num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
-        end > shard_size(f, shard))
+        end > larder__index_shard_size(f->ix, shard))
         return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
                             (unsigned long long)offset, (unsigned long long)length, shard);
     return 0;

@@ -82,6 +82,12 @@ LARDER__HIDDEN int larder__index_shard(const struct larder__index *ix, uint64_t 
                                        struct larder__shard *out);
 LARDER__HIDDEN int larder__index_sample(const struct larder__index *ix, uint64_t id,
                                         struct larder__sample *out);
+/* A shard's size in bytes; 0 for a shard the index does not have. */
+static inline uint64_t larder__index_shard_size(const struct larder__index *ix, uint64_t shard)
+{
+    struct larder__shard info;
+    return larder__index_shard(ix, shard, &info) == 0 ? info.size : 0;
+}
 /* The same without the key and field checks: for the read path, which
  * needs only the range.  out->key is NULL. */
 LARDER__HIDDEN int larder__index_sample_range(const struct larder__index *ix, uint64_t id,
