@@ -6,6 +6,7 @@ tests/run sets LARDER (the CLI) and LARDER_LIBRARY (the library) to the
 build under test; by default both come from build/.
 """
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -16,6 +17,22 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PYTHON_DIR = os.path.join(REPO, "python")
 if PYTHON_DIR not in sys.path:
     sys.path.insert(0, PYTHON_DIR)
+
+# Under AddressSanitizer (tests/run preloads its runtime into Python), a
+# forked DataLoader worker can deadlock on its first allocation: the runtime
+# of gcc 12 does not take its allocator's locks around fork(), so a lock
+# another thread of the parent held at that moment (torch's queue feeder
+# threads allocate while the next worker is forked) stays locked in the
+# child forever.  Seen from one full run in two to one in fifteen; gdb on
+# the stuck worker showed a thread in SizeClassAllocator64::GetFromAllocator
+# waiting on a mutex no thread of that process holds.  Under ASan the
+# workers are forked from a fork server instead, a process that does
+# nothing else while it forks (their datasets travel pickled, as with
+# spawn); the normal build's runs cover fork() from the training process.
+if "libasan" in os.environ.get("LD_PRELOAD", ""):
+    multiprocessing.set_start_method("forkserver", force=True)
+    # imported once, by the server: its children start with them
+    multiprocessing.set_forkserver_preload(["torch", "larder", "larder.torch"])
 
 LARDER = os.environ.get("LARDER") or os.path.join(REPO, "build", "larder")
 

@@ -440,11 +440,6 @@ def test_persistent_workers_follow_set_epoch(tree_index, http_tree, ours, num_wo
 
 
 def test_persistent_workers_resume_where_the_loader_stopped(tree_index):
-    if "libasan" in os.environ.get("LD_PRELOAD", ""):
-        # open bug: in the full suite under ASan this hung in two of three
-        # runs (the loader iterated again after a break, with persistent
-        # workers); alone, and in every normal build, it passes
-        pytest.skip("hangs intermittently under ASan after a break (open bug, issue 11)")
     want = global_steps(tree_index)
     ds = make(tree_index)
     loader = lt.DataLoader(ds, num_workers=2, persistent_workers=True)
