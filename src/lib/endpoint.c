@@ -11,6 +11,7 @@
  */
 #include "endpoint.h"
 #include "auth.h"
+#include "priority.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -26,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL 64
+#define POOL 64              /* idle connections kept per group of classes */
 #define PEER_DOWN_MS 10000   /* a peer that failed is left alone this long */
 #define READER_DOWN_MS 2000  /* a node daemon that failed: short, it may be restarting */
 #define DENIED_DOWN_MS 60000 /* a daemon that refused us will refuse again */
@@ -45,10 +46,21 @@ struct larder__endpoint {
     enum larder__role role;
     int timeout_ms, down_ms;
     pthread_mutex_t lock;
-    int idle[POOL];
-    int num_idle;
+    /* Idle connections by group of classes: [0] DEMAND and NEAR, [1]
+     * HINTED and WARM.  A connection carries one request at a time, and
+     * the groups never share one, so a reader's READ is never sent on a
+     * socket a bulk transfer was last using (whose tail the daemon may
+     * still be pushing through the kernel's buffers). */
+    int idle[2][POOL];
+    int num_idle[2];
     int64_t down_until_ms;
 };
+
+/* The pool group of a class. */
+static int group_of(int priority)
+{
+    return priority >= LARDER__HINTED ? 1 : 0;
+}
 
 static int64_t now_ms(void)
 {
@@ -87,8 +99,9 @@ int larder__endpoint_new(struct larder__endpoint **out, const char *address, enu
 void larder__endpoint_free(struct larder__endpoint *e)
 {
     if (!e) return;
-    for (int i = 0; i < e->num_idle; i++)
-        close(e->idle[i]);
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < e->num_idle[g]; i++)
+            close(e->idle[g][i]);
     pthread_mutex_destroy(&e->lock);
     free(e->address);
     if (e->token) memset(e->token, 0, strlen(e->token));
@@ -115,9 +128,11 @@ static void mark_down(struct larder__endpoint *e, int down_ms)
 {
     pthread_mutex_lock(&e->lock);
     e->down_until_ms = now_ms() + down_ms;
-    for (int i = 0; i < e->num_idle; i++)
-        close(e->idle[i]);
-    e->num_idle = 0;
+    for (int g = 0; g < 2; g++) {
+        for (int i = 0; i < e->num_idle[g]; i++)
+            close(e->idle[g][i]);
+        e->num_idle[g] = 0;
+    }
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -336,12 +351,13 @@ static int connect_endpoint(struct larder__endpoint *e)
     return fd;
 }
 
-/* A pooled connection that still looks open (no EOF or stray bytes waiting), or -1. */
-static int take_idle(struct larder__endpoint *e)
+/* A pooled connection of a group that still looks open (no EOF or stray
+ * bytes waiting), or -1. */
+static int take_idle(struct larder__endpoint *e, int group)
 {
     for (;;) {
         pthread_mutex_lock(&e->lock);
-        int fd = e->num_idle ? e->idle[--e->num_idle] : -1;
+        int fd = e->num_idle[group] ? e->idle[group][--e->num_idle[group]] : -1;
         pthread_mutex_unlock(&e->lock);
         if (fd < 0) return -1;
         struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
@@ -398,8 +414,9 @@ int larder__endpoint_read(struct larder__endpoint *e, uint64_t id_low, uint64_t 
                                 .priority = (uint8_t)priority,
                                 .offset = offset,
                                 .length = length};
+    int group = group_of(priority);
     for (int attempt = 0;; attempt++) {
-        int fd = take_idle(e);
+        int fd = take_idle(e, group);
         bool pooled = fd >= 0;
         if (!pooled && (fd = connect_endpoint(e)) < 0) {
             if (fd != LARDER_ENOTFOUND)
@@ -419,8 +436,8 @@ int larder__endpoint_read(struct larder__endpoint *e, uint64_t id_low, uint64_t 
             return rc;
         }
         pthread_mutex_lock(&e->lock);
-        if (e->num_idle < POOL) {
-            e->idle[e->num_idle++] = fd;
+        if (e->num_idle[group] < POOL) {
+            e->idle[group][e->num_idle[group]++] = fd;
             fd = -1;
         }
         pthread_mutex_unlock(&e->lock);
