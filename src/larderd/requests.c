@@ -176,7 +176,13 @@ static void stats_frame(struct connection *c, uint64_t request)
             (unsigned long long)s.total_bytes);
     }
     pthread_mutex_unlock(&d->lock);
-    used += (size_t)snprintf(p + used, capacity - used, "]}");
+    /* the work queue by class (priority.h), after the datasets */
+    struct larder__pool_stats classes;
+    larder__pool_stats_get(d->pool, &classes);
+    used += (size_t)snprintf(p + used, capacity - used, "], \"classes\": ");
+    size_t n = metrics_classes_json(&classes, p + used, capacity - used);
+    used += n ? n : (size_t)snprintf(p + used, capacity - used, "{}");
+    used += (size_t)snprintf(p + used, capacity - used, "}");
     larder__wire_encode_header((uint8_t *)text, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
                                request);
     enqueue(c, text, LARDER__WIRE_HEADER + used);

@@ -119,6 +119,27 @@ static void demand_overtakes(bool peer)
     larder__pool_stats_get(d.pool, &stats);
     CHECK_EQ(stats.started[LARDER__HINTED], 8);
     CHECK_EQ(stats.started[LARDER__DEMAND], 2); /* the gate and the READ */
+    CHECK_EQ(stats.running[LARDER__HINTED] + stats.running[LARDER__DEMAND], 0);
+
+    /* the same counts in STAT's JSON and the Prometheus text */
+    uint8_t stat[LARDER__WIRE_HEADER];
+    larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 3);
+    CHECK(fixture_send(local, stat, sizeof stat));
+    struct output *o = fixture_answer(local, LARDER__STATS);
+    char *text = strndup((char *)o->bytes + LARDER__WIRE_HEADER, o->length - LARDER__WIRE_HEADER);
+    free(o);
+    CHECK(strstr(text, "], \"classes\": {\"demand\": {\"queued\": 2, \"started\": 2, "
+                       "\"running\": 0, \"wait_us\": ") != NULL);
+    CHECK(strstr(text, "\"hinted\": {\"queued\": 8, \"started\": 8, \"running\": 0, ") != NULL);
+    CHECK(strstr(text, "\"warm\": {\"queued\": 0, \"started\": 0, \"running\": 0, "
+                       "\"wait_us\": 0, \"wait_max_us\": 0}}}") != NULL);
+    free(text);
+    char metrics[64 * 1024];
+    CHECK(metrics_text(&d, metrics, sizeof metrics) > 0);
+    CHECK(strstr(metrics, "\nlarder_queue_started_total{class=\"hinted\"} 8\n") != NULL);
+    CHECK(strstr(metrics, "\nlarder_queue_submitted_total{class=\"demand\"} 2\n") != NULL);
+    CHECK(strstr(metrics, "\nlarder_queue_running{class=\"near\"} 0\n") != NULL);
+    CHECK(strstr(metrics, "# TYPE larder_queue_wait_seconds_total counter\n") != NULL);
     if (peer) connection_release(c);
     connection_release(local);
     larderd_free(&d);
