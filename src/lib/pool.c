@@ -178,8 +178,14 @@ int larder__pool_submit(struct larder__pool *p, larder__task_fn fn, void *arg, i
         pthread_mutex_unlock(&p->lock);
         return 0;
     }
-    /* another worker while there is more work than idle workers */
-    if (p->idle == 0 && p->started < p->wanted &&
+    /* another worker while there is more work queued than idle workers
+     * (an idle worker signalled but not yet awake still counts as idle:
+     * comparing with the queue, not with zero, starts one per task of a
+     * burst submitted faster than the workers wake) */
+    size_t queued = 0;
+    for (int c = 0; c < LARDER__CLASSES; c++)
+        queued += p->queues[c].count;
+    if (queued > (size_t)p->idle && p->started < p->wanted &&
         pthread_create(&p->threads[p->started], NULL, worker, p) == 0)
         p->started++;
     if (p->started == 0) { /* no thread at all: run it here */

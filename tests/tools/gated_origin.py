@@ -15,6 +15,7 @@ logged as it arrives and answered only once released; everything else
                         other one asking the same (a hedge repeats its
                         read's exact request)
     GET /__release/all  release every request, and answer later ones at once
+    GET /__hold         hold the requests that come from now on again
 """
 import http.server
 import json
@@ -54,6 +55,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with changed:
                 body = json.dumps(log).encode()
             return self.send_bytes(200, body)
+        if self.path == "/__hold":
+            with changed:
+                release_all = False
+                released.clear()
+            return self.send_bytes(200, b"ok\n")
         m = re.match(r"/__release/(\d+|all)$", self.path)
         if m:
             with changed:
