@@ -33,6 +33,11 @@
 #define DENIED_DOWN_MS 60000 /* a daemon that refused us will refuse again */
 #define READER_TIMEOUT_MS 1000
 #define OPEN_TIMEOUT_MS 10000 /* opening an index may read it from a remote origin */
+/* How long a HINTED or WARM READ waits for its answer to start: the daemon
+ * queues it behind every higher-class READ of its own (by design), so a
+ * busy owner is not a dead one; giving up after the usual timeout would
+ * send the read to the origin and leave the owner alone for all classes. */
+#define QUEUED_TIMEOUT_MS 60000
 
 /* Whether a negative code is -errno (larder's own range starts at -1000),
  * whose message is then worth adding the daemon's address to. */
@@ -380,7 +385,10 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
     uint8_t header[LARDER__WIRE_HEADER];
     struct larder__frame frame;
     bool answered = false;
-    if (rc == 0) rc = recv_header(fd, header, e->timeout_ms, &answered);
+    int wait_ms = e->timeout_ms;
+    if (read->priority >= LARDER__HINTED && wait_ms < QUEUED_TIMEOUT_MS)
+        wait_ms = QUEUED_TIMEOUT_MS;
+    if (rc == 0) rc = recv_header(fd, header, wait_ms, &answered);
     *unanswered = !answered && (rc == -EPIPE || rc == -ECONNRESET);
     if (rc == 0) rc = larder__wire_header(header, sizeof header, &frame);
     *connection_fault = rc < 0;

@@ -16,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -147,6 +148,8 @@ TEST(priority_reaches_the_source_from_every_entry_point)
 struct fake_peer {
     int listener, port;
     pthread_mutex_t lock;
+    pthread_cond_t changed;
+    bool hold; /* READs wait to be answered until released */
     int accepted;
     int priority[32], connection[32]; /* of each READ, in order */
     int reads;
@@ -191,13 +194,17 @@ static void *serve_connection(void *arg)
                 pc->peer->priority[i] = payload[20];
                 pc->peer->connection[i] = pc->number;
             }
+            pthread_cond_broadcast(&pc->peer->changed);
+            while (pc->peer->hold)
+                pthread_cond_wait(&pc->peer->changed, &pc->peer->lock);
             pthread_mutex_unlock(&pc->peer->lock);
             uint64_t asked = larder__le64(payload + 32);
             uint8_t frame[24 + 4096];
             CHECK(asked <= 4096);
             larder__wire_encode_header(frame, 24, LARDER__DATA, (uint32_t)asked, request);
             memset(frame + 24, 'a' + payload[20], (size_t)asked);
-            CHECK(send(pc->fd, frame, 24 + asked, MSG_NOSIGNAL) == (ssize_t)(24 + asked));
+            if (send(pc->fd, frame, 24 + asked, MSG_NOSIGNAL) != (ssize_t)(24 + asked))
+                break; /* the client gave up on it (a timeout) */
         } else {
             break;
         }
@@ -224,21 +231,28 @@ static void *accept_loop(void *arg)
     return NULL;
 }
 
+/* A fake peer listening on loopback, its address in `address`. */
+static void fake_peer_start(struct fake_peer *peer, char *address, size_t size)
+{
+    pthread_mutex_init(&peer->lock, NULL);
+    pthread_cond_init(&peer->changed, NULL);
+    peer->listener = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t length = sizeof a;
+    CHECK(bind(peer->listener, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(listen(peer->listener, 16) == 0);
+    CHECK(getsockname(peer->listener, (struct sockaddr *)&a, &length) == 0);
+    pthread_t acceptor;
+    CHECK_EQ(pthread_create(&acceptor, NULL, accept_loop, peer), 0);
+    pthread_detach(acceptor);
+    snprintf(address, size, "127.0.0.1:%u", ntohs(a.sin_port));
+}
+
 TEST(priority_travels_in_a_peer_read_on_its_own_connections)
 {
-    static struct fake_peer peer = {.lock = PTHREAD_MUTEX_INITIALIZER};
-    peer.listener = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t size = sizeof a;
-    CHECK(bind(peer.listener, (struct sockaddr *)&a, sizeof a) == 0);
-    CHECK(listen(peer.listener, 16) == 0);
-    CHECK(getsockname(peer.listener, (struct sockaddr *)&a, &size) == 0);
-    pthread_t acceptor;
-    CHECK_EQ(pthread_create(&acceptor, NULL, accept_loop, &peer), 0);
-    pthread_detach(acceptor);
-
+    static struct fake_peer peer;
     char address[64];
-    snprintf(address, sizeof address, "127.0.0.1:%u", ntohs(a.sin_port));
+    fake_peer_start(&peer, address, sizeof address);
     struct larder__endpoint *endpoint;
     CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 5000), 0);
     struct larder__source *source;
@@ -264,6 +278,69 @@ TEST(priority_travels_in_a_peer_read_on_its_own_connections)
     }
     CHECK_EQ(peer.accepted, 2);
     pthread_mutex_unlock(&peer.lock);
+    larder__source_close(source);
+    larder__endpoint_free(endpoint);
+    shutdown(peer.listener, SHUT_RDWR);
+    close(peer.listener);
+}
+
+struct held_read {
+    struct larder__source *source;
+    int priority, rc;
+    char buf[100];
+};
+
+static void *read_thread(void *arg)
+{
+    struct held_read *r = arg;
+    r->rc = larder__source_read(r->source, r->buf, sizeof r->buf, 0, larder__read_at(r->priority));
+    return NULL;
+}
+
+/* Hold the peer's answers; read at `priority` on another thread; once the
+ * peer has the READ, wait 3 times the endpoint's timeout; release. */
+static int held_read(struct fake_peer *peer, struct larder__source *source, int priority)
+{
+    pthread_mutex_lock(&peer->lock);
+    peer->hold = true;
+    int before = peer->reads;
+    pthread_mutex_unlock(&peer->lock);
+    struct held_read r = {.source = source, .priority = priority};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, read_thread, &r), 0);
+    pthread_mutex_lock(&peer->lock);
+    while (peer->reads == before)
+        pthread_cond_wait(&peer->changed, &peer->lock);
+    pthread_mutex_unlock(&peer->lock);
+    usleep(600 * 1000);
+    pthread_mutex_lock(&peer->lock);
+    peer->hold = false;
+    pthread_cond_broadcast(&peer->changed);
+    pthread_mutex_unlock(&peer->lock);
+    pthread_join(t, NULL);
+    if (r.rc >= 0) CHECK(r.buf[0] == 'a' + priority);
+    return r.rc;
+}
+
+TEST(priority_lower_classes_wait_longer_for_a_busy_peer)
+{
+    /* an owner that queues a HINTED READ behind its own readers for longer
+     * than the endpoint's timeout is busy, not dead: the read waits for
+     * its answer and the owner is not passed over; a DEMAND READ held as
+     * long times out and marks the endpoint down, as before */
+    static struct fake_peer peer;
+    char address[64];
+    fake_peer_start(&peer, address, sizeof address);
+    struct larder__endpoint *endpoint;
+    CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 200), 0);
+    struct larder__source *source;
+    CHECK_EQ(larder__source_peer_open(&source, endpoint, 1, 2, 7), 0);
+    CHECK_EQ(held_read(&peer, source, LARDER__HINTED), LARDER__FROM_PEER);
+    CHECK(!larder__endpoint_down(endpoint));
+    CHECK_EQ(held_read(&peer, source, LARDER__WARM), LARDER__FROM_PEER);
+    CHECK(!larder__endpoint_down(endpoint));
+    CHECK_EQ(held_read(&peer, source, LARDER__DEMAND), -ETIMEDOUT);
+    CHECK(larder__endpoint_down(endpoint));
     larder__source_close(source);
     larder__endpoint_free(endpoint);
     shutdown(peer.listener, SHUT_RDWR);
