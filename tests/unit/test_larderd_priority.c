@@ -29,16 +29,27 @@ static void gate_task(void *arg)
     pthread_mutex_unlock(&g->lock);
 }
 
-static void gate_close(struct larderd *d, struct gate *g)
+/* Queue a gate at DEMAND; gate_wait: until a worker holds it. */
+static void gate_queue(struct larderd *d, struct gate *g)
 {
     memset(g, 0, sizeof *g);
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->changed, NULL);
     CHECK_EQ(larder__pool_submit(d->pool, gate_task, g, LARDER__DEMAND), 0);
+}
+
+static void gate_wait(struct gate *g)
+{
     pthread_mutex_lock(&g->lock);
     while (!g->holding)
         pthread_cond_wait(&g->changed, &g->lock);
     pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_close(struct larderd *d, struct gate *g)
+{
+    gate_queue(d, g);
+    gate_wait(g);
 }
 
 static void gate_open(struct gate *g)
@@ -205,4 +216,37 @@ TEST(larderd_priority_output_queue_sends_by_class)
     CHECK(connection_take_output(c) == NULL);
     connection_release(c);
     larderd_free(&d);
+}
+
+TEST(larderd_priority_warm_staging_is_warm_and_goes_after_a_read)
+{
+    const char *index = fixture_dataset("ds", 40, 16 * 1024);
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    struct connection *c = fixture_connection(&d, false);
+    fixture_hello(c, false);
+    struct larder__opened opened = open_dataset_on(c, index);
+    struct gate first, second;
+    gate_close(&d, &first);
+    size_t jobs = warm_owned(&d, &d.datasets[0]);
+    CHECK(jobs >= 3);
+    CHECK_EQ(larder__pool_queued(d.pool, LARDER__WARM), jobs);
+    send_read_at(c, &opened, 99, LARDER__DEMAND, 0);
+    /* a second gate queued at DEMAND after the READ: when the one worker
+     * holds it, it has run the READ and nothing else */
+    gate_queue(&d, &second);
+    gate_open(&first);
+    gate_wait(&second);
+    struct larder__pool_stats stats;
+    larder__pool_stats_get(d.pool, &stats);
+    CHECK_EQ(stats.submitted[LARDER__WARM], jobs);
+    CHECK_EQ(stats.started[LARDER__WARM], 0);
+    CHECK_EQ(stats.started[LARDER__DEMAND], 3); /* two gates and the READ */
+    fixture_wait_jobs(c);
+    CHECK_EQ(next_data(c), 99);
+    gate_open(&second);
+    connection_release(c);
+    larderd_free(&d); /* runs the warm jobs */
+    larder__pool_stats_get(NULL, &stats);
+    CHECK_EQ(stats.started[LARDER__WARM], 0); /* a NULL pool: zeros */
 }
