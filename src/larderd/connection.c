@@ -5,6 +5,10 @@
  * unit test makes a connection with fd -1 and reads its answers with
  * connection_take_output().
  *
+ * The queue is ordered by class (priority.h): a DEMAND answer goes out
+ * before HINTED ones queued earlier, once the frame being sent is whole.
+ * Within a class, answers go in the order they were queued.
+ *
  * What is queued is charged to the connection's memory budget until it is
  * sent (or dropped); an answer that could not be cached also holds its
  * share of the node-wide uncached budget until then.
@@ -38,11 +42,26 @@ void enqueue_output(struct connection *c, struct output *o)
 {
     o->charge = o->length + o->file_length;
     pthread_mutex_lock(&c->lock);
-    if (c->tail)
-        c->tail->next = o;
-    else
-        c->head = o;
-    c->tail = o;
+    if (!c->tail || c->tail->priority <= o->priority) { /* the usual case: last */
+        if (c->tail)
+            c->tail->next = o;
+        else
+            c->head = o;
+        c->tail = o;
+    } else {
+        /* before the first output of a lower class, but after the head
+         * when its sending has begun (a frame is never cut) */
+        struct output *before = NULL, *at = c->head;
+        if (at->sent > 0) before = at, at = at->next;
+        while (at && at->priority <= o->priority)
+            before = at, at = at->next;
+        o->next = at;
+        if (before)
+            before->next = o;
+        else
+            c->head = o;
+        if (!at) c->tail = o; /* only behind a begun head */
+    }
     c->charged += o->charge;
     pthread_mutex_unlock(&c->lock);
     larderd_wake(c->daemon);

@@ -59,6 +59,7 @@ struct output {
     size_t file_length; /* left to send */
     size_t charge;      /* bytes charged to the connection's budget while queued */
     size_t uncached;    /* bytes of the node-wide uncached budget it holds */
+    uint8_t priority;   /* a READ answer's class (priority.h): queued behind higher ones */
     uint8_t bytes[];
 };
 
@@ -154,7 +155,9 @@ void connection_release(struct connection *c);
 /* An output buffer for a frame of `length` bytes, to fill and then queue; NULL when out of memory.
  */
 struct output *output_new(size_t length);
-/* Queue a filled output (from any thread; the queue owns it), charge it and wake the loop. */
+/* Queue a filled output (from any thread; the queue owns it), charge it and wake the loop.
+ * It goes after every queued output of its class or a higher one (control
+ * frames are DEMAND), before lower ones, never before one already begun. */
 void enqueue_output(struct connection *c, struct output *o);
 /* Queue a copy of a whole frame. */
 void enqueue(struct connection *c, const void *bytes, size_t length);

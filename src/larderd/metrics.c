@@ -172,6 +172,65 @@ size_t metrics_format(const struct metrics_row *rows, size_t count, char *out, s
     return used;
 }
 
+/* The class series: name, type, help, and which counter of the stats. */
+static const struct {
+    const char *name, *type, *help;
+} class_metrics[] = {
+    {"larder_queue_submitted_total", "counter",
+     "Tasks (READs, warm staging) queued on the daemon's workers, by class."},
+    {"larder_queue_started_total", "counter", "Tasks a worker took, by class."},
+    {"larder_queue_running", "gauge", "Tasks running now, by class."},
+    {"larder_queue_wait_seconds_total", "counter",
+     "Time the started tasks waited in the queue, summed, by class."},
+    {"larder_queue_wait_max_seconds", "gauge", "The longest such wait, by class."},
+};
+
+static uint64_t class_value(const struct larder__pool_stats *s, size_t m, int c)
+{
+    const uint64_t values[] = {s->submitted[c], s->started[c], s->running[c], s->wait_us[c],
+                               s->wait_max_us[c]};
+    return values[m];
+}
+
+void metrics_format_classes(const struct larder__pool_stats *stats, char *out, size_t capacity,
+                            size_t *used)
+{
+    for (size_t m = 0; m < sizeof class_metrics / sizeof *class_metrics; m++) {
+        if (!append(out, capacity, used, "# HELP %s %s\n# TYPE %s %s\n", class_metrics[m].name,
+                    class_metrics[m].help, class_metrics[m].name, class_metrics[m].type))
+            return;
+        bool seconds = m >= 3;
+        for (int c = 0; c < LARDER__CLASSES; c++) {
+            uint64_t v = class_value(stats, m, c);
+            bool ok =
+                seconds
+                    ? append(out, capacity, used, "%s{class=\"%s\"} %.6f\n", class_metrics[m].name,
+                             larder__priority_name(c), (double)v / 1e6)
+                    : append(out, capacity, used, "%s{class=\"%s\"} %llu\n", class_metrics[m].name,
+                             larder__priority_name(c), (unsigned long long)v);
+            if (!ok) return;
+        }
+    }
+}
+
+size_t metrics_classes_json(const struct larder__pool_stats *s, char *out, size_t capacity)
+{
+    size_t used = 0;
+    for (int c = 0; c < LARDER__CLASSES; c++) {
+        int n =
+            snprintf(out + used, capacity - used,
+                     "%s\"%s\": {\"queued\": %llu, \"started\": %llu, \"running\": %llu, "
+                     "\"wait_us\": %llu, \"wait_max_us\": %llu}%s",
+                     c ? ", " : "{", larder__priority_name(c), (unsigned long long)s->submitted[c],
+                     (unsigned long long)s->started[c], (unsigned long long)s->running[c],
+                     (unsigned long long)s->wait_us[c], (unsigned long long)s->wait_max_us[c],
+                     c == LARDER__CLASSES - 1 ? "}" : "");
+        if (n < 0 || (size_t)n >= capacity - used) return 0;
+        used += (size_t)n;
+    }
+    return used;
+}
+
 size_t metrics_text(struct larderd *d, char *out, size_t capacity)
 {
     struct metrics_row rows[MAX_DATASETS];
@@ -185,7 +244,11 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
         memcpy(rows[i].dataset_id, info.dataset_id, sizeof rows[i].dataset_id);
     }
     pthread_mutex_unlock(&d->lock);
-    return metrics_format(rows, count, out, capacity);
+    size_t used = metrics_format(rows, count, out, capacity);
+    struct larder__pool_stats classes;
+    larder__pool_stats_get(d->pool, &classes);
+    metrics_format_classes(&classes, out, capacity, &used);
+    return used;
 }
 
 void serve_metrics(struct larderd *d, int listener)

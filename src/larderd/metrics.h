@@ -15,6 +15,8 @@
 
 #include "larder.h"
 
+#include "pool.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,5 +62,17 @@ struct metrics_row {
  * left out, never cut in the middle of a line.
  */
 size_t metrics_format(const struct metrics_row *rows, size_t count, char *out, size_t capacity);
+
+/*
+ * The daemon's work queue by class (priority.h): READs and warm staging
+ * queued, started and running, and the time started tasks waited in the
+ * queue (summed, longest).  As Prometheus lines, one per class and
+ * series, appended to out[0 .. capacity) at *used (whole lines only);
+ * and as the JSON object {"demand": {...}, "near": ..., "hinted": ...,
+ * "warm": ...} (its length; 0 when it does not fit).
+ */
+void metrics_format_classes(const struct larder__pool_stats *stats, char *out, size_t capacity,
+                            size_t *used);
+size_t metrics_classes_json(const struct larder__pool_stats *stats, char *out, size_t capacity);
 
 #endif

@@ -19,6 +19,7 @@
 #include "larderd.h"
 
 #include "auth.h"
+#include "fill.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -88,8 +89,12 @@ static void read_job(void *arg)
     size_t length = (size_t)job->read.length;
     int file = -1;
     take_source_reads(); /* what a warm job on this thread read is not this READ's */
-    int staged = larder__dataset_stage_range(job->entry->dataset, job->read.shard, job->read.offset,
-                                             job->read.length, &file);
+    /* at the READ's class all the way down: the owner it borrows from and
+     * the origin's transfers see it too */
+    struct larder__fill *fill = larder__dataset_fill(job->entry->dataset);
+    int priority = job->read.priority;
+    int staged = larder__fill_stage_range_at(fill, job->read.shard, job->read.offset,
+                                             job->read.length, priority, &file);
     if (staged == 0) { /* in the cache: send it from there with sendfile */
         struct output *o = output_new(LARDER__WIRE_HEADER);
         if (o) {
@@ -98,6 +103,7 @@ static void read_job(void *arg)
             o->file = file;
             o->file_offset = (off_t)job->read.offset;
             o->file_length = length;
+            o->priority = (uint8_t)priority;
             enqueue_output(job->connection, o);
         } else {
             send_error(job->connection, job->request, -ENOMEM, "out of memory");
@@ -117,12 +123,13 @@ static void read_job(void *arg)
     struct output *o = output_new(LARDER__WIRE_HEADER + length);
     int rc = o ? 0 : -ENOMEM;
     if (rc == 0)
-        rc = larder__dataset_read_range(job->entry->dataset, job->read.shard, job->read.offset,
-                                        job->read.length, o->bytes + LARDER__WIRE_HEADER);
+        rc = larder__fill_range_at(fill, job->read.shard, job->read.offset, job->read.length,
+                                   priority, o->bytes + LARDER__WIRE_HEADER);
     if (rc == 0) {
         larder__wire_encode_header(o->bytes, LARDER__WIRE_HEADER, LARDER__DATA, (uint32_t)length,
                                    job->request);
         o->uncached = length; /* given back when the output is freed */
+        o->priority = (uint8_t)priority;
         enqueue_output(job->connection, o);
     } else {
         free(o);
@@ -169,7 +176,13 @@ static void stats_frame(struct connection *c, uint64_t request)
             (unsigned long long)s.total_bytes);
     }
     pthread_mutex_unlock(&d->lock);
-    used += (size_t)snprintf(p + used, capacity - used, "]}");
+    /* the work queue by class (priority.h), after the datasets */
+    struct larder__pool_stats classes;
+    larder__pool_stats_get(d->pool, &classes);
+    used += (size_t)snprintf(p + used, capacity - used, "], \"classes\": ");
+    size_t n = metrics_classes_json(&classes, p + used, capacity - used);
+    used += n ? n : (size_t)snprintf(p + used, capacity - used, "{}");
+    used += (size_t)snprintf(p + used, capacity - used, "}");
     larder__wire_encode_header((uint8_t *)text, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
                                request);
     enqueue(c, text, LARDER__WIRE_HEADER + used);
@@ -298,8 +311,9 @@ static bool read_request(struct connection *c, const struct larder__frame *f,
     c->jobs++;
     c->charged += (size_t)read.length + REQUEST_OVERHEAD;
     pthread_mutex_unlock(&c->lock);
-    int priority = read.priority <= 1 ? read.priority : LARDER__BACKGROUND;
-    larder__pool_submit(c->daemon->pool, read_job, job, priority);
+    /* queued by its class (wire.c took 0-3 only): a worker takes DEMAND
+     * first and keeps slots free for it while lower classes run */
+    larder__pool_submit(c->daemon->pool, read_job, job, read.priority);
     return true;
 }
 

@@ -1,10 +1,13 @@
 /*
  * warm.c - warm staging (larderd --warm): as a dataset is opened, each
  * node stages the shards it owns (all of them, alone) in the background,
- * in chunks, at the pool's lowest priority, paced to --warm-rate by a
- * token bucket of one chunk shared by the node's workers.
+ * in chunks, at the lowest class (WARM: in the pool, at the owner and at
+ * the origin), paced to --warm-rate by a token bucket of one chunk shared
+ * by the node's workers.
  */
 #include "larderd.h"
+
+#include "fill.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -39,8 +42,8 @@ static void warm_job(void *arg)
         nanosleep(&pause, NULL);
     }
     uint8_t *buf = d->stopping ? NULL : malloc((size_t)job->length);
-    if (buf && larder__dataset_read_range(job->entry->dataset, job->shard, job->offset, job->length,
-                                          buf) < 0)
+    if (buf && larder__fill_range_at(larder__dataset_fill(job->entry->dataset), job->shard,
+                                     job->offset, job->length, LARDER__WARM, buf) < 0)
         say("warm: shard %u at %llu: %s", job->shard, (unsigned long long)job->offset,
             larder_errmsg());
     free(buf);
@@ -64,7 +67,7 @@ size_t warm_owned(struct larderd *d, struct dataset_entry *e)
                                      .shard = shard,
                                      .offset = at,
                                      .length = size - at < WARM_CHUNK ? size - at : WARM_CHUNK};
-            if (larder__pool_submit(d->pool, warm_job, job, LARDER__BACKGROUND) < 0) {
+            if (larder__pool_submit(d->pool, warm_job, job, LARDER__WARM) < 0) {
                 free(job);
                 return queued;
             }

@@ -11,6 +11,7 @@
  */
 #include "endpoint.h"
 #include "auth.h"
+#include "priority.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -26,12 +27,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL 64
+#define POOL 64              /* idle connections kept per group of classes */
 #define PEER_DOWN_MS 10000   /* a peer that failed is left alone this long */
 #define READER_DOWN_MS 2000  /* a node daemon that failed: short, it may be restarting */
 #define DENIED_DOWN_MS 60000 /* a daemon that refused us will refuse again */
 #define READER_TIMEOUT_MS 1000
 #define OPEN_TIMEOUT_MS 10000 /* opening an index may read it from a remote origin */
+/* How long a HINTED or WARM READ waits for its answer to start: the daemon
+ * queues it behind every higher-class READ of its own (by design), so a
+ * busy owner is not a dead one; giving up after the usual timeout would
+ * send the read to the origin and leave the owner alone for all classes. */
+#define QUEUED_TIMEOUT_MS 60000
 
 /* Whether a negative code is -errno (larder's own range starts at -1000),
  * whose message is then worth adding the daemon's address to. */
@@ -45,10 +51,21 @@ struct larder__endpoint {
     enum larder__role role;
     int timeout_ms, down_ms;
     pthread_mutex_t lock;
-    int idle[POOL];
-    int num_idle;
+    /* Idle connections by group of classes: [0] DEMAND and NEAR, [1]
+     * HINTED and WARM.  A connection carries one request at a time, and
+     * the groups never share one, so a reader's READ is never sent on a
+     * socket a bulk transfer was last using (whose tail the daemon may
+     * still be pushing through the kernel's buffers). */
+    int idle[2][POOL];
+    int num_idle[2];
     int64_t down_until_ms;
 };
+
+/* The pool group of a class. */
+static int group_of(int priority)
+{
+    return priority >= LARDER__HINTED ? 1 : 0;
+}
 
 static int64_t now_ms(void)
 {
@@ -87,8 +104,9 @@ int larder__endpoint_new(struct larder__endpoint **out, const char *address, enu
 void larder__endpoint_free(struct larder__endpoint *e)
 {
     if (!e) return;
-    for (int i = 0; i < e->num_idle; i++)
-        close(e->idle[i]);
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < e->num_idle[g]; i++)
+            close(e->idle[g][i]);
     pthread_mutex_destroy(&e->lock);
     free(e->address);
     if (e->token) memset(e->token, 0, strlen(e->token));
@@ -115,9 +133,11 @@ static void mark_down(struct larder__endpoint *e, int down_ms)
 {
     pthread_mutex_lock(&e->lock);
     e->down_until_ms = now_ms() + down_ms;
-    for (int i = 0; i < e->num_idle; i++)
-        close(e->idle[i]);
-    e->num_idle = 0;
+    for (int g = 0; g < 2; g++) {
+        for (int i = 0; i < e->num_idle[g]; i++)
+            close(e->idle[g][i]);
+        e->num_idle[g] = 0;
+    }
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -336,12 +356,13 @@ static int connect_endpoint(struct larder__endpoint *e)
     return fd;
 }
 
-/* A pooled connection that still looks open (no EOF or stray bytes waiting), or -1. */
-static int take_idle(struct larder__endpoint *e)
+/* A pooled connection of a group that still looks open (no EOF or stray
+ * bytes waiting), or -1. */
+static int take_idle(struct larder__endpoint *e, int group)
 {
     for (;;) {
         pthread_mutex_lock(&e->lock);
-        int fd = e->num_idle ? e->idle[--e->num_idle] : -1;
+        int fd = e->num_idle[group] ? e->idle[group][--e->num_idle[group]] : -1;
         pthread_mutex_unlock(&e->lock);
         if (fd < 0) return -1;
         struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
@@ -364,7 +385,10 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
     uint8_t header[LARDER__WIRE_HEADER];
     struct larder__frame frame;
     bool answered = false;
-    if (rc == 0) rc = recv_header(fd, header, e->timeout_ms, &answered);
+    int wait_ms = e->timeout_ms;
+    if (read->priority >= LARDER__HINTED && wait_ms < QUEUED_TIMEOUT_MS)
+        wait_ms = QUEUED_TIMEOUT_MS;
+    if (rc == 0) rc = recv_header(fd, header, wait_ms, &answered);
     *unanswered = !answered && (rc == -EPIPE || rc == -ECONNRESET);
     if (rc == 0) rc = larder__wire_header(header, sizeof header, &frame);
     *connection_fault = rc < 0;
@@ -398,8 +422,9 @@ int larder__endpoint_read(struct larder__endpoint *e, uint64_t id_low, uint64_t 
                                 .priority = (uint8_t)priority,
                                 .offset = offset,
                                 .length = length};
+    int group = group_of(priority);
     for (int attempt = 0;; attempt++) {
-        int fd = take_idle(e);
+        int fd = take_idle(e, group);
         bool pooled = fd >= 0;
         if (!pooled && (fd = connect_endpoint(e)) < 0) {
             if (fd != LARDER_ENOTFOUND)
@@ -419,8 +444,8 @@ int larder__endpoint_read(struct larder__endpoint *e, uint64_t id_low, uint64_t 
             return rc;
         }
         pthread_mutex_lock(&e->lock);
-        if (e->num_idle < POOL) {
-            e->idle[e->num_idle++] = fd;
+        if (e->num_idle[group] < POOL) {
+            e->idle[group][e->num_idle[group]++] = fd;
             fd = -1;
         }
         pthread_mutex_unlock(&e->lock);

@@ -33,7 +33,10 @@ LARDER__HIDDEN bool larder__endpoint_down(struct larder__endpoint *endpoint);
 
 /*
  * Read bytes [offset, offset + length) of a shard of dataset (id_low,
- * id_high) through the endpoint, into buf.  0, or a negative code with a
+ * id_high) through the endpoint, into buf, at class `priority`
+ * (priority.h, carried in the READ; DEMAND and NEAR use other pooled
+ * connections than HINTED and WARM, whose answers may take up to 60 s to
+ * start: the daemon serves them after its other work).  0, or a negative code with a
  * message (the endpoint is then marked down for a while when the failure
  * was the connection's, not an answer's).  A pooled connection found
  * closed before any byte of the answer is not a failure: the request is

@@ -124,13 +124,13 @@ static const char *key_of(const struct larder__fill *f, uint64_t id)
 }
 
 static int fetch_runs(struct larder__fill *f, uint32_t shard, const struct larder__extent *runs,
-                      size_t count, bool origin_only);
+                      size_t count, bool origin_only, int priority);
 
 int larder__fill_direct(struct larder__fill *f, const struct larder__sample *s, uint64_t id,
                         void *buf, uint64_t offset, uint64_t length)
 {
     struct larder__extent e = {buf, s->offset + offset, (size_t)length};
-    int rc = length ? fetch_runs(f, s->shard, &e, 1, false) : 0;
+    int rc = length ? fetch_runs(f, s->shard, &e, 1, false, LARDER__DEMAND) : 0;
     if (rc < 0)
         return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id,
                                     key_of(f, id));
@@ -217,17 +217,20 @@ enum { BLOCK_CACHED = 0, BLOCK_ORIGIN, BLOCK_PEER };
 /*
  * Runs of blocks from the shard's source in one vectored read (its owner
  * node first, in a daemon; `origin_only`: the origin itself, past any
- * peer).  Returns where the bytes came from (enum larder__from), or a
- * negative code.
+ * peer), at class `priority` (a peer and the origin's in-flight limit
+ * queue it behind higher classes).  Returns where the bytes came from
+ * (enum larder__from), or a negative code.
  */
 static int fetch_runs(struct larder__fill *f, uint32_t shard, const struct larder__extent *runs,
-                      size_t count, bool origin_only)
+                      size_t count, bool origin_only, int priority)
 {
     struct larder__cache_counters *k = larder__fill_counters(f);
     struct larder__source *source;
     int rc = larder__fill_source(f, shard, &source);
     if (rc == 0)
-        rc = larder__source_readv(source, runs, count, origin_only ? LARDER__READ_ORIGIN_ONLY : 0);
+        rc = larder__source_readv(source, runs, count,
+                                  (origin_only ? LARDER__READ_ORIGIN_ONLY : 0) |
+                                      larder__read_at(priority));
     if (rc < 0) return rc;
     uint64_t bytes = 0;
     for (size_t i = 0; i < count; i++)
@@ -247,7 +250,7 @@ static int fetch_runs(struct larder__fill *f, uint32_t shard, const struct larde
  * `everything`: a refetch after wrong bytes, from the origin itself.
  */
 static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first, uint64_t last,
-                         uint8_t *span, uint8_t *fetched, bool everything)
+                         uint8_t *span, uint8_t *fetched, bool everything, int priority)
 {
     struct larder__cache *c = f->cache;
     uint64_t start = larder__cache_block_offset(c, first);
@@ -280,7 +283,7 @@ static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first,
         memset(fetched + (b - first), BLOCK_ORIGIN, (size_t)(end - b + 1));
         b = end + 1;
     }
-    int rc = count ? fetch_runs(f, shard, runs, count, everything) : LARDER__FROM_ORIGIN;
+    int rc = count ? fetch_runs(f, shard, runs, count, everything, priority) : LARDER__FROM_ORIGIN;
     free(runs);
     if (rc < 0) return rc;
     if (rc == LARDER__FROM_PEER)
@@ -356,9 +359,10 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
  * copied or kept that failed its checksum: wrong bytes lead to one more
  * read of everything from the origin itself, then to LARDER_ECHECKSUM
  * naming the sample.  `suspect`: cached bytes already proved wrong.
+ * `priority`: the class its source reads go at.
  */
 static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint64_t hi, void *buf,
-                      bool suspect)
+                      bool suspect, int priority)
 {
     struct larder__cache *c = f->cache;
     struct larder__cache_counters *k = larder__fill_counters(f);
@@ -396,7 +400,7 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
     bool *ok = calloc(checked ? checked : 1, sizeof *ok);
     uint8_t *keep = calloc(blocks, sizeof *keep);
     rc = span && fetched && ok && keep ? 0 : -ENOMEM;
-    if (rc == 0) rc = fetch_missing(f, shard, p.first, p.last, span, fetched, suspect);
+    if (rc == 0) rc = fetch_missing(f, shard, p.first, p.last, span, fetched, suspect, priority);
     bool fetched_any = false; /* a miss needs a fetch; the rest came from the cache */
     for (uint64_t i = 0; rc == 0 && i < blocks; i++)
         fetched_any = fetched_any || fetched[i] != BLOCK_CACHED;
@@ -411,7 +415,7 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
          * read it all from the origin once more, then give up */
         larder__cache_count(&k->refetches, 1);
         larder__cache_forget(c, shard, p.first, p.last);
-        rc = fetch_missing(f, shard, p.first, p.last, span, fetched, true);
+        rc = fetch_missing(f, shard, p.first, p.last, span, fetched, true, priority);
         bad = rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, span_start, ok) : UINT64_MAX;
     }
     if (rc == 0 && bad != UINT64_MAX) {
@@ -435,10 +439,10 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
 
 /* The fill path for one sample (see fill_range); `suspect`: its cached bytes proved wrong. */
 static int fill(struct larder__fill *f, const struct larder__sample *s, uint64_t id, void *buf,
-                bool suspect)
+                bool suspect, int priority)
 {
     if (s->length == 0) return 0;
-    int rc = fill_range(f, s->shard, s->offset, s->offset + s->length, buf, suspect);
+    int rc = fill_range(f, s->shard, s->offset, s->offset + s->length, buf, suspect, priority);
     if (rc < 0 && rc != LARDER_ECHECKSUM)
         rc = larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id, key_of(f, id));
     return rc;
@@ -469,7 +473,7 @@ int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, 
     }
     /* all resident yet wrong or unreadable: the cache is what is wrong */
     bool suspect = larder__cache_present(f->cache, s->shard, first, last);
-    return fill(f, s, id, buf, suspect);
+    return fill(f, s, id, buf, suspect, LARDER__DEMAND);
 }
 
 bool larder__fill_staged(const struct larder__fill *f, uint64_t id)
@@ -483,13 +487,18 @@ bool larder__fill_staged(const struct larder__fill *f, uint64_t id)
 
 int larder__fill_stage(struct larder__fill *f, uint64_t id)
 {
+    return larder__fill_stage_at(f, id, LARDER__DEMAND);
+}
+
+int larder__fill_stage_at(struct larder__fill *f, uint64_t id, int priority)
+{
     struct larder__sample s;
     int rc = larder__index_sample_range(f->ix, id, &s);
     if (rc < 0) return rc;
     if (!f->cache || larder__fill_staged(f, id)) return 0;
     uint8_t *buf = malloc(s.length ? (size_t)s.length : 1);
     if (!buf) return -ENOMEM;
-    rc = fill(f, &s, id, buf, false);
+    rc = fill(f, &s, id, buf, false, priority);
     free(buf);
     return rc;
 }
@@ -511,6 +520,12 @@ static int check_range(const struct larder__fill *f, uint32_t shard, uint64_t of
 int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, uint64_t length,
                        void *buf)
 {
+    return larder__fill_range_at(f, shard, offset, length, LARDER__DEMAND, buf);
+}
+
+int larder__fill_range_at(struct larder__fill *f, uint32_t shard, uint64_t offset, uint64_t length,
+                          int priority, void *buf)
+{
     int rc = check_range(f, shard, offset, length);
     if (rc < 0) return rc;
     if (f->cache) {
@@ -525,7 +540,7 @@ int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, 
             larder__cache_generation(f->cache) == generation &&
             larder__cache_resident(f->cache, shard, first, last))
             return 0;
-        return fill_range(f, shard, offset, offset + length, buf, false);
+        return fill_range(f, shard, offset, offset + length, buf, false, priority);
     }
     /* no cache: read the samples these bytes belong to, and check them */
     struct larder__shard_map *map;
@@ -539,7 +554,7 @@ int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, 
     uint8_t *span = start == offset && end == offset + length ? buf : malloc((size_t)(end - start));
     bool *ok = calloc(p.need_last - p.need_first + 1, sizeof *ok);
     struct larder__extent run = {span, start, (size_t)(end - start)};
-    rc = span && ok ? fetch_runs(f, shard, &run, 1, false) : -ENOMEM;
+    rc = span && ok ? fetch_runs(f, shard, &run, 1, false, priority) : -ENOMEM;
     if (rc > 0) rc = 0; /* from a peer */
     uint64_t bad = rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, start, ok) : UINT64_MAX;
     if (rc == 0 && bad != UINT64_MAX) rc = checksum_failure(f, bad, span, start);
@@ -551,6 +566,12 @@ int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, 
 
 int larder__fill_stage_range(struct larder__fill *f, uint32_t shard, uint64_t offset,
                              uint64_t length, int *fd)
+{
+    return larder__fill_stage_range_at(f, shard, offset, length, LARDER__DEMAND, fd);
+}
+
+int larder__fill_stage_range_at(struct larder__fill *f, uint32_t shard, uint64_t offset,
+                                uint64_t length, int priority, int *fd)
 {
     /* sendfile hands the socket references to page-cache pages that are
      * read when the bytes go out, after sendfile has returned: an
@@ -566,7 +587,7 @@ int larder__fill_stage_range(struct larder__fill *f, uint32_t shard, uint64_t of
     uint64_t first, last;
     larder__cache_blocks(f->cache, offset, length, &first, &last);
     if (!larder__cache_resident(f->cache, shard, first, last) &&
-        (rc = fill_range(f, shard, offset, offset + length, NULL, false)) < 0)
+        (rc = fill_range(f, shard, offset, offset + length, NULL, false, priority)) < 0)
         return rc;
     /* not kept (a full disk, or suspect neighbours): send a copy */
     if (!larder__cache_resident(f->cache, shard, first, last)) return 1;

@@ -26,6 +26,7 @@
 
 #include "cache.h"
 #include "index.h"
+#include "priority.h"
 
 struct larder__fill;
 struct larder__source;
@@ -60,16 +61,31 @@ LARDER__HIDDEN int larder__fill_sample(struct larder__fill *fill, const struct l
 LARDER__HIDDEN int larder__fill_direct(struct larder__fill *fill, const struct larder__sample *s,
                                        uint64_t id, void *buf, uint64_t offset, uint64_t length);
 /* Bytes [offset, offset + length) of `shard`, every sample they belong to
- * checked (see larder__dataset_read_range). */
+ * checked (see larder__dataset_read_range), fetched at DEMAND. */
 LARDER__HIDDEN int larder__fill_range(struct larder__fill *fill, uint32_t shard, uint64_t offset,
                                       uint64_t length, void *buf);
-/* Stage the range for a zero-copy send (see larder__dataset_stage_range). */
+/* Stage the range for a zero-copy send (see larder__dataset_stage_range), at DEMAND. */
 LARDER__HIDDEN int larder__fill_stage_range(struct larder__fill *fill, uint32_t shard,
                                             uint64_t offset, uint64_t length, int *fd);
+/*
+ * The same at a class of priority.h: what is missing is fetched at
+ * `priority` (a peer's READ carries it, the HTTP origin's transfers in
+ * flight are shared by it).  A daemon stages what a READ asks at the
+ * READ's class; hints and replication stage at LARDER__HINTED, warm
+ * staging at LARDER__WARM.  What is already cached is served the same
+ * at any class.
+ */
+LARDER__HIDDEN int larder__fill_range_at(struct larder__fill *fill, uint32_t shard, uint64_t offset,
+                                         uint64_t length, int priority, void *buf);
+LARDER__HIDDEN int larder__fill_stage_range_at(struct larder__fill *fill, uint32_t shard,
+                                               uint64_t offset, uint64_t length, int priority,
+                                               int *fd);
 /* Whether every block of sample `id` is in the cache (false without one). */
 LARDER__HIDDEN bool larder__fill_staged(const struct larder__fill *fill, uint64_t id);
-/* Bring sample `id` into the cache, checked (nothing without a cache). */
+/* Bring sample `id` into the cache, checked (nothing without a cache), at
+ * DEMAND; _at: at a class of priority.h (the prefetcher's: NEAR). */
 LARDER__HIDDEN int larder__fill_stage(struct larder__fill *fill, uint64_t id);
+LARDER__HIDDEN int larder__fill_stage_at(struct larder__fill *fill, uint64_t id, int priority);
 
 /* 0 when buf holds sample `id`'s bytes; else LARDER_ECHECKSUM naming it. */
 LARDER__HIDDEN int larder__fill_check(const struct larder__fill *fill,

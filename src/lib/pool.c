@@ -1,14 +1,19 @@
 /*
- * pool.c - worker threads and prioritized task queues (see pool.h).
+ * pool.c - worker threads and prioritized task queues (see pool.h): one
+ * ring per class, and per class the tasks running, so that a worker takes
+ * a lower class only while the classes above keep their share free.
  */
 #include "pool.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 struct task {
     larder__task_fn fn;
     void *arg;
+    uint64_t queued_us; /* when it was submitted */
+    int priority;
 };
 
 struct queue { /* a ring */
@@ -20,10 +25,19 @@ struct larder__pool {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     struct queue queues[LARDER__CLASSES];
+    int limit[LARDER__CLASSES];      /* workers a class and those below it may hold together */
+    struct larder__pool_stats stats; /* running[] is what next_task() checks */
     pthread_t *threads;
     int wanted, started, idle;
     bool stopping;
 };
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
 
 int larder__pool_new(struct larder__pool **out, int threads)
 {
@@ -35,22 +49,62 @@ int larder__pool_new(struct larder__pool **out, int threads)
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     p->wanted = threads;
+    for (int c = 0; c < LARDER__CLASSES; c++)
+        p->limit[c] = larder__priority_limit(threads, c);
     *out = p;
     return 0;
 }
 
-/* The next task, highest class first; lock held.  false when none. */
+/* Whether a task of class `priority` may start now: taking it keeps every
+ * class at or above it within its share of the workers.  Lock held. */
+static bool may_start(const struct larder__pool *p, int priority)
+{
+    uint64_t held = 0; /* tasks running of classes [c, CLASSES) */
+    for (int c = LARDER__CLASSES - 1; c > priority; c--)
+        held += p->stats.running[c];
+    for (int c = priority; c > LARDER__DEMAND; c--) {
+        held += p->stats.running[c];
+        if (held >= (uint64_t)p->limit[c]) return false;
+    }
+    return true;
+}
+
+/* The oldest task of the highest class that may start, taken off its
+ * queue and counted as running; lock held.  false when none. */
 static bool next_task(struct larder__pool *p, struct task *t)
 {
     for (int c = 0; c < LARDER__CLASSES; c++) {
         struct queue *q = &p->queues[c];
         if (q->count == 0) continue;
+        if (!may_start(p, c)) return false; /* nor any class below it */
         *t = q->tasks[q->head];
         q->head = (q->head + 1) % q->capacity;
         q->count--;
+        uint64_t wait = now_us() - t->queued_us;
+        p->stats.started[c]++;
+        p->stats.running[c]++;
+        p->stats.wait_us[c] += wait;
+        if (wait > p->stats.wait_max_us[c]) p->stats.wait_max_us[c] = wait;
         return true;
     }
     return false;
+}
+
+/* Whether some queued task may start now (lock held). */
+static bool startable(const struct larder__pool *p)
+{
+    for (int c = 0; c < LARDER__CLASSES; c++)
+        if (p->queues[c].count) return may_start(p, c);
+    return false;
+}
+
+/* Run t outside the lock, then count it done; lock held on entry and return. */
+static void run_task(struct larder__pool *p, const struct task *t)
+{
+    pthread_mutex_unlock(&p->lock);
+    t->fn(t->arg);
+    pthread_mutex_lock(&p->lock);
+    p->stats.running[t->priority]--;
 }
 
 static void *worker(void *arg)
@@ -60,9 +114,10 @@ static void *worker(void *arg)
     for (;;) {
         struct task t;
         if (next_task(p, &t)) {
-            pthread_mutex_unlock(&p->lock);
-            t.fn(t.arg);
-            pthread_mutex_lock(&p->lock);
+            /* a slot this worker did not take (a lower class's, freed by the
+             * task it ran last) goes to an idle worker */
+            if (p->idle && startable(p)) pthread_cond_signal(&p->wake);
+            run_task(p, &t);
             continue;
         }
         if (p->stopping) break;
@@ -111,24 +166,32 @@ static bool push(struct queue *q, struct task t)
 
 int larder__pool_submit(struct larder__pool *p, larder__task_fn fn, void *arg, int priority)
 {
-    if (priority < 0 || priority >= LARDER__CLASSES) priority = LARDER__BACKGROUND;
+    if (priority < 0 || priority >= LARDER__CLASSES) priority = LARDER__WARM;
+    struct task task = {fn, arg, now_us(), priority};
     pthread_mutex_lock(&p->lock);
-    if (!push(&p->queues[priority], (struct task){fn, arg})) {
+    p->stats.submitted[priority]++;
+    if (!push(&p->queues[priority], task)) {
         pthread_mutex_unlock(&p->lock);
         fn(arg); /* out of memory for the queue: do it now */
+        pthread_mutex_lock(&p->lock);
+        p->stats.started[priority]++;
+        pthread_mutex_unlock(&p->lock);
         return 0;
     }
-    /* another worker while there is more work than idle workers */
-    if (p->idle == 0 && p->started < p->wanted &&
+    /* another worker while there is more work queued than idle workers
+     * (an idle worker signalled but not yet awake still counts as idle:
+     * comparing with the queue, not with zero, starts one per task of a
+     * burst submitted faster than the workers wake) */
+    size_t queued = 0;
+    for (int c = 0; c < LARDER__CLASSES; c++)
+        queued += p->queues[c].count;
+    if (queued > (size_t)p->idle && p->started < p->wanted &&
         pthread_create(&p->threads[p->started], NULL, worker, p) == 0)
         p->started++;
     if (p->started == 0) { /* no thread at all: run it here */
         struct task t;
-        while (next_task(p, &t)) {
-            pthread_mutex_unlock(&p->lock);
-            t.fn(t.arg);
-            pthread_mutex_lock(&p->lock);
-        }
+        while (next_task(p, &t))
+            run_task(p, &t);
         pthread_mutex_unlock(&p->lock);
         return 0;
     }
@@ -137,8 +200,18 @@ int larder__pool_submit(struct larder__pool *p, larder__task_fn fn, void *arg, i
     return 0;
 }
 
+void larder__pool_stats_get(struct larder__pool *p, struct larder__pool_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    *out = p->stats;
+    pthread_mutex_unlock(&p->lock);
+}
+
 size_t larder__pool_queued(struct larder__pool *p, int priority)
 {
+    if (priority < 0 || priority >= LARDER__CLASSES) return 0;
     pthread_mutex_lock(&p->lock);
     size_t n = p->queues[priority].count;
     pthread_mutex_unlock(&p->lock);

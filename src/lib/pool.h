@@ -7,6 +7,7 @@
 #define LARDER_POOL_H
 
 #include "common.h"
+#include "priority.h"
 
 #include <pthread.h>
 
@@ -15,22 +16,39 @@ struct larder__pool;
 typedef void (*larder__task_fn)(void *arg);
 
 /*
- * Priority classes, highest first (DESIGN.md): a reader is blocked; the
- * plan needs it within the prefetch window; background staging.  A
- * worker always takes the oldest task of the highest class waiting, so
- * a higher class never waits behind a lower one for a free worker.
+ * Tasks are queued in the four classes of priority.h.  A worker takes the
+ * oldest task of the highest class whose share of the workers
+ * (larder__priority_limit) is not all taken: DEMAND may use every worker,
+ * NEAR and the classes below it 3/4 of them together, HINTED and WARM
+ * half, WARM a quarter.  So a higher class never waits behind a lower one
+ * for a free worker: queued lower-class work is overtaken, and a worker
+ * is kept free for each higher class while lower ones run (with 4
+ * workers or more; a 1-worker pool can only take the highest class next).
+ * Nothing running is preempted.
  */
-enum larder__priority { LARDER__DEMAND = 0, LARDER__NEAR, LARDER__BACKGROUND, LARDER__CLASSES };
 
 /* A pool of `threads` workers, started as work arrives. */
 LARDER__HIDDEN int larder__pool_new(struct larder__pool **out, int threads);
 /* Stop the workers after the queued tasks ran (NULL-safe). */
 LARDER__HIDDEN void larder__pool_free(struct larder__pool *pool);
-/* Queue fn(arg) in a class; runs it inline when no thread could be started. */
+/* Queue fn(arg) in a class (out of range: WARM); runs it inline when no
+ * thread could be started. */
 LARDER__HIDDEN int larder__pool_submit(struct larder__pool *pool, larder__task_fn fn, void *arg,
                                        int priority);
 /* Tasks queued in a class and not yet started. */
 LARDER__HIDDEN size_t larder__pool_queued(struct larder__pool *pool, int priority);
+
+/* What a pool ran, per class, since it was made. */
+struct larder__pool_stats {
+    uint64_t submitted[LARDER__CLASSES];   /* tasks queued */
+    uint64_t started[LARDER__CLASSES];     /* tasks a worker took */
+    uint64_t running[LARDER__CLASSES];     /* tasks running now */
+    uint64_t wait_us[LARDER__CLASSES];     /* queue waits of the started tasks, summed */
+    uint64_t wait_max_us[LARDER__CLASSES]; /* the longest of them */
+};
+/* A snapshot of the counters (zeros for a NULL pool). */
+LARDER__HIDDEN void larder__pool_stats_get(struct larder__pool *pool,
+                                           struct larder__pool_stats *out);
 
 /* A countdown a batch waits on, in the caller's memory: _init sets it up and
  * _wait, once every arrival is in, releases its mutex and condition, so it

@@ -12,6 +12,7 @@
  * its fills to finish.
  */
 #include "dataset.h"
+#include "fill.h"
 #include "pool.h"
 
 #include <errno.h>
@@ -43,7 +44,9 @@ static void fill_task(void *arg)
 {
     struct fill_task *t = arg;
     struct larder_prefetch *p = t->p;
-    int rc = larder__dataset_stage(p->dataset, t->id);
+    /* at NEAR all the way down: behind the reader's own misses in the
+     * pool, on the owner's queue and in the origin's transfers */
+    int rc = larder__fill_stage_at(larder__dataset_fill(p->dataset), t->id, LARDER__NEAR);
     pthread_mutex_lock(&p->lock);
     p->inflight--;
     if (rc < 0)

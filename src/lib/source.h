@@ -20,6 +20,7 @@
 #define LARDER_SOURCE_H
 
 #include "common.h"
+#include "priority.h"
 
 struct larder__source;
 struct larder__endpoint;
@@ -38,14 +39,30 @@ enum larder__from {
     LARDER__FROM_PEER = 1,   /* another node's cache (the shard's owner) */
 };
 
-/* Flags of a read. */
+/*
+ * Flags of a read.  Bits 1-2 carry the read's class (priority.h), so a
+ * source that queues or limits (a peer daemon's READ, the HTTP source's
+ * transfers in flight) can put it behind higher classes: 0 is DEMAND, so
+ * a read without a class is a blocked reader's.  Wrappers (chain, hedge)
+ * pass the flags on unchanged.
+ */
 enum {
     LARDER__READ_ORIGIN_ONLY = 1u << 0, /* skip peers: a refetch after wrong bytes */
-    /* prefetch or warming, not a blocked reader: a peer serves it after
-     * its DEMAND reads.  Reserved: the fill engine does not pass its
-     * callers' priority down yet, so peers are asked at DEMAND. */
-    LARDER__READ_BACKGROUND = 1u << 1,
+    LARDER__READ_CLASS_SHIFT = 1,
+    LARDER__READ_CLASS_MASK = 3u << 1, /* enum larder__priority << LARDER__READ_CLASS_SHIFT */
 };
+
+/* The flags of a read at class `priority` (out of range: WARM). */
+static inline unsigned larder__read_at(int priority)
+{
+    if (priority < 0 || priority >= LARDER__CLASSES) priority = LARDER__WARM;
+    return (unsigned)priority << LARDER__READ_CLASS_SHIFT;
+}
+/* The class a read's flags carry. */
+static inline int larder__read_class(unsigned flags)
+{
+    return (int)((flags & LARDER__READ_CLASS_MASK) >> LARDER__READ_CLASS_SHIFT);
+}
 
 /* A whole object, in order, to a sink; a negative return from the sink stops it. */
 typedef int (*larder__sink_fn)(void *userdata, const void *data, size_t length);
@@ -114,9 +131,9 @@ LARDER__HIDDEN int larder__source_s3_open(struct larder__source **out, const cha
 /*
  * Shard `shard` of dataset (id_low, id_high) as the daemon at `endpoint`
  * serves it (the endpoint is borrowed: it must outlive the source).
- * Reads answer LARDER__FROM_PEER, at priority LARDER__DEMAND, or
- * LARDER__BACKGROUND with LARDER__READ_BACKGROUND; a read while the
- * endpoint is marked down fails at once.  A peer does not know a shard's
+ * Reads answer LARDER__FROM_PEER; each READ carries the class of the
+ * read's flags (larder__read_class), which the peer queues and answers
+ * by; a read while the endpoint is marked down fails at once.  A peer does not know a shard's
  * size: size and stream fail with LARDER_EUNSUPPORTED (a chain takes
  * those from its last link).
  */

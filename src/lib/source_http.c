@@ -30,8 +30,10 @@
  * base * 2^attempt with full jitter. */
 #define HTTP_ATTEMPTS 4
 #define HTTP_BACKOFF_MS 50
-#define HTTP_POOL 256     /* idle handles kept per source */
-#define HTTP_IN_FLIGHT 32 /* transfers of one vectored read at once */
+#define HTTP_POOL 256 /* idle handles kept per source */
+#define HTTP_IN_FLIGHT                                                                             \
+    32 /* transfers of one DEMAND vectored read at once; lower                                     \
+          classes get their share (larder__priority_limit) */
 
 struct http_source {
     struct larder__source base;
@@ -436,10 +438,10 @@ static struct range *collect(struct http_source *h, CURLM *multi)
 /*
  * Start what is due, hedge what is slow; returns how long to wait for the
  * next of those (ms), or -1 once every range is done.  A range that fails
- * to start is returned in *failed.
+ * to start is returned in *failed.  At most `limit` transfers run at once.
  */
 static int schedule(struct http_source *h, CURLM *multi, struct range *ranges, size_t count,
-                    struct range **failed)
+                    size_t limit, struct range **failed)
 {
     double now = larder__now_ms(), next = now + 50;
     size_t done = 0, in_flight = 0;
@@ -447,7 +449,7 @@ static int schedule(struct http_source *h, CURLM *multi, struct range *ranges, s
         in_flight += ranges[i].state == RUNNING;
     for (size_t i = 0; i < count; i++) {
         struct range *r = &ranges[i];
-        if (r->state == WAITING && r->not_before <= now && in_flight < HTTP_IN_FLIGHT) {
+        if (r->state == WAITING && r->not_before <= now && in_flight < limit) {
             range_start(h, multi, r);
             in_flight += r->state == RUNNING;
         }
@@ -455,8 +457,7 @@ static int schedule(struct http_source *h, CURLM *multi, struct range *ranges, s
         if (r->state == RUNNING && !r->handle[1] && r->ask_at < next) next = r->ask_at;
         /* a waiting range is due when its backoff ends, if a slot is free
          * then; with none free, the transfers' own activity wakes the poll */
-        if (r->state == WAITING && r->not_before < next && in_flight < HTTP_IN_FLIGHT)
-            next = r->not_before;
+        if (r->state == WAITING && r->not_before < next && in_flight < limit) next = r->not_before;
         if (r->state == DONE && r->rc < 0) *failed = r;
         done += r->state == DONE;
     }
@@ -468,7 +469,9 @@ static int http_read(struct larder__source *source, const struct larder__extent 
                      size_t count, unsigned flags)
 {
     struct http_source *h = (struct http_source *)source;
-    (void)flags;
+    /* a lower class's read keeps fewer transfers open at once, leaving
+     * the origin's (and the network's) capacity to blocked readers */
+    size_t limit = (size_t)larder__priority_limit(HTTP_IN_FLIGHT, larder__read_class(flags));
     CURLM *multi = thread_multi();
     struct range *ranges = calloc(count, sizeof *ranges);
     if (!multi || !ranges) {
@@ -493,7 +496,7 @@ static int http_read(struct larder__source *source, const struct larder__extent 
         }
     }
     for (int wait;
-         !failed && (wait = schedule(h, multi, ranges, count, &failed)) >= 0 && !failed;) {
+         !failed && (wait = schedule(h, multi, ranges, count, limit, &failed)) >= 0 && !failed;) {
         int running;
         curl_multi_poll(multi, NULL, 0, wait, NULL);
         curl_multi_perform(multi, &running);

@@ -1,14 +1,15 @@
 /*
  * source_peer.c - one shard of a dataset as a peer daemon (the shard's
  * owner) serves it from its cache, over the endpoint's pooled connections
- * (endpoint.h).  Reads answer LARDER__FROM_PEER.  A peer does not tell a
+ * (endpoint.h), each READ at the class its read's flags carry (a
+ * HINTED fill asks the owner at HINTED, behind its readers' DEMAND
+ * reads).  Reads answer LARDER__FROM_PEER.  A peer does not tell a
  * shard's size: size() fails with LARDER_EUNSUPPORTED, and so does a
  * stream (made of reads up to the size); a chain asks its last link, the
  * origin, for those.  A peer the endpoint has marked down is not asked:
  * the read fails at once, so a chain goes on to the next link.
  */
 #include "endpoint.h"
-#include "pool.h"
 #include "source.h"
 #include "wire.h"
 
@@ -35,7 +36,7 @@ static int peer_read(struct larder__source *source, const struct larder__extent 
                      size_t count, unsigned flags)
 {
     struct peer_source *p = (struct peer_source *)source;
-    int priority = flags & LARDER__READ_BACKGROUND ? LARDER__BACKGROUND : LARDER__DEMAND;
+    int priority = larder__read_class(flags); /* the peer queues and answers by it */
     if (larder__endpoint_down(p->endpoint))
         return larder__fail(-EHOSTUNREACH, "%s: down (failed recently), not asked", p->name);
     for (size_t i = 0; i < count; i++) {

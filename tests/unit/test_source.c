@@ -284,7 +284,7 @@ TEST(source_chain_passes_over_a_dead_peer)
     struct larder__source *links[] = {peer, &origin->base}, *chain;
     CHECK_EQ(larder__source_chain_open(&chain, links, 2, 10000), 0);
     char buf[64];
-    CHECK_EQ(larder__source_read(chain, buf, sizeof buf, 0, LARDER__READ_BACKGROUND),
+    CHECK_EQ(larder__source_read(chain, buf, sizeof buf, 0, larder__read_at(LARDER__WARM)),
              LARDER__FROM_ORIGIN);
     CHECK(all_bytes(buf, sizeof buf, 'O'));
     CHECK(larder__endpoint_down(endpoint)); /* the endpoint's own marking, as before */

@@ -1,0 +1,194 @@
+/*
+ * test_pool.c - the worker pool's classes (src/lib/pool.c): a DEMAND task
+ * overtakes lower-class tasks queued before it, and lower classes never
+ * hold the workers kept for the classes above them.  Every check is on
+ * order and counts, none on time: a task that never starts makes the
+ * test time out, which fails it.
+ */
+#include "pool.h"
+#include "test.h"
+
+#include <pthread.h>
+
+/* A gate tasks wait at, and the log of what ran in which order. */
+struct bench {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    bool open;
+    int waiting;                     /* gated tasks blocked now */
+    int running[LARDER__CLASSES];    /* gated tasks of each class blocked now */
+    int most_below[LARDER__CLASSES]; /* most tasks of class >= c blocked at once */
+    int order[64];                   /* tags of the tasks, in the order they ran */
+    int ran;
+};
+
+struct job {
+    struct bench *bench;
+    int tag;      /* logged when it runs */
+    int priority; /* its class, for the counts */
+    bool gated;   /* waits for the gate */
+};
+
+static void bench_init(struct bench *b)
+{
+    memset(b, 0, sizeof *b);
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->changed, NULL);
+}
+
+static void job_run(void *arg)
+{
+    struct job *j = arg;
+    struct bench *b = j->bench;
+    pthread_mutex_lock(&b->lock);
+    if (b->ran < 64) b->order[b->ran] = j->tag;
+    b->ran++;
+    if (j->gated) {
+        b->waiting++;
+        b->running[j->priority]++;
+        for (int c = 0; c < LARDER__CLASSES; c++) {
+            int held = 0;
+            for (int k = c; k < LARDER__CLASSES; k++)
+                held += b->running[k];
+            if (held > b->most_below[c]) b->most_below[c] = held;
+        }
+        pthread_cond_broadcast(&b->changed);
+        while (!b->open)
+            pthread_cond_wait(&b->changed, &b->lock);
+        b->waiting--;
+        b->running[j->priority]--;
+    }
+    pthread_cond_broadcast(&b->changed);
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* Wait until `n` gated tasks are blocked at the gate. */
+static void wait_blocked(struct bench *b, int n)
+{
+    pthread_mutex_lock(&b->lock);
+    while (b->waiting < n)
+        pthread_cond_wait(&b->changed, &b->lock);
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* Wait until `n` tasks have run (or started). */
+static void wait_ran(struct bench *b, int n)
+{
+    pthread_mutex_lock(&b->lock);
+    while (b->ran < n)
+        pthread_cond_wait(&b->changed, &b->lock);
+    pthread_mutex_unlock(&b->lock);
+}
+
+static void open_gate(struct bench *b)
+{
+    pthread_mutex_lock(&b->lock);
+    b->open = true;
+    pthread_cond_broadcast(&b->changed);
+    pthread_mutex_unlock(&b->lock);
+}
+
+TEST(pool_demand_overtakes_queued_hinted)
+{
+    struct bench b;
+    bench_init(&b);
+    struct larder__pool *pool;
+    CHECK_EQ(larder__pool_new(&pool, 1), 0);
+    struct job jobs[12];
+    /* the one worker blocks in the first HINTED task ... */
+    jobs[0] = (struct job){&b, 100, LARDER__HINTED, true};
+    CHECK_EQ(larder__pool_submit(pool, job_run, &jobs[0], LARDER__HINTED), 0);
+    wait_blocked(&b, 1);
+    /* ... while ten more HINTED ones queue, then a WARM, a NEAR and a DEMAND one */
+    for (int i = 1; i <= 8; i++) {
+        jobs[i] = (struct job){&b, 100 + i, LARDER__HINTED, false};
+        CHECK_EQ(larder__pool_submit(pool, job_run, &jobs[i], LARDER__HINTED), 0);
+    }
+    jobs[9] = (struct job){&b, 300, LARDER__WARM, false};
+    CHECK_EQ(larder__pool_submit(pool, job_run, &jobs[9], LARDER__WARM), 0);
+    jobs[10] = (struct job){&b, 200, LARDER__NEAR, false};
+    CHECK_EQ(larder__pool_submit(pool, job_run, &jobs[10], LARDER__NEAR), 0);
+    jobs[11] = (struct job){&b, 1, LARDER__DEMAND, false};
+    CHECK_EQ(larder__pool_submit(pool, job_run, &jobs[11], LARDER__DEMAND), 0);
+    CHECK_EQ(larder__pool_queued(pool, LARDER__HINTED), 8);
+    CHECK_EQ(larder__pool_queued(pool, LARDER__DEMAND), 1);
+    open_gate(&b);
+    wait_ran(&b, 12);
+    larder__pool_free(pool);
+    /* the gated task, then DEMAND, NEAR, the HINTED ones in their order, WARM */
+    int expected[12] = {100, 1, 200, 101, 102, 103, 104, 105, 106, 107, 108, 300};
+    for (int i = 0; i < 12; i++)
+        CHECK_EQ(b.order[i], expected[i]);
+}
+
+TEST(pool_keeps_workers_for_higher_classes)
+{
+    struct bench b;
+    bench_init(&b);
+    struct larder__pool *pool;
+    CHECK_EQ(larder__pool_new(&pool, 8), 0);
+    /* 8 workers: WARM may hold 2, HINTED and WARM 4, NEAR and below 6 */
+    struct job jobs[32];
+    int n = 0;
+    for (int i = 0; i < 6; i++, n++) {
+        jobs[n] = (struct job){&b, 300 + i, LARDER__WARM, true};
+        CHECK_EQ(larder__pool_submit(pool, job_run, &jobs[n], LARDER__WARM), 0);
+    }
+    wait_blocked(&b, 2);
+    for (int i = 0; i < 6; i++, n++) {
+        jobs[n] = (struct job){&b, 200 + i, LARDER__HINTED, true};
+        CHECK_EQ(larder__pool_submit(pool, job_run, &jobs[n], LARDER__HINTED), 0);
+    }
+    wait_blocked(&b, 4); /* 2 WARM + 2 HINTED */
+    for (int i = 0; i < 6; i++, n++) {
+        jobs[n] = (struct job){&b, 100 + i, LARDER__NEAR, true};
+        CHECK_EQ(larder__pool_submit(pool, job_run, &jobs[n], LARDER__NEAR), 0);
+    }
+    wait_blocked(&b, 6); /* and 2 NEAR */
+    /* every lower-class slot is taken and more lower work is queued: a
+     * DEMAND task still starts (and finishes) with the gate closed; were
+     * no worker kept for it, this would wait for the gate and time out */
+    int before = 0;
+    pthread_mutex_lock(&b.lock);
+    before = b.ran;
+    pthread_mutex_unlock(&b.lock);
+    jobs[n] = (struct job){&b, 1, LARDER__DEMAND, false};
+    CHECK_EQ(larder__pool_submit(pool, job_run, &jobs[n], LARDER__DEMAND), 0);
+    n++;
+    wait_ran(&b, before + 1);
+    pthread_mutex_lock(&b.lock);
+    CHECK_EQ(b.order[before], 1);
+    CHECK_EQ(b.waiting, 6);
+    pthread_mutex_unlock(&b.lock);
+    struct larder__pool_stats stats;
+    larder__pool_stats_get(pool, &stats);
+    CHECK_EQ(stats.running[LARDER__WARM], 2);
+    CHECK_EQ(stats.running[LARDER__HINTED], 2);
+    CHECK_EQ(stats.running[LARDER__NEAR], 2);
+    CHECK_EQ(stats.submitted[LARDER__NEAR], 6);
+    CHECK_EQ(stats.started[LARDER__DEMAND], 1);
+    CHECK_EQ(larder__pool_queued(pool, LARDER__WARM), 4);
+    CHECK_EQ(larder__pool_queued(pool, LARDER__HINTED), 4);
+    CHECK_EQ(larder__pool_queued(pool, LARDER__NEAR), 4);
+    open_gate(&b);
+    wait_ran(&b, n);
+    larder__pool_free(pool);
+    /* the shares held all along: at most 2 WARM, 4 HINTED+WARM, 6 NEAR+below */
+    CHECK_EQ(b.most_below[LARDER__WARM], 2);
+    CHECK_EQ(b.most_below[LARDER__HINTED], 4);
+    CHECK_EQ(b.most_below[LARDER__NEAR], 6);
+}
+
+TEST(pool_class_limits)
+{
+    /* the shares, worked by hand: all, 3/4, 1/2, 1/4 of the slots, at least one */
+    CHECK_EQ(larder__priority_limit(64, LARDER__DEMAND), 64);
+    CHECK_EQ(larder__priority_limit(64, LARDER__NEAR), 48);
+    CHECK_EQ(larder__priority_limit(64, LARDER__HINTED), 32);
+    CHECK_EQ(larder__priority_limit(64, LARDER__WARM), 16);
+    CHECK_EQ(larder__priority_limit(2, LARDER__NEAR), 1);
+    CHECK_EQ(larder__priority_limit(2, LARDER__WARM), 1);
+    CHECK_EQ(larder__priority_limit(1, LARDER__WARM), 1);
+    CHECK_EQ(larder__priority_limit(5, LARDER__HINTED), 2);
+    CHECK(strcmp(larder__priority_name(LARDER__HINTED), "hinted") == 0);
+}
