@@ -63,6 +63,8 @@ static const char *refused(const char *name)
      * its index may be served over HTTP as they are */
     const char *why = larder__unconfined_reason(name, true);
     if (why) return why;
+    /* a '%' would be read as an escape in a URL ("50%.txt", "a%41") */
+    if (strchr(name, '%')) return "a '%' (an escape in a URL)";
     if (!utf8_ok((const unsigned char *)name)) return "a name that is not UTF-8";
     return NULL;
 }
