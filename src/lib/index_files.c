@@ -315,8 +315,13 @@ static int take_options(const larder_index_files_options *given, larder_index_fi
         memcpy(o, given, size);
     }
     if (o->block_size == 0) o->block_size = LARDER__DEFAULT_BLOCK_SIZE;
-    if (o->checksum_block == 0) o->checksum_block = LARDER__DEFAULT_SUM_BLOCK;
-    if (o->checksum_block < o->block_size) o->checksum_block = o->block_size;
+    if (o->checksum_block == 0) /* the default, or the block size when that is larger */
+        o->checksum_block =
+            o->block_size > LARDER__DEFAULT_SUM_BLOCK ? o->block_size : LARDER__DEFAULT_SUM_BLOCK;
+    if (o->checksum_block < o->block_size)
+        return larder__fail(LARDER_EUSAGE,
+                            "checksum block of %llu bytes is smaller than the block size (%u)",
+                            (unsigned long long)o->checksum_block, o->block_size);
     if (o->large_file == 0) o->large_file = DEFAULT_LARGE_FILE;
     *shift = 0;
     while (*shift < 63 && (UINT64_C(1) << *shift) < o->checksum_block)
@@ -377,7 +382,7 @@ int larder_index_files(const char *root, const char *index_path,
                        const larder_index_files_options *options, larder_pack_result *result)
 {
     larder_index_files_options o;
-    uint32_t shift;
+    uint32_t shift = 0;
     int rc = take_options(options, &o, &shift);
     if (rc < 0) return rc;
     bool local = !larder__is_remote(root) && strncmp(root, "s3://", 5) != 0;
