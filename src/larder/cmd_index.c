@@ -28,7 +28,8 @@ static const char index_help[] =
     "are not followed, the index itself is left out, and files whose names an\n"
     "index cannot hold are skipped (the summary says how many, and why).\n"
     "--files-from LIST takes the names from LIST (one a line) instead of\n"
-    "listing DIR, which may then be an http(s):// or s3:// URL directory.\n";
+    "listing DIR, which may then be an http(s):// URL directory.  An\n"
+    "s3://bucket/prefix/ DIR needs no list: its objects are listed.\n";
 
 /* ---- skipped files, by cause ------------------------------------------------ */
 

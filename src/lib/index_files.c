@@ -12,6 +12,7 @@
  */
 #include "confine.h"
 #include "index.h"
+#include "s3_list.h"
 #include "source.h"
 
 #include <dirent.h>
@@ -220,6 +221,23 @@ static int read_list(struct names *n, const char *list, bool local)
     return rc;
 }
 
+/* An object S3 listed: indexed unless its name is refused (or it is a folder marker). */
+static int on_object(void *userdata, const char *name, size_t length, uint64_t size)
+{
+    struct names *n = userdata;
+    if (length && name[length - 1] == '/' && size == 0) return 0;
+    char *copy = strndup(name, length);
+    if (!copy) return -ENOMEM;
+    const char *why = strlen(copy) != length ? "a NUL byte in its name" : refused(copy);
+    int rc = 0;
+    if (why)
+        skip(copy, why);
+    else if ((rc = add_name(n, name, length)) == 0)
+        n->total_bytes += size;
+    free(copy);
+    return rc;
+}
+
 /* ---- one file ------------------------------------------------------------- */
 
 struct hashing {
@@ -386,7 +404,11 @@ int larder_index_files(const char *root, const char *index_path,
     int rc = take_options(options, &o, &shift);
     if (rc < 0) return rc;
     bool local = !larder__is_remote(root) && strncmp(root, "s3://", 5) != 0;
-    if (!local && !o.files_from)
+    bool s3 = strncmp(root, "s3://", 5) == 0;
+    if (s3 && root[strlen(root) - 1] != '/')
+        return larder__fail(LARDER_EUSAGE, "%s: an s3:// root ends in '/' (s3://bucket/prefix/)",
+                            root);
+    if (!local && !s3 && !o.files_from)
         return larder__fail(LARDER_EUNSUPPORTED,
                             "%s: a network root cannot be listed; name its files with a list "
                             "(--files-from)",
@@ -410,7 +432,10 @@ int larder_index_files(const char *root, const char *index_path,
     n.root = root_abs;
     n.index = index_abs;
     n.index_length = index_abs ? strlen(index_abs) : 0;
-    if (rc == 0) rc = o.files_from ? read_list(&n, o.files_from, local) : walk(&n, "");
+    if (rc == 0)
+        rc = o.files_from ? read_list(&n, o.files_from, local)
+             : s3         ? larder__s3_list(root, on_object, &n)
+                          : walk(&n, "");
     struct larder__index_builder *b = NULL;
     if (rc == 0 && n.count == 0) rc = larder__fail(LARDER_EEMPTY, "%s: no files to index", root);
     if (rc == 0) rc = larder__index_builder_new(&b, o.block_size);
