@@ -126,7 +126,7 @@ static int walk(struct names *n, const char *rel)
             count++;
     }
     if (rc == 0 && errno) rc = larder__fail(-errno, "%s: %s", full, strerror(errno));
-    qsort(entries, count, sizeof *entries, by_name);
+    if (count) qsort(entries, count, sizeof *entries, by_name);
     for (size_t i = 0; rc == 0 && i < count; i++) {
         size_t length = strlen(rel) + 1 + strlen(entries[i]) + 1;
         char *child = malloc(length), *path = malloc(full_length + strlen(entries[i]) + 1);
