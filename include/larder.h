@@ -352,11 +352,10 @@ LARDER_API int larder_index_shards(const char *const *shards, size_t num_shards,
  * log callback ("NAME: skipped, WHY").  `root` may be an
  * s3://bucket/prefix/ too: the objects under it, listed with
  * ListObjectsV2.  With `files_from`, only the files that list names, one
- * relative name a line; `root` may then be an http(s):// URL directory.  Names are recorded relative to the
- * index's directory when the tree lies under it (so the two move, and
- * serve over HTTP, together), else relative to `root` recorded as the
- * index's base.  NULL options: the defaults.  0, or a negative code
- * (LARDER_EEMPTY when there is no file to index).
+ * relative name a line; `root` may then be an http(s):// URL directory.  Names are recorded
+ * relative to the index's directory when the tree lies under it (so the two move, and serve over
+ * HTTP, together), else relative to `root` recorded as the index's base.  NULL options: the
+ * defaults.  0, or a negative code (LARDER_EEMPTY when there is no file to index).
  */
 typedef struct larder_index_files_options {
     size_t struct_size;          /* sizeof(larder_index_files_options) */

@@ -440,39 +440,20 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
     return rc;
 }
 
-/* A sample in a shard checked by checksum block is filled this much at a
- * time (a multiple of every checksum block size), so that a whole large
- * file never needs a second copy of itself in memory. */
-#define FILL_PIECE (UINT64_C(1) << LARDER__MAX_SUM_SHIFT)
-
-/* Whether sample `s` is in a shard checked by checksum block. */
-static bool by_block(const struct larder__fill *f, const struct larder__sample *s)
-{
-    struct larder__shard_sums sums;
-    return f->sums && larder__block_sums_of(f->sums, s->shard, &sums);
-}
-
 /*
  * The fill path for one sample (see fill_range); `suspect`: its cached
- * bytes proved wrong.  buf may be NULL (staging) where the sample's
- * shard is checked by checksum block; such a sample is filled a piece
- * at a time.
+ * bytes proved wrong.  A sample of a shard checked by checksum block is
+ * filled a piece at a time (buf may then be NULL: staging).
  */
 static int fill(struct larder__fill *f, const struct larder__sample *s, uint64_t id, void *buf,
                 bool suspect)
 {
-    if (s->length == 0) return 0;
     int rc = 0;
-    uint64_t lo = s->offset, end = s->offset + s->length;
-    if (by_block(f, s))
-        for (uint64_t hi; rc == 0 && end - lo > FILL_PIECE; lo = hi) {
-            hi = (lo & ~(FILL_PIECE - 1)) + FILL_PIECE;
-            rc = fill_range(f, s->shard, lo, hi, buf ? (uint8_t *)buf + (lo - s->offset) : NULL,
-                            suspect);
-        }
-    if (rc == 0)
-        rc = fill_range(f, s->shard, lo, end, buf ? (uint8_t *)buf + (lo - s->offset) : NULL,
+    for (uint64_t lo = s->offset, hi; rc == 0 && lo < s->offset + s->length; lo = hi) {
+        hi = larder__fill_scope_piece_end(f->sums, s, lo);
+        rc = fill_range(f, s->shard, lo, hi, buf ? (uint8_t *)buf + (lo - s->offset) : NULL,
                         suspect);
+    }
     if (rc < 0 && rc != LARDER_ECHECKSUM)
         rc = larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id, key_of(f, id));
     return rc;
@@ -521,7 +502,8 @@ int larder__fill_stage(struct larder__fill *f, uint64_t id)
     int rc = larder__index_sample_range(f->ix, id, &s);
     if (rc < 0) return rc;
     if (!f->cache || larder__fill_staged(f, id)) return 0;
-    if (by_block(f, &s)) return fill(f, &s, id, NULL, false); /* by pieces, nothing copied out */
+    struct larder__shard_sums sums; /* by checksum block: by pieces, nothing copied out */
+    if (larder__block_sums_of(f->sums, s.shard, &sums)) return fill(f, &s, id, NULL, false);
     uint8_t *buf = malloc(s.length ? (size_t)s.length : 1);
     if (!buf) return -ENOMEM;
     rc = fill(f, &s, id, buf, false);
