@@ -86,6 +86,21 @@ grep -q "indexed 3 files" out.txt || fail "$(cat out.txt)"
 expect_error 2 "need --files" "$LARDER" index --files-from list.txt -o x.larder
 expect_error 1 "cannot be listed" "$LARDER" index --files $url/ -o x.larder
 
+# the node daemon serves them: a reader with only its socket, and a warm
+# through it (in 4 MB pieces: ranges of the large files, checked by block)
+LARDERD=${LARDER%/larder}/larderd
+"$LARDERD" --cache "$WORK/dcache" --socket "$WORK/d.sock" 2>>"$WORK/daemon.log" &
+daemon=$!
+cleanup_hooks+=("kill $daemon 2>/dev/null; wait $daemon 2>/dev/null")
+for _ in $(seq 100); do [ -S "$WORK/d.sock" ] && break; sleep 0.05; done
+[ -S "$WORK/d.sock" ] || fail "larderd did not start: $(cat daemon.log)"
+LARDER_SOCKET=$WORK/d.sock "$LARDER" warm www/tree/index.larder >warm.txt 2>&1 || fail "warm: $(cat warm.txt)"
+LARDER_SOCKET=$WORK/d.sock "$LARDER" cat www/tree/index.larder big.ckpt | cmp -s - www/tree/big.ckpt ||
+  fail "big.ckpt through the daemon"
+LARDER_SOCKET=$WORK/d.sock "$LARDER" cat www/tree/index.larder a/just_over_4M.bin |
+  cmp -s - www/tree/a/just_over_4M.bin || fail "just_over_4M.bin through the daemon"
+[ "$(du -sk "$WORK/dcache" | cut -f1)" -ge 4096 ] || fail "the daemon's cache holds nothing: $(cat warm.txt)"
+
 # a damaged block of the large file: named, and the rest still reads
 printf 'X' | dd of=www/tree/big.ckpt bs=1 seek=$((40 * 1048576 + 3)) conv=notrunc 2>/dev/null
 status=0
