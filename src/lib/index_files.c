@@ -207,7 +207,7 @@ static int read_list(struct names *n, const char *list, bool local)
                 else if (!S_ISREG(st.st_mode))
                     skip(name, "not a regular file");
                 else if (!realpath(full, resolved) || strcmp(resolved, full) != 0)
-                    skip(name, "a symbolic link on its path (not followed)");
+                    skip(name, "a symbolic link, '.' or '//' on its path");
                 else if (!is_own_index(n, full) && (rc = add_name(n, name, length)) == 0)
                     n->total_bytes += (uint64_t)st.st_size;
             }

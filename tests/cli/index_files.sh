@@ -55,6 +55,18 @@ status=0
 [ $status -eq 77 ] || grep -q "ok $files files, 69 block checksums" check.txt || fail "$(cat check.txt)"
 "$LARDER" verify tree/index.larder >/dev/null || fail "verify"
 
+# a list of names under a local root: only those files, never through a link
+mkdir -p listed/real
+echo r >listed/real/f
+ln -s real listed/via
+printf 'real/f\nvia/f\n./real/f\n' >list2.txt
+"$LARDER" index --files listed --files-from list2.txt -o listed/index.larder >out.txt 2>err.txt ||
+  fail "$(cat err.txt)"
+grep -q "indexed 1 files" out.txt || fail "$(cat out.txt)"
+grep -qF "2 for a symbolic link, '.' or '//' on its path" err.txt || fail "$(cat err.txt)"
+printf 'real/missing\n' >list3.txt
+expect_error 1 "real/missing" "$LARDER" index --files listed --files-from list3.txt -o listed/x.larder
+
 # an index outside the tree records the tree as its base
 "$LARDER" index --files tree/a -o outside.larder >/dev/null
 "$LARDER" inspect outside.larder --sample b/c/deep.bin | grep -q "b/c/deep.bin" || fail "outside index"
