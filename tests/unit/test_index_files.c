@@ -361,3 +361,34 @@ TEST(index_files_verify_names_the_bad_block)
     CHECK_EQ(named, 1);
     larder_close(d);
 }
+
+TEST(index_files_cache_blocks_larger_than_checksum_blocks)
+{
+    setup_big();
+    size_t big_size;
+    uint8_t *big = test_read_file(test_path("tree/big.bin"), &big_size);
+    /* damage checksum block 21; blocks 20-23 share one 4 MiB cache block */
+    int fd = open(test_path("tree/big.bin"), O_WRONLY);
+    CHECK(fd >= 0);
+    CHECK(pwrite(fd, "!", 1, (off_t)(21 * MiB + 5)) == 1);
+    close(fd);
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                             .cache_dir = test_path("cache"),
+                             .block_size = 4u << 20};
+    larder_dataset *d = NULL;
+    CHECK_EQ(larder_open(&d, test_path("tree/index.larder"), &o), 0);
+    /* 1 MiB inside a sound 4 MiB cache block: that cache block is read */
+    read_and_compare(d, big, 8 * MiB + 100, MiB);
+    CHECK_EQ(origin_bytes(d), 4 * MiB);
+    /* block 20 is sound and served, though its cache block holds bad block 21 ... */
+    read_and_compare(d, big, 20 * MiB, MiB);
+    /* ... which is not kept: reading block 20 again goes back to the origin */
+    uint64_t before = origin_bytes(d);
+    read_and_compare(d, big, 20 * MiB, MiB);
+    CHECK(origin_bytes(d) > before);
+    uint8_t buf[16];
+    CHECK_EQ(larder__dataset_read_range(d, 0, 21 * MiB, sizeof buf, buf), LARDER_ECHECKSUM);
+    CHECK(strstr(larder_errmsg(), "checksum block 21 (bytes 22020096+1048576)") != NULL);
+    larder_close(d);
+    free(big);
+}
