@@ -3,9 +3,9 @@
     with larder.open("ckpt/index.larder", "step1000/model.pt") as f:
         state = torch.load(f)
 
-The object is an io.BufferedReader (1 MiB buffer by default) over a raw
-file whose readinto() has liblarder read straight into the caller's
-buffer (larder_file_pread: through the node cache, the node daemon,
+The object reads through an io.BufferedReader (1 MiB buffer by default)
+over a raw file whose readinto() has liblarder read straight into the
+caller's buffer (larder_file_pread: through the node cache, the node daemon,
 peers and the origin, every byte checked), so torch.load, numpy.load,
 h5py.File and PIL.Image.open read through the cache unchanged.
 """
@@ -151,25 +151,90 @@ class _RawFile(io.RawIOBase):
             super().close()
 
 
-class LarderFile(io.BufferedReader):
-    """What larder.open returns: an io.BufferedReader with the file's size.
+class LarderFile(io.BufferedIOBase):
+    """What larder.open returns: a buffered binary file for reading.
 
     name (the key, with ".field" when a field was asked for), mode ("rb"),
-    size and len(f) (bytes in the file), and everything a binary file
-    object opened for reading has: read, readinto, readline, seek, tell,
-    peek, iteration by lines, a context manager.
+    size and len(f) (bytes in the file), and what a binary file opened for
+    reading has: read, read1, readinto, readline, peek, seek, tell,
+    iteration by lines, a context manager.  The reading is an
+    io.BufferedReader's over the raw file (f.raw), which has liblarder read
+    into the caller's buffer for reads of at least the buffer's size.
+
+    Not itself an io.BufferedReader: numpy.load takes any BufferedReader for
+    an operating-system file and asks for its fileno().
     """
+
+    def __init__(self, raw, buffer_size=DEFAULT_BUFFER_SIZE):
+        super().__init__()
+        self._raw = raw
+        self._buffered = io.BufferedReader(raw, buffer_size)
+
+    @property
+    def raw(self):
+        return self._raw
+
+    @property
+    def name(self):
+        return self._raw.name
+
+    @property
+    def mode(self):
+        return "rb"
 
     @property
     def size(self):
-        return self.raw.size
+        return self._raw.size
 
     def __len__(self):
-        return self.raw.size
+        return self._raw.size
+
+    @property
+    def closed(self):
+        return self._buffered.closed
+
+    def close(self):
+        if not self._buffered.closed:
+            self._buffered.close()
+        super().close()
+
+    def readable(self):
+        return self._buffered.readable()
+
+    def seekable(self):
+        return self._buffered.seekable()
+
+    def writable(self):
+        return self._buffered.writable()
+
+    def read(self, size=-1):
+        return self._buffered.read(size)
+
+    def read1(self, size=-1):
+        return self._buffered.read1(size)
+
+    def readinto(self, buffer):
+        return self._buffered.readinto(buffer)
+
+    def readinto1(self, buffer):
+        return self._buffered.readinto1(buffer)
+
+    def readline(self, size=-1):
+        return self._buffered.readline(size)
+
+    def peek(self, size=0):
+        return self._buffered.peek(size)
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        return self._buffered.seek(offset, whence)
+
+    def tell(self):
+        return self._buffered.tell()
 
     def __repr__(self):
         state = "closed " if self.closed else ""
-        return f"<{state}larder file {self.name!r} of {self.raw._dataset.url!r}, {self.size} bytes>"
+        return (f"<{state}larder file {self.name!r} of {self._raw._dataset.url!r}, "
+                f"{self.size} bytes>")
 
 
 def _resolve(dataset, key, field):
