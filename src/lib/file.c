@@ -63,7 +63,9 @@ static void ask_daemon(larder_file *f, uint64_t at, uint64_t length, void *buf)
 {
     larder_dataset *d = f->dataset;
     struct larder__endpoint *daemon = larder__dataset_daemon(d);
-    if (!daemon || larder__endpoint_down(daemon) || larder__dataset_staged(d, f->id)) return;
+    if (!daemon || larder__endpoint_down(daemon) ||
+        larder__fill_resident(larder__dataset_fill(d), f->sample.shard, at, length))
+        return;
     uint64_t low, high;
     larder__dataset_id(d, &low, &high);
     if (larder__endpoint_read(daemon, low, high, f->sample.shard, LARDER__DEMAND, at, length, buf) <
@@ -73,6 +75,21 @@ static void ask_daemon(larder_file *f, uint64_t at, uint64_t length, void *buf)
                     "reading them directly",
                     (unsigned long long)f->id, f->sample.key, (unsigned long long)at,
                     (unsigned long long)length, larder_errmsg());
+}
+
+/*
+ * A range of a sample through the engine's range path.  A sample too big
+ * for the engine to check around a range (LARDER_EUNSUPPORTED: one
+ * checksum over more than 256 MiB) is staged whole once, when there is a
+ * cache to stage it in, and the range read from there.
+ */
+static int read_range(larder_file *f, uint64_t at, uint64_t length, void *buf)
+{
+    larder_dataset *d = f->dataset;
+    int rc = larder__dataset_read_range(d, f->sample.shard, at, length, buf);
+    if (rc != LARDER_EUNSUPPORTED || !larder__dataset_cached(d)) return rc;
+    if ((rc = larder__dataset_stage(d, f->id)) < 0) return rc;
+    return larder__dataset_read_range(d, f->sample.shard, at, length, buf);
 }
 
 /* Bytes [position, position + length) of the file (inside it) into buf. */
@@ -86,9 +103,9 @@ static int read_bytes(larder_file *f, uint64_t position, uint64_t length, void *
                                    f->start + position, length);
     case CACHED:
         ask_daemon(f, at, length, buf);
-        return larder__dataset_read_range(d, f->sample.shard, at, length, buf);
+        return read_range(f, at, length, buf);
     case RANGE:
-        return larder__dataset_read_range(d, f->sample.shard, at, length, buf);
+        return read_range(f, at, length, buf);
     case WHOLE:
         break;
     }

@@ -70,6 +70,10 @@ LARDER__HIDDEN int larder__fill_stage_range(struct larder__fill *fill, uint32_t 
 LARDER__HIDDEN bool larder__fill_staged(const struct larder__fill *fill, uint64_t id);
 /* Bring sample `id` into the cache, checked (nothing without a cache). */
 LARDER__HIDDEN int larder__fill_stage(struct larder__fill *fill, uint64_t id);
+/* Whether every block of bytes [offset, offset + length) of `shard` is in
+ * the cache and trusted (false without a cache), for file.c. */
+LARDER__HIDDEN bool larder__fill_resident(const struct larder__fill *fill, uint32_t shard,
+                                          uint64_t offset, uint64_t length);
 
 /* 0 when buf holds sample `id`'s bytes; else LARDER_ECHECKSUM naming it. */
 LARDER__HIDDEN int larder__fill_check(const struct larder__fill *fill,

@@ -10,6 +10,7 @@
 #include "larder_pack.h"
 #include "test.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -379,4 +380,56 @@ TEST(file_pread_from_several_threads)
         free(want);
         larder_close(d);
     }
+}
+
+TEST(file_reads_a_sample_over_256_mib)
+{
+    /* one checksum over more than the engine checks around a range (256
+     * MiB): through a cache the sample is staged whole once, then read by
+     * ranges; without a cache and unchecked it is read by ranges */
+    const uint64_t size = (UINT64_C(272) << 20) + 12345;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/big/huge.bin", test_dir());
+    test_write_file(path, "", 0);
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ(ftruncate(fd, (off_t)size), 0);
+    uint8_t marks[4096];
+    for (int k = 0; k < 40; k++) { /* random bytes here and there; zeros between */
+        test_fill_random(marks, sizeof marks, (uint64_t)k + 900);
+        CHECK_EQ(pwrite(fd, marks, sizeof marks, (off_t)((size - sizeof marks) / 39 * k)),
+                 sizeof marks);
+    }
+    close(fd);
+    const char *sources[] = {test_path("big")};
+    larder_pack_options o = {.version = LARDER_PACK_OPTIONS_VERSION,
+                             .format = LARDER_FORMAT_TAR,
+                             .shard_size = 1 << 30,
+                             .jobs = 1};
+    CHECK_EQ(larder_pack(sources, 1, test_path("packed"), &o, NULL), 0);
+    int want = open(path, O_RDONLY);
+    CHECK(want >= 0);
+    uint8_t *a = malloc(1 << 20), *b = malloc(1 << 20);
+    const char *caches[] = {"cache", ""};
+    for (int c = 0; c < 2; c++) {
+        larder_dataset *d = open_dataset(caches[c], 0);
+        larder_file *f = NULL;
+        CHECK_EQ(larder_file_open_key(&f, d, "huge", NULL), 0);
+        CHECK_EQ(larder_file_size(f), size);
+        uint64_t state = 42;
+        for (int k = 0; k < 60; k++) {
+            uint64_t offset = k == 0 ? size - 100 : next_random(&state) % size;
+            size_t length = (size_t)(next_random(&state) % (k % 2 ? 5000 : (1 << 20)));
+            size_t expect = size - offset < length ? (size_t)(size - offset) : length;
+            int64_t got = larder_file_pread(f, a, length, offset);
+            if (got < 0) fprintf(stderr, "    %s\n", larder_errmsg());
+            CHECK_EQ(got, expect);
+            CHECK_EQ(pread(want, b, expect, (off_t)offset), expect);
+            CHECK(memcmp(a, b, expect) == 0);
+        }
+        larder_file_close(f);
+        larder_close(d);
+    }
+    close(want);
+    free(a), free(b);
 }
