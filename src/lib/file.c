@@ -21,7 +21,10 @@
  *     kept in the handle; every read after it is a copy from memory.  A
  *     part of a sample cannot be checked on its own, and without a cache
  *     the engine's range path would read the whole sample for every call.
- *     Samples over WHOLE_LIMIT go to the range path instead (RANGE).
+ *     Samples over WHOLE_LIMIT go to the range path instead (RANGE), and
+ *     so do, without a daemon, files whose shard has per-block checksums
+ *     (`larder index --files` of a large file): the range path reads and
+ *     checks only the checksum blocks a range covers.
  * Reads shorter than the read-ahead window go through it: one engine read
  * per WINDOW bytes instead of one per call; longer ones go straight into
  * the caller's buffer.
@@ -147,10 +150,16 @@ static int open_at(larder_file **out, larder_dataset *d, uint64_t id,
     larder_file *f = calloc(1, sizeof *f);
     if (!f) return -ENOMEM;
     *f = (larder_file){.dataset = d, .sample = *s, .id = id, .start = start, .size = size};
+    struct larder__shard shard;
+    bool by_block = larder__index_shard(larder__dataset_index(d), s->shard, &shard) == 0 &&
+                    shard.sum_shift != 0;
+    bool daemon = larder__dataset_daemon(d) != NULL;
     if (larder__dataset_cached(d))
         f->mode = CACHED;
-    else if (!larder__dataset_verifies(d) && !larder__dataset_daemon(d))
+    else if (!larder__dataset_verifies(d) && !daemon)
         f->mode = DIRECT;
+    else if (by_block && !daemon) /* checked by the blocks a range covers, read alone */
+        f->mode = RANGE;
     else
         f->mode = s->length <= WHOLE_LIMIT ? WHOLE : RANGE;
     pthread_mutex_init(&f->lock, NULL);

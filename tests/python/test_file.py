@@ -29,19 +29,23 @@ def _index_files_available():
     return "--files" in result.stdout + result.stderr
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory, larder_bin):
-    """A directory of real files and an index over them: (index, {name: (key, path)}).
+@pytest.fixture(scope="module", params=["index-files", "pack"])
+def files(request, tmp_path_factory, larder_bin):
+    """A directory of real files staged with larder, both ways:
+    (index, {name: (key, path)}, saved state, saved array, way).
 
-    With `larder index --files` each file is indexed in place (key: its
-    name).  Without it, the directory is packed (key: the name up to its
-    first dot, the field its extension); the numpy.save output is then
-    named arr.bin, since pack turns an .npy member into a bare array field
-    (header dropped), which is not what numpy.load reads."""
+    "index-files": `larder index --files` indexes each file in place (key:
+    its name; the blob, over 4 MiB, gets checksums per 1 MiB block).
+    "pack": the directory is packed into tar shards (key: the name up to
+    its first dot, the field its extension); the numpy.save output is
+    then named arr.bin, since pack turns an .npy member into a bare array
+    field (header dropped), which is not what numpy.load reads."""
+    in_place = request.param == "index-files"
+    if in_place and not _index_files_available():
+        pytest.skip("this larder has no `index --files`")
     root = tmp_path_factory.mktemp("files")
     src = root / "src"
     src.mkdir()
-    in_place = _index_files_available()
     generator = torch.Generator().manual_seed(12)
     state = {"layer.weight": torch.randn(700, 900, generator=generator),
              "layer.bias": torch.arange(900, dtype=torch.float64),
@@ -58,7 +62,7 @@ def files(tmp_path_factory, larder_bin):
     pixels = np.random.default_rng(5).integers(0, 256, (96, 128, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(src / "img.png")
     Image.fromarray(pixels).save(src / "photo.jpg", quality=90)
-    (src / "blob.dat").write_bytes(random.Random(6).randbytes(3 * 1024 * 1024 + 123))
+    (src / "blob.dat").write_bytes(random.Random(6).randbytes(5 * 1024 * 1024 + 123))
     (src / "empty.txt").write_bytes(b"")
     names = ["ckpt.pt", npy_name, "data.h5", "img.png", "photo.jpg", "blob.dat", "empty.txt"]
     if in_place:
@@ -69,7 +73,8 @@ def files(tmp_path_factory, larder_bin):
         larder_cli("pack", src, "-o", root / "packed")
         index = root / "packed" / "index.larder"
         keys = {name: name.split(".")[0] for name in names}
-    return str(index), {name: (keys[name], str(src / name)) for name in names}, state, array
+    return (str(index), {name: (keys[name], str(src / name)) for name in names}, state, array,
+            request.param)
 
 
 # the ways a dataset may read: a node cache, none, none but checked
@@ -240,7 +245,7 @@ def test_open_uses_larder_cache_from_the_environment(files, tmp_path, monkeypatc
         f.read(1000)
         stats = f.raw._dataset.stats()
     assert stats["cached"]
-    assert stats["resident_bytes"] >= os.path.getsize(path_of(files, "blob.dat"))
+    assert stats["resident_bytes"] >= 1000
     assert any(cache.iterdir())
 
 
@@ -285,6 +290,22 @@ def test_packed_array_field_is_its_bare_bytes(files, tmp_path):
         with ds.open("a") as f:  # two fields: the whole sample
             assert f.size == ds.sample_info(0).length
             assert f.read() == ds.read(0)
+
+
+def test_a_small_read_of_a_large_indexed_file_reads_its_checksum_blocks_alone(files, tmp_path):
+    if files[4] != "index-files":
+        pytest.skip("packed samples carry one checksum each")
+    with open(path_of(files, "blob.dat"), "rb") as original:
+        original.seek(4 << 20)
+        want = original.read(4096)
+    for options in (dict(cache=tmp_path / "cache"), dict(cache="", verify=True)):
+        with larder.Dataset(files[0], **options) as ds:
+            with ds.open("blob.dat", buffer_size=4096) as f:
+                before = ds.stats()["origin_bytes"]
+                f.seek(4 << 20)
+                assert f.read(4096) == want
+                # the 256 KiB read-ahead window lies in one 1 MiB checksum block
+                assert ds.stats()["origin_bytes"] - before == 1 << 20
 
 
 def test_a_forked_child_reads_through_its_own_handle(files):

@@ -433,3 +433,68 @@ TEST(file_reads_a_sample_over_256_mib)
     close(want);
     free(a), free(b);
 }
+
+/* A file of `size` random bytes in DIR/tree, indexed in place with
+ * checksums per 1 MiB block (larder_index_files); the file's bytes. */
+static uint8_t *index_one_file(size_t size)
+{
+    uint8_t *data = malloc(size);
+    test_fill_random(data, size, 77);
+    test_write_file(test_path("tree/weights.bin"), data, size);
+    larder_index_files_options o = {
+        .struct_size = sizeof o, .checksum_block = 1 << 20, .large_file = 4 << 20};
+    CHECK_EQ(larder_index_files(test_path("tree"), test_path("tree/index.larder"), &o, NULL), 0);
+    return data;
+}
+
+static larder_dataset *open_tree(const char *cache, int verify)
+{
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                             .cache_dir = cache[0] ? test_path(cache) : "",
+                             .verify_checksums = verify,
+                             .daemon_socket = ""};
+    larder_dataset *d = NULL;
+    CHECK_EQ(larder_open(&d, test_path("tree/index.larder"), &o), 0);
+    return d;
+}
+
+TEST(file_of_an_indexed_file_reads_only_the_checksum_blocks_asked_for)
+{
+    const size_t size = (12 << 20) + 777;
+    uint8_t *want = index_one_file(size);
+    static uint8_t buf[8192];
+    const char *caches[] = {"cache", ""};
+    for (int c = 0; c < 2; c++) {
+        larder_dataset *d = open_tree(caches[c], 1);
+        larder_file *f = NULL;
+        CHECK_EQ(larder_file_open_key(&f, d, "weights.bin", NULL), 0);
+        CHECK_EQ(larder_file_size(f), size);
+        larder_stats before, after;
+        CHECK_EQ(larder_stats_get(d, &before), 0);
+        uint64_t at = (7 << 20) + (512 << 10);
+        CHECK_EQ(larder_file_pread(f, buf, 4096, at), 4096);
+        CHECK(memcmp(buf, want + at, 4096) == 0);
+        CHECK_EQ(larder_stats_get(d, &after), 0);
+        /* the 256 KiB window lies in one 1 MiB checksum block: that block alone */
+        CHECK_EQ(after.origin_bytes - before.origin_bytes, 1 << 20);
+        CHECK_EQ(larder_file_pread(f, buf, 8192, size - 100), 100);
+        CHECK(memcmp(buf, want + size - 100, 100) == 0);
+        larder_file_close(f);
+        larder_close(d);
+    }
+    /* a wrong byte in block 10: that block is refused, the others read */
+    CHECK_EQ(test_sh("printf 'Z' | dd of=%s bs=1 seek=%llu conv=notrunc 2>/dev/null",
+                     test_path("tree/weights.bin"), (unsigned long long)(10 << 20) + 5),
+             0);
+    for (int c = 0; c < 2; c++) {
+        larder_dataset *d = open_tree(c ? "" : "cache2", 1);
+        larder_file *f = NULL;
+        CHECK_EQ(larder_file_open_key(&f, d, "weights.bin", NULL), 0);
+        CHECK_EQ(larder_file_pread(f, buf, 4096, (10 << 20) + 300000), LARDER_ECHECKSUM);
+        CHECK_EQ(larder_file_pread(f, buf, 4096, 3 << 20), 4096);
+        CHECK(memcmp(buf, want + (3 << 20), 4096) == 0);
+        larder_file_close(f);
+        larder_close(d);
+    }
+    free(want);
+}
