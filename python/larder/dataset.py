@@ -269,7 +269,10 @@ class Dataset:
 
     def index_of(self, key):
         """The id of the sample named `key`; KeyError when there is none."""
-        rc = lib.larder_find_key(self._ensure_open(), _encode_key(key))
+        encoded = _encode_key(key)
+        if b"\0" in encoded:  # C would see only the part before it: another key
+            raise KeyError(key)
+        rc = lib.larder_find_key(self._ensure_open(), encoded)
         if rc == _lib.ENOTFOUND:
             raise KeyError(key)
         return check(rc, f"{self.url}: key {key!r}")

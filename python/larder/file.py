@@ -258,7 +258,8 @@ def _resolve(dataset, key, field):
             raise KeyError(f"sample {key_text!r} has no field {field} (it has {num_fields})")
         return sample_id, field, key_text
     field_text = field if isinstance(field, str) else _decode_key(field)
-    rc = lib.larder_find_field(handle, sample_id, _encode_key(field))
+    encoded = _encode_key(field)
+    rc = _lib.ENOTFOUND if b"\0" in encoded else lib.larder_find_field(handle, sample_id, encoded)
     if rc == _lib.ENOTFOUND:
         raise KeyError(f"sample {key_text!r} has no field {field_text!r}")
     check(rc, f"{dataset.url}: {key_text!r}")

@@ -193,6 +193,11 @@ def test_errors(files, dataset):
         dataset.open(key_of(files, "img.png"), "nofield")
     with pytest.raises(IndexError):
         dataset.open(len(dataset) + 5)
+    # a NUL would cut the name short in C: never another file's bytes
+    with pytest.raises(KeyError):
+        dataset.open(key_of(files, "img.png") + "\0x")
+    with pytest.raises(KeyError):
+        dataset.open(key_of(files, "img.png"), "png\0x")
     f = dataset.open(key_of(files, "img.png"))
     with pytest.raises(OSError):
         f.seek(-1)
