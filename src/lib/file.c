@@ -33,6 +33,7 @@
 #include "endpoint.h"
 #include "fill.h"
 #include "pool.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -42,6 +43,10 @@
 #define WINDOW (UINT64_C(256) << 10)      /* the read-ahead window */
 #define WINDOW_ALIGN (UINT64_C(64) << 10) /* windows start on this boundary of the file */
 #define WHOLE_LIMIT (UINT64_C(256) << 20) /* the largest sample WHOLE keeps in memory */
+/* Reads longer than this go to the engine in pieces of it: what a fill
+ * holds in memory besides the caller's buffer stays bounded, and each
+ * piece is one READ the node daemon may answer. */
+#define PIECE ((uint64_t)LARDER__WIRE_MAX_READ)
 
 enum file_mode { CACHED, DIRECT, WHOLE, RANGE };
 
@@ -217,8 +222,11 @@ int64_t larder_file_pread(larder_file *f, void *buf, size_t length, uint64_t off
     int rc = 0;
     if (f->mode != WHOLE && n >= WINDOW) {
         /* as much as a window or more: straight into the caller's buffer */
-        rc = read_bytes(f, offset, n, out);
-        done = n;
+        while (rc == 0 && done < n) {
+            uint64_t piece = n - done < PIECE ? n - done : PIECE;
+            rc = read_bytes(f, offset + done, piece, out + done);
+            done += piece;
+        }
     } else {
         pthread_mutex_lock(&f->lock);
         while (rc == 0 && done < n) {
@@ -233,8 +241,9 @@ int64_t larder_file_pread(larder_file *f, void *buf, size_t length, uint64_t off
         pthread_mutex_unlock(&f->lock);
     }
     if (rc < 0) return rc;
-    larder__cache_count(&larder__fill_counters(larder__dataset_fill(f->dataset))->bytes_served,
-                        done);
+    if (f->mode != WHOLE) /* (WHOLE: larder_read_sample counted the sample) */
+        larder__cache_count(&larder__fill_counters(larder__dataset_fill(f->dataset))->bytes_served,
+                            done);
     return (int64_t)done;
 }
 

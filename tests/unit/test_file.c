@@ -427,6 +427,14 @@ TEST(file_reads_a_sample_over_256_mib)
             CHECK_EQ(pread(want, b, expect, (off_t)offset), expect);
             CHECK(memcmp(a, b, expect) == 0);
         }
+        /* one read of 150 MiB: more than one piece (64 MiB) for the engine */
+        size_t length = (150 << 20) + 1;
+        uint64_t offset = (100 << 20) - 7;
+        uint8_t *x = malloc(length), *y = malloc(length);
+        CHECK_EQ(larder_file_pread(f, x, length, offset), length);
+        CHECK_EQ(pread(want, y, length, (off_t)offset), length);
+        CHECK(memcmp(x, y, length) == 0);
+        free(x), free(y);
         larder_file_close(f);
         larder_close(d);
     }
