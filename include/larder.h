@@ -404,8 +404,12 @@ LARDER_API int larder_file_open_key(larder_file **out, larder_dataset *dataset, 
 /*
  * Read up to `length` bytes at `offset` into buf.  Returns the number of
  * bytes read: `length`, or fewer only when the file ends first (0 at or
- * past the end); or a negative code (nothing valid in buf then).  Does not
- * move the position of larder_file_read.  Thread-safe.
+ * past the end); or a negative code (nothing valid in buf then):
+ * LARDER_ECHECKSUM naming the sample for wrong bytes, and
+ * LARDER_EUNSUPPORTED for a part of a sample over 256 MiB with one
+ * checksum, read with checks but no cache to stage it in whole (index
+ * such files with per-block checksums: larder_index_files).  Does not move
+ * the position of larder_file_read.  Thread-safe.
  */
 LARDER_API int64_t larder_file_pread(larder_file *file, void *buf, size_t length, uint64_t offset);
 /* larder_file_pread at the handle's position, which it then advances by
