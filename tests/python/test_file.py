@@ -326,3 +326,72 @@ def test_a_forked_child_reads_through_its_own_handle(files):
         assert os.WEXITSTATUS(status) == 0
         assert head == want[:100000]
         assert f.read(10) == want[100000:100010]
+
+
+# ---- indexes written by tests/tools/craft_index.py (from docs/format.md
+# alone, no larder code): every field of a good one reads as the bytes it
+# wrote; a hostile record fails with EBADINDEX naming it, the rest read
+
+
+@pytest.fixture(scope="module")
+def crafted(tmp_path_factory):
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "tools"))
+    import craft_index
+
+    root = str(tmp_path_factory.mktemp("crafted") / "ds")
+    craft_index.make(root, seed=33)
+    variants = {name: craft_index.variant(root, name)
+                for name in ["field-past-sample", "field-offset-wraps", "sample-past-end"]}
+    return root, variants
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_every_field_of_a_crafted_index_reads_as_written(crafted, tmp_path, cache):
+    root = crafted[0]
+    expect = os.path.join(root, "expect")
+    with larder.Dataset(os.path.join(root, "index.larder"),
+                        cache=str(tmp_path / "cache") if cache else "") as ds:
+        assert len(ds) > 0
+        for i in range(len(ds)):
+            key = ds.key(i)
+            for field in ds.fields(i):
+                with open(os.path.join(expect, f"{key}.{field.name}"), "rb") as want, \
+                        ds.open(key, field.name) as f:
+                    data = want.read()
+                    assert f.size == len(data)
+                    assert f.read() == data
+                    f.seek(len(data) // 3)
+                    assert f.read(100) == data[len(data) // 3:len(data) // 3 + 100]
+            if len(ds.fields(i)) > 1:  # no field named: the whole sample
+                with open(os.path.join(expect, key), "rb") as want, ds.open(i) as f:
+                    assert f.read() == want.read()
+
+
+@pytest.mark.parametrize("name", ["field-past-sample", "field-offset-wraps"])
+def test_a_hostile_field_record_is_refused_naming_it(crafted, name):
+    v = crafted[1][name]
+    with larder.Dataset(v["path"], cache="") as ds:
+        bad_key = v["bad_key"]
+        with pytest.raises(larder.LarderError) as excinfo:
+            ds.open(bad_key, v["bad_field"])
+        assert excinfo.value.code == larder.EBADINDEX
+        assert str(v["bad_sample"]) in str(excinfo.value) or bad_key in str(excinfo.value)
+        with open(os.path.join(crafted[0], "expect", v["good_key"] + ".bin"), "rb") as want, \
+                ds.open(v["good_key"], "bin") as f:
+            assert f.read() == want.read()
+
+
+def test_a_sample_past_its_shard_is_refused_naming_it(crafted):
+    v = crafted[1]["sample-past-end"]
+    with larder.Dataset(v["path"], cache="") as ds:
+        with pytest.raises(larder.LarderError) as excinfo:
+            ds.open(v["bad_sample"])
+        assert excinfo.value.code == larder.EBADINDEX
+        assert f"sample {v['bad_sample']}" in str(excinfo.value)
+        with open(os.path.join(crafted[0], "expect", v["good_key"]), "rb") as want, \
+                ds.open(v["good_key"], None) as f:
+            assert len(ds.fields(ds.index_of(v["good_key"]))) > 1  # so: the whole sample
+            assert f.read() == want.read()
