@@ -9,6 +9,7 @@ original.  Reads go through a node cache, without one, and checked.
 
 import ctypes
 import io
+import json
 import os
 import random
 import subprocess
@@ -64,7 +65,10 @@ def files(request, tmp_path_factory, larder_bin):
     Image.fromarray(pixels).save(src / "photo.jpg", quality=90)
     (src / "blob.dat").write_bytes(random.Random(6).randbytes(5 * 1024 * 1024 + 123))
     (src / "empty.txt").write_bytes(b"")
-    names = ["ckpt.pt", npy_name, "data.h5", "img.png", "photo.jpg", "blob.dat", "empty.txt"]
+    vocabulary = {"model": {"vocab": {f"tok{i}\u00e9": i for i in range(2000)}}, "version": "1.0"}
+    (src / "tokenizer.json").write_text(json.dumps(vocabulary), encoding="utf-8")
+    names = ["ckpt.pt", npy_name, "data.h5", "img.png", "photo.jpg", "blob.dat", "empty.txt",
+             "tokenizer.json"]
     if in_place:
         index = src / "index.larder"
         larder_cli("index", "--files", src, "-o", index)
@@ -136,6 +140,14 @@ def test_pil_reads_the_pixels(files, dataset, name):
         expected = np.asarray(original.convert("RGB"))
     assert pixels.shape == (96, 128, 3)
     assert np.array_equal(pixels, expected)
+
+
+def test_text_through_textiowrapper(files, dataset):
+    """A tokenizer's JSON, read as text the way json.load reads a file."""
+    with open(path_of(files, "tokenizer.json"), encoding="utf-8") as original:
+        want = json.load(original)
+    with io.TextIOWrapper(dataset.open(key_of(files, "tokenizer.json")), encoding="utf-8") as t:
+        assert json.load(t) == want
 
 
 @pytest.mark.parametrize("name", ["blob.dat", "data.h5", "img.png", "empty.txt"])
