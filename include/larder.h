@@ -371,6 +371,63 @@ LARDER_API int larder_index_files(const char *root, const char *index_path,
                                   const larder_index_files_options *options,
                                   larder_pack_result *result);
 
+/* ---- files ------------------------------------------------------------- */
+/*
+ * A file-like handle on one sample, or one field of a sample: a checkpoint,
+ * an HDF5 file, an image, read at any offset without copying the whole
+ * sample out.  Reads go through the dataset's read engine (node cache, node
+ * daemon, peers, origin; every byte checked against the index's checksums
+ * as larder_read_sample checks it); resident bytes are read straight from
+ * the cache file.  A handle keeps a small read-ahead window (256 KiB), so
+ * small sequential reads cost one engine read per window.
+ *
+ * The handle borrows the dataset: close every file before the dataset.
+ */
+typedef struct larder_file larder_file;
+
+/*
+ * Open field `field` (0 .. num_fields-1) of sample `id`, or with field -1
+ * the whole sample (all its bytes, as larder_read_sample returns them).
+ * 0 and *out, which the caller closes with larder_file_close(); or
+ * LARDER_ENOTFOUND for a sample or field that does not exist,
+ * LARDER_EUSAGE for a NULL argument, -ENOMEM.
+ */
+LARDER_API int larder_file_open(larder_file **out, larder_dataset *dataset, uint64_t id, int field);
+/*
+ * The same by the sample's key and the field's name.  `field` NULL: the
+ * sample's only field when it has exactly one (a file of a `larder index
+ * --files` index, or a packed file), else the whole sample.
+ * LARDER_ENOTFOUND names the key or field that is missing.
+ */
+LARDER_API int larder_file_open_key(larder_file **out, larder_dataset *dataset, const char *key,
+                                    const char *field);
+/*
+ * Read up to `length` bytes at `offset` into buf.  Returns the number of
+ * bytes read: `length`, or fewer only when the file ends first (0 at or
+ * past the end); or a negative code (nothing valid in buf then):
+ * LARDER_ECHECKSUM naming the sample for wrong bytes, and
+ * LARDER_EUNSUPPORTED for a part of a sample over 256 MiB with one
+ * checksum, read with checks but no cache to stage it in whole (index
+ * such files with per-block checksums: larder_index_files).  Does not move
+ * the position of larder_file_read.  Thread-safe.
+ */
+LARDER_API int64_t larder_file_pread(larder_file *file, void *buf, size_t length, uint64_t offset);
+/* larder_file_pread at the handle's position, which it then advances by
+ * what was read.  read and seek share the position: one thread at a time. */
+LARDER_API int64_t larder_file_read(larder_file *file, void *buf, size_t length);
+/*
+ * Move the position to `offset` from the start (SEEK_SET, 0), the current
+ * position (SEEK_CUR, 1) or the end (SEEK_END, 2), as lseek does: past the
+ * end is allowed (reads there return 0).  Returns the new position, or
+ * LARDER_EUSAGE for a position before the start or an unknown `whence`
+ * (the position is unchanged).
+ */
+LARDER_API int64_t larder_file_seek(larder_file *file, int64_t offset, int whence);
+/* The file's size in bytes (the field's, or the sample's). */
+LARDER_API uint64_t larder_file_size(const larder_file *file);
+/* Close the handle.  Accepts NULL. */
+LARDER_API void larder_file_close(larder_file *file);
+
 /* ---- plans ---- */
 /*
  * The sample order of an epoch: a pure function of (seed, epoch,

@@ -5,6 +5,8 @@ during every call into it):
 
     larder.Dataset     map-style access to a packed dataset: ds[i] -> fields
     larder.Plan        the deterministic, resumable sample order
+    larder.open        a seekable binary file over one sample or field, for
+                       torch.load, numpy.load, h5py.File, PIL.Image.open
     larder.LarderError what a failing liblarder call raises
     larder.torch       IterableDataset and DataLoader for PyTorch (imports
                        torch; `import larder` alone does not)
@@ -35,6 +37,7 @@ from ._lib import (
     strerror,
 )
 from .dataset import Dataset, DatasetInfo, Field, SampleInfo
+from .file import LarderFile, open
 from .plan import Plan, PlanInfo
 from .stats import summarize
 
@@ -52,10 +55,12 @@ __all__ = [
     "DatasetInfo",
     "Field",
     "LarderError",
+    "LarderFile",
     "Plan",
     "PlanInfo",
     "SampleInfo",
     "library_path",
+    "open",
     "strerror",
     "summarize",
 ]

@@ -274,6 +274,15 @@ _declare("larder_prefetch_start", ctypes.c_int, ctypes.POINTER(_vp), _vp, _vp,
 _declare("larder_prefetch_advance", None, _vp, ctypes.c_uint64)
 _declare("larder_prefetch_stats_get", ctypes.c_int, _vp, c_u64p, c_u64p)
 _declare("larder_prefetch_stop", None, _vp)
+# ---- files (larder.open)
+_declare("larder_file_open", ctypes.c_int, ctypes.POINTER(_vp), _vp, ctypes.c_uint64, ctypes.c_int)
+_declare("larder_file_open_key", ctypes.c_int, ctypes.POINTER(_vp), _vp, ctypes.c_char_p,
+         ctypes.c_char_p)
+_declare("larder_file_pread", ctypes.c_int64, _vp, _vp, ctypes.c_size_t, ctypes.c_uint64)
+_declare("larder_file_read", ctypes.c_int64, _vp, _vp, ctypes.c_size_t)
+_declare("larder_file_seek", ctypes.c_int64, _vp, ctypes.c_int64, ctypes.c_int)
+_declare("larder_file_size", ctypes.c_uint64, _vp)
+_declare("larder_file_close", None, _vp)
 
 
 # ---- errors -----------------------------------------------------------------

@@ -11,6 +11,7 @@ import ctypes
 import operator
 import os
 import threading
+import weakref
 from collections import namedtuple
 
 from . import _lib
@@ -113,6 +114,7 @@ class Dataset:
         self._lock = threading.Lock()
         self._info = None
         self._field_room = 8  # FieldInfo slots a layout call starts with
+        self._files = weakref.WeakSet()  # larder.open's files on this dataset
 
     # ---- opening, closing, pickling ----------------------------------------
 
@@ -158,7 +160,10 @@ class Dataset:
             return out
 
     def close(self):
-        """Close the dataset (idempotent).  Later reads raise ValueError."""
+        """Close the dataset (idempotent), and the files opened on it.
+        Later reads raise ValueError."""
+        for f in list(self._files):
+            f.close()  # before the handle they borrow
         with self._lock:
             handle, self._handle = self._handle, None
             if handle is not None and self._pid == os.getpid():
@@ -264,10 +269,23 @@ class Dataset:
 
     def index_of(self, key):
         """The id of the sample named `key`; KeyError when there is none."""
-        rc = lib.larder_find_key(self._ensure_open(), _encode_key(key))
+        encoded = _encode_key(key)
+        if b"\0" in encoded:  # C would see only the part before it: another key
+            raise KeyError(key)
+        rc = lib.larder_find_key(self._ensure_open(), encoded)
         if rc == _lib.ENOTFOUND:
             raise KeyError(key)
         return check(rc, f"{self.url}: key {key!r}")
+
+    def open(self, key, field=None, buffer_size=1 << 20):
+        """A seekable binary file object over sample `key` (str, or an int
+        id), or over one field of it: see larder.open."""
+        from .file import open as open_file
+
+        return open_file(self, key, field, buffer_size)
+
+    def _track_file(self, raw):
+        self._files.add(raw)
 
     def __contains__(self, key):
         try:

@@ -574,6 +574,18 @@ int larder__dataset_inflight(const larder_dataset *d)
     return larder__fill_inflight(d->fill);
 }
 
+/* ---- for file handles ----------------------------------------------------- */
+
+struct larder__endpoint *larder__dataset_daemon(larder_dataset *d)
+{
+    return d->daemon;
+}
+
+bool larder__dataset_verifies(const larder_dataset *d)
+{
+    return d->options.verify_checksums != 0;
+}
+
 /* ---- for the node daemon -------------------------------------------------- */
 
 void larder__dataset_set_source_wrapper(larder_dataset *d, larder__wrap_source_fn wrap,

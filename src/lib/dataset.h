@@ -28,6 +28,14 @@ LARDER__HIDDEN struct larder__pool *larder__dataset_pool(larder_dataset *dataset
 /* Origin requests in flight the dataset allows (its pool's size). */
 LARDER__HIDDEN int larder__dataset_inflight(const larder_dataset *dataset);
 
+/* ---- for file handles (file.c) ------------------------------------------- */
+
+struct larder__endpoint;
+/* The node daemon's endpoint; NULL without one (valid while the dataset is open). */
+LARDER__HIDDEN struct larder__endpoint *larder__dataset_daemon(larder_dataset *dataset);
+/* Whether reads without a cache are checked too (verify_checksums). */
+LARDER__HIDDEN bool larder__dataset_verifies(const larder_dataset *dataset);
+
 /* ---- for the node daemon ------------------------------------------------- */
 
 struct larder__source;

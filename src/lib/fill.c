@@ -521,6 +521,15 @@ int larder__fill_stage_at(struct larder__fill *f, uint64_t id, int priority)
     return rc;
 }
 
+bool larder__fill_resident(const struct larder__fill *f, uint32_t shard, uint64_t offset,
+                           uint64_t length)
+{
+    if (!f->cache || length == 0) return false;
+    uint64_t first, last;
+    larder__cache_blocks(f->cache, offset, length, &first, &last);
+    return larder__cache_resident(f->cache, shard, first, last);
+}
+
 /* ---- raw ranges (what a daemon serves) ----------------------------------- */
 
 /* A raw range request (a daemon's client asks for it): inside one shard, not empty. */

@@ -86,6 +86,10 @@ LARDER__HIDDEN bool larder__fill_staged(const struct larder__fill *fill, uint64_
  * DEMAND; _at: at a class of priority.h (the prefetcher's: NEAR). */
 LARDER__HIDDEN int larder__fill_stage(struct larder__fill *fill, uint64_t id);
 LARDER__HIDDEN int larder__fill_stage_at(struct larder__fill *fill, uint64_t id, int priority);
+/* Whether every block of bytes [offset, offset + length) of `shard` is in
+ * the cache and trusted (false without a cache), for file.c. */
+LARDER__HIDDEN bool larder__fill_resident(const struct larder__fill *fill, uint32_t shard,
+                                          uint64_t offset, uint64_t length);
 
 /* 0 when buf holds sample `id`'s bytes; else LARDER_ECHECKSUM naming it. */
 LARDER__HIDDEN int larder__fill_check(const struct larder__fill *fill,
