@@ -96,8 +96,8 @@ static int rank_members(const struct larderd *d, const struct hint_request *r, s
     uint64_t key[3] = {r->entry->id_low, r->entry->id_high, UINT64_C(0x68696e74)}; /* "hint" */
     for (size_t m = 0; m < d->members.count; m++)
         if (m != d->self)
-            ranks[count++] = (struct ranked){
-                XXH3_64bits_withSeed(key, sizeof key, d->members.weights[m]), m};
+            ranks[count++] =
+                (struct ranked){XXH3_64bits_withSeed(key, sizeof key, d->members.weights[m]), m};
     if (!all) qsort(ranks, count, sizeof *ranks, by_score);
     if (count > want) count = want;
     for (size_t i = 0; i < count; i++)

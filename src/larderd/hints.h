@@ -31,8 +31,17 @@ struct hint {
     int refs;                /* the list's, and one per staging job and waiter */
 };
 
+struct stage_job;
+
 struct hints {
-    pthread_mutex_t lock;   /* everything here, and every hint's fields */
+    pthread_mutex_t lock; /* everything here, and every hint's fields */
+    /* staging jobs not yet on the pool, oldest first: at most half the
+     * pool's workers stage hints at once, so that the rest are free for
+     * READs -- the peers' among them, which the staging of other nodes
+     * waits on (all workers staging, on two nodes borrowing from each
+     * other, would wait on each other until the peer timeout) */
+    struct stage_job *pending, *pending_tail;
+    int staging;            /* staging jobs on the pool */
     pthread_cond_t changed; /* a hint's staging ended, the list changed, or stopping */
     struct hint *list;
     pthread_t reaper; /* unpins hints whose time is up */

@@ -111,11 +111,44 @@ static void pin_ranges(struct hint *h, struct larder__cache *cache)
 }
 
 struct stage_job {
+    struct stage_job *next; /* hints->pending */
     struct larderd *daemon;
     struct hint *hint;
     uint32_t shard;
     uint64_t offset, length;
 };
+
+static void stage_job(void *arg);
+
+/* Take the pending staging jobs that may start now (while fewer than
+ * half the pool's workers stage), counted as staging; call with
+ * hints->lock held, and submit() them after letting it go (the pool may
+ * run a task inline, and the task takes the lock). */
+static struct stage_job *take_ready(struct larderd *d)
+{
+    struct hints *hints = d->hints;
+    struct stage_job *ready = NULL, **tail = &ready;
+    int most = d->config.jobs / 2 > 1 ? d->config.jobs / 2 : 1;
+    while (!hints->stopping && hints->pending && hints->staging < most) {
+        struct stage_job *job = hints->pending;
+        hints->pending = job->next;
+        if (!hints->pending) hints->pending_tail = NULL;
+        job->next = NULL;
+        *tail = job;
+        tail = &job->next;
+        hints->staging++;
+    }
+    return ready;
+}
+
+static void submit(struct larderd *d, struct stage_job *ready)
+{
+    while (ready) {
+        struct stage_job *job = ready;
+        ready = job->next;
+        larder__pool_submit(d->pool, stage_job, job, LARDER__BACKGROUND /* LARDER__HINTED */);
+    }
+}
 
 /* Stage one chunk of a hint: in the cache without a copy where it can,
  * else through a buffer (a cache that evicts).  The chain of the shard's
@@ -149,8 +182,11 @@ static void stage_job(void *arg)
     if (rc >= 0 && !skip) h->staged_bytes += job->length;
     if (--h->jobs_left == 0) pthread_cond_broadcast(&d->hints->changed);
     put_locked(h);
+    d->hints->staging--;
+    struct stage_job *ready = take_ready(d);
     pthread_mutex_unlock(&d->hints->lock);
     free(job);
+    submit(d, ready);
 }
 
 /* Queue the staging of h's ranges in chunks; call with hints->lock held. */
@@ -172,14 +208,11 @@ static void queue_staging(struct larderd *d, struct hint *h)
                                                                             : WARM_CHUNK};
             h->refs++;
             h->jobs_left++;
-            /* LARDER__HINTED */
-            if (larder__pool_submit(d->pool, stage_job, job, LARDER__BACKGROUND) < 0) {
-                h->refs--;
-                h->jobs_left--;
-                h->failed = true;
-                free(job);
-                return;
-            }
+            if (d->hints->pending_tail)
+                d->hints->pending_tail->next = job;
+            else
+                d->hints->pending = job;
+            d->hints->pending_tail = job;
         }
     }
 }
@@ -220,8 +253,10 @@ int hint_here(struct larderd *d, struct dataset_entry *e, char *const *keys, uin
     if (!hints->reaper_running && pthread_create(&hints->reaper, NULL, reaper, d) == 0)
         hints->reaper_running = true;
     queue_staging(d, h);
+    struct stage_job *ready = take_ready(d);
     pthread_cond_broadcast(&hints->changed); /* the reaper's next time may be sooner */
     pthread_mutex_unlock(&hints->lock);
+    submit(d, ready);
     say("hint: %s: %llu samples, %llu bytes pinned%s for %llu s", e->url,
         (unsigned long long)h->samples, (unsigned long long)h->pinned_bytes,
         h->partial ? " (all the cache's pins may hold)" : "", (unsigned long long)ttl_ms / 1000);
@@ -402,6 +437,13 @@ void hints_free(struct larderd *d)
     if (hints->reaper_running) pthread_join(hints->reaper, NULL);
     pthread_mutex_lock(&hints->lock);
     bool busy = hints->threads > 0;
+    while (hints->pending) { /* never started: the pool is gone */
+        struct stage_job *job = hints->pending;
+        hints->pending = job->next;
+        put_locked(job->hint);
+        free(job);
+    }
+    hints->pending_tail = NULL;
     while (hints->list) {
         struct hint *h = hints->list;
         hints->list = h->next;
