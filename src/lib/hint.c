@@ -9,6 +9,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +18,15 @@
 #define DEFAULT_WAIT_MS 3600000
 #define ACCEPT_TIMEOUT_MS 30000 /* opening the index and fanning out to members */
 
-/* The daemon's socket: the argument, else LARDER_SOCKET. */
-static const char *socket_of(const char *socket)
+/* The daemon's socket: the argument, else LARDER_SOCKET; a bare file
+ * name becomes ./NAME (an endpoint takes a name without '/' for host:port). */
+static const char *socket_of(const char *socket, char path[PATH_MAX])
 {
-    if (socket && socket[0]) return socket;
-    const char *env = getenv("LARDER_SOCKET");
-    return env && env[0] ? env : NULL;
+    if (!socket || !socket[0]) socket = getenv("LARDER_SOCKET");
+    if (!socket || !socket[0]) return NULL;
+    if (strchr(socket, '/')) return socket;
+    snprintf(path, PATH_MAX, "./%s", socket);
+    return path;
 }
 
 /* Keys from *next on that fit one frame beside the fixed part, the index and the targets. */
@@ -79,7 +83,8 @@ int larder_hint(const char *socket, const larder_hint_options *o, larder_hint_re
     if (result) *result = sum;
     if (!o || o->version != LARDER_HINT_OPTIONS_VERSION)
         return larder__fail(LARDER_EUSAGE, "hint: options of another version");
-    if (!(socket = socket_of(socket)))
+    char path[PATH_MAX];
+    if (!(socket = socket_of(socket, path)))
         return larder__fail(LARDER_EUSAGE, "hint: no node daemon (give a socket or LARDER_SOCKET)");
     bool hot = o->kind == LARDER_HINT_HOT, replicate = o->kind == LARDER_HINT_REPLICATE;
     if (!hot && !replicate) return larder__fail(LARDER_EUSAGE, "hint: unknown kind %d", o->kind);
@@ -143,7 +148,8 @@ int larder_hint(const char *socket, const larder_hint_options *o, larder_hint_re
 
 int64_t larder_hint_list(const char *socket, char *buf, size_t capacity)
 {
-    if (!(socket = socket_of(socket)))
+    char path[PATH_MAX];
+    if (!(socket = socket_of(socket, path)))
         return larder__fail(LARDER_EUSAGE, "hint: no node daemon (give a socket or LARDER_SOCKET)");
     struct larder__endpoint *e;
     int rc = larder__endpoint_new(&e, socket, LARDER__ROLE_READER, NULL, NULL, ACCEPT_TIMEOUT_MS);
