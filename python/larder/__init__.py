@@ -6,6 +6,8 @@ during every call into it):
     larder.Dataset     map-style access to a packed dataset: ds[i] -> fields
     larder.Plan        the deterministic, resumable sample order
     larder.LarderError what a failing liblarder call raises
+    larder.hint        stage and pin samples on the node daemons (a TTL);
+                       larder.replicate, larder.hints (what is pinned)
     larder.torch       IterableDataset and DataLoader for PyTorch (imports
                        torch; `import larder` alone does not)
 
@@ -36,6 +38,7 @@ from ._lib import (
 )
 from .dataset import Dataset, DatasetInfo, Field, SampleInfo
 from .plan import Plan, PlanInfo
+from .hint import HintResult, hint, hints, replicate
 from .stats import summarize
 
 from . import _lib
@@ -51,6 +54,7 @@ __all__ = [
     "Dataset",
     "DatasetInfo",
     "Field",
+    "HintResult",
     "LarderError",
     "Plan",
     "PlanInfo",
@@ -58,4 +62,7 @@ __all__ = [
     "library_path",
     "strerror",
     "summarize",
+    "hint",
+    "hints",
+    "replicate",
 ]
