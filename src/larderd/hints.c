@@ -363,11 +363,11 @@ bool hints_request(struct connection *c, const struct larder__frame *f, const ui
     c->jobs++;
     pthread_mutex_unlock(&c->lock);
     if (!start(d, r)) {
+        send_error(c, f->request, -EAGAIN, "no thread for the hint (or stopping): try again");
         pthread_mutex_lock(&c->lock);
         c->jobs--;
         pthread_mutex_unlock(&c->lock);
-        connection_release(c);
-        send_error(c, f->request, -EAGAIN, "no thread for the hint (or stopping): try again");
+        connection_release(c); /* ours: the loop still holds its own */
     }
     return true;
 }
@@ -385,9 +385,12 @@ void hints_on_publish(struct larderd *d, const char *name, struct dataset_entry 
                                        .kind = LARDER__HINT_REPLICATE,
                                        .ttl_ms = POLICY_TTL_MS,
                                        .targets = strdup(equals + 1)};
+            if (!r->targets) {
+                request_free(r);
+                r = NULL;
+            }
         }
-        if (!r || !r->targets || !start(d, r)) {
-            if (r && !r->targets) request_free(r);
+        if (!r || !start(d, r)) { /* start() frees r when it fails */
             say("hint: publication %s: could not start its replication", name);
             continue;
         }

@@ -451,9 +451,9 @@ void hints_free(struct larderd *d)
         put_locked(h);
     }
     pthread_mutex_unlock(&hints->lock);
-    if (busy) { /* a thread stuck on a member past 10 s: the process is ending; leave it be */
+    if (busy) { /* a thread stuck on a member past 10 s: the process is ending; leave
+                 * it (and what it uses) be */
         say("hint: a hint thread is still waiting on a member; not waiting for it");
-        d->hints = NULL;
         return;
     }
     pthread_mutex_destroy(&hints->lock);

@@ -16,7 +16,7 @@
 
 #define DEFAULT_TTL_MS 600000
 #define DEFAULT_WAIT_MS 3600000
-#define ACCEPT_TIMEOUT_MS 30000 /* opening the index and fanning out to members */
+#define ACCEPT_TIMEOUT_MS 60000 /* opening the index, members answering (30 s each) */
 
 /* The daemon's socket: the argument, else LARDER_SOCKET; a bare file
  * name becomes ./NAME (an endpoint takes a name without '/' for host:port). */
