@@ -14,8 +14,9 @@
  *   - list: what this node has pinned, as JSON.
  *
  * Who may hint: a local client that may OPEN the index (the same rules as
- * OPEN, requests.c's may_open), and an authenticated peer (or, without a
- * cluster secret, a loopback peer, for datasets already open here).  A
+ * OPEN, requests.c's may_open), and a peer that proved the cluster secret
+ * (a cluster without one takes no hint from a peer: a loopback port is
+ * open to every local user, and pins take room from every reader).  A
  * peer's hint is staged on this node only, never forwarded again.
  *
  * A hint runs on a thread of its own (forwarding blocks on members, and
@@ -324,6 +325,11 @@ bool hints_request(struct connection *c, const struct larder__frame *f, const ui
     struct larderd *d = c->daemon;
     struct larder__hint h;
     if (larder__wire_hint(payload, f->length, &h) < 0) return false;
+    if (c->peer && !c->proven) { /* pins take room from every reader; the list names datasets */
+        send_error(c, f->request, LARDER_EDENIED,
+                   "hints from peers need the cluster secret (larderd --secret-file)");
+        return true;
+    }
     if (h.kind == LARDER__HINT_LIST) {
         list_answer(c, f->request);
         return true;

@@ -3,8 +3,8 @@
  * hints_pins.c) driven through handle() without sockets: a hot hint that
  * waits stages and pins every byte asked; keys pick samples (the bytes
  * expected are the fixture's sample sizes, (i * 7919 % 3000) + 100);
- * an unknown key, a malformed frame and a user who may not open are
- * refused; pins end with their TTL; the --replicate-prefix policy
+ * an unknown key, a malformed frame, a user who may not open and a peer
+ * of a cluster without a secret are refused; pins end with their TTL; the --replicate-prefix policy
  * (hints_on_publish) replicates a matching publication to this node and
  * nothing else.
  */
@@ -140,9 +140,21 @@ TEST(larderd_hint_refused_to_other_users)
     CHECK_EQ(larder__wire_error(o->bytes + LARDER__WIRE_HEADER, f.length, &err), 0);
     CHECK_EQ(err.code, LARDER_EDENIED);
     free(o);
+    /* a peer of a cluster without a secret: no hints either */
+    struct connection *p = fixture_connection(&d, true);
+    fixture_hello(p, true);
+    o = hint(p, index, NULL, 0, 60000);
+    CHECK(o != NULL);
+    CHECK_EQ(larder__wire_header(o->bytes, o->length, &f), 0);
+    CHECK_EQ(f.type, LARDER__ERROR);
+    CHECK_EQ(larder__wire_error(o->bytes + LARDER__WIRE_HEADER, f.length, &err), 0);
+    CHECK_EQ(err.code, LARDER_EDENIED);
+    CHECK(memmem(err.message, err.message_length, "secret", 6) != NULL);
+    free(o);
     char *list = hints_list_json(&d);
     CHECK(list && strcmp(list, "{\"hints\": []}") == 0);
     free(list);
+    connection_release(p);
     connection_release(c);
     larderd_free(&d);
 }
