@@ -17,6 +17,8 @@
  *                 open what, READ (staged by the worker pool), STAT
  *   datasets.c    the dataset registry, and borrowing from a shard's owner
  *   warm.c        warm staging of the shards this node owns
+ *   hints.c       HINT requests: who may hint, which members stage, the answer
+ *   hints_pins.c  this node's pins: their staging, their expiry, the list
  *   metrics.c     the Prometheus text of the counters, and its HTTP endpoint
  *
  * Threads: the loop thread owns the connection list, each connection's
