@@ -72,3 +72,13 @@ def test_hint_errors(daemon, tree_index):
     with pytest.raises(ValueError):
         larder.hint(tree_index, replicas=2, all_nodes=True, socket=sock)
     assert larder.hints(socket=sock) == []
+
+
+def test_many_keys_go_in_batches(daemon, tree_index):
+    """1100 keys (each sample 11 times) do not fit one HINT (1024 keys at
+    most): the library sends two and sums their answers."""
+    sock, _ = daemon
+    keys = [f"sample{i:05d}" for i in range(100)] * 11
+    result = larder.hint(tree_index, keys=keys, ttl=60, wait=True, socket=sock)
+    assert result.samples == 1100 and result.nodes == 1 and result.done
+    assert len(larder.hints(socket=sock)) == 2
