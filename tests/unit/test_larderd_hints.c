@@ -246,3 +246,41 @@ TEST(larderd_hint_publish_policy)
     CHECK_EQ(s.resident_bytes, s.total_bytes);
     larderd_free(&d);
 }
+
+TEST(larderd_hint_short_beside_long)
+{
+    /* a short hint of everything and a long one of one sample: when the
+     * short one's time is up, the long one's blocks stay pinned and the
+     * rest are released */
+    const char *index = fixture_dataset("ds", 30, 8 * 1024);
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    struct connection *c = fixture_connection(&d, false);
+    fixture_hello(c, false);
+    free(hint(c, index, NULL, 0, 400));
+    const char *keys[] = {"s0003"};
+    free(hint(c, index, keys, 1, 60000));
+    struct dataset_entry *e;
+    int slot;
+    CHECK_EQ(open_dataset(&d, index, false, &e, &slot), 0);
+    struct larder__cache *cache = larder__dataset_cache(e->dataset);
+    uint32_t block = larder__cache_block_size(cache);
+    larder_sample_info s;
+    CHECK_EQ(larder_sample_info_get(e->dataset, (uint64_t)larder_find_key(e->dataset, "s0003"), &s),
+             0);
+    uint32_t other = s.shard == 0 ? 1 : 0; /* a shard without s0003 */
+    CHECK(larder__dataset_num_shards(e->dataset) > 1);
+    CHECK(larder__cache_pinned(cache, s.shard, s.offset / block));
+    CHECK(larder__cache_pinned(cache, other, 0));
+    sleep_ms(900);
+    CHECK(larder__cache_pinned(cache, s.shard, s.offset / block));
+    CHECK(larder__cache_pinned(cache, s.shard, (s.offset + s.length - 1) / block));
+    CHECK(!larder__cache_pinned(cache, other, 0));
+    uint64_t span = ((s.offset + s.length - 1) / block - s.offset / block + 1) * block;
+    CHECK(larder__cache_pinned_bytes(cache) <= span);
+    char *list = hints_list_json(&d);
+    CHECK(list && strstr(list, "\"samples\": 1,") && !strstr(list, "\"samples\": 30"));
+    free(list);
+    connection_release(c);
+    larderd_free(&d);
+}
