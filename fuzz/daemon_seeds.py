@@ -113,6 +113,16 @@ def read(id_bytes, shard, offset, length, priority=0, request=3):
     return w.frame(w.READ, payload, request=request)
 
 
+def hint(kind, flags=0, url="good.larder", keys=(), targets="", ttl_ms=600000, replicas=0,
+         request=4):
+    """A HINT frame (docs/protocol.md, "Hints"): type 11."""
+    url_b, targets_b = url.encode(), targets.encode()
+    keys_b = b"".join(struct.pack("<H", len(k)) + k.encode() for k in keys)
+    payload = struct.pack("<BBHIQIIII", kind, flags, 0, replicas, ttl_ms, len(url_b),
+                          len(targets_b), len(keys), 0) + url_b + targets_b + keys_b
+    return w.frame(11, payload, request=request)
+
+
 def seeds(files):
     good_id = files["good.larder"][16:32]
     other_id = files["wrong-hash.larder"][16:32]
@@ -164,6 +174,14 @@ def seeds(files):
     out["garbage"] = bytes([READER]) + hello() + bytes(range(256)) * 2
     out["bad-version"] = bytes([READER]) + hello() + w.frame(w.STAT, version=1)
     out["truncated"] = bytes([READER]) + hello() + open_("good.larder")[:30]
+    # hints: hot (waiting, with replicas on a node alone), by an unknown key,
+    # replicate to a member that is none, the list; by another uid; by a peer
+    out["hint-hot"] = (bytes([READER]) + hello() + hint(1, flags=2, replicas=3) +
+                       hint(1, keys=["nope", "x"], request=5) +
+                       hint(2, targets="127.0.0.1:1", request=6) +
+                       hint(3, url="", ttl_ms=0, request=7))
+    out["hint-other-uid"] = bytes([OTHER_UID]) + hello() + hint(1, flags=1)
+    out["hint-peer"] = bytes([PEER]) + hello(role=2) + hint(1, flags=4) + hint(3, url="", ttl_ms=0)
     return out
 
 

@@ -281,7 +281,14 @@ int larder_fuzz_daemon(const uint8_t *data, size_t size)
     d->secret = NULL;
     d->config.allow[0] = NULL;
     d->config.num_allow = 0;
-    if (d->num_datasets >= MAX_KEPT) close_datasets(d);
+    if (d->num_datasets >= MAX_KEPT) {
+        /* hints hold datasets: their staging ends with the pool, then they go */
+        hints_stop(d);
+        larder__pool_free(d->pool);
+        hints_free(d);
+        close_datasets(d);
+        if (larder__pool_new(&d->pool, d->config.jobs) < 0) abort();
+    }
     if (fchdir(home) < 0) abort();
     close(home);
     return 0;

@@ -24,6 +24,8 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
         struct larder__error_frame error;
         struct larder__opened opened;
         struct larder__prove prove;
+        struct larder__hint hint;
+        struct larder__hinted hinted;
         switch (frame.type) {
         case LARDER__HELLO:
             larder__wire_hello(p, frame.length, &hello);
@@ -42,6 +44,18 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
             break;
         case LARDER__PROVE:
             larder__wire_prove(p, frame.length, &prove);
+            break;
+        case LARDER__HINT:
+            if (larder__wire_hint(p, frame.length, &hint) == 0) {
+                const char *key;
+                uint32_t cursor = 0, key_length, keys = 0;
+                while (larder__wire_hint_key(&hint, &cursor, &key, &key_length))
+                    keys += key[0] != 0 && key_length > 0; /* touch every key's bytes */
+                (void)keys;
+            }
+            break;
+        case LARDER__HINTED:
+            larder__wire_hinted(p, frame.length, &hinted);
             break;
         default:
             break;

@@ -571,6 +571,67 @@ LARDER_API int larder_prefetch_stats_get(larder_prefetch *prefetch, uint64_t *fi
 /* Stop, waiting for fetches in flight (NULL-safe).  Call before closing the dataset. */
 LARDER_API void larder_prefetch_stop(larder_prefetch *prefetch);
 
+/* ---- hints --------------------------------------------------------------- */
+
+/*
+ * Telling the node daemons what will be read (docs/protocol.md, "Hints";
+ * `larder hint`).  A hot hint has the daemon at `socket` stage the
+ * dataset's samples (those named by key, or all) in its node cache in the
+ * background, below every reader's priority, and pin them against
+ * eviction for ttl_ms; with replicas or all_nodes, other members do the
+ * same, each copying from the shard's owner node, so that the origin
+ * serves each byte once for the cluster.  A replicate hint has the named
+ * members (targets) do it.  Pins live in the node cache's shared state and
+ * end with their TTL; pinned bytes count against the cache's capacity, and
+ * a hint larger than what pins may hold pins what fits (result->partial).
+ */
+#define LARDER_HINT_OPTIONS_VERSION 1
+enum larder_hint_kind {
+    LARDER_HINT_HOT = 1,       /* stage and pin here (and on replicas / all nodes) */
+    LARDER_HINT_REPLICATE = 2, /* stage and pin on the members named by targets */
+};
+typedef struct larder_hint_options {
+    int version;             /* LARDER_HINT_OPTIONS_VERSION */
+    int kind;                /* enum larder_hint_kind */
+    const char *index;       /* the index's URL or path (a path is made absolute) */
+    const char *const *keys; /* hot: the samples to stage, by key; NULL: all of them */
+    size_t num_keys;
+    uint64_t ttl_ms;     /* how long the pins hold; 0: 600000 (10 minutes) */
+    uint32_t replicas;   /* hot: nodes staging it, this one included; 0: this one */
+    int all_nodes;       /* hot: every member of the cluster */
+    const char *targets; /* replicate: members, "host:port,host:port" */
+    int wait;            /* return when the staging is done, not when it is accepted */
+    int timeout_ms;      /* with wait: the longest wait (0: one hour) */
+} larder_hint_options;
+
+typedef struct larder_hint_result {
+    uint32_t nodes;        /* nodes that took the hint */
+    uint32_t failed;       /* nodes that did not (down, refused) */
+    int done;              /* staging finished on every node that took it */
+    int partial;           /* some node pinned less than asked (its capacity) */
+    uint64_t samples;      /* samples hinted */
+    uint64_t bytes;        /* bytes of those samples, one copy */
+    uint64_t pinned_bytes; /* pinned, summed over the nodes */
+    uint64_t staged_bytes; /* staged so far, summed over the nodes */
+} larder_hint_result;
+
+/*
+ * Send a hint to the node daemon at `socket` (NULL: LARDER_SOCKET).  Keys
+ * are sent in batches of at most 1024 per frame; *result (may be NULL)
+ * sums the answers.  0, or a negative code with a message (an unknown
+ * key: LARDER_ENOTFOUND naming it; a daemon that may not open the index
+ * for this user: LARDER_EDENIED).
+ */
+LARDER_API int larder_hint(const char *socket, const larder_hint_options *options,
+                           larder_hint_result *result);
+/*
+ * What the daemon at `socket` has pinned, as JSON text ({"hints": [{...}]},
+ * docs/protocol.md) written NUL-terminated into buf[0..capacity).  The
+ * text's length, or LARDER_ETOOSMALL, or a negative code.
+ */
+LARDER_API int64_t larder_hint_list(const char *socket, char *buf, size_t capacity);
+/* ---- end of hints ---- */
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,8 @@ during every call into it):
     larder.open        a seekable binary file over one sample or field, for
                        torch.load, numpy.load, h5py.File, PIL.Image.open
     larder.LarderError what a failing liblarder call raises
+    larder.hint        stage and pin samples on the node daemons (a TTL);
+                       larder.replicate, larder.hints (what is pinned)
     larder.torch       IterableDataset and DataLoader for PyTorch (imports
                        torch; `import larder` alone does not)
 
@@ -39,6 +41,7 @@ from ._lib import (
 from .dataset import Dataset, DatasetInfo, Field, SampleInfo
 from .file import LarderFile, open
 from .plan import Plan, PlanInfo
+from .hint import HintResult, hint, hints, replicate
 from .stats import summarize
 
 from . import _lib
@@ -54,6 +57,7 @@ __all__ = [
     "Dataset",
     "DatasetInfo",
     "Field",
+    "HintResult",
     "LarderError",
     "LarderFile",
     "Plan",
@@ -63,4 +67,7 @@ __all__ = [
     "open",
     "strerror",
     "summarize",
+    "hint",
+    "hints",
+    "replicate",
 ]

@@ -68,5 +68,6 @@ int cmd_cat(int argc, char **argv);
 int cmd_warm(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_hint(int argc, char **argv);
 
 #endif

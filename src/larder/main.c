@@ -27,6 +27,8 @@ static const char main_help[] =
     "  stat --cache DIR          what the node cache (or --socket PATH: the daemon) holds,\n"
     "                            and its counters\n"
     "  plan INDEX --batch G      print a rank's sample ids for an epoch, in order\n"
+    "  hint hot|replicate|list   stage and pin samples on the node daemons ahead of a\n"
+    "                            read (with a TTL), or show what is pinned\n"
     "\n"
     "Every command that reads an index refuses one whose shard names leave its\n"
     "base (absolute paths, '..', file:// or other hosts' URLs) unless given\n"
@@ -68,7 +70,7 @@ int main(int argc, char **argv)
         int (*run)(int, char **);
     } commands[] = {{"pack", cmd_pack},     {"index", cmd_index}, {"inspect", cmd_inspect},
                     {"verify", cmd_verify}, {"cat", cmd_cat},     {"warm", cmd_warm},
-                    {"stat", cmd_stat},     {"plan", cmd_plan}};
+                    {"stat", cmd_stat},     {"plan", cmd_plan},   {"hint", cmd_hint}};
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown command '%s'\n\n%s", program, argv[1], main_help);

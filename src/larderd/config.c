@@ -29,6 +29,7 @@ const char larderd_help[] =
     "               [--allow PREFIX]... [--allow-uid UID]... [--allow-gid GID]...\n"
     "               [--cache-size SIZE] [--borrow-size SIZE] [--max-connections N]\n"
     "               [--idle-timeout SECONDS] [--connection-memory SIZE]\n"
+    "               [--replicate-prefix PREFIX=H:P,...]...\n"
     "\n"
     "The node daemon: stages what local readers miss in the node cache, and with\n"
     "peers, reads each shard from the origin on one node only (its owner, by\n"
@@ -67,6 +68,9 @@ const char larderd_help[] =
     "  --connection-memory SIZE  bytes of reads in flight and answers queued per\n"
     "                       connection before it is read no more until they drain\n"
     "                       (default 64M)\n"
+    "  --replicate-prefix PREFIX=H:P,...  every publication whose name starts with\n"
+    "                       PREFIX is staged and pinned (10 minutes) on those members,\n"
+    "                       as 'larder hint replicate' does; repeatable\n"
     "\n"
     "In Slurm: srun --ntasks-per-node=1 larderd --cache /local/larder --slurm \\\n"
     "          --listen 0.0.0.0:7461 --socket /tmp/larderd.sock\n";
@@ -205,6 +209,16 @@ static int take_option(struct larderd_config *config, int option, const char *va
         config->allow[config->num_allow++] = value;
         config->allow[config->num_allow] = NULL;
         return 0;
+    case 'R': { /* PREFIX=MEMBERS: both non-empty */
+        const char *equals = strchr(value, '=');
+        if (!equals || equals == value || !equals[1])
+            return config_error(error, size, "bad --replicate-prefix '%s' (PREFIX=H:P,...)", value);
+        if (config->num_replicate == MAX_REPLICATE_RULES)
+            return config_error(error, size, "at most %d --replicate-prefix", MAX_REPLICATE_RULES);
+        config->replicate[config->num_replicate++] = value;
+        config->replicate[config->num_replicate] = NULL;
+        return 0;
+    }
     case 'b':
     case 'C':
     case 'B':
@@ -236,6 +250,7 @@ static const struct option options[] = {{"config", required_argument, 0, 'F'},
                                         {"max-connections", required_argument, 0, 'M'},
                                         {"idle-timeout", required_argument, 0, 'T'},
                                         {"connection-memory", required_argument, 0, 'B'},
+                                        {"replicate-prefix", required_argument, 0, 'R'},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
 
@@ -245,7 +260,8 @@ int larderd_config_parse(struct larderd_config *config, int argc, char **argv, c
     if (error_size) error[0] = '\0';
     optind = 0; /* GNU getopt: start over, so that a test may parse many vectors */
     opterr = 0; /* its messages are ours to write */
-    bool lists_replaced[3] = {false, false, false}; /* --allow, --allow-uid, --allow-gid */
+    /* --allow, --allow-uid, --allow-gid, --replicate-prefix */
+    bool lists_replaced[4] = {false, false, false, false};
     int c;
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         if (c == 'h') return LARDERD_CONFIG_HELP;
@@ -253,12 +269,13 @@ int larderd_config_parse(struct larderd_config *config, int argc, char **argv, c
             return config_error(error, error_size, "option '%s' needs a value", argv[optind - 1]);
         if (c == '?')
             return config_error(error, error_size, "unrecognized option '%s'", argv[optind - 1]);
-        int list = c == 'a' ? 0 : c == 'U' ? 1 : c == 'G' ? 2 : -1;
+        int list = c == 'a' ? 0 : c == 'U' ? 1 : c == 'G' ? 2 : c == 'R' ? 3 : -1;
         if (list >= 0 && !lists_replaced[list]) { /* the command line's list, not the file's */
             lists_replaced[list] = true;
             if (list == 0) config->num_allow = 0, config->allow[0] = NULL;
             if (list == 1) config->num_allow_uids = 0;
             if (list == 2) config->num_allow_gids = 0;
+            if (list == 3) config->num_replicate = 0, config->replicate[0] = NULL;
         }
         int rc = take_option(config, c, optarg, error, error_size);
         if (rc < 0) return rc;
@@ -328,7 +345,7 @@ static int take_line(struct larderd_config *config, char *text, const char *name
         return config_error(error, size, "%s:%d: 'config' is an option of the command line only",
                             name, line);
     if (!value[0]) return config_error(error, size, "%s:%d: '%s' needs a value", name, line, key);
-    bool repeatable = option == 'a' || option == 'U' || option == 'G';
+    bool repeatable = option == 'a' || option == 'U' || option == 'G' || option == 'R';
     if (!repeatable && seen_on[o])
         return config_error(error, size, "%s:%d: '%s' again (line %d set it)", name, line, key,
                             seen_on[o]);

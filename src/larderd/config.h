@@ -17,6 +17,7 @@
 
 #define MAX_ALLOWED_IDS 64          /* --allow-uid, --allow-gid: each at most this many */
 #define MAX_ALLOW_PREFIXES 64       /* --allow */
+#define MAX_REPLICATE_RULES 16      /* --replicate-prefix */
 #define CONFIG_ERROR_SIZE 256       /* room for any message of larderd_config_parse */
 #define CONFIG_MAX_FILE (64 * 1024) /* bytes of a configuration file, at most */
 
@@ -50,6 +51,9 @@ struct larderd_config {
     int max_connections;        /* --max-connections (default 1024) */
     int idle_timeout_ms;        /* --idle-timeout, in ms (default 60 s) */
     uint64_t connection_budget; /* --connection-memory: bytes per connection (default 64M) */
+    /* --replicate-prefix PREFIX=MEMBERS rules (src/larderd/hints.c), NULL-terminated */
+    const char *replicate[MAX_REPLICATE_RULES + 1];
+    int num_replicate;
 };
 
 /* The usage text, for --help (stdout) and for a usage error (stderr). */

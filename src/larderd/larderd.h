@@ -17,6 +17,8 @@
  *                 open what, READ (staged by the worker pool), STAT
  *   datasets.c    the dataset registry, and borrowing from a shard's owner
  *   warm.c        warm staging of the shards this node owns
+ *   hints.c       HINT requests: who may hint, which members stage, the answer
+ *   hints_pins.c  this node's pins: their staging, their expiry, the list
  *   metrics.c     the Prometheus text of the counters, and its HTTP endpoint
  *
  * Threads: the loop thread owns the connection list, each connection's
@@ -43,7 +45,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define IN_CAPACITY (LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL + 64)
+/* a connection's input holds one whole request: an OPEN's URL, or a HINT */
+#define IN_CAPACITY                                                                                \
+    (LARDER__WIRE_HEADER + (LARDER__WIRE_MAX_URL + 64 > LARDER__WIRE_MAX_HINT                      \
+                                ? LARDER__WIRE_MAX_URL + 64                                        \
+                                : LARDER__WIRE_MAX_HINT))
 #define MAX_DATASETS 64                /* a connection's opened datasets are a 64-bit mask */
 #define PARTIAL_FRAME_TIMEOUT_MS 10000 /* a frame begun and not finished this long */
 #define CLOSING_TIMEOUT_MS 5000        /* a refused client that does not take its ERROR */
@@ -124,6 +130,7 @@ struct larderd {
     pthread_mutex_t warm_lock; /* warm_next_start */
     double warm_next_start;    /* when the next warm chunk may start (--warm-rate) */
     volatile sig_atomic_t stopping;
+    struct hints *hints; /* hints.c: pins and their expiry; NULL until the first hint */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -227,6 +234,27 @@ size_t warm_owned(struct larderd *d, struct dataset_entry *e);
 /* Seconds a warm job of `length` bytes starting at `now` (seconds) waits
  * to keep to --warm-rate (a token bucket of one chunk); 0 when unpaced. */
 double warm_pace(struct larderd *d, double now, uint64_t length);
+
+/* hints.c, hints_pins.c (docs/protocol.md "Hints") */
+/* A HINT frame from c: checked, then run on a thread of its own (staging at
+ * the pool's background class, forwarding to members) and answered with
+ * HINTED or ERROR.  false: malformed, close the connection. */
+bool hints_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+/* The --replicate-prefix policy: a publication `name` of dataset e is staged
+ * and pinned on the members of every rule whose prefix it starts with.
+ * Called by the publish code as a name is registered; returns at once. */
+void hints_on_publish(struct larderd *d, const char *name, struct dataset_entry *e);
+/* What is pinned, as the JSON text of a HINT list (malloc'd; NULL when out of memory). */
+char *hints_list_json(struct larderd *d);
+/* Stop taking hints and wait (10 s at most) for the hint threads to end:
+ * before the pool stops.  Then, after it, hints_free stops the expiry
+ * thread and forgets the hints (their pins stay in the cache until the
+ * latest one's time). */
+void hints_stop(struct larderd *d);
+void hints_free(struct larderd *d);
+/* Whether connection c may open an index not open here (requests.c): 1
+ * yes, 0 only those open already, or a negative code with a message. */
+int may_open(const struct connection *c);
 
 /* metrics.c */
 /* The Prometheus text of every open dataset's counters (metrics.h formats it). */

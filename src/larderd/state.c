@@ -43,8 +43,10 @@ int larderd_start(struct larderd *d)
 
 void larderd_free(struct larderd *d)
 {
+    hints_stop(d);              /* no more hint threads queueing staging */
     larder__pool_free(d->pool); /* finishes the reads in flight */
     d->pool = NULL;
+    hints_free(d); /* after the pool: its staging jobs hold hints */
     close_datasets(d);
     larder__members_clear(&d->members);
     if (d->secret) memset(d->secret, 0, strlen(d->secret));

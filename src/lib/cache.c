@@ -139,7 +139,7 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/blocks", c->dir);
     uint64_t words = words_for(c->shard_base[c->num_shards]);
-    c->map_size = LARDER__CACHE_HEADER_SIZE + 4 * words * 8;
+    c->map_size = LARDER__CACHE_HEADER_SIZE + 5 * words * 8;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (access(path, F_OK) != 0) {
             int rc = create_blocks(c, path, ix, c->map_size);
@@ -188,6 +188,7 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         c->referenced = c->resident + words;
         c->borrowed = c->referenced + words;
         c->suspect = c->borrowed + words;
+        c->pinned = c->suspect + words;
         distrust_after_reboot(c, words, path);
         return 0;
     }

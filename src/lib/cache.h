@@ -141,6 +141,32 @@ LARDER__HIDDEN uint64_t larder__cache_block_offset(const struct larder__cache *c
 LARDER__HIDDEN uint64_t larder__cache_span(const struct larder__cache *cache, uint32_t shard,
                                            uint64_t first, uint64_t last);
 
+/*
+ * Pins (cache_pin.c; docs/cache.md "Pins"): blocks a hint keeps against
+ * eviction until a time on CLOCK_REALTIME, in milliseconds
+ * (larder__cache_clock_ms), shared by every process of the node.  The
+ * cache keeps one time for all pins, the latest; the daemon that pinned
+ * keeps each hint's and unpins its blocks when it is up.  Pinned blocks
+ * count against the capacity; pins take at most 7/8 of it.
+ */
+LARDER__HIDDEN int64_t larder__cache_clock_ms(void);
+/* Pin blocks [first, last] of `shard` (clamped to the shard) until at
+ * least expiry_ms.  Returns how many of them, from `first` on, are pinned
+ * now: fewer than asked when the pin limit was reached. */
+LARDER__HIDDEN uint64_t larder__cache_pin(struct larder__cache *cache, uint32_t shard,
+                                          uint64_t first, uint64_t last, int64_t expiry_ms);
+/* Unpin blocks [first, last] of `shard` (evictable again). */
+LARDER__HIDDEN void larder__cache_unpin(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                        uint64_t last);
+/* Whether block `block` of `shard` is pinned now. */
+LARDER__HIDDEN bool larder__cache_pinned(const struct larder__cache *cache, uint32_t shard,
+                                         uint64_t block);
+/* Set the time every pin holds until (the latest live pin's; 0: none). */
+LARDER__HIDDEN void larder__cache_set_pin_expiry(struct larder__cache *cache, int64_t expiry_ms);
+/* Bytes pinned now (0 once the pins' time is up), and the most pins may hold, in blocks. */
+LARDER__HIDDEN uint64_t larder__cache_pinned_bytes(const struct larder__cache *cache);
+LARDER__HIDDEN uint64_t larder__cache_pin_limit(const struct larder__cache *cache);
+
 /* Copy counters into public statistics (the rest of *stats is left alone). */
 LARDER__HIDDEN void larder__counters_copy(const struct larder__cache_counters *counters,
                                           larder_stats *stats);

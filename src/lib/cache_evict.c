@@ -43,9 +43,11 @@ static uint32_t shard_of(const struct larder__cache *c, uint64_t global)
 }
 
 /* Evict one resident block if the clock allows; true when it did. */
-static bool evict_block(struct larder__cache *c, int lock_fd, uint64_t b, bool borrowed_only)
+static bool evict_block(struct larder__cache *c, int lock_fd, uint64_t b, bool borrowed_only,
+                        bool pins)
 {
     if (!bit_get(c->resident, b)) return false;
+    if (pins && bit_get(c->pinned, b)) return false; /* a hint keeps it (cache_pin.c) */
     bool borrowed = bit_get(c->borrowed, b);
     if (borrowed_only && !borrowed) return false;
     if (!borrowed && bit_get(c->referenced, b)) { /* borrowed blocks get no second chance */
@@ -81,7 +83,7 @@ static bool evict_block(struct larder__cache *c, int lock_fd, uint64_t b, bool b
  * share, all blocks within the capacity.  Borrowed blocks go first (the
  * owner node still has them); then a clock sweep spares blocks read since
  * its last pass.  Blocks whose fill lock is held (a fill, or the caller's
- * own store) are never evicted.
+ * own store) are never evicted, nor pinned blocks while their pins hold.
  */
 void larder__cache_trim(struct larder__cache *c)
 {
@@ -92,6 +94,7 @@ void larder__cache_trim(struct larder__cache *c)
     if (total == 0 || (atomic_load64(&c->header->resident_blocks) <= limit &&
                        atomic_load64(&c->header->borrowed_blocks) <= borrow_limit))
         return;
+    bool pins = pins_hold(c, larder__cache_clock_ms());
     pthread_mutex_lock(&c->evict_lock);
     int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, LARDER__CACHE_FILE_MODE);
     /* first pass: borrowed blocks only, while either limit is exceeded */
@@ -101,12 +104,12 @@ void larder__cache_trim(struct larder__cache *c)
           atomic_load64(&c->header->borrowed_blocks) > borrow_limit);
          steps++)
         evict_block(c, fd, __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
-                    true);
+                    true, pins);
     for (uint64_t steps = 0;
          fd >= 0 && steps < 2 * total && atomic_load64(&c->header->resident_blocks) > limit;
          steps++)
         evict_block(c, fd, __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
-                    false);
+                    false, pins);
     if (fd >= 0) larder__sys.close(fd);
     pthread_mutex_unlock(&c->evict_lock);
 }

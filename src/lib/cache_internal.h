@@ -12,8 +12,9 @@
 #include <pthread.h>
 
 #define LARDER__CACHE_MAGIC "LARDERCB"
-/* 2: a third bitmap, of borrowed blocks; 3: suspect blocks, boot id */
-#define LARDER__CACHE_VERSION 3
+/* 2: a third bitmap, of borrowed blocks; 3: suspect blocks, boot id;
+ * 4: pinned blocks (hints with a TTL, cache_pin.c) */
+#define LARDER__CACHE_VERSION 4
 #define LARDER__CACHE_FILE_MODE 0640 /* cache files: never world-readable (docs/security.md) */
 #define LARDER__CACHE_HEADER_SIZE 4096
 
@@ -33,7 +34,9 @@ struct shared_header {
                                * under a reader (eviction, damage found, repair) */
     uint64_t borrowed_blocks; /* atomic: resident blocks that came from another node */
     char boot_id[40];         /* the boot whose writes the resident bits trust (see suspect) */
-    uint64_t reserved[4];
+    uint64_t pinned_blocks;   /* atomic: blocks with the pinned bit set */
+    int64_t pin_expiry_ms;    /* atomic: CLOCK_REALTIME ms until which pinned bits hold */
+    uint64_t reserved[2];
     struct larder__cache_counters counters; /* atomic */
 };
 
@@ -57,6 +60,9 @@ struct larder__cache {
      * way to disk, so after a power loss a set bit may stand over a hole
      * or stale bytes. */
     uint64_t *suspect;
+    /* Blocks a hint pinned (cache_pin.c): never evicted while the
+     * header's pin_expiry_ms is in the future. */
+    uint64_t *pinned;
     uint64_t borrow_capacity; /* bytes of borrowed blocks kept; 0: no own limit */
     size_t map_size;
     pthread_mutex_t lock; /* guards data_fds[] and retired[] */
@@ -88,6 +94,13 @@ static inline uint64_t clear_bits(uint64_t *bits, uint64_t from, uint64_t to)
         if (old & mask) cleared++;
     }
     return cleared;
+}
+
+/* Whether the pinned bits hold at `now_ms` (CLOCK_REALTIME ms): false
+ * once the latest pin's time is up, whoever set them. */
+static inline bool pins_hold(const struct larder__cache *c, int64_t now_ms)
+{
+    return __atomic_load_n(&c->header->pin_expiry_ms, __ATOMIC_ACQUIRE) > now_ms;
 }
 
 /* Readers' trust in the cached bytes may be stale: bump the generation. */

@@ -537,6 +537,11 @@ bool larder__dataset_cached(const larder_dataset *d)
     return d->cache != NULL;
 }
 
+struct larder__cache *larder__dataset_cache(larder_dataset *d)
+{
+    return d->cache;
+}
+
 const struct larder__index *larder__dataset_index(const larder_dataset *d)
 {
     return &d->ix;

@@ -17,6 +17,9 @@ LARDER__HIDDEN struct larder__fill *larder__dataset_fill(larder_dataset *dataset
 
 /* Whether the dataset reads through a node cache. */
 LARDER__HIDDEN bool larder__dataset_cached(const larder_dataset *dataset);
+/* The dataset's node cache (valid while it is open), or NULL: none. */
+struct larder__cache;
+LARDER__HIDDEN struct larder__cache *larder__dataset_cache(larder_dataset *dataset);
 /* Whether all blocks of sample `id` are in the cache (false without one). */
 LARDER__HIDDEN bool larder__dataset_staged(const larder_dataset *dataset, uint64_t id);
 /* Bring sample `id` into the cache, checked, without handing it to anyone. */

@@ -479,3 +479,46 @@ int larder__endpoint_stats(struct larder__endpoint *e, char **json)
     *json = text;
     return 0;
 }
+
+int larder__endpoint_call(struct larder__endpoint *e, const void *request, size_t length,
+                          struct larder__frame *frame, void *payload, size_t capacity,
+                          int timeout_ms)
+{
+    if (timeout_ms <= 0) timeout_ms = e->timeout_ms;
+    for (int attempt = 0;; attempt++) {
+        int fd = take_idle(e);
+        bool pooled = fd >= 0;
+        if (!pooled && (fd = connect_endpoint(e)) < 0) {
+            if (fd != LARDER_ENOTFOUND)
+                mark_down(e, fd == LARDER_EDENIED ? DENIED_DOWN_MS : e->down_ms);
+            return fd;
+        }
+        bool answered = false;
+        uint8_t header[LARDER__WIRE_HEADER];
+        int rc = send_all(fd, request, length);
+        if (rc == 0) rc = recv_header(fd, header, timeout_ms, &answered);
+        bool unanswered = !answered && (rc == -EPIPE || rc == -ECONNRESET);
+        if (rc == 0) rc = larder__wire_header(header, sizeof header, frame);
+        if (rc == 0 && frame->length > capacity)
+            rc = larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: answer of %u bytes",
+                              e->address, frame->length);
+        if (rc == 0) rc = recv_all(fd, payload, frame->length);
+        if (rc < 0) { /* the connection's fault: out of step or gone */
+            close(fd);
+            if (pooled && unanswered && attempt == 0) continue;
+            mark_down(e, e->down_ms);
+            if (is_errno(rc))
+                rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
+            return rc;
+        }
+        if (frame->type == LARDER__ERROR) rc = error_answer(e, payload, frame->length);
+        pthread_mutex_lock(&e->lock);
+        if (e->num_idle < POOL && rc != LARDER_EPROTOCOL) {
+            e->idle[e->num_idle++] = fd;
+            fd = -1;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (fd >= 0) close(fd);
+        return rc;
+    }
+}

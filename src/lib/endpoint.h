@@ -46,6 +46,18 @@ LARDER__HIDDEN int larder__endpoint_read(struct larder__endpoint *endpoint, uint
                                          uint64_t id_high, uint32_t shard, int priority,
                                          uint64_t offset, uint64_t length, void *buf);
 
+/*
+ * Send one whole request frame (header included) and receive its answer
+ * on a pooled connection: 0 with the answer's header in *frame and its
+ * payload (at most `capacity` bytes) in `payload`; an ERROR answer comes
+ * back as its code, with the daemon's message.  timeout_ms bounds the wait
+ * for the answer to start (0: the endpoint's own), for requests that
+ * answer when their work is done (a HINT that waits).
+ */
+LARDER__HIDDEN int larder__endpoint_call(struct larder__endpoint *endpoint, const void *request,
+                                         size_t length, struct larder__frame *frame, void *payload,
+                                         size_t capacity, int timeout_ms);
+
 /* The daemon's statistics as JSON text (malloc'd; the caller frees it). */
 LARDER__HIDDEN int larder__endpoint_stats(struct larder__endpoint *endpoint, char **json);
 

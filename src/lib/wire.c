@@ -28,6 +28,10 @@ static uint64_t max_payload(uint8_t type)
         return LARDER__WIRE_MAX_URL;
     case LARDER__OPENED:
         return 20;
+    case LARDER__HINT:
+        return LARDER__WIRE_MAX_HINT;
+    case LARDER__HINTED:
+        return LARDER__HINTED_FIXED + LARDER__HINTED_MAX_TEXT;
     default:
         return 0;
     }
@@ -42,7 +46,7 @@ int larder__wire_header(const uint8_t *buf, size_t available, struct larder__fra
         return larder__fail(LARDER_EPROTOCOL, "protocol version %u, this build speaks %d", buf[4],
                             LARDER__WIRE_VERSION);
     uint8_t type = buf[5];
-    if (type < LARDER__HELLO || type > LARDER__PROVE)
+    if (type < LARDER__HELLO || type > LARDER__HINTED)
         return larder__fail(LARDER_EPROTOCOL, "unknown frame type %u", type);
     if (larder__le16(buf + 6) != 0 || larder__le32(buf + 12) != 0)
         return larder__fail(LARDER_EPROTOCOL, "nonzero flags or reserved bytes");
@@ -236,4 +240,173 @@ int larder__wire_encode_opened(uint8_t *out, size_t capacity, uint64_t request,
     larder__put_le64(out + LARDER__WIRE_HEADER + 8, opened->id_high);
     larder__put_le32(out + LARDER__WIRE_HEADER + 16, opened->num_shards);
     return LARDER__WIRE_HEADER + 20;
+}
+
+/* ---- hints ---- */
+
+/* Whether bytes [0, n) hold no NUL (a string the daemon will print and open). */
+static bool no_nul(const char *p, uint32_t n)
+{
+    return memchr(p, '\0', n) == NULL;
+}
+
+int larder__wire_hint(const uint8_t *p, uint32_t length, struct larder__hint *out)
+{
+    if (length < 32 || length > LARDER__WIRE_MAX_HINT)
+        return larder__fail(LARDER_EPROTOCOL, "HINT of %u bytes", length);
+    memset(out, 0, sizeof *out);
+    out->kind = p[0];
+    out->flags = p[1];
+    out->replicas = larder__le32(p + 4);
+    out->ttl_ms = larder__le64(p + 8);
+    out->url_length = larder__le32(p + 16);
+    out->targets_length = larder__le32(p + 20);
+    out->num_keys = larder__le32(p + 24);
+    if (larder__le16(p + 2) || larder__le32(p + 28))
+        return larder__fail(LARDER_EPROTOCOL, "HINT with nonzero reserved bytes");
+    if (out->kind < LARDER__HINT_HOT || out->kind > LARDER__HINT_LIST)
+        return larder__fail(LARDER_EPROTOCOL, "HINT of unknown kind %u", out->kind);
+    if (out->flags & ~LARDER__HINT_FLAGS)
+        return larder__fail(LARDER_EPROTOCOL, "HINT with unknown flags 0x%x", out->flags);
+    bool list = out->kind == LARDER__HINT_LIST, replicate = out->kind == LARDER__HINT_REPLICATE;
+    if (list ? out->ttl_ms != 0 : out->ttl_ms == 0 || out->ttl_ms > LARDER__HINT_MAX_TTL_MS)
+        return larder__fail(LARDER_EPROTOCOL, "HINT with a TTL of %llu ms",
+                            (unsigned long long)out->ttl_ms);
+    if (list ? out->url_length != 0
+             : out->url_length == 0 || out->url_length > LARDER__WIRE_MAX_URL)
+        return larder__fail(LARDER_EPROTOCOL, "HINT with an index name of %u bytes",
+                            out->url_length);
+    if (replicate ? out->targets_length == 0 || out->targets_length > LARDER__HINT_MAX_TARGETS
+                  : out->targets_length != 0)
+        return larder__fail(LARDER_EPROTOCOL, "HINT with a member list of %u bytes",
+                            out->targets_length);
+    if (out->num_keys > (out->kind == LARDER__HINT_HOT ? LARDER__HINT_MAX_KEYS : 0))
+        return larder__fail(LARDER_EPROTOCOL, "HINT with %u keys", out->num_keys);
+    if (out->replicas > (out->kind == LARDER__HINT_HOT && !(out->flags & LARDER__HINT_ALL_NODES)
+                             ? LARDER__HINT_MAX_REPLICAS
+                             : 0))
+        return larder__fail(LARDER_EPROTOCOL, "HINT with %u replicas", out->replicas);
+    if (list && out->flags)
+        return larder__fail(LARDER_EPROTOCOL, "HINT list with flags 0x%x", out->flags);
+    if (replicate && (out->flags & LARDER__HINT_ALL_NODES))
+        return larder__fail(LARDER_EPROTOCOL, "HINT replicate to all nodes");
+    /* the lengths are bounded above, so these sums cannot overflow */
+    uint32_t at = 32;
+    if (out->url_length + out->targets_length > length - at)
+        return larder__fail(LARDER_EPROTOCOL, "HINT strings past its end");
+    out->url = (const char *)p + at;
+    at += out->url_length;
+    out->targets = (const char *)p + at;
+    at += out->targets_length;
+    if (!no_nul(out->url, out->url_length) || !no_nul(out->targets, out->targets_length))
+        return larder__fail(LARDER_EPROTOCOL, "HINT string with a NUL byte");
+    out->keys = p + at;
+    out->keys_length = length - at;
+    uint32_t k = 0;
+    while (at < length) {
+        if (length - at < 2 || k == out->num_keys)
+            return larder__fail(LARDER_EPROTOCOL, "HINT with bytes past its keys");
+        uint32_t n = larder__le16(p + at);
+        at += 2;
+        if (n == 0 || n > LARDER__HINT_MAX_KEY || n > length - at ||
+            !no_nul((const char *)p + at, n))
+            return larder__fail(LARDER_EPROTOCOL, "HINT key %u of %u bytes", k, n);
+        at += n;
+        k++;
+    }
+    if (k != out->num_keys)
+        return larder__fail(LARDER_EPROTOCOL, "HINT with %u of its %u keys", k, out->num_keys);
+    return 0;
+}
+
+int larder__wire_hint_key(const struct larder__hint *h, uint32_t *cursor, const char **key,
+                          uint32_t *length)
+{
+    if (*cursor + 2 > h->keys_length) return 0; /* the parser checked the records */
+    *length = larder__le16(h->keys + *cursor);
+    *key = (const char *)h->keys + *cursor + 2;
+    *cursor += 2 + *length;
+    return 1;
+}
+
+int larder__wire_encode_hint(uint8_t *out, size_t capacity, uint64_t request,
+                             const struct larder__hint *h)
+{
+    size_t length = 32 + (size_t)h->url_length + h->targets_length;
+    if (h->url_length > LARDER__WIRE_MAX_URL || h->targets_length > LARDER__HINT_MAX_TARGETS ||
+        h->num_keys > LARDER__HINT_MAX_KEYS)
+        return LARDER_ETOOSMALL;
+    for (uint32_t k = 0; k < h->num_keys; k++) {
+        size_t n = strlen(h->key_list[k]);
+        if (n == 0 || n > LARDER__HINT_MAX_KEY) return LARDER_ETOOSMALL;
+        length += 2 + n;
+    }
+    if (length > LARDER__WIRE_MAX_HINT || capacity < LARDER__WIRE_HEADER + length)
+        return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__HINT, (uint32_t)length, request);
+    uint8_t *p = out + LARDER__WIRE_HEADER;
+    memset(p, 0, 32);
+    p[0] = h->kind;
+    p[1] = h->flags;
+    larder__put_le32(p + 4, h->replicas);
+    larder__put_le64(p + 8, h->ttl_ms);
+    larder__put_le32(p + 16, h->url_length);
+    larder__put_le32(p + 20, h->targets_length);
+    larder__put_le32(p + 24, h->num_keys);
+    size_t at = 32;
+    if (h->url_length) memcpy(p + at, h->url, h->url_length);
+    at += h->url_length;
+    if (h->targets_length) memcpy(p + at, h->targets, h->targets_length);
+    at += h->targets_length;
+    for (uint32_t k = 0; k < h->num_keys; k++) {
+        size_t n = strlen(h->key_list[k]);
+        larder__put_le16(p + at, (uint16_t)n);
+        memcpy(p + at + 2, h->key_list[k], n);
+        at += 2 + n;
+    }
+    return (int)(LARDER__WIRE_HEADER + length);
+}
+
+int larder__wire_hinted(const uint8_t *p, uint32_t length, struct larder__hinted *out)
+{
+    if (length < LARDER__HINTED_FIXED || length > LARDER__HINTED_FIXED + LARDER__HINTED_MAX_TEXT)
+        return larder__fail(LARDER_EPROTOCOL, "HINTED of %u bytes", length);
+    out->flags = larder__le32(p);
+    out->nodes = larder__le32(p + 4);
+    out->failed = larder__le32(p + 8);
+    out->text_length = larder__le32(p + 12);
+    out->samples = larder__le64(p + 16);
+    out->bytes = larder__le64(p + 24);
+    out->pinned_bytes = larder__le64(p + 32);
+    out->staged_bytes = larder__le64(p + 40);
+    out->text = (const char *)p + LARDER__HINTED_FIXED;
+    if (out->flags & ~LARDER__HINTED_FLAGS)
+        return larder__fail(LARDER_EPROTOCOL, "HINTED with unknown flags 0x%x", out->flags);
+    if (out->text_length != length - LARDER__HINTED_FIXED)
+        return larder__fail(LARDER_EPROTOCOL, "HINTED text of %u bytes in %u", out->text_length,
+                            length);
+    if (out->nodes > LARDER__HINT_MAX_REPLICAS || out->failed > LARDER__HINT_MAX_REPLICAS)
+        return larder__fail(LARDER_EPROTOCOL, "HINTED with %u nodes and %u failed", out->nodes,
+                            out->failed);
+    return 0;
+}
+
+int larder__wire_encode_hinted(uint8_t *out, size_t capacity, uint64_t request,
+                               const struct larder__hinted *h)
+{
+    size_t length = LARDER__HINTED_FIXED + (size_t)h->text_length;
+    if (h->text_length > LARDER__HINTED_MAX_TEXT || capacity < LARDER__WIRE_HEADER + length)
+        return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__HINTED, (uint32_t)length, request);
+    uint8_t *p = out + LARDER__WIRE_HEADER;
+    larder__put_le32(p, h->flags);
+    larder__put_le32(p + 4, h->nodes);
+    larder__put_le32(p + 8, h->failed);
+    larder__put_le32(p + 12, h->text_length);
+    larder__put_le64(p + 16, h->samples);
+    larder__put_le64(p + 24, h->bytes);
+    larder__put_le64(p + 32, h->pinned_bytes);
+    larder__put_le64(p + 40, h->staged_bytes);
+    if (h->text_length) memcpy(p + LARDER__HINTED_FIXED, h->text, h->text_length);
+    return (int)(LARDER__WIRE_HEADER + length);
 }

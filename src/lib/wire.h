@@ -31,6 +31,8 @@ enum larder__frame_type {
     LARDER__OPEN = 8,
     LARDER__OPENED = 9,
     LARDER__PROVE = 10,
+    LARDER__HINT = 11, /* hints: see the block at the end */
+    LARDER__HINTED = 12,
 };
 
 /* Roles a HELLO may claim (their values are the wire's). */
@@ -129,5 +131,79 @@ LARDER__HIDDEN int larder__wire_encode_opened(uint8_t *out, size_t capacity, uin
                                               const struct larder__opened *opened);
 LARDER__HIDDEN int larder__wire_encode_error(uint8_t *out, size_t capacity, uint64_t request,
                                              int32_t code, const char *message);
+
+/* ---- hints (docs/protocol.md, "Hints") -----------------------------------
+ *
+ * HINT asks a daemon to stage a dataset's samples (all, or those named by
+ * key) in its node cache and pin them for a time (hot), or to have the
+ * named members do it (replicate); LIST asks what is pinned.  HINTED
+ * answers: how many nodes took it, bytes pinned and staged (summed over
+ * the nodes), and for LIST a JSON text. */
+#define LARDER__WIRE_MAX_HINT 16384                       /* HINT payload bytes */
+#define LARDER__HINT_MAX_KEYS 1024                        /* keys in one HINT */
+#define LARDER__HINT_MAX_KEY 1024                         /* bytes of one key */
+#define LARDER__HINT_MAX_TARGETS 4096                     /* bytes of a replicate's member list */
+#define LARDER__HINT_MAX_TTL_MS (UINT64_C(30) * 86400000) /* 30 days */
+#define LARDER__HINT_MAX_REPLICAS 65536
+#define LARDER__HINTED_FIXED 48
+#define LARDER__HINTED_MAX_TEXT (256u << 10) /* LIST's JSON */
+
+enum larder__hint_kind {
+    LARDER__HINT_HOT = 1,       /* stage and pin here, and on replicas / all nodes */
+    LARDER__HINT_REPLICATE = 2, /* stage and pin on the named members */
+    LARDER__HINT_LIST = 3,      /* what this daemon has pinned */
+};
+#define LARDER__HINT_ALL_NODES 0x01u /* hot: every member of the cluster */
+#define LARDER__HINT_WAIT 0x02u      /* answer when the staging is done, not when accepted */
+#define LARDER__HINT_HERE 0x04u      /* this node only: what a daemon forwards to a member */
+#define LARDER__HINT_FLAGS 0x07u
+
+/* HINT.  Strings are not NUL-terminated; parsed, they point into the payload. */
+struct larder__hint {
+    uint8_t kind;      /* enum larder__hint_kind */
+    uint8_t flags;     /* LARDER__HINT_* */
+    uint32_t replicas; /* hot: nodes to stage on, this one included (0: this one alone) */
+    uint64_t ttl_ms;   /* how long the pins hold, 1 .. LARDER__HINT_MAX_TTL_MS (LIST: 0) */
+    uint32_t url_length, targets_length, num_keys;
+    const char *url;     /* the index (LIST: none) */
+    const char *targets; /* replicate: "host:port,..." members (else none) */
+    /* parsed: num_keys records (u16 length, bytes), keys_length bytes in all;
+     * walk them with larder__wire_hint_key */
+    const uint8_t *keys;
+    uint32_t keys_length;
+    const char *const *key_list; /* encoding: num_keys NUL-terminated keys */
+};
+
+#define LARDER__HINTED_DONE 0x01u    /* staging finished on every node counted */
+#define LARDER__HINTED_PARTIAL 0x02u /* some node pinned less than asked (capacity) */
+#define LARDER__HINTED_FLAGS 0x03u
+
+/* HINTED. */
+struct larder__hinted {
+    uint32_t flags;        /* LARDER__HINTED_* */
+    uint32_t nodes;        /* nodes that took the hint */
+    uint32_t failed;       /* nodes that did not (down, refused) */
+    uint64_t samples;      /* samples hinted */
+    uint64_t bytes;        /* bytes of those samples (one copy) */
+    uint64_t pinned_bytes; /* pinned, summed over the nodes */
+    uint64_t staged_bytes; /* staged so far, summed over the nodes */
+    uint32_t text_length;  /* LIST: JSON text; else 0 */
+    const char *text;      /* points into the payload, not NUL-terminated */
+};
+
+/* Parse a HINT / HINTED payload: 0, or LARDER_EPROTOCOL with a message naming the field. */
+LARDER__HIDDEN int larder__wire_hint(const uint8_t *payload, uint32_t length,
+                                     struct larder__hint *out);
+LARDER__HIDDEN int larder__wire_hinted(const uint8_t *payload, uint32_t length,
+                                       struct larder__hinted *out);
+/* The next key of a parsed HINT from *cursor (0 at first): 1 and the key, 0 past the last. */
+LARDER__HIDDEN int larder__wire_hint_key(const struct larder__hint *hint, uint32_t *cursor,
+                                         const char **key, uint32_t *length);
+/* Encode a whole frame; its size, or LARDER_ETOOSMALL (also for fields past their limits). */
+LARDER__HIDDEN int larder__wire_encode_hint(uint8_t *out, size_t capacity, uint64_t request,
+                                            const struct larder__hint *hint);
+LARDER__HIDDEN int larder__wire_encode_hinted(uint8_t *out, size_t capacity, uint64_t request,
+                                              const struct larder__hinted *hinted);
+/* ---- end of hints ---- */
 
 #endif

@@ -14,6 +14,7 @@ import pytest
 
 import header
 from larder import _lib
+from larder.hint import HOT, LARDER_HINT_OPTIONS_VERSION, REPLICATE, _HintOptions, _HintResult
 
 STRUCTS = {
     "larder_open_options": _lib.OpenOptions,
@@ -24,6 +25,8 @@ STRUCTS = {
     "larder_plan_options": _lib.PlanOptions,
     "larder_plan_info": _lib.PlanInfo,
     "larder_prefetch_options": _lib.PrefetchOptions,
+    "larder_hint_options": _HintOptions,
+    "larder_hint_result": _HintResult,
 }
 
 # Structs of the header the package does not pass to C (packing and
@@ -36,6 +39,10 @@ ALIASES = {
     "LARDER_PLAN_GLOBAL": _lib.PLAN_MODES["global"],
     "LARDER_PLAN_LOCALITY": _lib.PLAN_MODES["locality"],
     "LARDER_PLAN_NONE": _lib.PLAN_MODES["none"],
+    # larder/hint.py's
+    "LARDER_HINT_OPTIONS_VERSION": LARDER_HINT_OPTIONS_VERSION,
+    "LARDER_HINT_HOT": HOT,
+    "LARDER_HINT_REPLICATE": REPLICATE,
 }
 
 
