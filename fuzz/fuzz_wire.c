@@ -54,7 +54,7 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
                 (void)keys;
             }
             break;
-        case LARDER__HINTED:
+        case LARDER__HINT_ANSWER:
             larder__wire_hinted(p, frame.length, &hinted);
             break;
         default:

@@ -148,7 +148,7 @@ static void *forward_run(void *arg)
     struct larder__frame frame;
     f->rc = larder__endpoint_call(f->endpoint, f->frame, f->length, &frame, f->payload,
                                   sizeof f->payload, f->timeout_ms);
-    if (f->rc == 0 && frame.type != LARDER__HINTED)
+    if (f->rc == 0 && frame.type != LARDER__HINT_ANSWER)
         f->rc = larder__fail(LARDER_EPROTOCOL, "answer type %u to HINT", frame.type);
     if (f->rc == 0) f->rc = larder__wire_hinted(f->payload, frame.length, &f->answer);
     if (f->rc < 0)

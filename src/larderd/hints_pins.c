@@ -1,7 +1,7 @@
 /*
  * hints_pins.c - the pins of the hints this node took: each hint's byte
  * ranges are pinned in the node cache (cache_pin.c) until its time, and
- * staged by jobs on the daemon's pool at the background class, below
+ * staged by jobs on the daemon's pool at the HINTED class, below
  * every reader's READ; a thread unpins each hint when its time is up,
  * sparing blocks another live hint still pins.  Pins live in the cache's
  * shared state, which also holds the time the latest one ends: a daemon
@@ -11,6 +11,7 @@
 #include "hints.h"
 
 #include "cache.h"
+#include "fill.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -146,7 +147,7 @@ static void submit(struct larderd *d, struct stage_job *ready)
     while (ready) {
         struct stage_job *job = ready;
         ready = job->next;
-        larder__pool_submit(d->pool, stage_job, job, LARDER__BACKGROUND /* LARDER__HINTED */);
+        larder__pool_submit(d->pool, stage_job, job, LARDER__HINTED);
     }
 }
 
@@ -165,7 +166,8 @@ static void stage_job(void *arg)
     int rc = 0;
     if (!skip && !d->stopping) {
         int fd;
-        rc = larder__dataset_stage_range(ds, job->shard, job->offset, job->length, &fd);
+        rc = larder__fill_stage_range_at(larder__dataset_fill(ds), job->shard, job->offset,
+                                         job->length, LARDER__HINTED, &fd);
         if (rc == 1) {
             uint8_t *buf = malloc((size_t)job->length);
             rc = buf ? larder__dataset_read_range(ds, job->shard, job->offset, job->length, buf)

@@ -485,8 +485,9 @@ int larder__endpoint_call(struct larder__endpoint *e, const void *request, size_
                           int timeout_ms)
 {
     if (timeout_ms <= 0) timeout_ms = e->timeout_ms;
+    int group = group_of(LARDER__HINTED); /* control calls (hints): never a reader's connection */
     for (int attempt = 0;; attempt++) {
-        int fd = take_idle(e);
+        int fd = take_idle(e, group);
         bool pooled = fd >= 0;
         if (!pooled && (fd = connect_endpoint(e)) < 0) {
             if (fd != LARDER_ENOTFOUND)
@@ -513,8 +514,8 @@ int larder__endpoint_call(struct larder__endpoint *e, const void *request, size_
         }
         if (frame->type == LARDER__ERROR) rc = error_answer(e, payload, frame->length);
         pthread_mutex_lock(&e->lock);
-        if (e->num_idle < POOL && rc != LARDER_EPROTOCOL) {
-            e->idle[e->num_idle++] = fd;
+        if (e->num_idle[group] < POOL && rc != LARDER_EPROTOCOL) {
+            e->idle[group][e->num_idle[group]++] = fd;
             fd = -1;
         }
         pthread_mutex_unlock(&e->lock);

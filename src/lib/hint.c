@@ -59,7 +59,7 @@ static int one_frame(struct larder__endpoint *e, const struct larder__hint *h, i
         rc =
             n == LARDER_ETOOSMALL ? larder__fail(LARDER_EUSAGE, "hint: a key or name too long") : n;
     struct larder__hinted got;
-    if (rc == 0 && f.type != LARDER__HINTED)
+    if (rc == 0 && f.type != LARDER__HINT_ANSWER)
         rc = larder__fail(LARDER_EPROTOCOL, "larder daemon: answer type %u to HINT", f.type);
     if (rc == 0) rc = larder__wire_hinted(answer, f.length, &got);
     if (rc == 0) {
@@ -164,7 +164,7 @@ int64_t larder_hint_list(const char *socket, char *buf, size_t capacity)
     if (rc > 0)
         rc = larder__endpoint_call(e, request, (size_t)n, &f, answer,
                                    LARDER__HINTED_FIXED + LARDER__HINTED_MAX_TEXT, 0);
-    if (rc == 0 && f.type != LARDER__HINTED)
+    if (rc == 0 && f.type != LARDER__HINT_ANSWER)
         rc = larder__fail(LARDER_EPROTOCOL, "larder daemon: answer type %u to HINT", f.type);
     if (rc == 0) rc = larder__wire_hinted(answer, f.length, &got);
     int64_t out = rc;

@@ -30,7 +30,7 @@ static uint64_t max_payload(uint8_t type)
         return 20;
     case LARDER__HINT:
         return LARDER__WIRE_MAX_HINT;
-    case LARDER__HINTED:
+    case LARDER__HINT_ANSWER:
         return LARDER__HINTED_FIXED + LARDER__HINTED_MAX_TEXT;
     default:
         return 0;
@@ -46,7 +46,7 @@ int larder__wire_header(const uint8_t *buf, size_t available, struct larder__fra
         return larder__fail(LARDER_EPROTOCOL, "protocol version %u, this build speaks %d", buf[4],
                             LARDER__WIRE_VERSION);
     uint8_t type = buf[5];
-    if (type < LARDER__HELLO || type > LARDER__HINTED)
+    if (type < LARDER__HELLO || type > LARDER__HINT_ANSWER)
         return larder__fail(LARDER_EPROTOCOL, "unknown frame type %u", type);
     if (larder__le16(buf + 6) != 0 || larder__le32(buf + 12) != 0)
         return larder__fail(LARDER_EPROTOCOL, "nonzero flags or reserved bytes");
@@ -397,7 +397,7 @@ int larder__wire_encode_hinted(uint8_t *out, size_t capacity, uint64_t request,
     size_t length = LARDER__HINTED_FIXED + (size_t)h->text_length;
     if (h->text_length > LARDER__HINTED_MAX_TEXT || capacity < LARDER__WIRE_HEADER + length)
         return LARDER_ETOOSMALL;
-    larder__wire_encode_header(out, capacity, LARDER__HINTED, (uint32_t)length, request);
+    larder__wire_encode_header(out, capacity, LARDER__HINT_ANSWER, (uint32_t)length, request);
     uint8_t *p = out + LARDER__WIRE_HEADER;
     larder__put_le32(p, h->flags);
     larder__put_le32(p + 4, h->nodes);

@@ -31,8 +31,8 @@ enum larder__frame_type {
     LARDER__OPEN = 8,
     LARDER__OPENED = 9,
     LARDER__PROVE = 10,
-    LARDER__HINT = 11, /* hints: see the block at the end */
-    LARDER__HINTED = 12,
+    LARDER__HINT = 11,        /* hints: see the block at the end */
+    LARDER__HINT_ANSWER = 12, /* HINTED in docs/protocol.md */
 };
 
 /* Roles a HELLO may claim (their values are the wire's). */

@@ -43,7 +43,7 @@ static struct larder__hinted hinted_of(struct output *o)
     struct larder__frame f;
     CHECK(o != NULL);
     CHECK_EQ(larder__wire_header(o->bytes, o->length, &f), 0);
-    CHECK_EQ(f.type, LARDER__HINTED);
+    CHECK_EQ(f.type, LARDER__HINT_ANSWER);
     struct larder__hinted h;
     CHECK_EQ(larder__wire_hinted(o->bytes + LARDER__WIRE_HEADER, f.length, &h), 0);
     return h;
