@@ -6,7 +6,8 @@
  * object (HTTP with a request signer), a peer daemon serving one shard of
  * a dataset (the shard's owner node), and the wrappers that compose them:
  * a chain (try the owner, then the origin; a link that fails is left alone
- * for a while) and hedging (a read slower than the recent p95 gets a
+ * for a while), a stripe (each chunk of a shard from its owner, owners at
+ * once, source_stripe.c) and hedging (a read slower than the recent p95 gets a
  * second identical request, paid for from one shared budget, hedge.h).
  * The fill engine (fill.h) reads through a source and never asks which
  * kind it is.  A new transport or origin is one more file that fills in a
@@ -24,6 +25,7 @@
 struct larder__source;
 struct larder__endpoint;
 struct larder__hedge_budget;
+struct larder__pool;
 
 /* One range of a (vectored) read: bytes [offset, offset + length) into buf. */
 struct larder__extent {
@@ -51,7 +53,7 @@ enum {
 typedef int (*larder__sink_fn)(void *userdata, const void *data, size_t length);
 
 struct larder__source_ops {
-    const char *kind; /* "file", "http", "s3", "peer", "chain", "hedge", or a test's */
+    const char *kind; /* "file", "http", "s3", "peer", "chain", "stripe", "hedge", or a test's */
     /* The object's size in bytes. */
     int (*size)(struct larder__source *source, uint64_t *size);
     /*
@@ -133,6 +135,36 @@ LARDER__HIDDEN int larder__source_peer_open(struct larder__source **out,
 LARDER__HIDDEN int larder__source_chain_open(struct larder__source **out,
                                              struct larder__source *const *links, size_t count,
                                              int down_ms);
+/* The owner (a member index) of chunk `chunk` of shard `shard`: cluster.h's rule,
+ * or a daemon's own (an index with no peer source reads the origin). */
+typedef size_t (*larder__chunk_owner_fn)(void *context, uint32_t shard, uint64_t chunk);
+
+/* What a stripe reads one shard from. */
+struct larder__stripe_config {
+    struct larder__source *const *peers; /* per member, its peer source of this shard;
+                                            NULL for this node and for members not asked */
+    size_t members;                      /* entries in peers */
+    uint32_t shard;                      /* the shard, for `owner` */
+    uint64_t chunk_size;                 /* bytes per chunk (LARDER__OWNER_CHUNK) */
+    larder__chunk_owner_fn owner;        /* who owns a chunk */
+    void *owner_context;                 /* for `owner`; must outlive the stripe */
+    struct larder__pool *pool;           /* owners read at once there (borrowed, must outlive the
+                                            stripe); NULL: one after another */
+    int down_ms;                         /* how long a failed peer is left alone */
+};
+/*
+ * A shard striped over the owners of its chunks (source_stripe.c): a read
+ * is cut at chunk boundaries, each owner's pieces read as one vectored
+ * read from its peer source (from `origin` for chunks without one: this
+ * node's), owners at once on the pool; a failed peer is logged, left alone
+ * for down_ms, and its pieces read from the origin.  Answers
+ * LARDER__FROM_PEER when any byte came from a peer.  The stripe owns the
+ * peer sources and `origin` from now on, even when this fails.  The size,
+ * the stream and the name are the origin's.
+ */
+LARDER__HIDDEN int larder__source_stripe_open(struct larder__source **out,
+                                              const struct larder__stripe_config *config,
+                                              struct larder__source *origin);
 /*
  * Hedge reads of `inner` (owned from now on, even when this fails) with
  * the budget `budget` (NULL: the process's): source_hedge.c says how.
