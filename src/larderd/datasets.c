@@ -2,9 +2,13 @@
  * datasets.c - the daemon's dataset registry: one entry per validated
  * dataset id, opened on request (through the --allow prefixes when given,
  * never trusting an index's shard names beyond its base), and found again
- * by URL or id; in a cluster, each entry reads a shard from its owner
- * node before the origin (a chain of sources the entry puts before each
- * shard's origin).  Every shard's source is wrapped in one that notes, for
+ * by URL or id; in a cluster, each entry reads each 4 MiB chunk of a
+ * shard from the chunk's owner node (a stripe, source_stripe.c, over the
+ * shard's origin: the owners of a read's chunks at once, a failed owner's
+ * chunks from the origin), and this node's own chunks from the origin.
+ * A READ from a peer is filled from the origin only (serving_peer), so a
+ * read never travels on from daemon to daemon, whatever each one thinks
+ * the members are.  Every shard's source is wrapped in one that notes, for
  * the thread reading it, that it read and from where (take_source_reads).
  */
 #include "larderd.h"
@@ -14,11 +18,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* How long a shard's owner that failed is left alone before it is asked again. */
+/* How long a chunk's owner that failed is left alone before it is asked again. */
 #define OWNER_DOWN_MS 10000
 
 /* What the calling thread's shard sources read since take_source_reads. */
 static _Thread_local unsigned source_reads;
+/* The calling thread serves a peer's READ: its fills read the origin only. */
+static _Thread_local bool for_peer;
+
+void serving_peer(bool on)
+{
+    for_peer = on;
+}
 
 unsigned take_source_reads(void)
 {
@@ -36,6 +47,7 @@ struct noted_source {
 static int noted_read(struct larder__source *source, const struct larder__extent *extents,
                       size_t count, unsigned flags)
 {
+    if (for_peer) flags |= LARDER__READ_ORIGIN_ONLY; /* never passed on to another member */
     int rc = larder__source_readv(((struct noted_source *)source)->inner, extents, count, flags);
     if (rc >= 0) source_reads |= rc == LARDER__FROM_PEER ? SOURCE_READ_PEER : SOURCE_READ_ORIGIN;
     return rc;
@@ -79,26 +91,62 @@ static int noted_open(struct larder__source *inner, struct larder__source **out)
 }
 
 /*
- * The source of a shard this daemon reads (each entry's source wrapper):
- * its owner node, then the origin, when another member owns it; the
- * origin alone when this one does.
+ * The member that owns chunk `chunk` (bytes [chunk * LARDER__OWNER_CHUNK,
+ * ...)) of `shard` of e's dataset: rendezvous hashing over the members
+ * (cluster.h).  Every decision of who owns what goes through here.
  */
-static int owner_then_origin(void *context, uint32_t shard, struct larder__source *origin,
-                             struct larder__source **out)
+static size_t chunk_owner(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    return larder__owner_chunk(&e->daemon->members, e->id_low, e->id_high, shard, chunk);
+}
+
+static size_t stripe_owner(void *context, uint32_t shard, uint64_t chunk)
+{
+    return chunk_owner(context, shard, chunk);
+}
+
+bool owns_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    return e->daemon->members.count <= 1 || chunk_owner(e, shard, chunk) == e->daemon->self;
+}
+
+/*
+ * The source of a shard this daemon reads (each entry's source wrapper):
+ * in a cluster, a stripe over the shard's origin with a peer source for
+ * every other member (each chunk from its owner, this node's from the
+ * origin); the origin alone on a node without peers.
+ */
+static int striped_source(void *context, uint32_t shard, struct larder__source *origin,
+                          struct larder__source **out)
 {
     struct dataset_entry *e = context;
     const struct larderd *d = e->daemon;
-    size_t owner = e->members ? larder__owner(&d->members, e->id_low, e->id_high, shard) : 0;
-    struct larder__endpoint *peer = e->members ? e->members[owner] : NULL;
-    if (owner == d->self || !peer) return noted_open(origin, out); /* this node's shard */
-    struct larder__source *links[2] = {NULL, origin}, *chain;
-    int rc = larder__source_peer_open(&links[0], peer, e->id_low, e->id_high, shard);
+    if (!e->members) return noted_open(origin, out);
+    size_t members = d->members.count;
+    struct larder__source **peers = calloc(members, sizeof *peers);
+    int rc = peers ? 0 : -ENOMEM;
+    for (size_t m = 0; rc == 0 && m < members; m++)
+        if (m != d->self && e->members[m])
+            rc = larder__source_peer_open(&peers[m], e->members[m], e->id_low, e->id_high, shard);
     if (rc < 0) { /* no memory: fail this read; the engine asks again on the next */
+        for (size_t m = 0; peers && m < members; m++)
+            larder__source_close(peers[m]);
+        free(peers);
         larder__source_close(origin);
         return rc;
     }
-    rc = larder__source_chain_open(&chain, links, 2, OWNER_DOWN_MS);
-    return rc < 0 ? rc : noted_open(chain, out);
+    struct larder__stripe_config c = {.peers = peers,
+                                      .members = members,
+                                      .shard = shard,
+                                      .chunk_size = LARDER__OWNER_CHUNK,
+                                      .owner = stripe_owner,
+                                      .owner_context = e,
+                                      .pool = e->stripe_pool,
+                                      .down_ms = OWNER_DOWN_MS};
+    struct larder__source *stripe;
+    rc = larder__source_stripe_open(&stripe, &c, origin); /* owns peers' sources and origin */
+    free(peers);
+    return rc < 0 ? rc : noted_open(stripe, out);
 }
 
 /* The entry at url, with its slot; NULL: not open.  Call with d->lock held. */
@@ -164,13 +212,16 @@ static int open_entry(struct larderd *d, struct dataset_entry *e, const char *ur
     if (rc == 0) larder__dataset_id(e->dataset, &e->id_low, &e->id_high);
     if (rc == 0) { /* before any read: every shard's source is the entry's */
         e->daemon = d;
-        larder__dataset_set_source_wrapper(e->dataset, owner_then_origin, e);
+        /* the owners of a read's chunks are read at once on the dataset's
+         * pool (none: one after another) */
+        if (larder__dataset_pool_get(e->dataset, &e->stripe_pool) < 0) e->stripe_pool = NULL;
+        larder__dataset_set_source_wrapper(e->dataset, striped_source, e);
     }
     return rc;
 }
 
-/* The endpoints of the other members, and the wrapper that reads each
- * shard through its owner's. */
+/* The endpoints of the other members, which the wrapper reads each chunk
+ * of a shard through (its owner's). */
 static int connect_members(struct larderd *d, struct dataset_entry *e, const char *url)
 {
     int rc = 0;

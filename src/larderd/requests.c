@@ -70,6 +70,7 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
 {
     struct connection *c = job->connection;
     unsigned reads = take_source_reads();
+    serving_peer(false);
     served_count(&job->entry->served, reads == 0, (reads & SOURCE_READ_PEER) != 0, bytes == 0,
                  c->peer, bytes, now_us() - job->arrived_us);
     pthread_mutex_lock(&c->lock);
@@ -88,6 +89,7 @@ static void read_job(void *arg)
     size_t length = (size_t)job->read.length;
     int file = -1;
     take_source_reads(); /* what a warm job on this thread read is not this READ's */
+    serving_peer(job->connection->peer); /* a peer's READ: the origin only, never onward */
     int staged = larder__dataset_stage_range(job->entry->dataset, job->read.shard, job->read.offset,
                                              job->read.length, &file);
     if (staged == 0) { /* in the cache: send it from there with sendfile */
@@ -188,6 +190,16 @@ static bool hello(struct connection *c, const struct larder__frame *f, const uin
         refuse(c, f->request, LARDER_EDENIED,
                peer ? "peers connect over TCP, not the node's Unix socket"
                     : "readers connect over the node's Unix socket, not TCP");
+        return true;
+    }
+    if (peer && h.owner_chunk != LARDER__OWNER_CHUNK) { /* it would route chunks elsewhere */
+        char why[160];
+        snprintf(why, sizeof why,
+                 "this daemon owns shards by chunks of %llu bytes, the peer by %u: "
+                 "every member must run the same ownership (docs/protocol.md)",
+                 (unsigned long long)LARDER__OWNER_CHUNK, h.owner_chunk);
+        say("refused a peer: %s", why);
+        refuse(c, f->request, LARDER_EPROTOCOL, why);
         return true;
     }
     c->greeted = true;

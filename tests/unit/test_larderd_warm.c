@@ -1,7 +1,7 @@
 /*
  * test_larderd_warm.c - warm staging (src/larderd/warm.c): the pace of
  * --warm-rate, every chunk of every shard staged on a node alone, and in
- * a cluster only the shards this node owns.
+ * a cluster only the chunks this node owns.
  */
 #include "daemon_fixture.h"
 #include "test.h"
@@ -51,7 +51,7 @@ TEST(larderd_warm_alone)
     larderd_free(&d);
 }
 
-TEST(larderd_warm_owned_shards_only)
+TEST(larderd_warm_owned_chunks_only)
 {
     const char *index = fixture_dataset("ds", 60, 8 * 1024);
     struct larderd d;
@@ -64,8 +64,8 @@ TEST(larderd_warm_owned_shards_only)
     d.self = 1;
     uint32_t shards = larder__dataset_num_shards(e->dataset), owned = 0;
     CHECK(shards >= 6);
-    for (uint32_t s = 0; s < shards; s++)
-        owned += larder__owner(&d.members, e->id_low, e->id_high, s) == 1;
+    for (uint32_t s = 0; s < shards; s++) /* shards under a chunk: chunk 0 each */
+        owned += larder__owner_chunk(&d.members, e->id_low, e->id_high, s, 0) == 1;
     CHECK(owned > 0 && owned < shards);
     CHECK_EQ(warm_owned(&d, e), owned);
     larderd_free(&d); /* the jobs finish first */
