@@ -6,12 +6,17 @@
  * shard from the chunk's owner node (a stripe, source_stripe.c, over the
  * shard's origin: the owners of a read's chunks at once, a failed owner's
  * chunks from the origin), and this node's own chunks from the origin.
- * A READ from a peer is filled from the origin only (serving_peer), so a
- * read never travels on from daemon to daemon, whatever each one thinks
- * the members are.  Every shard's source is wrapped in one that notes, for
- * the thread reading it, that it read and from where (take_source_reads).
+ * No thread waits on a peer while it holds a fill lock: a local reader's
+ * READ borrows what it needs of other owners' chunks before its fill
+ * (borrow_ahead), and the fill takes those bytes from the loan; a READ
+ * from a peer is filled from the origin only (serving_peer), so a read
+ * never travels on from daemon to daemon, whatever each one thinks the
+ * members are, and two daemons filling at once never wait on each other.  Every shard's source is
+ * wrapped in one that notes, for the thread reading it, that it read and from where
+ * (take_source_reads).
  */
 #include "larderd.h"
+#include "fill.h"
 #include "source.h"
 
 #include <errno.h>
@@ -142,11 +147,35 @@ static int striped_source(void *context, uint32_t shard, struct larder__source *
                                       .owner = stripe_owner,
                                       .owner_context = e,
                                       .pool = e->stripe_pool,
-                                      .down_ms = OWNER_DOWN_MS};
+                                      .down_ms = OWNER_DOWN_MS,
+                                      .borrow_ahead = true};
     struct larder__source *stripe;
     rc = larder__source_stripe_open(&stripe, &c, origin); /* owns peers' sources and origin */
     free(peers);
     return rc < 0 ? rc : noted_open(stripe, out);
+}
+
+struct larder__stripe_loan *borrow_ahead(struct dataset_entry *e, uint32_t shard, uint64_t offset,
+                                         uint64_t length, struct larder__source **stripe)
+{
+    *stripe = NULL;
+    if (!e->members || shard >= larder__dataset_num_shards(e->dataset)) return NULL;
+    struct larder__fill *fill = larder__dataset_fill(e->dataset);
+    struct larder__source *source;
+    uint64_t lo, hi;
+    if (larder__fill_source(fill, shard, &source) < 0 || source->ops != &noted_ops ||
+        larder__fill_range_scope(fill, shard, offset, length, &lo, &hi) != 0)
+        return NULL; /* no source (the fill says why), resident already, or outside the shard */
+    struct larder__source *inner = ((struct noted_source *)source)->inner;
+    struct larder__stripe_loan *loan = NULL;
+    /* a failure leaves no loan: the fill reads those chunks from the origin */
+    if (larder__source_stripe_borrow(inner, lo, hi - lo, 0, &loan) == 0 && loan) *stripe = inner;
+    return loan;
+}
+
+void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan)
+{
+    if (stripe) larder__source_stripe_return(stripe, loan);
 }
 
 /* The entry at url, with its slot; NULL: not open.  Call with d->lock held. */

@@ -91,6 +91,9 @@ struct connection {
     int refs;       /* the loop's, plus one per job in flight */
 };
 
+struct larder__stripe_loan;
+struct larder__source;
+
 struct dataset_entry {
     larder_dataset *dataset;
     char *url;
@@ -226,6 +229,18 @@ bool owns_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk);
  * while it does, its fills read the origin only, so a READ never travels
  * on from daemon to daemon (docs/protocol.md, "Ownership"). */
 void serving_peer(bool on);
+/*
+ * Before a local reader's READ of [offset, offset + length) of `shard` is
+ * filled: what the fill will read of chunks other members own, borrowed
+ * from those owners at once with no fill lock held (the fill then takes it
+ * from the loan, and reads the rest from the origin).  Returns the loan,
+ * and in *stripe whose it is, for borrow_return after the fill; NULL when
+ * nothing was borrowed (no peers, resident already, owners down).
+ */
+struct larder__stripe_loan *borrow_ahead(struct dataset_entry *e, uint32_t shard, uint64_t offset,
+                                         uint64_t length, struct larder__source **stripe);
+/* Give back what borrow_ahead lent (NULL: nothing). */
+void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan);
 
 /* warm.c */
 #define WARM_CHUNK (4u << 20) /* bytes staged by one background job: an owner chunk */

@@ -32,7 +32,9 @@ struct read_job {
     struct dataset_entry *entry;
     struct larder__read read;
     uint64_t request;
-    uint64_t arrived_us; /* when the READ was taken off the connection */
+    uint64_t arrived_us;           /* when the READ was taken off the connection */
+    struct larder__source *stripe; /* what was borrowed ahead for it, and from whose stripe */
+    struct larder__stripe_loan *loan;
 };
 
 static uint64_t now_us(void)
@@ -71,6 +73,7 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     struct connection *c = job->connection;
     unsigned reads = take_source_reads();
     serving_peer(false);
+    borrow_return(job->stripe, job->loan);
     served_count(&job->entry->served, reads == 0, (reads & SOURCE_READ_PEER) != 0, bytes == 0,
                  c->peer, bytes, now_us() - job->arrived_us);
     pthread_mutex_lock(&c->lock);
@@ -90,6 +93,10 @@ static void read_job(void *arg)
     int file = -1;
     take_source_reads(); /* what a warm job on this thread read is not this READ's */
     serving_peer(job->connection->peer); /* a peer's READ: the origin only, never onward */
+    /* a reader's READ: other owners' chunks borrowed before the fill takes its locks */
+    if (!job->connection->peer)
+        job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset, job->read.length,
+                                 &job->stripe);
     int staged = larder__dataset_stage_range(job->entry->dataset, job->read.shard, job->read.offset,
                                              job->read.length, &file);
     if (staged == 0) { /* in the cache: send it from there with sendfile */

@@ -88,6 +88,18 @@ LARDER__HIDDEN int larder__source_readv(struct larder__source *source,
                                         unsigned flags);
 LARDER__HIDDEN int larder__source_stream(struct larder__source *source, larder__sink_fn sink,
                                          void *userdata);
+/*
+ * After a read on this thread answered LARDER__FROM_PEER: how many of the
+ * bytes [offset, offset + length) came from a peer.  All of them, unless
+ * that read went through a stripe, which reads some of a read's bytes from
+ * peers and the rest from the origin (the fill engine keeps and counts
+ * each block as what it is).
+ */
+LARDER__HIDDEN uint64_t larder__source_peer_bytes(uint64_t offset, uint64_t length);
+/* For a source that read only `ranges` from peers (its read answers
+ * LARDER__FROM_PEER): what larder__source_peer_bytes tells on this thread. */
+LARDER__HIDDEN void larder__source_set_peer_ranges(const struct larder__extent *ranges,
+                                                   size_t count);
 /* Accepts NULL. */
 LARDER__HIDDEN void larder__source_close(struct larder__source *source);
 
@@ -151,6 +163,8 @@ struct larder__stripe_config {
     struct larder__pool *pool;           /* owners read at once there (borrowed, must outlive the
                                             stripe); NULL: one after another */
     int down_ms;                         /* how long a failed peer is left alone */
+    bool borrow_ahead; /* reads never ask a peer: the other owners' pieces come from loans
+                          (larder__source_stripe_borrow), the rest from the origin */
 };
 /*
  * A shard striped over the owners of its chunks (source_stripe.c): a read
@@ -165,6 +179,23 @@ struct larder__stripe_config {
 LARDER__HIDDEN int larder__source_stripe_open(struct larder__source **out,
                                               const struct larder__stripe_config *config,
                                               struct larder__source *origin);
+/* Bytes of a stripe borrowed from the owners of their chunks, ahead of a read. */
+struct larder__stripe_loan;
+/*
+ * Read the pieces of [offset, offset + length) that other members own from
+ * their owners, at once (with no fill lock held: a borrow_ahead stripe's
+ * reads never ask a peer), and keep them: until the loan is returned, reads
+ * of the stripe take those pieces from it.  An owner that fails is logged
+ * and left alone as in a read; its pieces are not kept (reads take them
+ * from the origin).  *out is the loan (NULL: nothing kept, or `stripe` is
+ * no stripe); 0 or -ENOMEM.
+ */
+LARDER__HIDDEN int larder__source_stripe_borrow(struct larder__source *stripe, uint64_t offset,
+                                                uint64_t length, unsigned flags,
+                                                struct larder__stripe_loan **out);
+/* Give a loan back (NULL: nothing); its bytes are freed. */
+LARDER__HIDDEN void larder__source_stripe_return(struct larder__source *stripe,
+                                                 struct larder__stripe_loan *loan);
 /*
  * Hedge reads of `inner` (owned from now on, even when this fails) with
  * the budget `budget` (NULL: the process's): source_hedge.c says how.

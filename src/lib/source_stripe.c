@@ -18,8 +18,18 @@
  * for down_ms, its groups read from the origin meanwhile; a peer that
  * declines unasked (-EHOSTUNREACH: its endpoint knows it is down) is passed
  * over quietly.  LARDER__READ_ORIGIN_ONLY reads everything from the origin.
- * A read answers LARDER__FROM_PEER when any of its bytes came from a peer.
- * The size, the stream and the name are the origin's.
+ * A read answers LARDER__FROM_PEER when any of its bytes came from a peer,
+ * and says which did (larder__source_peer_bytes).  The size, the stream and
+ * the name are the origin's.
+ *
+ * Borrowing ahead (a daemon's way): a read of the fill engine holds the
+ * fill lock of its blocks, and an owner serving a peer takes the same
+ * locks on its side, so two nodes each filling while asking the other
+ * would wait on each other.  With borrow_ahead, reads never ask a peer:
+ * larder__source_stripe_borrow, called before the fill with no lock held,
+ * reads the other owners' pieces of a range at once into a loan, and reads
+ * take those pieces from the loans (the rest from the origin) until the
+ * loan is returned.
  */
 #include "pool.h"
 #include "source.h"
@@ -37,9 +47,20 @@ struct owner_link {
     _Atomic int64_t down_until_ms; /* skipped until then (monotonic ms); 0: never failed */
 };
 
+/* Bytes borrowed from other owners ahead of a fill (larder__source_stripe_borrow). */
+struct larder__stripe_loan {
+    struct larder__stripe_loan *next; /* the stripe's list */
+    uint8_t *bytes;                   /* the range asked for; only `kept` holds good bytes */
+    size_t count;
+    struct larder__extent kept[]; /* what the owners answered (buf: into bytes) */
+};
+
 struct stripe_source {
     struct larder__source base;
     struct larder__source *origin;
+    bool borrow_ahead;
+    pthread_mutex_t loans_lock; /* guards loans */
+    struct larder__stripe_loan *loans;
     uint32_t shard;
     uint64_t chunk_size;
     larder__chunk_owner_fn owner;
@@ -59,21 +80,31 @@ struct piece {
 
 struct batch;
 
+/* What a batch's groups do. */
+enum mode {
+    READ_PEERS,  /* each owner's pieces from its peer, the origin when that fails */
+    READ_LOANS,  /* from the loans, the rest from the origin (borrow_ahead) */
+    BORROW_AHEAD /* from the peers only: what fails is left out of the loan */
+};
+
 /* One owner's share of a read. */
 struct group {
     struct batch *batch;
     size_t owner;
     const struct larder__extent *extents;
     size_t count;
-    _Atomic int claimed; /* 1 once a worker or the caller took it to run */
-    int result;          /* its enum larder__from, or a negative code */
-    char message[256];   /* larder_errmsg() of a failure, from the thread that ran it */
+    _Atomic int claimed;         /* 1 once a worker or the caller took it to run */
+    int result;                  /* its enum larder__from, or a negative code */
+    char message[256];           /* larder_errmsg() of a failure, from the thread that ran it */
+    struct larder__extent *lent; /* READ_LOANS: the parts found in loans (malloc'd) */
+    size_t lent_count;
 };
 
 /* The groups of one read; freed by the last of the caller and the queued tasks. */
 struct batch {
     struct stripe_source *source;
     unsigned flags;
+    enum mode mode;
     pthread_mutex_t lock;
     pthread_cond_t done;
     size_t unfinished; /* groups not yet run to the end */
@@ -99,28 +130,114 @@ static void link_failed(struct stripe_source *s, struct owner_link *l, int64_t n
                 larder_errmsg(), s->down_ms);
 }
 
-/* One owner's extents: its peer, else (down, failed, or none) the origin. */
-static int read_group(struct stripe_source *s, size_t owner, const struct larder__extent *extents,
-                      size_t count, unsigned flags)
+/* The peer of `owner` when it is to be asked now: one, and not left alone. */
+static struct larder__source *live_peer(struct stripe_source *s, size_t owner)
 {
     struct larder__source *peer = owner_peer(s, owner);
-    if (peer) {
-        struct owner_link *l = &s->links[owner];
-        if (l->down_until_ms <= (int64_t)larder__now_ms()) {
-            int rc = larder__source_readv(peer, extents, count, flags);
-            if (rc >= 0) return rc;
-            if (rc != -EHOSTUNREACH) /* declined unasked (known down): nothing to mark */
-                link_failed(s, l, (int64_t)larder__now_ms());
-        }
+    if (peer && s->links[owner].down_until_ms > (int64_t)larder__now_ms()) return NULL;
+    return peer;
+}
+
+/* Ask owner's peer for the extents; a failure other than a quiet decline marks it down. */
+static int ask_peer(struct stripe_source *s, size_t owner, struct larder__source *peer,
+                    const struct larder__extent *extents, size_t count, unsigned flags)
+{
+    int rc = larder__source_readv(peer, extents, count, flags);
+    if (rc < 0 && rc != -EHOSTUNREACH) /* declined unasked (known down): nothing to mark */
+        link_failed(s, &s->links[owner], (int64_t)larder__now_ms());
+    return rc;
+}
+
+static int compare_extents(const void *a, const void *b)
+{
+    const struct larder__extent *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/*
+ * The extents from the loans where they cover them (the parts found noted
+ * in g->lent), the rest in one read of the origin: LARDER__FROM_PEER when
+ * any byte was lent, else what the origin says.  Call with no fill lock
+ * concern: nothing here waits on a peer.
+ */
+static int read_from_loans(struct stripe_source *s, struct group *g, unsigned flags)
+{
+    size_t found = 0, capacity = 0, gaps = 0;
+    struct larder__extent *lent = NULL, *rest = NULL;
+    int rc = 0;
+    pthread_mutex_lock(&s->loans_lock);
+    for (size_t i = 0; rc == 0 && i < g->count; i++) {
+        const struct larder__extent *e = &g->extents[i];
+        for (struct larder__stripe_loan *l = s->loans; rc == 0 && l; l = l->next)
+            for (size_t k = 0; k < l->count; k++) {
+                uint64_t lo = l->kept[k].offset, hi = lo + l->kept[k].length;
+                if (lo < e->offset) lo = e->offset;
+                if (hi > e->offset + e->length) hi = e->offset + e->length;
+                if (hi <= lo) continue;
+                if (found == capacity) {
+                    capacity = capacity ? 2 * capacity : 8;
+                    struct larder__extent *more = realloc(lent, capacity * sizeof *lent);
+                    if (!more) {
+                        rc = -ENOMEM;
+                        break;
+                    }
+                    lent = more;
+                }
+                memcpy((uint8_t *)e->buf + (lo - e->offset),
+                       (uint8_t *)l->kept[k].buf + (lo - l->kept[k].offset), (size_t)(hi - lo));
+                lent[found++] = (struct larder__extent){(uint8_t *)e->buf + (lo - e->offset), lo,
+                                                        (size_t)(hi - lo)};
+            }
     }
-    return larder__source_readv(s->origin, extents, count, flags);
+    pthread_mutex_unlock(&s->loans_lock);
+    if (rc == 0 && found) qsort(lent, found, sizeof *lent, compare_extents);
+    /* what no loan covered: the gaps between the lent parts, extent by extent */
+    if (rc == 0 && !(rest = malloc((g->count + found) * sizeof *rest))) rc = -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < g->count; i++) {
+        const struct larder__extent *e = &g->extents[i];
+        uint64_t at = e->offset, end = e->offset + e->length;
+        for (size_t k = 0; k < found && at < end; k++) {
+            uint64_t lo = lent[k].offset, hi = lo + lent[k].length;
+            if (hi <= at || lo >= end) continue;
+            if (lo > at)
+                rest[gaps++] = (struct larder__extent){(uint8_t *)e->buf + (at - e->offset), at,
+                                                       (size_t)(lo - at)};
+            if (hi > at) at = hi;
+        }
+        if (at < end)
+            rest[gaps++] = (struct larder__extent){(uint8_t *)e->buf + (at - e->offset), at,
+                                                   (size_t)(end - at)};
+    }
+    if (rc == 0 && gaps) rc = larder__source_readv(s->origin, rest, gaps, flags);
+    free(rest);
+    if (rc < 0) {
+        free(lent);
+        return rc;
+    }
+    g->lent = lent;
+    g->lent_count = found;
+    return found ? LARDER__FROM_PEER : rc;
+}
+
+/* One owner's extents, as the batch's mode says. */
+static int read_group(struct stripe_source *s, struct group *g, enum mode mode, unsigned flags)
+{
+    struct larder__source *peer = live_peer(s, g->owner);
+    if (mode == BORROW_AHEAD)
+        return peer ? ask_peer(s, g->owner, peer, g->extents, g->count, flags) : -EHOSTUNREACH;
+    if (mode == READ_LOANS && owner_peer(s, g->owner)) return read_from_loans(s, g, flags);
+    if (mode == READ_PEERS && peer) {
+        int rc = ask_peer(s, g->owner, peer, g->extents, g->count, flags);
+        if (rc >= 0) return rc;
+    }
+    return larder__source_readv(s->origin, g->extents, g->count, flags);
 }
 
 /* Run group g (whoever claimed it) and mark it finished. */
 static void run_group(struct group *g)
 {
     struct batch *b = g->batch;
-    g->result = read_group(b->source, g->owner, g->extents, g->count, b->flags);
+    g->result = read_group(b->source, g, b->mode, b->flags);
     if (g->result < 0) snprintf(g->message, sizeof g->message, "%s", larder_errmsg());
     pthread_mutex_lock(&b->lock);
     if (--b->unfinished == 0) pthread_cond_broadcast(&b->done);
@@ -134,6 +251,8 @@ static void batch_release(struct batch *b)
     bool last = --b->refs == 0;
     pthread_mutex_unlock(&b->lock);
     if (!last) return;
+    for (size_t i = 0; i < b->count; i++)
+        free(b->groups[i].lent);
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->done);
     free(b);
@@ -155,9 +274,8 @@ static int compare_pieces(const void *a, const void *b)
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
-/* Run the groups of b at once on the pool (group 0 on this thread); the first failure, or
- * LARDER__FROM_PEER when any group's bytes came from a peer. */
-static int run_batch(struct batch *b)
+/* Run the groups of b at once on the pool (this thread runs group 0, and any no worker started). */
+static void run_batch(struct batch *b)
 {
     struct stripe_source *s = b->source;
     int priority = b->flags & LARDER__READ_BACKGROUND ? LARDER__BACKGROUND : LARDER__DEMAND;
@@ -168,7 +286,6 @@ static int run_batch(struct batch *b)
         if (larder__pool_submit(s->pool, group_task, &b->groups[i], priority) < 0)
             batch_release(b); /* not queued: this thread runs it below */
     }
-    /* this thread runs group 0 and every group no worker has started */
     for (size_t i = 0; i < b->count; i++)
         if (__atomic_exchange_n(&b->groups[i].claimed, 1, __ATOMIC_ACQ_REL) == 0)
             run_group(&b->groups[i]);
@@ -176,13 +293,35 @@ static int run_batch(struct batch *b)
     while (b->unfinished > 0)
         pthread_cond_wait(&b->done, &b->lock);
     pthread_mutex_unlock(&b->lock);
-    int rc = LARDER__FROM_ORIGIN;
+}
+
+/*
+ * A read's answer from its groups: the first failure, or LARDER__FROM_PEER
+ * when any bytes came from a peer (and which: larder__source_set_peer_ranges
+ * on this thread), else LARDER__FROM_ORIGIN.
+ */
+static int batch_answer(struct batch *b)
+{
+    size_t ranges = 0;
     for (size_t i = 0; i < b->count; i++) {
         struct group *g = &b->groups[i];
         if (g->result < 0) return larder__fail(g->result, "%s", g->message);
-        if (g->result == LARDER__FROM_PEER) rc = LARDER__FROM_PEER;
+        if (g->result == LARDER__FROM_PEER) ranges += g->lent ? g->lent_count : g->count;
     }
-    return rc;
+    if (ranges == 0) return LARDER__FROM_ORIGIN;
+    struct larder__extent *from_peers = malloc(ranges * sizeof *from_peers);
+    if (!from_peers) return -ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < b->count; i++) {
+        struct group *g = &b->groups[i];
+        if (g->result != LARDER__FROM_PEER) continue;
+        size_t count = g->lent ? g->lent_count : g->count;
+        memcpy(from_peers + n, g->lent ? g->lent : g->extents, count * sizeof *from_peers);
+        n += count;
+    }
+    larder__source_set_peer_ranges(from_peers, n);
+    free(from_peers);
+    return LARDER__FROM_PEER;
 }
 
 /* The pieces of the extents cut at chunk boundaries, each with its owner; *count of them. */
@@ -216,29 +355,33 @@ static struct piece *cut(struct stripe_source *s, const struct larder__extent *e
     return pieces;
 }
 
-static int stripe_read(struct larder__source *source, const struct larder__extent *extents,
-                       size_t count, unsigned flags)
+/*
+ * The batch of a read of `extents` in `mode`: cut at chunk boundaries,
+ * grouped by owner (pieces in order, adjacent ones joined; this node's
+ * pieces left out when `peers_only`).  NULL with *rc 0 when no piece is a
+ * peer's (read the origin as asked), or with *rc -ENOMEM.  The caller
+ * frees *joined after running it, and releases it.
+ */
+static struct batch *plan(struct stripe_source *s, const struct larder__extent *extents,
+                          size_t count, unsigned flags, enum mode mode,
+                          struct larder__extent **joined_out, int *rc)
 {
-    struct stripe_source *s = (struct stripe_source *)source;
-    if (flags & LARDER__READ_ORIGIN_ONLY)
-        return larder__source_readv(s->origin, extents, count, flags);
-    for (size_t i = 0; i < count; i++) /* past the end of offsets: the origin says so */
-        if (extents[i].offset + extents[i].length < extents[i].offset)
-            return larder__source_readv(s->origin, extents, count, flags);
     size_t n;
     bool any_peer;
+    *rc = 0;
+    *joined_out = NULL;
     struct piece *pieces = cut(s, extents, count, &n, &any_peer);
-    if (!pieces) return -ENOMEM;
-    if (!any_peer) { /* every byte is this node's: one read of the origin, as asked */
+    if (!pieces) *rc = -ENOMEM;
+    if (!pieces || !any_peer) {
         free(pieces);
-        return larder__source_readv(s->origin, extents, count, flags);
+        return NULL;
     }
     qsort(pieces, n, sizeof *pieces, compare_pieces);
-    /* join the pieces of one owner that follow each other in the shard and the buffer */
     struct larder__extent *joined = malloc(n * sizeof *joined);
     size_t *owners = malloc(n * sizeof *owners);
     size_t m = 0, groups = 0;
     for (size_t i = 0; joined && owners && i < n; i++) {
+        if (mode == BORROW_AHEAD && pieces[i].owner == TO_ORIGIN) continue; /* this node's */
         struct larder__extent *last = m ? &joined[m - 1] : NULL;
         if (last && owners[m - 1] == pieces[i].owner &&
             last->offset + last->length == pieces[i].extent.offset &&
@@ -255,10 +398,12 @@ static int stripe_read(struct larder__source *source, const struct larder__exten
     if (!b) {
         free(joined);
         free(owners);
-        return -ENOMEM;
+        *rc = -ENOMEM;
+        return NULL;
     }
     b->source = s;
     b->flags = flags;
+    b->mode = mode;
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->done, NULL);
     b->unfinished = b->count = groups;
@@ -270,11 +415,91 @@ static int stripe_read(struct larder__source *source, const struct larder__exten
         b->groups[g] = (struct group){
             .batch = b, .owner = owners[first], .extents = &joined[first], .count = i - first};
     }
-    int rc = run_batch(b);
+    free(owners);
+    *joined_out = joined;
+    return b;
+}
+
+static int stripe_read(struct larder__source *source, const struct larder__extent *extents,
+                       size_t count, unsigned flags)
+{
+    struct stripe_source *s = (struct stripe_source *)source;
+    if (flags & LARDER__READ_ORIGIN_ONLY)
+        return larder__source_readv(s->origin, extents, count, flags);
+    for (size_t i = 0; i < count; i++) /* past the end of offsets: the origin says so */
+        if (extents[i].offset + extents[i].length < extents[i].offset)
+            return larder__source_readv(s->origin, extents, count, flags);
+    struct larder__extent *joined;
+    int rc;
+    struct batch *b =
+        plan(s, extents, count, flags, s->borrow_ahead ? READ_LOANS : READ_PEERS, &joined, &rc);
+    if (!b) /* every byte is this node's: one read of the origin, as asked */
+        return rc < 0 ? rc : larder__source_readv(s->origin, extents, count, flags);
+    run_batch(b);
+    rc = batch_answer(b);
     batch_release(b);
     free(joined);
-    free(owners);
     return rc;
+}
+
+int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset, uint64_t length,
+                                 unsigned flags, struct larder__stripe_loan **out)
+{
+    *out = NULL;
+    if (strcmp(source->ops->kind, "stripe") != 0 || length == 0 || offset + length < offset ||
+        length > SIZE_MAX)
+        return 0;
+    struct stripe_source *s = (struct stripe_source *)source;
+    uint8_t *bytes = malloc((size_t)length);
+    if (!bytes) return -ENOMEM;
+    struct larder__extent whole = {bytes, offset, (size_t)length}, *joined;
+    int rc;
+    struct batch *b =
+        plan(s, &whole, 1, flags & ~LARDER__READ_ORIGIN_ONLY, BORROW_AHEAD, &joined, &rc);
+    if (!b) {
+        free(bytes);
+        return rc;
+    }
+    run_batch(b);
+    size_t kept = 0;
+    for (size_t i = 0; i < b->count; i++)
+        kept += b->groups[i].result >= 0 ? b->groups[i].count : 0;
+    struct larder__stripe_loan *loan =
+        kept ? malloc(sizeof *loan + kept * sizeof *loan->kept) : NULL;
+    if (loan) {
+        loan->bytes = bytes;
+        loan->count = 0;
+        for (size_t i = 0; i < b->count; i++)
+            if (b->groups[i].result >= 0)
+                for (size_t k = 0; k < b->groups[i].count; k++)
+                    loan->kept[loan->count++] = b->groups[i].extents[k];
+        pthread_mutex_lock(&s->loans_lock);
+        loan->next = s->loans;
+        s->loans = loan;
+        pthread_mutex_unlock(&s->loans_lock);
+    } else {
+        free(bytes);
+        rc = kept ? -ENOMEM : 0;
+    }
+    batch_release(b);
+    free(joined);
+    *out = loan;
+    return rc;
+}
+
+void larder__source_stripe_return(struct larder__source *source, struct larder__stripe_loan *loan)
+{
+    if (!loan) return;
+    struct stripe_source *s = (struct stripe_source *)source;
+    pthread_mutex_lock(&s->loans_lock);
+    for (struct larder__stripe_loan **at = &s->loans; *at; at = &(*at)->next)
+        if (*at == loan) {
+            *at = loan->next;
+            break;
+        }
+    pthread_mutex_unlock(&s->loans_lock);
+    free(loan->bytes);
+    free(loan);
 }
 
 static int stripe_size(struct larder__source *source, uint64_t *size)
@@ -293,6 +518,9 @@ static void stripe_close(struct larder__source *source)
     for (size_t i = 0; i < s->members; i++)
         larder__source_close(s->links[i].peer);
     larder__source_close(s->origin);
+    while (s->loans) /* loans not returned: the stripe's to free */
+        larder__source_stripe_return(source, s->loans);
+    pthread_mutex_destroy(&s->loans_lock);
     free(s);
 }
 
@@ -322,6 +550,8 @@ int larder__source_stripe_open(struct larder__source **out, const struct larder_
     s->base.ops = &stripe_ops;
     s->base.name = origin->name;
     s->origin = origin;
+    s->borrow_ahead = c->borrow_ahead;
+    pthread_mutex_init(&s->loans_lock, NULL);
     s->shard = c->shard;
     s->chunk_size = c->chunk_size;
     s->owner = c->owner;
