@@ -424,7 +424,9 @@ static int stripe_read(struct larder__source *source, const struct larder__exten
                        size_t count, unsigned flags)
 {
     struct stripe_source *s = (struct stripe_source *)source;
-    if (flags & LARDER__READ_ORIGIN_ONLY)
+    /* the origin alone, as asked: when told so, or when no loan could cover a piece */
+    if (flags & LARDER__READ_ORIGIN_ONLY ||
+        (s->borrow_ahead && !__atomic_load_n(&s->loans, __ATOMIC_ACQUIRE)))
         return larder__source_readv(s->origin, extents, count, flags);
     for (size_t i = 0; i < count; i++) /* past the end of offsets: the origin says so */
         if (extents[i].offset + extents[i].length < extents[i].offset)
@@ -475,7 +477,7 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
                     loan->kept[loan->count++] = b->groups[i].extents[k];
         pthread_mutex_lock(&s->loans_lock);
         loan->next = s->loans;
-        s->loans = loan;
+        __atomic_store_n(&s->loans, loan, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&s->loans_lock);
     } else {
         free(bytes);
@@ -494,7 +496,7 @@ void larder__source_stripe_return(struct larder__source *source, struct larder__
     pthread_mutex_lock(&s->loans_lock);
     for (struct larder__stripe_loan **at = &s->loans; *at; at = &(*at)->next)
         if (*at == loan) {
-            *at = loan->next;
+            __atomic_store_n(at, loan->next, __ATOMIC_RELEASE); /* s->loans is read unlocked */
             break;
         }
     pthread_mutex_unlock(&s->loans_lock);

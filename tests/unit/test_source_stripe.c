@@ -333,3 +333,98 @@ TEST(source_stripe_refuses_a_bad_config)
     CHECK_EQ(larder__source_stripe_open(&stripe, &c, &origin.base), LARDER_EUSAGE);
     CHECK(stripe == NULL);
 }
+
+/* A borrow_ahead stripe (a daemon's): reads never ask a peer; what was
+ * borrowed ahead comes from the loan, the rest from the origin. */
+static void setup_open_ahead(struct setup *s, struct larder__pool *pool)
+{
+    fake_init(&s->origin, "fake origin", LARDER__FROM_ORIGIN);
+    struct larder__source *peers[MEMBERS] = {NULL};
+    static const char *names[MEMBERS] = {"self", "peer 1", "peer 2", "peer 3"};
+    for (int i = 0; i < MEMBERS; i++) {
+        fake_init(&s->peer[i], names[i], LARDER__FROM_PEER);
+        if (i > 0) peers[i] = &s->peer[i].base;
+    }
+    struct larder__stripe_config c = {.peers = peers,
+                                      .members = MEMBERS,
+                                      .shard = 7,
+                                      .chunk_size = CHUNK,
+                                      .owner = owner_mod4,
+                                      .owner_context = &shard_seven,
+                                      .pool = pool,
+                                      .down_ms = 300,
+                                      .borrow_ahead = true};
+    CHECK_EQ(larder__source_stripe_open(&s->stripe, &c, &s->origin.base), 0);
+}
+
+TEST(source_stripe_borrows_ahead_and_reads_from_the_loan)
+{
+    struct larder__pool *pool;
+    CHECK_EQ(larder__pool_new(&pool, 4), 0);
+    struct setup s;
+    setup_open_ahead(&s, pool);
+    static uint8_t a[4000];
+    /* nothing borrowed: everything from the origin, no peer asked */
+    CHECK_EQ(larder__source_read(s.stripe, a, sizeof a, 0, 0), LARDER__FROM_ORIGIN);
+    CHECK(right_bytes(a, 0, sizeof a));
+    CHECK_EQ(s.peer[1].reads + s.peer[2].reads + s.peer[3].reads, 0);
+    /* borrow [500, 3500): peers 1, 2, 3 asked at once for their pieces, not this node's */
+    struct larder__stripe_loan *loan;
+    CHECK_EQ(larder__source_stripe_borrow(s.stripe, 500, 3000, 0, &loan), 0);
+    CHECK(loan != NULL);
+    CHECK(has_range(&s.peer[1], 1000, 1000) && has_range(&s.peer[2], 2000, 1000) &&
+          has_range(&s.peer[3], 3000, 500));
+    CHECK_EQ(s.origin.reads, 1); /* the read above only */
+    /* a read of [0, 4000): the loan's parts from it, the gaps from the origin */
+    fake_forget(&s.origin);
+    memset(a, 0, sizeof a);
+    CHECK_EQ(larder__source_read(s.stripe, a, sizeof a, 0, 0), LARDER__FROM_PEER);
+    CHECK(right_bytes(a, 0, sizeof a));
+    CHECK_EQ(s.peer[1].reads + s.peer[2].reads + s.peer[3].reads, 3); /* none asked again */
+    CHECK(has_range(&s.origin, 0, 1000));                             /* this node's chunk */
+    CHECK(has_range(&s.origin, 3500, 500)); /* peer 3's chunk past the loan */
+    CHECK_EQ(s.origin.ranges, 2);
+    /* which bytes came from peers, as the fill engine asks */
+    CHECK_EQ(larder__source_peer_bytes(0, 4000), 2500);
+    CHECK_EQ(larder__source_peer_bytes(0, 1000), 0);
+    CHECK_EQ(larder__source_peer_bytes(1000, 1000), 1000);
+    CHECK_EQ(larder__source_peer_bytes(3400, 200), 100);
+    /* returned: the origin again */
+    larder__source_stripe_return(s.stripe, loan);
+    fake_forget(&s.origin);
+    CHECK_EQ(larder__source_read(s.stripe, a, sizeof a, 0, 0), LARDER__FROM_ORIGIN);
+    CHECK(right_bytes(a, 0, sizeof a));
+    CHECK_EQ(s.origin.reads, 1); /* no loan: one read of the origin, as asked */
+    /* another source's FROM_PEER reads on this thread are all the peer's again */
+    CHECK_EQ(larder__source_read(&s.peer[1].base, a, 10, 0, 0), LARDER__FROM_PEER);
+    CHECK_EQ(larder__source_peer_bytes(0, 10), 10);
+    larder__source_close(s.stripe);
+    larder__pool_free(pool);
+}
+
+TEST(source_stripe_borrow_leaves_out_a_failed_owner)
+{
+    struct setup s;
+    setup_open_ahead(&s, NULL);
+    s.peer[2].fail = -ECONNRESET;
+    struct larder__stripe_loan *loan, *none;
+    CHECK_EQ(larder__source_stripe_borrow(s.stripe, 0, 4000, 0, &loan), 0);
+    CHECK(loan != NULL);
+    CHECK_EQ(s.peer[2].reads, 1);
+    static uint8_t a[4000];
+    CHECK_EQ(larder__source_read(s.stripe, a, sizeof a, 0, 0), LARDER__FROM_PEER);
+    CHECK(right_bytes(a, 0, sizeof a));
+    CHECK(has_range(&s.origin, 2000, 1000)); /* peer 2's chunk, from the origin */
+    CHECK_EQ(larder__source_peer_bytes(0, 4000), 2000);
+    /* peer 2 is left alone: a second borrow does not ask it */
+    CHECK_EQ(larder__source_stripe_borrow(s.stripe, 0, 4000, 0, &none), 0);
+    CHECK_EQ(s.peer[2].reads, 1);
+    larder__source_stripe_return(s.stripe, none);
+    /* only this node's chunks: nothing to borrow */
+    CHECK_EQ(larder__source_stripe_borrow(s.stripe, 4000, 1000, 0, &none), 0);
+    CHECK(none == NULL);
+    /* not a stripe: nothing */
+    CHECK_EQ(larder__source_stripe_borrow(&s.origin.base, 0, 10, 0, &none), 0);
+    CHECK(none == NULL);
+    larder__source_close(s.stripe); /* frees the loan not returned */
+}
