@@ -4,7 +4,7 @@
  * A source is an object of a given size that can be read by byte range:
  * a file on a local or shared file system, an HTTP(S) object, an S3
  * object (HTTP with a request signer), a peer daemon serving one shard of
- * a dataset (the shard's owner node), and the wrappers that compose them:
+ * a dataset (the owner node of some of its chunks), and the wrappers that compose them:
  * a chain (try the owner, then the origin; a link that fails is left alone
  * for a while), a stripe (each chunk of a shard from its owner, owners at
  * once, source_stripe.c) and hedging (a read slower than the recent p95 gets a
