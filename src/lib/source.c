@@ -45,7 +45,7 @@ uint64_t larder__source_peer_bytes(uint64_t offset, uint64_t length)
         if (hi > end) hi = end;
         if (hi > lo) bytes += hi - lo;
     }
-    return bytes;
+    return bytes < length ? bytes : length;
 }
 
 int larder__source_readv(struct larder__source *source, const struct larder__extent *extents,

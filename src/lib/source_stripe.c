@@ -190,7 +190,20 @@ static int read_from_loans(struct stripe_source *s, struct group *g, unsigned fl
             }
     }
     pthread_mutex_unlock(&s->loans_lock);
-    if (rc == 0 && found) qsort(lent, found, sizeof *lent, compare_extents);
+    if (rc == 0 && found) { /* in order, and loans that overlap counted once */
+        qsort(lent, found, sizeof *lent, compare_extents);
+        size_t merged = 0;
+        for (size_t k = 0; k < found; k++) {
+            struct larder__extent *last = merged ? &lent[merged - 1] : NULL;
+            if (last && lent[k].offset < last->offset + last->length) { /* one extent's */
+                uint64_t end = lent[k].offset + lent[k].length;
+                if (end > last->offset + last->length) last->length = (size_t)(end - last->offset);
+            } else {
+                lent[merged++] = lent[k];
+            }
+        }
+        found = merged;
+    }
     /* what no loan covered: the gaps between the lent parts, extent by extent */
     if (rc == 0 && !(rest = malloc((g->count + found) * sizeof *rest))) rc = -ENOMEM;
     for (size_t i = 0; rc == 0 && i < g->count; i++) {

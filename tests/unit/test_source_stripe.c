@@ -428,3 +428,22 @@ TEST(source_stripe_borrow_leaves_out_a_failed_owner)
     CHECK(none == NULL);
     larder__source_close(s.stripe); /* frees the loan not returned */
 }
+
+TEST(source_stripe_overlapping_loans_count_once)
+{
+    struct setup s;
+    setup_open_ahead(&s, NULL);
+    struct larder__stripe_loan *one, *two;
+    CHECK_EQ(larder__source_stripe_borrow(s.stripe, 1000, 1500, 0, &one), 0);
+    CHECK_EQ(larder__source_stripe_borrow(s.stripe, 1200, 1000, 0, &two), 0);
+    static uint8_t a[2000];
+    CHECK_EQ(larder__source_read(s.stripe, a, sizeof a, 1000, 0), LARDER__FROM_PEER);
+    CHECK(right_bytes(a, 1000, sizeof a));
+    /* [1000, 2500) lent (twice over in part), [2500, 3000) from the origin */
+    CHECK_EQ(larder__source_peer_bytes(1000, 2000), 1500);
+    CHECK(has_range(&s.origin, 2500, 500));
+    CHECK_EQ(s.origin.ranges, 1);
+    larder__source_stripe_return(s.stripe, two);
+    larder__source_stripe_return(s.stripe, one);
+    larder__source_close(s.stripe);
+}
