@@ -17,8 +17,9 @@ int larder__source_size(struct larder__source *source, uint64_t *size)
 }
 
 /* Which bytes of this thread's last read came from a peer, when only some did
- * (a stripe's read); beyond MAX_PEER_RANGES of them, all are taken as the peer's. */
-#define MAX_PEER_RANGES 64
+ * (a stripe's read).  Past MAX_PEER_RANGES ranges the rest are taken as the
+ * origin's: a block of its own taken for borrowed would be evicted first. */
+#define MAX_PEER_RANGES 256
 static _Thread_local struct {
     bool partial; /* false: all or none, as the read's answer says */
     size_t count;
@@ -27,8 +28,8 @@ static _Thread_local struct {
 
 void larder__source_set_peer_ranges(const struct larder__extent *ranges, size_t count)
 {
-    peer_ranges.partial = count <= MAX_PEER_RANGES;
-    peer_ranges.count = peer_ranges.partial ? count : 0;
+    peer_ranges.partial = true;
+    peer_ranges.count = count < MAX_PEER_RANGES ? count : MAX_PEER_RANGES;
     for (size_t i = 0; i < peer_ranges.count; i++) {
         peer_ranges.offset[i] = ranges[i].offset;
         peer_ranges.length[i] = ranges[i].length;
