@@ -11,9 +11,9 @@
  * (borrow_ahead), and the fill takes those bytes from the loan; a READ
  * from a peer is filled from the origin only (serving_peer), so a read
  * never travels on from daemon to daemon, whatever each one thinks the
- * members are, and two daemons filling at once never wait on each other.  Every shard's source is
- * wrapped in one that notes, for the thread reading it, that it read and from where
- * (take_source_reads).
+ * members are, and two daemons filling at once never wait on each other.
+ * Every shard's source is wrapped in one that notes, for the thread
+ * reading it, that it read and from where (take_source_reads).
  */
 #include "larderd.h"
 #include "fill.h"
