@@ -50,7 +50,7 @@ struct owner_link {
 /* Bytes borrowed from other owners ahead of a fill (larder__source_stripe_borrow). */
 struct larder__stripe_loan {
     struct larder__stripe_loan *next; /* the stripe's list */
-    uint8_t *bytes;                   /* the range asked for; only `kept` holds good bytes */
+    uint8_t *bytes; /* the other owners' pieces asked for; only `kept` holds good bytes */
     size_t count;
     struct larder__extent kept[]; /* what the owners answered (buf: into bytes) */
 };
@@ -461,16 +461,44 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
                                  unsigned flags, struct larder__stripe_loan **out)
 {
     *out = NULL;
-    if (strcmp(source->ops->kind, "stripe") != 0 || length == 0 || offset + length < offset ||
-        length > SIZE_MAX)
+    if (strcmp(source->ops->kind, "stripe") != 0 || length == 0 || offset + length < offset)
         return 0;
     struct stripe_source *s = (struct stripe_source *)source;
-    uint8_t *bytes = malloc((size_t)length);
-    if (!bytes) return -ENOMEM;
-    struct larder__extent whole = {bytes, offset, (size_t)length}, *joined;
+    /* the other owners' pieces, into one buffer of just their bytes */
+    uint64_t end = offset + length, peer_bytes = 0;
+    size_t n = 0;
+    for (uint64_t at = offset; at < end; at = (at / s->chunk_size + 1) * s->chunk_size) {
+        uint64_t stop = (at / s->chunk_size + 1) * s->chunk_size;
+        if (owner_peer(s, s->owner(s->owner_context, s->shard, at / s->chunk_size))) {
+            peer_bytes += (stop < end ? stop : end) - at;
+            n++;
+        }
+        if (stop >= end) break;
+    }
+    if (n == 0) return 0;
+    if (peer_bytes > SIZE_MAX) return -ENOMEM;
+    uint8_t *bytes = malloc((size_t)peer_bytes);
+    struct larder__extent *pieces = malloc(n * sizeof *pieces);
+    if (!bytes || !pieces) {
+        free(bytes);
+        free(pieces);
+        return -ENOMEM;
+    }
+    size_t k = 0, used = 0;
+    for (uint64_t at = offset; at < end && k < n;) {
+        uint64_t stop = (at / s->chunk_size + 1) * s->chunk_size;
+        size_t piece = (size_t)((stop < end ? stop : end) - at);
+        if (owner_peer(s, s->owner(s->owner_context, s->shard, at / s->chunk_size))) {
+            pieces[k++] = (struct larder__extent){bytes + used, at, piece};
+            used += piece;
+        }
+        at += piece;
+    }
+    struct larder__extent *joined;
     int rc;
     struct batch *b =
-        plan(s, &whole, 1, flags & ~LARDER__READ_ORIGIN_ONLY, BORROW_AHEAD, &joined, &rc);
+        plan(s, pieces, k, flags & ~LARDER__READ_ORIGIN_ONLY, BORROW_AHEAD, &joined, &rc);
+    free(pieces);
     if (!b) {
         free(bytes);
         return rc;

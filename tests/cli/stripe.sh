@@ -48,22 +48,25 @@ S_ID=$(id_of "$INDEX")
 T_ID=$(id_of "$INDEX_T")
 
 # A base port at which every member owns some chunks of S, none over 45%
-# of them, so that "each owner serves" is a claim about every daemon; and
-# the bytes each member owns, by the reference.
-read -r base owned <<<"$(/usr/bin/python3 - "$S_ID" "$SIZE" <<'PY'
+# of them, so that "each owner serves" is a claim about every daemon, and
+# node 1 (killed in step 4) owns some chunks of T; and the bytes of S each
+# member owns, by the reference.
+read -r base owned <<<"$(/usr/bin/python3 - "$S_ID" "$SIZE" "$T_ID" "$(stat -c %s "$SHARD_T")" <<'PY'
 import random, sys
 from owner_chunk_reference import owner
-dataset, size = sys.argv[1], int(sys.argv[2])
-high, low = int(dataset[:16], 16), int(dataset[16:], 16)
 CHUNK = 4 << 20
-chunks = (size + CHUNK - 1) // CHUNK
+def shares(dataset, size, names):
+    high, low = int(dataset[:16], 16), int(dataset[16:], 16)
+    owned = [0] * len(names)
+    for c in range((size + CHUNK - 1) // CHUNK):
+        owned[owner(names, low, high, 0, c)] += min(CHUNK, size - c * CHUNK)
+    return owned
+s_id, s_size, t_id, t_size = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 for _ in range(1000):
     base = random.randint(20000, 39000)
     names = ["127.0.0.1:%d" % (base + n) for n in range(4)]
-    owned = [0] * 4
-    for c in range(chunks):
-        owned[owner(names, low, high, 0, c)] += min(CHUNK, size - c * CHUNK)
-    if min(owned) > 0 and max(owned) <= 0.45 * size:
+    owned = shares(s_id, s_size, names)
+    if min(owned) > 0 and max(owned) <= 0.45 * s_size and shares(t_id, t_size, names)[1] > 0:
         print(base, ",".join(map(str, owned)))
         break
 PY

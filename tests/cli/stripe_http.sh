@@ -1,5 +1,5 @@
 # Striped ownership, seen from the origin: four larderd daemons on loopback
-# over an HTTP origin that answers each range of the shard after 0.8 s and
+# over an HTTP origin that answers each range of the shard after 1.5 s and
 # records when every request came and went (tests/tools/range_origin.py).
 # One READ of a whole 24 MiB shard through node 0 (a reader's staging
 # range over six 4 MiB chunks) is borrowed from every other owner at the
@@ -31,7 +31,7 @@ S_ID=$("$LARDER" inspect origin/S/index.larder --json |
   /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')
 
 /usr/bin/python3 "$TESTS/tools/range_origin.py" "$WORK/origin" "$WORK/origin.port" "$WORK/origin.log" \
-  0.8 .tar 2>"$WORK/origin.err" &
+  1.5 .tar 2>"$WORK/origin.err" &
 origin_pid=$!
 cleanup_hooks+=("kill $origin_pid 2>/dev/null")
 for _ in $(seq 100); do [ -s "$WORK/origin.port" ] && break; sleep 0.05; done
@@ -67,6 +67,14 @@ cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait')
 for n in 0 1 2 3; do
   for _ in $(seq 100); do [ -S "$WORK/sock$n" ] && break; sleep 0.05; done
   [ -S "$WORK/sock$n" ] || fail "daemon $n did not start: $(cat "$WORK/daemon$n.log")"
+done
+
+# every daemon opens the dataset first (its index read and checked), so
+# that what is timed below is the borrowing alone
+for n in 0 1 2 3; do
+  /usr/bin/python3 -c 'import sys, larder_wire as w
+c = w.Client(sys.argv[1], 1, timeout=60); c.greet(); c.open(sys.argv[2])' "$WORK/sock$n" "$URL" ||
+    fail "node $n could not open $URL"
 done
 
 /usr/bin/python3 - "$WORK/sock0" "$URL" "$SHARD" <<'PY' || fail "node 0's read: $(cat "$WORK"/daemon*.log)"
