@@ -115,33 +115,32 @@ bool owns_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
     return e->daemon->members.count <= 1 || chunk_owner(e, shard, chunk) == e->daemon->self;
 }
 
+/* Member m's peer source of a shard, opened when the stripe first needs it
+ * (members x shards of them would be too many to open ahead in a large
+ * cluster); none for this node. */
+static int open_peer(void *context, size_t m, uint32_t shard, struct larder__source **out)
+{
+    struct dataset_entry *e = context;
+    *out = NULL;
+    if (m == e->daemon->self || !e->members[m]) return 0;
+    return larder__source_peer_open(out, e->members[m], e->id_low, e->id_high, shard);
+}
+
 /*
  * The source of a shard this daemon reads (each entry's source wrapper):
- * in a cluster, a stripe over the shard's origin with a peer source for
- * every other member (each chunk from its owner, this node's from the
- * origin); the origin alone on a node without peers.
+ * in a cluster, a stripe over the shard's origin that reads each chunk of
+ * another member from that member's peer source (through a loan borrowed
+ * ahead, borrow_ahead) and this node's from the origin; the origin alone on
+ * a node without peers.
  */
 static int striped_source(void *context, uint32_t shard, struct larder__source *origin,
                           struct larder__source **out)
 {
     struct dataset_entry *e = context;
-    const struct larderd *d = e->daemon;
     if (!e->members) return noted_open(origin, out);
-    size_t members = d->members.count;
-    struct larder__source **peers = calloc(members, sizeof *peers);
-    int rc = peers ? 0 : -ENOMEM;
-    for (size_t m = 0; rc == 0 && m < members; m++)
-        if (m != d->self && e->members[m])
-            rc = larder__source_peer_open(&peers[m], e->members[m], e->id_low, e->id_high, shard);
-    if (rc < 0) { /* no memory: fail this read; the engine asks again on the next */
-        for (size_t m = 0; peers && m < members; m++)
-            larder__source_close(peers[m]);
-        free(peers);
-        larder__source_close(origin);
-        return rc;
-    }
-    struct larder__stripe_config c = {.peers = peers,
-                                      .members = members,
+    struct larder__stripe_config c = {.open_peer = open_peer,
+                                      .peer_context = e,
+                                      .members = e->daemon->members.count,
                                       .shard = shard,
                                       .chunk_size = LARDER__OWNER_CHUNK,
                                       .owner = stripe_owner,
@@ -150,8 +149,7 @@ static int striped_source(void *context, uint32_t shard, struct larder__source *
                                       .down_ms = OWNER_DOWN_MS,
                                       .borrow_ahead = true};
     struct larder__source *stripe;
-    rc = larder__source_stripe_open(&stripe, &c, origin); /* owns peers' sources and origin */
-    free(peers);
+    int rc = larder__source_stripe_open(&stripe, &c, origin); /* owns origin from now on */
     return rc < 0 ? rc : noted_open(stripe, out);
 }
 

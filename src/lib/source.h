@@ -151,11 +151,20 @@ LARDER__HIDDEN int larder__source_chain_open(struct larder__source **out,
  * or a daemon's own (an index with no peer source reads the origin). */
 typedef size_t (*larder__chunk_owner_fn)(void *context, uint32_t shard, uint64_t chunk);
 
+/* Member `member`'s peer source of shard `shard`, opened when a stripe first
+ * needs it: 0 and *out (NULL: that member has none, this node for one), or a
+ * negative code (asked again later). */
+typedef int (*larder__open_peer_fn)(void *context, size_t member, uint32_t shard,
+                                    struct larder__source **out);
+
 /* What a stripe reads one shard from. */
 struct larder__stripe_config {
     struct larder__source *const *peers; /* per member, its peer source of this shard;
-                                            NULL for this node and for members not asked */
-    size_t members;                      /* entries in peers */
+                                            NULL for this node and for members not asked
+                                            (NULL array: open_peer opens them) */
+    larder__open_peer_fn open_peer;      /* without peers: opens each on first use */
+    void *peer_context;                  /* for open_peer; must outlive the stripe */
+    size_t members;                      /* members in the cluster (entries in peers) */
     uint32_t shard;                      /* the shard, for `owner` */
     uint64_t chunk_size;                 /* bytes per chunk (LARDER__OWNER_CHUNK) */
     larder__chunk_owner_fn owner;        /* who owns a chunk */

@@ -43,8 +43,10 @@
 #define TO_ORIGIN SIZE_MAX /* a piece's owner: read it from the origin */
 
 struct owner_link {
-    struct larder__source *peer;   /* NULL: none (this node, or no endpoint) */
-    _Atomic int64_t down_until_ms; /* skipped until then (monotonic ms); 0: never failed */
+    struct larder__source *_Atomic peer; /* NULL: none (this node, no endpoint) or not yet
+                                            opened (open_peer: on first use) */
+    _Atomic bool none;                   /* open_peer said there is none */
+    _Atomic int64_t down_until_ms;       /* skipped until then (monotonic ms); 0: never failed */
 };
 
 /* Bytes borrowed from other owners ahead of a fill (larder__source_stripe_borrow). */
@@ -65,7 +67,9 @@ struct stripe_source {
     uint64_t chunk_size;
     larder__chunk_owner_fn owner;
     void *owner_context;
-    struct larder__pool *pool; /* borrowed; NULL: groups one after another */
+    struct larder__pool *pool;      /* borrowed; NULL: groups one after another */
+    larder__open_peer_fn open_peer; /* NULL: the peers were given at open */
+    void *peer_context;
     int down_ms;
     size_t members;
     struct owner_link links[];
@@ -113,9 +117,26 @@ struct batch {
     struct group groups[];
 };
 
+/* The peer source of `owner`, opened on first use when the stripe opens them;
+ * NULL: none (its chunks are read from the origin). */
 static struct larder__source *owner_peer(struct stripe_source *s, size_t owner)
 {
-    return owner < s->members ? s->links[owner].peer : NULL;
+    if (owner >= s->members) return NULL;
+    struct owner_link *l = &s->links[owner];
+    struct larder__source *peer = __atomic_load_n(&l->peer, __ATOMIC_ACQUIRE);
+    if (peer || !s->open_peer || l->none) return peer;
+    int rc = s->open_peer(s->peer_context, owner, s->shard, &peer);
+    if (rc < 0 || !peer) {
+        if (rc == 0) l->none = true; /* none there; after a failure (memory), ask again later */
+        return NULL;
+    }
+    struct larder__source *expected = NULL; /* another thread may have opened it meanwhile */
+    if (!__atomic_compare_exchange_n(&l->peer, &expected, peer, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        larder__source_close(peer);
+        return expected;
+    }
+    return peer;
 }
 
 /* Leave owner's link alone for down_ms; the first to mark it down logs why. */
@@ -514,8 +535,8 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
         loan->count = 0;
         for (size_t i = 0; i < b->count; i++)
             if (b->groups[i].result >= 0)
-                for (size_t k = 0; k < b->groups[i].count; k++)
-                    loan->kept[loan->count++] = b->groups[i].extents[k];
+                for (size_t j = 0; j < b->groups[i].count; j++)
+                    loan->kept[loan->count++] = b->groups[i].extents[j];
         pthread_mutex_lock(&s->loans_lock);
         loan->next = s->loans;
         __atomic_store_n(&s->loans, loan, __ATOMIC_RELEASE);
@@ -585,7 +606,7 @@ int larder__source_stripe_open(struct larder__source **out, const struct larder_
     else if (!(s = calloc(1, sizeof *s + c->members * sizeof *s->links)))
         rc = -ENOMEM;
     if (rc < 0) {
-        for (size_t i = 0; i < c->members; i++)
+        for (size_t i = 0; c->peers && i < c->members; i++)
             larder__source_close(c->peers[i]);
         larder__source_close(origin);
         return rc;
@@ -602,7 +623,9 @@ int larder__source_stripe_open(struct larder__source **out, const struct larder_
     s->pool = c->pool;
     s->down_ms = c->down_ms;
     s->members = c->members;
-    for (size_t i = 0; i < c->members; i++)
+    s->open_peer = c->open_peer;
+    s->peer_context = c->peer_context;
+    for (size_t i = 0; c->peers && i < c->members; i++)
         s->links[i].peer = c->peers[i];
     *out = &s->base;
     return 0;

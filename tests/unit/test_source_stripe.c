@@ -447,3 +447,59 @@ TEST(source_stripe_overlapping_loans_count_once)
     larder__source_stripe_return(s.stripe, one);
     larder__source_close(s.stripe);
 }
+
+/* Peers opened on first use (a daemon's way: members x shards of them are too many ahead). */
+struct lazy {
+    struct setup *setup;
+    int opened[MEMBERS];
+    bool fail_once; /* member 3's first open fails */
+};
+
+static int open_lazily(void *context, size_t member, uint32_t shard, struct larder__source **out)
+{
+    struct lazy *z = context;
+    CHECK_EQ(shard, 7);
+    *out = NULL;
+    if (member == 0) return 0; /* this node: none */
+    if (member == 3 && z->fail_once) {
+        z->fail_once = false;
+        return -ENOMEM;
+    }
+    __atomic_add_fetch(&z->opened[member], 1, __ATOMIC_SEQ_CST);
+    *out = &z->setup->peer[member].base;
+    return 0;
+}
+
+TEST(source_stripe_opens_peers_on_first_use)
+{
+    struct setup s;
+    struct lazy z = {.setup = &s, .fail_once = true};
+    fake_init(&s.origin, "fake origin", LARDER__FROM_ORIGIN);
+    for (int i = 0; i < MEMBERS; i++)
+        fake_init(&s.peer[i], "peer", LARDER__FROM_PEER);
+    struct larder__stripe_config c = {.open_peer = open_lazily,
+                                      .peer_context = &z,
+                                      .members = MEMBERS,
+                                      .shard = 7,
+                                      .chunk_size = CHUNK,
+                                      .owner = owner_mod4,
+                                      .owner_context = &shard_seven,
+                                      .down_ms = 300};
+    CHECK_EQ(larder__source_stripe_open(&s.stripe, &c, &s.origin.base), 0);
+    CHECK_EQ(z.opened[1] + z.opened[2] + z.opened[3], 0); /* nothing opened ahead */
+    static uint8_t a[3000];
+    /* chunks 0-2: members 1 and 2 opened; member 3 not needed yet */
+    CHECK_EQ(larder__source_read(s.stripe, a, sizeof a, 0, 0), LARDER__FROM_PEER);
+    CHECK(right_bytes(a, 0, sizeof a));
+    CHECK(z.opened[1] == 1 && z.opened[2] == 1 && z.opened[3] == 0);
+    /* chunk 3: member 3's open fails once (its chunk from the origin), then works */
+    CHECK_EQ(larder__source_read(s.stripe, a, 1000, 3000, 0), LARDER__FROM_ORIGIN);
+    CHECK(right_bytes(a, 3000, 1000));
+    CHECK_EQ(larder__source_read(s.stripe, a, 1000, 3000, 0), LARDER__FROM_PEER);
+    CHECK_EQ(z.opened[3], 1);
+    /* read again: no peer opened twice */
+    CHECK_EQ(larder__source_read(s.stripe, a, sizeof a, 4000, 0), LARDER__FROM_PEER);
+    CHECK(right_bytes(a, 4000, sizeof a));
+    CHECK(z.opened[1] == 1 && z.opened[2] == 1 && z.opened[3] == 1);
+    larder__source_close(s.stripe);
+}
