@@ -34,95 +34,19 @@
 #include "pool.h"
 #include "source.h"
 #include "source_hedge.h"
+#include "source_stripe.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#define TO_ORIGIN SIZE_MAX /* a piece's owner: read it from the origin */
-
-struct owner_link {
-    struct larder__source *_Atomic peer; /* NULL: none (this node, no endpoint) or not yet
-                                            opened (open_peer: on first use) */
-    _Atomic bool none;                   /* open_peer said there is none */
-    _Atomic int64_t down_until_ms;       /* skipped until then (monotonic ms); 0: never failed */
-};
-
-/* Bytes borrowed from other owners ahead of a fill (larder__source_stripe_borrow). */
-struct larder__stripe_loan {
-    struct larder__stripe_loan *next; /* the stripe's list */
-    uint8_t *bytes; /* the other owners' pieces asked for; only `kept` holds good bytes */
-    size_t count;
-    struct larder__extent kept[]; /* what the owners answered (buf: into bytes) */
-};
-
-struct stripe_source {
-    struct larder__source base;
-    struct larder__source *origin;
-    bool borrow_ahead;
-    pthread_mutex_t loans_lock; /* guards loans */
-    struct larder__stripe_loan *loans;
-    uint32_t shard;
-    uint64_t chunk_size;
-    larder__chunk_owner_fn owner;
-    void *owner_context;
-    struct larder__pool *pool;      /* borrowed; NULL: groups one after another */
-    larder__open_peer_fn open_peer; /* NULL: the peers were given at open */
-    void *peer_context;
-    int down_ms;
-    size_t members;
-    struct owner_link links[];
-};
-
-/* One piece of a read, within one chunk (or several of one owner, once joined). */
-struct piece {
-    size_t owner; /* a member index, or TO_ORIGIN */
-    size_t order; /* its place in the read, to keep each group's pieces in order */
-    struct larder__extent extent;
-};
-
-struct batch;
-
-/* What a batch's groups do. */
-enum mode {
-    READ_PEERS,  /* each owner's pieces from its peer, the origin when that fails */
-    READ_LOANS,  /* from the loans, the rest from the origin (borrow_ahead) */
-    BORROW_AHEAD /* from the peers only: what fails is left out of the loan */
-};
-
-/* One owner's share of a read. */
-struct group {
-    struct batch *batch;
-    size_t owner;
-    const struct larder__extent *extents;
-    size_t count;
-    _Atomic int claimed;         /* 1 once a worker or the caller took it to run */
-    int result;                  /* its enum larder__from, or a negative code */
-    char message[256];           /* larder_errmsg() of a failure, from the thread that ran it */
-    struct larder__extent *lent; /* READ_LOANS: the parts found in loans (malloc'd) */
-    size_t lent_count;
-};
-
-/* The groups of one read; freed by the last of the caller and the queued tasks. */
-struct batch {
-    struct stripe_source *source;
-    unsigned flags;
-    enum mode mode;
-    pthread_mutex_t lock;
-    pthread_cond_t done;
-    size_t unfinished; /* groups not yet run to the end */
-    size_t refs;       /* the caller's, plus one per task still queued in the pool */
-    size_t count;
-    struct group groups[];
-};
-
 /* The peer source of `owner`, opened on first use when the stripe opens them;
  * NULL: none (its chunks are read from the origin). */
-static struct larder__source *owner_peer(struct stripe_source *s, size_t owner)
+struct larder__source *larder__stripe_owner_peer(struct larder__stripe *s, size_t owner)
 {
     if (owner >= s->members) return NULL;
-    struct owner_link *l = &s->links[owner];
+    struct larder__stripe_link *l = &s->links[owner];
     struct larder__source *peer = __atomic_load_n(&l->peer, __ATOMIC_ACQUIRE);
     if (peer || !s->open_peer || l->none) return peer;
     int rc = s->open_peer(s->peer_context, owner, s->shard, &peer);
@@ -140,7 +64,7 @@ static struct larder__source *owner_peer(struct stripe_source *s, size_t owner)
 }
 
 /* Leave owner's link alone for down_ms; the first to mark it down logs why. */
-static void link_failed(struct stripe_source *s, struct owner_link *l, int64_t now)
+static void link_failed(struct larder__stripe *s, struct larder__stripe_link *l, int64_t now)
 {
     int64_t until = l->down_until_ms;
     if (until > now) return; /* another reader marked it down already */
@@ -152,15 +76,15 @@ static void link_failed(struct stripe_source *s, struct owner_link *l, int64_t n
 }
 
 /* The peer of `owner` when it is to be asked now: one, and not left alone. */
-static struct larder__source *live_peer(struct stripe_source *s, size_t owner)
+static struct larder__source *live_peer(struct larder__stripe *s, size_t owner)
 {
-    struct larder__source *peer = owner_peer(s, owner);
+    struct larder__source *peer = larder__stripe_owner_peer(s, owner);
     if (peer && s->links[owner].down_until_ms > (int64_t)larder__now_ms()) return NULL;
     return peer;
 }
 
 /* Ask owner's peer for the extents; a failure other than a quiet decline marks it down. */
-static int ask_peer(struct stripe_source *s, size_t owner, struct larder__source *peer,
+static int ask_peer(struct larder__stripe *s, size_t owner, struct larder__source *peer,
                     const struct larder__extent *extents, size_t count, unsigned flags)
 {
     int rc = larder__source_readv(peer, extents, count, flags);
@@ -169,98 +93,16 @@ static int ask_peer(struct stripe_source *s, size_t owner, struct larder__source
     return rc;
 }
 
-static int compare_extents(const void *a, const void *b)
-{
-    const struct larder__extent *x = a, *y = b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
-/*
- * The extents from the loans where they cover them (the parts found noted
- * in g->lent), the rest in one read of the origin: LARDER__FROM_PEER when
- * any byte was lent, else what the origin says.  Call with no fill lock
- * concern: nothing here waits on a peer.
- */
-static int read_from_loans(struct stripe_source *s, struct group *g, unsigned flags)
-{
-    size_t found = 0, capacity = 0, gaps = 0;
-    struct larder__extent *lent = NULL, *rest = NULL;
-    int rc = 0;
-    pthread_mutex_lock(&s->loans_lock);
-    for (size_t i = 0; rc == 0 && i < g->count; i++) {
-        const struct larder__extent *e = &g->extents[i];
-        for (struct larder__stripe_loan *l = s->loans; rc == 0 && l; l = l->next)
-            for (size_t k = 0; k < l->count; k++) {
-                uint64_t lo = l->kept[k].offset, hi = lo + l->kept[k].length;
-                if (lo < e->offset) lo = e->offset;
-                if (hi > e->offset + e->length) hi = e->offset + e->length;
-                if (hi <= lo) continue;
-                if (found == capacity) {
-                    capacity = capacity ? 2 * capacity : 8;
-                    struct larder__extent *more = realloc(lent, capacity * sizeof *lent);
-                    if (!more) {
-                        rc = -ENOMEM;
-                        break;
-                    }
-                    lent = more;
-                }
-                memcpy((uint8_t *)e->buf + (lo - e->offset),
-                       (uint8_t *)l->kept[k].buf + (lo - l->kept[k].offset), (size_t)(hi - lo));
-                lent[found++] = (struct larder__extent){(uint8_t *)e->buf + (lo - e->offset), lo,
-                                                        (size_t)(hi - lo)};
-            }
-    }
-    pthread_mutex_unlock(&s->loans_lock);
-    if (rc == 0 && found) { /* in order, and loans that overlap counted once */
-        qsort(lent, found, sizeof *lent, compare_extents);
-        size_t merged = 0;
-        for (size_t k = 0; k < found; k++) {
-            struct larder__extent *last = merged ? &lent[merged - 1] : NULL;
-            if (last && lent[k].offset < last->offset + last->length) { /* one extent's */
-                uint64_t end = lent[k].offset + lent[k].length;
-                if (end > last->offset + last->length) last->length = (size_t)(end - last->offset);
-            } else {
-                lent[merged++] = lent[k];
-            }
-        }
-        found = merged;
-    }
-    /* what no loan covered: the gaps between the lent parts, extent by extent */
-    if (rc == 0 && !(rest = malloc((g->count + found) * sizeof *rest))) rc = -ENOMEM;
-    for (size_t i = 0; rc == 0 && i < g->count; i++) {
-        const struct larder__extent *e = &g->extents[i];
-        uint64_t at = e->offset, end = e->offset + e->length;
-        for (size_t k = 0; k < found && at < end; k++) {
-            uint64_t lo = lent[k].offset, hi = lo + lent[k].length;
-            if (hi <= at || lo >= end) continue;
-            if (lo > at)
-                rest[gaps++] = (struct larder__extent){(uint8_t *)e->buf + (at - e->offset), at,
-                                                       (size_t)(lo - at)};
-            if (hi > at) at = hi;
-        }
-        if (at < end)
-            rest[gaps++] = (struct larder__extent){(uint8_t *)e->buf + (at - e->offset), at,
-                                                   (size_t)(end - at)};
-    }
-    if (rc == 0 && gaps) rc = larder__source_readv(s->origin, rest, gaps, flags);
-    free(rest);
-    if (rc < 0) {
-        free(lent);
-        return rc;
-    }
-    g->lent = lent;
-    g->lent_count = found;
-    return found ? LARDER__FROM_PEER : rc;
-}
-
 /* One owner's extents, as the batch's mode says. */
-static int read_group(struct stripe_source *s, struct group *g, enum mode mode, unsigned flags)
+static int read_group(struct larder__stripe *s, struct larder__stripe_group *g,
+                      enum larder__stripe_mode mode, unsigned flags)
 {
     struct larder__source *peer = live_peer(s, g->owner);
-    if (mode == BORROW_AHEAD)
+    if (mode == LARDER__STRIPE_BORROW_AHEAD)
         return peer ? ask_peer(s, g->owner, peer, g->extents, g->count, flags) : -EHOSTUNREACH;
-    if (mode == READ_LOANS && owner_peer(s, g->owner)) return read_from_loans(s, g, flags);
-    if (mode == READ_PEERS && peer) {
+    if (mode == LARDER__STRIPE_READ_LOANS && larder__stripe_owner_peer(s, g->owner))
+        return larder__stripe_read_from_loans(s, g, flags);
+    if (mode == LARDER__STRIPE_READ_PEERS && peer) {
         int rc = ask_peer(s, g->owner, peer, g->extents, g->count, flags);
         if (rc >= 0) return rc;
     }
@@ -268,9 +110,9 @@ static int read_group(struct stripe_source *s, struct group *g, enum mode mode, 
 }
 
 /* Run group g (whoever claimed it) and mark it finished. */
-static void run_group(struct group *g)
+static void run_group(struct larder__stripe_group *g)
 {
-    struct batch *b = g->batch;
+    struct larder__stripe_batch *b = g->batch;
     g->result = read_group(b->source, g, b->mode, b->flags);
     if (g->result < 0) snprintf(g->message, sizeof g->message, "%s", larder_errmsg());
     pthread_mutex_lock(&b->lock);
@@ -279,7 +121,7 @@ static void run_group(struct group *g)
 }
 
 /* Drop one reference on b; the last frees it. */
-static void batch_release(struct batch *b)
+void larder__stripe_batch_release(struct larder__stripe_batch *b)
 {
     pthread_mutex_lock(&b->lock);
     bool last = --b->refs == 0;
@@ -295,30 +137,30 @@ static void batch_release(struct batch *b)
 /* A pool task: run the group unless the caller took it back first. */
 static void group_task(void *arg)
 {
-    struct group *g = arg;
-    struct batch *b = g->batch;
+    struct larder__stripe_group *g = arg;
+    struct larder__stripe_batch *b = g->batch;
     if (__atomic_exchange_n(&g->claimed, 1, __ATOMIC_ACQ_REL) == 0) run_group(g);
-    batch_release(b);
+    larder__stripe_batch_release(b);
 }
 
 static int compare_pieces(const void *a, const void *b)
 {
-    const struct piece *x = a, *y = b;
+    const struct larder__stripe_piece *x = a, *y = b;
     if (x->owner != y->owner) return x->owner < y->owner ? -1 : 1;
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
 /* Run the groups of b at once on the pool (this thread runs group 0, and any no worker started). */
-static void run_batch(struct batch *b)
+void larder__stripe_run_batch(struct larder__stripe_batch *b)
 {
-    struct stripe_source *s = b->source;
+    struct larder__stripe *s = b->source;
     int priority = b->flags & LARDER__READ_BACKGROUND ? LARDER__BACKGROUND : LARDER__DEMAND;
     for (size_t i = 1; s->pool && i < b->count; i++) {
         pthread_mutex_lock(&b->lock);
         b->refs++;
         pthread_mutex_unlock(&b->lock);
         if (larder__pool_submit(s->pool, group_task, &b->groups[i], priority) < 0)
-            batch_release(b); /* not queued: this thread runs it below */
+            larder__stripe_batch_release(b); /* not queued: this thread runs it below */
     }
     for (size_t i = 0; i < b->count; i++)
         if (__atomic_exchange_n(&b->groups[i].claimed, 1, __ATOMIC_ACQ_REL) == 0)
@@ -334,11 +176,11 @@ static void run_batch(struct batch *b)
  * when any bytes came from a peer (and which: larder__source_set_peer_ranges
  * on this thread), else LARDER__FROM_ORIGIN.
  */
-static int batch_answer(struct batch *b)
+static int batch_answer(struct larder__stripe_batch *b)
 {
     size_t ranges = 0;
     for (size_t i = 0; i < b->count; i++) {
-        struct group *g = &b->groups[i];
+        struct larder__stripe_group *g = &b->groups[i];
         if (g->result < 0) return larder__fail(g->result, "%s", g->message);
         if (g->result == LARDER__FROM_PEER) ranges += g->lent ? g->lent_count : g->count;
     }
@@ -347,7 +189,7 @@ static int batch_answer(struct batch *b)
     if (!from_peers) return -ENOMEM;
     size_t n = 0;
     for (size_t i = 0; i < b->count; i++) {
-        struct group *g = &b->groups[i];
+        struct larder__stripe_group *g = &b->groups[i];
         if (g->result != LARDER__FROM_PEER) continue;
         size_t count = g->lent ? g->lent_count : g->count;
         memcpy(from_peers + n, g->lent ? g->lent : g->extents, count * sizeof *from_peers);
@@ -359,15 +201,16 @@ static int batch_answer(struct batch *b)
 }
 
 /* The pieces of the extents cut at chunk boundaries, each with its owner; *count of them. */
-static struct piece *cut(struct stripe_source *s, const struct larder__extent *extents,
-                         size_t count, size_t *pieces_out, bool *any_peer)
+static struct larder__stripe_piece *cut(struct larder__stripe *s,
+                                        const struct larder__extent *extents, size_t count,
+                                        size_t *pieces_out, bool *any_peer)
 {
     size_t n = 0;
     for (size_t i = 0; i < count; i++)
         if (extents[i].length)
             n += (size_t)((extents[i].offset + extents[i].length - 1) / s->chunk_size -
                           extents[i].offset / s->chunk_size + 1);
-    struct piece *pieces = malloc((n ? n : 1) * sizeof *pieces);
+    struct larder__stripe_piece *pieces = malloc((n ? n : 1) * sizeof *pieces);
     if (!pieces) return NULL;
     size_t k = 0;
     *any_peer = false;
@@ -378,9 +221,10 @@ static struct piece *cut(struct stripe_source *s, const struct larder__extent *e
             uint64_t room = (chunk + 1) * s->chunk_size - at;
             size_t length = e->length - done < room ? e->length - done : (size_t)room;
             size_t owner = s->owner(s->owner_context, s->shard, chunk);
-            if (!owner_peer(s, owner)) owner = TO_ORIGIN;
-            *any_peer = *any_peer || owner != TO_ORIGIN;
-            pieces[k] = (struct piece){owner, k, {(uint8_t *)e->buf + done, at, length}};
+            if (!larder__stripe_owner_peer(s, owner)) owner = LARDER__STRIPE_TO_ORIGIN;
+            *any_peer = *any_peer || owner != LARDER__STRIPE_TO_ORIGIN;
+            pieces[k] =
+                (struct larder__stripe_piece){owner, k, {(uint8_t *)e->buf + done, at, length}};
             k++;
             done += length;
         }
@@ -396,15 +240,16 @@ static struct piece *cut(struct stripe_source *s, const struct larder__extent *e
  * peer's (read the origin as asked), or with *rc -ENOMEM.  The caller
  * frees *joined after running it, and releases it.
  */
-static struct batch *plan(struct stripe_source *s, const struct larder__extent *extents,
-                          size_t count, unsigned flags, enum mode mode,
-                          struct larder__extent **joined_out, int *rc)
+struct larder__stripe_batch *larder__stripe_plan(struct larder__stripe *s,
+                                                 const struct larder__extent *extents, size_t count,
+                                                 unsigned flags, enum larder__stripe_mode mode,
+                                                 struct larder__extent **joined_out, int *rc)
 {
     size_t n;
     bool any_peer;
     *rc = 0;
     *joined_out = NULL;
-    struct piece *pieces = cut(s, extents, count, &n, &any_peer);
+    struct larder__stripe_piece *pieces = cut(s, extents, count, &n, &any_peer);
     if (!pieces) *rc = -ENOMEM;
     if (!pieces || !any_peer) {
         free(pieces);
@@ -415,7 +260,8 @@ static struct batch *plan(struct stripe_source *s, const struct larder__extent *
     size_t *owners = malloc(n * sizeof *owners);
     size_t m = 0, groups = 0;
     for (size_t i = 0; joined && owners && i < n; i++) {
-        if (mode == BORROW_AHEAD && pieces[i].owner == TO_ORIGIN) continue; /* this node's */
+        if (mode == LARDER__STRIPE_BORROW_AHEAD && pieces[i].owner == LARDER__STRIPE_TO_ORIGIN)
+            continue; /* this node's */
         struct larder__extent *last = m ? &joined[m - 1] : NULL;
         if (last && owners[m - 1] == pieces[i].owner &&
             last->offset + last->length == pieces[i].extent.offset &&
@@ -428,7 +274,8 @@ static struct batch *plan(struct stripe_source *s, const struct larder__extent *
         joined[m++] = pieces[i].extent;
     }
     free(pieces);
-    struct batch *b = joined && owners ? calloc(1, sizeof *b + groups * sizeof *b->groups) : NULL;
+    struct larder__stripe_batch *b =
+        joined && owners ? calloc(1, sizeof *b + groups * sizeof *b->groups) : NULL;
     if (!b) {
         free(joined);
         free(owners);
@@ -446,7 +293,7 @@ static struct batch *plan(struct stripe_source *s, const struct larder__extent *
         size_t first = i;
         while (i < m && owners[i] == owners[first])
             i++;
-        b->groups[g] = (struct group){
+        b->groups[g] = (struct larder__stripe_group){
             .batch = b, .owner = owners[first], .extents = &joined[first], .count = i - first};
     }
     free(owners);
@@ -457,7 +304,7 @@ static struct batch *plan(struct stripe_source *s, const struct larder__extent *
 static int stripe_read(struct larder__source *source, const struct larder__extent *extents,
                        size_t count, unsigned flags)
 {
-    struct stripe_source *s = (struct stripe_source *)source;
+    struct larder__stripe *s = (struct larder__stripe *)source;
     /* the origin alone, as asked: when told so, or when no loan could cover a piece */
     if (flags & LARDER__READ_ORIGIN_ONLY ||
         (s->borrow_ahead && !__atomic_load_n(&s->loans, __ATOMIC_ACQUIRE)))
@@ -467,118 +314,31 @@ static int stripe_read(struct larder__source *source, const struct larder__exten
             return larder__source_readv(s->origin, extents, count, flags);
     struct larder__extent *joined;
     int rc;
-    struct batch *b =
-        plan(s, extents, count, flags, s->borrow_ahead ? READ_LOANS : READ_PEERS, &joined, &rc);
+    struct larder__stripe_batch *b = larder__stripe_plan(
+        s, extents, count, flags,
+        s->borrow_ahead ? LARDER__STRIPE_READ_LOANS : LARDER__STRIPE_READ_PEERS, &joined, &rc);
     if (!b) /* every byte is this node's: one read of the origin, as asked */
         return rc < 0 ? rc : larder__source_readv(s->origin, extents, count, flags);
-    run_batch(b);
+    larder__stripe_run_batch(b);
     rc = batch_answer(b);
-    batch_release(b);
+    larder__stripe_batch_release(b);
     free(joined);
     return rc;
-}
-
-int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset, uint64_t length,
-                                 unsigned flags, struct larder__stripe_loan **out)
-{
-    *out = NULL;
-    if (strcmp(source->ops->kind, "stripe") != 0 || length == 0 || offset + length < offset)
-        return 0;
-    struct stripe_source *s = (struct stripe_source *)source;
-    /* the other owners' pieces, into one buffer of just their bytes */
-    uint64_t end = offset + length, peer_bytes = 0;
-    size_t n = 0;
-    for (uint64_t at = offset; at < end; at = (at / s->chunk_size + 1) * s->chunk_size) {
-        uint64_t stop = (at / s->chunk_size + 1) * s->chunk_size;
-        if (owner_peer(s, s->owner(s->owner_context, s->shard, at / s->chunk_size))) {
-            peer_bytes += (stop < end ? stop : end) - at;
-            n++;
-        }
-        if (stop >= end) break;
-    }
-    if (n == 0) return 0;
-    if (peer_bytes > SIZE_MAX) return -ENOMEM;
-    uint8_t *bytes = malloc((size_t)peer_bytes);
-    struct larder__extent *pieces = malloc(n * sizeof *pieces);
-    if (!bytes || !pieces) {
-        free(bytes);
-        free(pieces);
-        return -ENOMEM;
-    }
-    size_t k = 0, used = 0;
-    for (uint64_t at = offset; at < end && k < n;) {
-        uint64_t stop = (at / s->chunk_size + 1) * s->chunk_size;
-        size_t piece = (size_t)((stop < end ? stop : end) - at);
-        if (owner_peer(s, s->owner(s->owner_context, s->shard, at / s->chunk_size))) {
-            pieces[k++] = (struct larder__extent){bytes + used, at, piece};
-            used += piece;
-        }
-        at += piece;
-    }
-    struct larder__extent *joined;
-    int rc;
-    struct batch *b =
-        plan(s, pieces, k, flags & ~LARDER__READ_ORIGIN_ONLY, BORROW_AHEAD, &joined, &rc);
-    free(pieces);
-    if (!b) {
-        free(bytes);
-        return rc;
-    }
-    run_batch(b);
-    size_t kept = 0;
-    for (size_t i = 0; i < b->count; i++)
-        kept += b->groups[i].result >= 0 ? b->groups[i].count : 0;
-    struct larder__stripe_loan *loan =
-        kept ? malloc(sizeof *loan + kept * sizeof *loan->kept) : NULL;
-    if (loan) {
-        loan->bytes = bytes;
-        loan->count = 0;
-        for (size_t i = 0; i < b->count; i++)
-            if (b->groups[i].result >= 0)
-                for (size_t j = 0; j < b->groups[i].count; j++)
-                    loan->kept[loan->count++] = b->groups[i].extents[j];
-        pthread_mutex_lock(&s->loans_lock);
-        loan->next = s->loans;
-        __atomic_store_n(&s->loans, loan, __ATOMIC_RELEASE);
-        pthread_mutex_unlock(&s->loans_lock);
-    } else {
-        free(bytes);
-        rc = kept ? -ENOMEM : 0;
-    }
-    batch_release(b);
-    free(joined);
-    *out = loan;
-    return rc;
-}
-
-void larder__source_stripe_return(struct larder__source *source, struct larder__stripe_loan *loan)
-{
-    if (!loan) return;
-    struct stripe_source *s = (struct stripe_source *)source;
-    pthread_mutex_lock(&s->loans_lock);
-    for (struct larder__stripe_loan **at = &s->loans; *at; at = &(*at)->next)
-        if (*at == loan) {
-            __atomic_store_n(at, loan->next, __ATOMIC_RELEASE); /* s->loans is read unlocked */
-            break;
-        }
-    pthread_mutex_unlock(&s->loans_lock);
-    free(loan->bytes);
-    free(loan);
 }
 
 static int stripe_size(struct larder__source *source, uint64_t *size)
 {
-    return larder__source_size(((struct stripe_source *)source)->origin, size);
+    return larder__source_size(((struct larder__stripe *)source)->origin, size);
 }
 
 static int stripe_stream(struct larder__source *source, larder__sink_fn sink, void *userdata)
 {
-    return larder__source_stream(((struct stripe_source *)source)->origin, sink, userdata);
+    return larder__source_stream(((struct larder__stripe *)source)->origin, sink, userdata);
 }
 
 static void stripe_close(struct larder__source *source)
 {
-    struct stripe_source *s = (struct stripe_source *)source;
+    struct larder__stripe *s = (struct larder__stripe *)source;
     for (size_t i = 0; i < s->members; i++)
         larder__source_close(s->links[i].peer);
     larder__source_close(s->origin);
@@ -599,7 +359,7 @@ static const struct larder__source_ops stripe_ops = {
 int larder__source_stripe_open(struct larder__source **out, const struct larder__stripe_config *c,
                                struct larder__source *origin)
 {
-    struct stripe_source *s = NULL;
+    struct larder__stripe *s = NULL;
     int rc = 0;
     if (!origin || !c->owner || c->chunk_size == 0)
         rc = larder__fail(LARDER_EUSAGE, "a stripe needs an origin, an owner and a chunk size");
