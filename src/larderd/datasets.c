@@ -2,23 +2,39 @@
  * datasets.c - the daemon's dataset registry: one entry per validated
  * dataset id, opened on request (through the --allow prefixes when given,
  * never trusting an index's shard names beyond its base), and found again
- * by URL or id; in a cluster, each entry reads a shard from its owner
- * node before the origin (a chain of sources the entry puts before each
- * shard's origin).  Every shard's source is wrapped in one that notes, for
- * the thread reading it, that it read and from where (take_source_reads).
+ * by URL or id; in a cluster, each entry reads each 4 MiB chunk of a
+ * shard from the chunk's owner node (a stripe, source_stripe.c, over the
+ * shard's origin: the owners of a read's chunks at once, a failed owner's
+ * chunks from the origin), and this node's own chunks from the origin.
+ * No thread waits on a peer while it holds a fill lock: a local reader's
+ * READ borrows what it needs of other owners' chunks before its fill
+ * (borrow_ahead), and the fill takes those bytes from the loan; a READ
+ * from a peer is filled from the origin only (serving_peer), so a read
+ * never travels on from daemon to daemon, whatever each one thinks the
+ * members are, and two daemons filling at once never wait on each other.
+ * Every shard's source is wrapped in one that notes, for the thread
+ * reading it, that it read and from where (take_source_reads).
  */
 #include "larderd.h"
+#include "fill.h"
 #include "source.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* How long a shard's owner that failed is left alone before it is asked again. */
+/* How long a chunk's owner that failed is left alone before it is asked again. */
 #define OWNER_DOWN_MS 10000
 
 /* What the calling thread's shard sources read since take_source_reads. */
 static _Thread_local unsigned source_reads;
+/* The calling thread serves a peer's READ: its fills read the origin only. */
+static _Thread_local bool for_peer;
+
+void serving_peer(bool on)
+{
+    for_peer = on;
+}
 
 unsigned take_source_reads(void)
 {
@@ -36,6 +52,7 @@ struct noted_source {
 static int noted_read(struct larder__source *source, const struct larder__extent *extents,
                       size_t count, unsigned flags)
 {
+    if (for_peer) flags |= LARDER__READ_ORIGIN_ONLY; /* never passed on to another member */
     int rc = larder__source_readv(((struct noted_source *)source)->inner, extents, count, flags);
     if (rc >= 0) source_reads |= rc == LARDER__FROM_PEER ? SOURCE_READ_PEER : SOURCE_READ_ORIGIN;
     return rc;
@@ -79,26 +96,87 @@ static int noted_open(struct larder__source *inner, struct larder__source **out)
 }
 
 /*
- * The source of a shard this daemon reads (each entry's source wrapper):
- * its owner node, then the origin, when another member owns it; the
- * origin alone when this one does.
+ * The member that owns chunk `chunk` (bytes [chunk * LARDER__OWNER_CHUNK,
+ * ...)) of `shard` of e's dataset: rendezvous hashing over the members
+ * (cluster.h).  Every decision of who owns what goes through here.
  */
-static int owner_then_origin(void *context, uint32_t shard, struct larder__source *origin,
-                             struct larder__source **out)
+static size_t chunk_owner(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    return larder__owner_chunk(&e->daemon->members, e->id_low, e->id_high, shard, chunk);
+}
+
+static size_t stripe_owner(void *context, uint32_t shard, uint64_t chunk)
+{
+    return chunk_owner(context, shard, chunk);
+}
+
+bool owns_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    return e->daemon->members.count <= 1 || chunk_owner(e, shard, chunk) == e->daemon->self;
+}
+
+/* Member m's peer source of a shard, opened when the stripe first needs it
+ * (members x shards of them would be too many to open ahead in a large
+ * cluster); none for this node. */
+static int open_peer(void *context, size_t m, uint32_t shard, struct larder__source **out)
 {
     struct dataset_entry *e = context;
-    const struct larderd *d = e->daemon;
-    size_t owner = e->members ? larder__owner(&d->members, e->id_low, e->id_high, shard) : 0;
-    struct larder__endpoint *peer = e->members ? e->members[owner] : NULL;
-    if (owner == d->self || !peer) return noted_open(origin, out); /* this node's shard */
-    struct larder__source *links[2] = {NULL, origin}, *chain;
-    int rc = larder__source_peer_open(&links[0], peer, e->id_low, e->id_high, shard);
-    if (rc < 0) { /* no memory: fail this read; the engine asks again on the next */
-        larder__source_close(origin);
-        return rc;
-    }
-    rc = larder__source_chain_open(&chain, links, 2, OWNER_DOWN_MS);
-    return rc < 0 ? rc : noted_open(chain, out);
+    *out = NULL;
+    if (m == e->daemon->self || !e->members[m]) return 0;
+    return larder__source_peer_open(out, e->members[m], e->id_low, e->id_high, shard);
+}
+
+/*
+ * The source of a shard this daemon reads (each entry's source wrapper):
+ * in a cluster, a stripe over the shard's origin that reads each chunk of
+ * another member from that member's peer source (through a loan borrowed
+ * ahead, borrow_ahead) and this node's from the origin; the origin alone on
+ * a node without peers.
+ */
+static int striped_source(void *context, uint32_t shard, struct larder__source *origin,
+                          struct larder__source **out)
+{
+    struct dataset_entry *e = context;
+    if (!e->members) return noted_open(origin, out);
+    struct larder__stripe_config c = {.open_peer = open_peer,
+                                      .peer_context = e,
+                                      .members = e->daemon->members.count,
+                                      .shard = shard,
+                                      .chunk_size = LARDER__OWNER_CHUNK,
+                                      .owner = stripe_owner,
+                                      .owner_context = e,
+                                      .pool = e->stripe_pool,
+                                      .down_ms = OWNER_DOWN_MS,
+                                      .borrow_ahead = true};
+    struct larder__source *stripe;
+    int rc = larder__source_stripe_open(&stripe, &c, origin); /* owns origin from now on */
+    return rc < 0 ? rc : noted_open(stripe, out);
+}
+
+struct larder__stripe_loan *borrow_ahead(struct dataset_entry *e, uint32_t shard, uint64_t offset,
+                                         uint64_t length, int priority,
+                                         struct larder__source **stripe)
+{
+    *stripe = NULL;
+    if (!e->members || shard >= larder__dataset_num_shards(e->dataset)) return NULL;
+    struct larder__fill *fill = larder__dataset_fill(e->dataset);
+    struct larder__source *source;
+    uint64_t lo, hi;
+    if (larder__fill_source(fill, shard, &source) < 0 || source->ops != &noted_ops ||
+        larder__fill_range_scope(fill, shard, offset, length, &lo, &hi) != 0)
+        return NULL; /* no source (the fill says why), resident already, or outside the shard */
+    struct larder__source *inner = ((struct noted_source *)source)->inner;
+    struct larder__stripe_loan *loan = NULL;
+    /* a failure leaves no loan: the fill reads those chunks from the origin */
+    if (larder__source_stripe_borrow(inner, lo, hi - lo, larder__read_at(priority), &loan) == 0 &&
+        loan)
+        *stripe = inner;
+    return loan;
+}
+
+void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan)
+{
+    if (stripe) larder__source_stripe_return(stripe, loan);
 }
 
 /* The entry at url, with its slot; NULL: not open.  Call with d->lock held. */
@@ -164,13 +242,16 @@ static int open_entry(struct larderd *d, struct dataset_entry *e, const char *ur
     if (rc == 0) larder__dataset_id(e->dataset, &e->id_low, &e->id_high);
     if (rc == 0) { /* before any read: every shard's source is the entry's */
         e->daemon = d;
-        larder__dataset_set_source_wrapper(e->dataset, owner_then_origin, e);
+        /* the owners of a read's chunks are read at once on the dataset's
+         * pool (none: one after another) */
+        if (larder__dataset_pool_get(e->dataset, &e->stripe_pool) < 0) e->stripe_pool = NULL;
+        larder__dataset_set_source_wrapper(e->dataset, striped_source, e);
     }
     return rc;
 }
 
-/* The endpoints of the other members, and the wrapper that reads each
- * shard through its owner's. */
+/* The endpoints of the other members, which the wrapper reads each chunk
+ * of a shard through (its owner's). */
 static int connect_members(struct larderd *d, struct dataset_entry *e, const char *url)
 {
     int rc = 0;

@@ -166,14 +166,23 @@ static void stage_job(void *arg)
     int rc = 0;
     if (!skip && !d->stopping) {
         int fd;
-        rc = larder__fill_stage_range_at(larder__dataset_fill(ds), job->shard, job->offset,
-                                         job->length, LARDER__HINTED, &fd);
+        struct larder__fill *fill = larder__dataset_fill(ds);
+        /* other owners' chunks borrowed before the fill takes its locks, as
+         * for a READ: every node staging at once must not wait on each
+         * other's fill locks */
+        struct larder__source *stripe;
+        struct larder__stripe_loan *loan =
+            borrow_ahead(h->entry, job->shard, job->offset, job->length, LARDER__HINTED, &stripe);
+        rc = larder__fill_stage_range_at(fill, job->shard, job->offset, job->length, LARDER__HINTED,
+                                         &fd);
         if (rc == 1) {
             uint8_t *buf = malloc((size_t)job->length);
-            rc = buf ? larder__dataset_read_range(ds, job->shard, job->offset, job->length, buf)
+            rc = buf ? larder__fill_range_at(fill, job->shard, job->offset, job->length,
+                                             LARDER__HINTED, buf)
                      : -ENOMEM;
             free(buf);
         }
+        borrow_return(stripe, loan);
         if (rc < 0)
             say("hint: staging shard %u at %llu: %s", job->shard, (unsigned long long)job->offset,
                 larder_errmsg());

@@ -15,8 +15,9 @@
  *                 connection, idle time)
  *   requests.c    one whole frame at a time: the handshake, OPEN and who may
  *                 open what, READ (staged by the worker pool), STAT
- *   datasets.c    the dataset registry, and borrowing from a shard's owner
- *   warm.c        warm staging of the shards this node owns
+ *   datasets.c    the dataset registry, and borrowing each chunk of a
+ *                 shard from its owner
+ *   warm.c        warm staging of the chunks this node owns
  *   hints.c       HINT requests: who may hint, which members stage, the answer
  *   hints_pins.c  this node's pins: their staging, their expiry, the list
  *   metrics.c     the Prometheus text of the counters, and its HTTP endpoint
@@ -97,6 +98,9 @@ struct connection {
     int refs;       /* the loop's, plus one per job in flight */
 };
 
+struct larder__stripe_loan;
+struct larder__source;
+
 struct dataset_entry {
     larder_dataset *dataset;
     char *url;
@@ -104,6 +108,8 @@ struct dataset_entry {
     struct larder__endpoint **members; /* one per member; NULL for this node */
     const struct larderd *daemon;      /* whose members these are */
     struct served served;              /* what the daemon answered to READs of it */
+    struct larder__pool *stripe_pool;  /* the dataset's pool, where the owners of a read's
+                                          chunks are read at once (NULL: in turn) */
 };
 
 struct larderd {
@@ -226,10 +232,30 @@ void close_datasets(struct larderd *d);
  * worker tells a hit from a miss, and a borrowed miss. */
 enum { SOURCE_READ_ORIGIN = 1, SOURCE_READ_PEER = 2 };
 unsigned take_source_reads(void);
+/* Whether this node owns chunk `chunk` (LARDER__OWNER_CHUNK bytes) of shard
+ * `shard` of e (always, without peers): what warm staging stages. */
+bool owns_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk);
+/* The calling thread serves a peer's READ from now on (on) or no longer:
+ * while it does, its fills read the origin only, so a READ never travels
+ * on from daemon to daemon (docs/protocol.md, "Ownership"). */
+void serving_peer(bool on);
+/*
+ * Before a local reader's READ of [offset, offset + length) of `shard` is
+ * filled: what the fill will read of chunks other members own, borrowed
+ * from those owners at once, at class `priority`, with no fill lock held
+ * (the fill then takes it from the loan, and reads the rest from the origin).  Returns the loan,
+ * and in *stripe whose it is, for borrow_return after the fill; NULL when
+ * nothing was borrowed (no peers, resident already, owners down).
+ */
+struct larder__stripe_loan *borrow_ahead(struct dataset_entry *e, uint32_t shard, uint64_t offset,
+                                         uint64_t length, int priority,
+                                         struct larder__source **stripe);
+/* Give back what borrow_ahead lent (NULL: nothing). */
+void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan);
 
 /* warm.c */
-#define WARM_CHUNK (4u << 20) /* bytes staged by one background job */
-/* Queue the background staging of every shard of e this node owns; the number of jobs queued. */
+#define WARM_CHUNK (4u << 20) /* bytes staged by one background job: an owner chunk */
+/* Queue the background staging of every chunk of e this node owns; the number of jobs queued. */
 size_t warm_owned(struct larderd *d, struct dataset_entry *e);
 /* Seconds a warm job of `length` bytes starting at `now` (seconds) waits
  * to keep to --warm-rate (a token bucket of one chunk); 0 when unpaced. */

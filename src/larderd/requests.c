@@ -33,7 +33,9 @@ struct read_job {
     struct dataset_entry *entry;
     struct larder__read read;
     uint64_t request;
-    uint64_t arrived_us; /* when the READ was taken off the connection */
+    uint64_t arrived_us;           /* when the READ was taken off the connection */
+    struct larder__source *stripe; /* what was borrowed ahead for it, and from whose stripe */
+    struct larder__stripe_loan *loan;
 };
 
 static uint64_t now_us(void)
@@ -71,6 +73,8 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
 {
     struct connection *c = job->connection;
     unsigned reads = take_source_reads();
+    serving_peer(false);
+    borrow_return(job->stripe, job->loan);
     served_count(&job->entry->served, reads == 0, (reads & SOURCE_READ_PEER) != 0, bytes == 0,
                  c->peer, bytes, now_us() - job->arrived_us);
     pthread_mutex_lock(&c->lock);
@@ -89,10 +93,15 @@ static void read_job(void *arg)
     size_t length = (size_t)job->read.length;
     int file = -1;
     take_source_reads(); /* what a warm job on this thread read is not this READ's */
-    /* at the READ's class all the way down: the owner it borrows from and
+    serving_peer(job->connection->peer); /* a peer's READ: the origin only, never onward */
+    /* at the READ's class all the way down: the owners it borrows from and
      * the origin's transfers see it too */
     struct larder__fill *fill = larder__dataset_fill(job->entry->dataset);
     int priority = job->read.priority;
+    /* a reader's READ: other owners' chunks borrowed before the fill takes its locks */
+    if (!job->connection->peer)
+        job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset, job->read.length,
+                                 priority, &job->stripe);
     int staged = larder__fill_stage_range_at(fill, job->read.shard, job->read.offset,
                                              job->read.length, priority, &file);
     if (staged == 0) { /* in the cache: send it from there with sendfile */
@@ -201,6 +210,16 @@ static bool hello(struct connection *c, const struct larder__frame *f, const uin
         refuse(c, f->request, LARDER_EDENIED,
                peer ? "peers connect over TCP, not the node's Unix socket"
                     : "readers connect over the node's Unix socket, not TCP");
+        return true;
+    }
+    if (peer && h.owner_chunk != LARDER__OWNER_CHUNK) { /* it would route chunks elsewhere */
+        char why[160];
+        snprintf(why, sizeof why,
+                 "this daemon owns shards by chunks of %llu bytes, the peer by %u: "
+                 "every member must run the same ownership (docs/protocol.md)",
+                 (unsigned long long)LARDER__OWNER_CHUNK, h.owner_chunk);
+        say("refused a peer: %s", why);
+        refuse(c, f->request, LARDER_EPROTOCOL, why);
         return true;
     }
     c->greeted = true;

@@ -1,9 +1,10 @@
 /*
  * warm.c - warm staging (larderd --warm): as a dataset is opened, each
- * node stages the shards it owns (all of them, alone) in the background,
- * in chunks, at the lowest class (WARM: in the pool, at the owner and at
- * the origin), paced to --warm-rate by a token bucket of one chunk shared
- * by the node's workers.
+ * node stages the chunks of shards it owns (LARDER__OWNER_CHUNK bytes,
+ * all of them without peers) in the background, a job per chunk, at the
+ * lowest class (WARM: in the pool, at the owner and at the origin), paced
+ * to --warm-rate by a token bucket of one chunk shared by the node's
+ * workers.
  */
 #include "larderd.h"
 
@@ -29,7 +30,7 @@ double warm_pace(struct larderd *d, double now, uint64_t length)
     return start - now;
 }
 
-/* One chunk of an owned shard, after its wait for the pace. */
+/* One owned chunk, after its wait for the pace. */
 static void warm_job(void *arg)
 {
     struct warm_job *job = arg;
@@ -54,12 +55,11 @@ size_t warm_owned(struct larderd *d, struct dataset_entry *e)
 {
     size_t queued = 0;
     uint32_t shards = larder__dataset_num_shards(e->dataset);
+    _Static_assert(WARM_CHUNK == LARDER__OWNER_CHUNK, "a warm job stages one owned chunk");
     for (uint32_t shard = 0; shard < shards; shard++) {
-        if (d->members.count > 1 &&
-            larder__owner(&d->members, e->id_low, e->id_high, shard) != d->self)
-            continue;
         uint64_t size = larder__dataset_shard_size(e->dataset, shard);
         for (uint64_t at = 0; at < size; at += WARM_CHUNK) {
+            if (!owns_chunk(e, shard, at / LARDER__OWNER_CHUNK)) continue;
             struct warm_job *job = malloc(sizeof *job);
             if (!job) return queued;
             *job = (struct warm_job){.daemon = d,

@@ -165,3 +165,21 @@ size_t larder__owner(const struct larder__members *m, uint64_t id_low, uint64_t 
     }
     return owner;
 }
+
+size_t larder__owner_chunk(const struct larder__members *m, uint64_t id_low, uint64_t id_high,
+                           uint32_t shard, uint64_t chunk)
+{
+    uint8_t key[32]; /* little-endian whatever the host's order, as docs/protocol.md says */
+    larder__put_le64(key, id_low);
+    larder__put_le64(key + 8, id_high);
+    larder__put_le64(key + 16, shard);
+    larder__put_le64(key + 24, chunk);
+    uint64_t best = 0;
+    size_t owner = 0;
+    for (size_t i = 0; i < m->count; i++) {
+        uint64_t score = XXH3_64bits_withSeed(key, sizeof key, m->weights[i]);
+        if (i == 0 || score > best || (score == best && strcmp(m->names[i], m->names[owner]) < 0))
+            best = score, owner = i;
+    }
+    return owner;
+}

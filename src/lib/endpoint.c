@@ -11,6 +11,7 @@
  */
 #include "endpoint.h"
 #include "auth.h"
+#include "cluster.h"
 #include "priority.h"
 #include "wire.h"
 
@@ -279,7 +280,10 @@ static int dial(const struct larder__endpoint *e)
  */
 static int greet(struct larder__endpoint *e, int fd)
 {
-    struct larder__hello hello = {.role = e->role};
+    /* a peer says how it stripes ownership: a daemon striping otherwise refuses it */
+    struct larder__hello hello = {
+        .role = e->role,
+        .owner_chunk = e->role == LARDER__ROLE_PEER ? (uint32_t)LARDER__OWNER_CHUNK : 0};
     int rc = larder__auth_nonce(hello.nonce);
     if (rc < 0) return larder__fail(rc, "no random nonce: %s", strerror(-rc));
     uint8_t buf[LARDER__WIRE_HEADER + 8 + LARDER__WIRE_NONCE];

@@ -235,12 +235,17 @@ static int fetch_runs(struct larder__fill *f, uint32_t shard, const struct larde
                                   (origin_only ? LARDER__READ_ORIGIN_ONLY : 0) |
                                       larder__read_at(priority));
     if (rc < 0) return rc;
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < count; i++)
+    uint64_t bytes = 0, from_peers = 0;
+    for (size_t i = 0; i < count; i++) {
         bytes += runs[i].length;
-    bool peer = rc == LARDER__FROM_PEER;
-    larder__cache_count(peer ? &k->peer_requests : &k->origin_requests, count);
-    larder__cache_count(peer ? &k->peer_bytes : &k->origin_bytes, bytes);
+        /* a stripe reads some runs from their owners, the rest from the origin */
+        if (rc == LARDER__FROM_PEER)
+            from_peers += larder__source_peer_bytes(runs[i].offset, runs[i].length);
+    }
+    if (from_peers) larder__cache_count(&k->peer_requests, count);
+    if (from_peers < bytes) larder__cache_count(&k->origin_requests, count);
+    larder__cache_count(&k->peer_bytes, from_peers);
+    larder__cache_count(&k->origin_bytes, bytes - from_peers);
     return rc;
 }
 
@@ -289,9 +294,13 @@ static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first,
     int rc = count ? fetch_runs(f, shard, runs, count, everything, priority) : LARDER__FROM_ORIGIN;
     free(runs);
     if (rc < 0) return rc;
-    if (rc == LARDER__FROM_PEER)
-        for (uint64_t i = 0; i <= last - first; i++)
-            if (fetched[i] == BLOCK_ORIGIN) fetched[i] = BLOCK_PEER;
+    if (rc == LARDER__FROM_PEER) /* borrowed: the blocks a peer sent (a stripe's: some) */
+        for (uint64_t i = 0; i <= last - first; i++) {
+            uint64_t at = larder__cache_block_offset(c, first + i);
+            uint64_t length = larder__cache_span(c, shard, first + i, first + i);
+            if (fetched[i] == BLOCK_ORIGIN && larder__source_peer_bytes(at, length) == length)
+                fetched[i] = BLOCK_PEER;
+        }
     return 0;
 }
 
@@ -591,6 +600,28 @@ int larder__fill_range_at(struct larder__fill *f, uint32_t shard, uint64_t offse
     if (span != buf) free(span);
     free(ok);
     return rc;
+}
+
+int larder__fill_range_scope(struct larder__fill *f, uint32_t shard, uint64_t offset,
+                             uint64_t length, uint64_t *lo, uint64_t *hi)
+{
+    int rc = check_range(f, shard, offset, length);
+    if (rc < 0) return rc;
+    struct larder__shard_map *map;
+    if ((rc = shard_map(f, &map)) < 0) return rc;
+    struct larder__fill_scope p;
+    if (!f->cache) /* the samples the bytes belong to, read whole */
+        return larder__fill_scope_needed(f->ix, f->sums, map, shard, offset, offset + length, &p,
+                                         lo, hi);
+    uint64_t first, last;
+    larder__cache_blocks(f->cache, offset, length, &first, &last);
+    if (larder__cache_resident(f->cache, shard, first, last)) return 1;
+    if ((rc = larder__fill_scope_make(f->ix, f->sums, f->cache, map, shard, offset, offset + length,
+                                      &p)) < 0)
+        return rc;
+    *lo = larder__cache_block_offset(f->cache, p.first);
+    *hi = *lo + larder__cache_span(f->cache, shard, p.first, p.last);
+    return 0;
 }
 
 int larder__fill_stage_range(struct larder__fill *f, uint32_t shard, uint64_t offset,

@@ -64,6 +64,16 @@ LARDER__HIDDEN int larder__fill_direct(struct larder__fill *fill, const struct l
  * checked (see larder__dataset_read_range), fetched at DEMAND. */
 LARDER__HIDDEN int larder__fill_range(struct larder__fill *fill, uint32_t shard, uint64_t offset,
                                       uint64_t length, void *buf);
+/*
+ * What a fill of bytes [offset, offset + length) of `shard` would read
+ * from the shard's source were nothing cached: [*lo, *hi) (whole samples,
+ * whole blocks).  1 when those bytes are resident already (no fill), 0, or
+ * a negative code (a range outside the shard).  A daemon borrows that much
+ * from the chunks' owners before the fill (larder__source_stripe_borrow).
+ */
+LARDER__HIDDEN int larder__fill_range_scope(struct larder__fill *fill, uint32_t shard,
+                                            uint64_t offset, uint64_t length, uint64_t *lo,
+                                            uint64_t *hi);
 /* Stage the range for a zero-copy send (see larder__dataset_stage_range), at DEMAND. */
 LARDER__HIDDEN int larder__fill_stage_range(struct larder__fill *fill, uint32_t shard,
                                             uint64_t offset, uint64_t length, int *fd);

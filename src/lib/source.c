@@ -16,9 +16,43 @@ int larder__source_size(struct larder__source *source, uint64_t *size)
     return source->ops->size(source, size);
 }
 
+/* Which bytes of this thread's last read came from a peer, when only some did
+ * (a stripe's read).  Past MAX_PEER_RANGES ranges the rest are taken as the
+ * origin's: a block of its own taken for borrowed would be evicted first. */
+#define MAX_PEER_RANGES 256
+static _Thread_local struct {
+    bool partial; /* false: all or none, as the read's answer says */
+    size_t count;
+    uint64_t offset[MAX_PEER_RANGES], length[MAX_PEER_RANGES];
+} peer_ranges;
+
+void larder__source_set_peer_ranges(const struct larder__extent *ranges, size_t count)
+{
+    peer_ranges.partial = true;
+    peer_ranges.count = count < MAX_PEER_RANGES ? count : MAX_PEER_RANGES;
+    for (size_t i = 0; i < peer_ranges.count; i++) {
+        peer_ranges.offset[i] = ranges[i].offset;
+        peer_ranges.length[i] = ranges[i].length;
+    }
+}
+
+uint64_t larder__source_peer_bytes(uint64_t offset, uint64_t length)
+{
+    if (!peer_ranges.partial) return length;
+    uint64_t bytes = 0, end = offset + length;
+    for (size_t i = 0; i < peer_ranges.count; i++) {
+        uint64_t lo = peer_ranges.offset[i], hi = lo + peer_ranges.length[i];
+        if (lo < offset) lo = offset;
+        if (hi > end) hi = end;
+        if (hi > lo) bytes += hi - lo;
+    }
+    return bytes < length ? bytes : length;
+}
+
 int larder__source_readv(struct larder__source *source, const struct larder__extent *extents,
                          size_t count, unsigned flags)
 {
+    peer_ranges.partial = false; /* a stripe inside says otherwise when it returns */
     size_t nonempty = 0;
     for (size_t i = 0; i < count; i++)
         nonempty += extents[i].length > 0;

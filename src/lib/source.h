@@ -4,9 +4,10 @@
  * A source is an object of a given size that can be read by byte range:
  * a file on a local or shared file system, an HTTP(S) object, an S3
  * object (HTTP with a request signer), a peer daemon serving one shard of
- * a dataset (the shard's owner node), and the wrappers that compose them:
+ * a dataset (the owner node of some of its chunks), and the wrappers that compose them:
  * a chain (try the owner, then the origin; a link that fails is left alone
- * for a while) and hedging (a read slower than the recent p95 gets a
+ * for a while), a stripe (each chunk of a shard from its owner, owners at
+ * once, source_stripe.c) and hedging (a read slower than the recent p95 gets a
  * second identical request, paid for from one shared budget, hedge.h).
  * The fill engine (fill.h) reads through a source and never asks which
  * kind it is.  A new transport or origin is one more file that fills in a
@@ -25,6 +26,7 @@
 struct larder__source;
 struct larder__endpoint;
 struct larder__hedge_budget;
+struct larder__pool;
 
 /* One range of a (vectored) read: bytes [offset, offset + length) into buf. */
 struct larder__extent {
@@ -68,7 +70,7 @@ static inline int larder__read_class(unsigned flags)
 typedef int (*larder__sink_fn)(void *userdata, const void *data, size_t length);
 
 struct larder__source_ops {
-    const char *kind; /* "file", "http", "s3", "peer", "chain", "hedge", or a test's */
+    const char *kind; /* "file", "http", "s3", "peer", "chain", "stripe", "hedge", or a test's */
     /* The object's size in bytes. */
     int (*size)(struct larder__source *source, uint64_t *size);
     /*
@@ -103,6 +105,18 @@ LARDER__HIDDEN int larder__source_readv(struct larder__source *source,
                                         unsigned flags);
 LARDER__HIDDEN int larder__source_stream(struct larder__source *source, larder__sink_fn sink,
                                          void *userdata);
+/*
+ * After a read on this thread answered LARDER__FROM_PEER: how many of the
+ * bytes [offset, offset + length) came from a peer.  All of them, unless
+ * that read went through a stripe, which reads some of a read's bytes from
+ * peers and the rest from the origin (the fill engine keeps and counts
+ * each block as what it is).
+ */
+LARDER__HIDDEN uint64_t larder__source_peer_bytes(uint64_t offset, uint64_t length);
+/* For a source that read only `ranges` from peers (its read answers
+ * LARDER__FROM_PEER): what larder__source_peer_bytes tells on this thread. */
+LARDER__HIDDEN void larder__source_set_peer_ranges(const struct larder__extent *ranges,
+                                                   size_t count);
 /* Accepts NULL. */
 LARDER__HIDDEN void larder__source_close(struct larder__source *source);
 
@@ -150,6 +164,64 @@ LARDER__HIDDEN int larder__source_peer_open(struct larder__source **out,
 LARDER__HIDDEN int larder__source_chain_open(struct larder__source **out,
                                              struct larder__source *const *links, size_t count,
                                              int down_ms);
+/* The owner (a member index) of chunk `chunk` of shard `shard`: cluster.h's rule,
+ * or a daemon's own (an index with no peer source reads the origin). */
+typedef size_t (*larder__chunk_owner_fn)(void *context, uint32_t shard, uint64_t chunk);
+
+/* Member `member`'s peer source of shard `shard`, opened when a stripe first
+ * needs it: 0 and *out (NULL: that member has none, this node for one), or a
+ * negative code (asked again later). */
+typedef int (*larder__open_peer_fn)(void *context, size_t member, uint32_t shard,
+                                    struct larder__source **out);
+
+/* What a stripe reads one shard from. */
+struct larder__stripe_config {
+    struct larder__source *const *peers; /* per member, its peer source of this shard;
+                                            NULL for this node and for members not asked
+                                            (NULL array: open_peer opens them) */
+    larder__open_peer_fn open_peer;      /* without peers: opens each on first use */
+    void *peer_context;                  /* for open_peer; must outlive the stripe */
+    size_t members;                      /* members in the cluster (entries in peers) */
+    uint32_t shard;                      /* the shard, for `owner` */
+    uint64_t chunk_size;                 /* bytes per chunk (LARDER__OWNER_CHUNK) */
+    larder__chunk_owner_fn owner;        /* who owns a chunk */
+    void *owner_context;                 /* for `owner`; must outlive the stripe */
+    struct larder__pool *pool;           /* owners read at once there (borrowed, must outlive the
+                                            stripe); NULL: one after another */
+    int down_ms;                         /* how long a failed peer is left alone */
+    bool borrow_ahead; /* reads never ask a peer: the other owners' pieces come from loans
+                          (larder__source_stripe_borrow), the rest from the origin */
+};
+/*
+ * A shard striped over the owners of its chunks (source_stripe.c): a read
+ * is cut at chunk boundaries, each owner's pieces read as one vectored
+ * read from its peer source (from `origin` for chunks without one: this
+ * node's), owners at once on the pool; a failed peer is logged, left alone
+ * for down_ms, and its pieces read from the origin.  Answers
+ * LARDER__FROM_PEER when any byte came from a peer.  The stripe owns the
+ * peer sources and `origin` from now on, even when this fails.  The size,
+ * the stream and the name are the origin's.
+ */
+LARDER__HIDDEN int larder__source_stripe_open(struct larder__source **out,
+                                              const struct larder__stripe_config *config,
+                                              struct larder__source *origin);
+/* Bytes of a stripe borrowed from the owners of their chunks, ahead of a read. */
+struct larder__stripe_loan;
+/*
+ * Read the pieces of [offset, offset + length) that other members own from
+ * their owners, at once (with no fill lock held: a borrow_ahead stripe's
+ * reads never ask a peer), and keep them: until the loan is returned, reads
+ * of the stripe take those pieces from it.  An owner that fails is logged
+ * and left alone as in a read; its pieces are not kept (reads take them
+ * from the origin).  *out is the loan (NULL: nothing kept, or `stripe` is
+ * no stripe); 0 or -ENOMEM.
+ */
+LARDER__HIDDEN int larder__source_stripe_borrow(struct larder__source *stripe, uint64_t offset,
+                                                uint64_t length, unsigned flags,
+                                                struct larder__stripe_loan **out);
+/* Give a loan back (NULL: nothing); its bytes are freed. */
+LARDER__HIDDEN void larder__source_stripe_return(struct larder__source *stripe,
+                                                 struct larder__stripe_loan *loan);
 /*
  * Hedge reads of `inner` (owned from now on, even when this fails) with
  * the budget `budget` (NULL: the process's): source_hedge.c says how.

@@ -69,7 +69,8 @@ int larder__wire_hello(const uint8_t *p, uint32_t length, struct larder__hello *
     if (role != LARDER__ROLE_READER && role != LARDER__ROLE_PEER)
         return larder__fail(LARDER_EPROTOCOL, "HELLO with unknown role %u", role);
     out->role = (enum larder__role)role;
-    if (larder__le32(p + 4) != 0)
+    out->owner_chunk = larder__le32(p + 4); /* a peer's; the daemon compares it with its own */
+    if (role == LARDER__ROLE_READER && out->owner_chunk != 0)
         return larder__fail(LARDER_EPROTOCOL, "HELLO with nonzero reserved bytes");
     memcpy(out->nonce, p + 8, LARDER__WIRE_NONCE);
     return 0;
@@ -153,7 +154,7 @@ int larder__wire_encode_hello(uint8_t *out, size_t capacity, uint64_t request,
     if (capacity < LARDER__WIRE_HEADER + length) return LARDER_ETOOSMALL;
     larder__wire_encode_header(out, capacity, LARDER__HELLO, length, request);
     larder__put_le32(out + LARDER__WIRE_HEADER, (uint32_t)hello->role);
-    larder__put_le32(out + LARDER__WIRE_HEADER + 4, 0);
+    larder__put_le32(out + LARDER__WIRE_HEADER + 4, hello->owner_chunk);
     memcpy(out + LARDER__WIRE_HEADER + 8, hello->nonce, LARDER__WIRE_NONCE);
     return (int)(LARDER__WIRE_HEADER + length);
 }

@@ -54,6 +54,8 @@ struct larder__frame {
 /* HELLO: the first frame a client sends. */
 struct larder__hello {
     enum larder__role role;            /* checked: one of the two */
+    uint32_t owner_chunk;              /* a peer's ownership chunk in bytes (cluster.h),
+                                          checked by the daemon; a reader's: 0 (checked) */
     uint8_t nonce[LARDER__WIRE_NONCE]; /* fresh random bytes of the client's */
 };
 

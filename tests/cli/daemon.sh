@@ -107,8 +107,8 @@ for junk in (os.urandom(64), b"LRDR" + b"\xff" * 40, b"\x00" * 24):
     t = socket.create_connection(("127.0.0.1", base)); talk(t, junk); t.close()
 def frame(kind, payload, request=1):
     return struct.pack("<IBBHIIQ", 0x5244524C, 2, kind, 0, len(payload), 0, request) + payload
-def hello(role):
-    return frame(1, struct.pack("<II", role, 0) + os.urandom(32))
+def hello(role):  # a peer states the ownership chunk, 4 MiB (docs/protocol.md)
+    return frame(1, struct.pack("<II", role, 4 << 20 if role == 2 else 0) + os.urandom(32))
 # a peer with the wrong secret is refused
 t = socket.create_connection(("127.0.0.1", base))
 answer = talk(t, hello(2))

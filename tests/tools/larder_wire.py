@@ -51,8 +51,14 @@ def proof(secret, label, first, second):
     return hmac.new(secret, label + first + second, hashlib.sha256).digest()
 
 
-def hello(role, nonce):
-    return frame(HELLO, struct.pack("<II", role, 0) + nonce)
+# the ownership chunk a peer (role 2) states in HELLO (docs/protocol.md, "Ownership")
+OWNER_CHUNK = 4 << 20
+
+
+def hello(role, nonce, owner_chunk=None):
+    if owner_chunk is None:
+        owner_chunk = OWNER_CHUNK if role == 2 else 0
+    return frame(HELLO, struct.pack("<II", role, owner_chunk) + nonce)
 
 
 def parse_welcome(payload):

@@ -69,7 +69,8 @@ bool fixture_send(struct connection *c, const uint8_t *frame, size_t length)
 
 void fixture_hello(struct connection *c, bool peer)
 {
-    struct larder__hello h = {.role = peer ? LARDER__ROLE_PEER : LARDER__ROLE_READER};
+    struct larder__hello h = {.role = peer ? LARDER__ROLE_PEER : LARDER__ROLE_READER,
+                              .owner_chunk = peer ? 4u << 20 : 0};
     uint8_t frame[128];
     int n = larder__wire_encode_hello(frame, sizeof frame, 1, &h);
     CHECK(n > 0);

@@ -1,9 +1,11 @@
 /*
  * test_cluster.c - membership lists, hostfiles, Slurm hostlists, and
- * rendezvous ownership.
+ * rendezvous ownership (of shards, and of the chunks of shards).
  */
 #include "cluster.h"
 #include "test.h"
+
+#include "owner_chunk_vectors.h"
 
 static void check_names(const struct larder__members *m, const char *const *want, size_t n)
 {
@@ -93,4 +95,80 @@ TEST(cluster_rendezvous_moves_only_the_changed_share)
     larder__members_clear(&three);
     larder__members_clear(&five);
     larder__members_clear(&shuffled);
+}
+
+/* The owners of owner_chunk_vectors.h, computed by owner_chunk_reference.py
+ * from the formula in docs/protocol.md with the system's libxxhash. */
+TEST(cluster_chunk_owner_matches_the_reference)
+{
+    size_t clusters = sizeof owner_chunk_clusters / sizeof *owner_chunk_clusters;
+    struct larder__members m[8] = {{0}};
+    CHECK(clusters <= 8);
+    for (size_t c = 0; c < clusters; c++)
+        for (size_t i = 0; owner_chunk_clusters[c][i]; i++) {
+            const char *name = owner_chunk_clusters[c][i];
+            CHECK_EQ(larder__members_add(&m[c], name, strlen(name), 7461), 0);
+        }
+    size_t n = sizeof owner_chunk_vectors / sizeof *owner_chunk_vectors;
+    CHECK(n > 100);
+    for (size_t v = 0; v < n; v++) {
+        size_t got =
+            larder__owner_chunk(&m[owner_chunk_vectors[v].cluster], owner_chunk_vectors[v].id_low,
+                                owner_chunk_vectors[v].id_high, owner_chunk_vectors[v].shard,
+                                owner_chunk_vectors[v].chunk);
+        if (got != owner_chunk_vectors[v].owner)
+            fprintf(stderr, "    vector %zu: owner %zu, the reference says %zu\n", v, got,
+                    owner_chunk_vectors[v].owner);
+        CHECK_EQ(got, owner_chunk_vectors[v].owner);
+    }
+    /* no members: 0, as larder__owner says */
+    struct larder__members none = {0};
+    CHECK_EQ(larder__owner_chunk(&none, 1, 2, 3, 4), 0);
+    for (size_t c = 0; c < clusters; c++)
+        larder__members_clear(&m[c]);
+}
+
+/* Over 4 members, 1000 chunks of one shard spread 20-30% each; a member
+ * leaving moves only its chunks, one joining takes chunks only to itself. */
+TEST(cluster_chunk_owner_spreads_and_moves_only_the_changed_share)
+{
+    struct larder__members four = {0}, three = {0}, five = {0};
+    CHECK_EQ(larder__members_parse_list(&four, "n1,n2,n3,n4", 7461), 0);
+    CHECK_EQ(larder__members_parse_list(&three, "n1,n2,n4", 7461), 0);
+    CHECK_EQ(larder__members_parse_list(&five, "n1,n2,n3,n4,n5", 7461), 0);
+    enum { CHUNKS = 1000 };
+    size_t per[4] = {0}, moved_out = 0, moved_in = 0;
+    for (uint64_t chunk = 0; chunk < CHUNKS; chunk++) {
+        size_t o4 = larder__owner_chunk(&four, 0xabc, 0xdef, 5, chunk);
+        per[o4]++;
+        const char *name4 = four.names[o4];
+        const char *name3 = three.names[larder__owner_chunk(&three, 0xabc, 0xdef, 5, chunk)];
+        const char *name5 = five.names[larder__owner_chunk(&five, 0xabc, 0xdef, 5, chunk)];
+        if (strcmp(name4, "n3:7461") == 0) {
+            moved_out++;
+            CHECK(strcmp(name3, "n3:7461") != 0);
+        } else {
+            CHECK(strcmp(name3, name4) == 0);
+        }
+        if (strcmp(name5, name4) != 0) {
+            moved_in++;
+            CHECK(strcmp(name5, "n5:7461") == 0);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        if (per[i] < CHUNKS / 5 || per[i] > CHUNKS * 3 / 10)
+            fprintf(stderr, "    member %d owns %zu of %d chunks\n", i, per[i], CHUNKS);
+        CHECK(per[i] >= CHUNKS / 5 && per[i] <= CHUNKS * 3 / 10);
+    }
+    CHECK_EQ(moved_out, per[2]);
+    CHECK(moved_in > CHUNKS / 10 && moved_in < CHUNKS * 3 / 10);
+    /* the chunks of one shard do not all follow the shard's owner */
+    size_t other = 0;
+    for (uint64_t chunk = 0; chunk < 64; chunk++)
+        other +=
+            larder__owner_chunk(&four, 1, 2, 9, chunk) != larder__owner_chunk(&four, 1, 2, 9, 0);
+    CHECK(other > 16);
+    larder__members_clear(&four);
+    larder__members_clear(&three);
+    larder__members_clear(&five);
 }

@@ -81,6 +81,26 @@ TEST(larderd_requests_hello)
     CHECK(strcmp(message, "readers connect over the node's Unix socket, not TCP") == 0);
     CHECK(c->closing);
     connection_release(c);
+
+    /* a peer that owns by other chunks (0: a daemon from before striping, or
+     * 1 MiB) would route chunks elsewhere: refused, saying why */
+    for (uint32_t other = 0; other <= 1u << 20; other += 1u << 20) {
+        c = fixture_connection(&d, true);
+        struct larder__hello ph = {.role = LARDER__ROLE_PEER, .owner_chunk = other};
+        n = larder__wire_encode_hello(frame, sizeof frame, 1, &ph);
+        CHECK(fixture_send(c, frame, (size_t)n));
+        CHECK_EQ(fixture_error(c, message, sizeof message), LARDER_EPROTOCOL);
+        CHECK(strstr(message, "chunks of 4194304 bytes") != NULL);
+        CHECK(c->closing);
+        connection_release(c);
+    }
+    /* the same chunks (4 MiB): welcomed */
+    c = fixture_connection(&d, true);
+    struct larder__hello same = {.role = LARDER__ROLE_PEER, .owner_chunk = 4u << 20};
+    n = larder__wire_encode_hello(frame, sizeof frame, 1, &same);
+    CHECK(fixture_send(c, frame, (size_t)n));
+    free(fixture_answer(c, LARDER__WELCOME));
+    connection_release(c);
     larderd_free(&d);
 }
 
@@ -201,7 +221,7 @@ TEST(larderd_requests_peer_proves_secret)
     fixture_daemon(&d, 2);
     d.secret = strdup("cluster-secret");
     struct connection *c = fixture_connection(&d, true);
-    struct larder__hello h = {.role = LARDER__ROLE_PEER};
+    struct larder__hello h = {.role = LARDER__ROLE_PEER, .owner_chunk = 4u << 20};
     memset(h.nonce, 0x5a, sizeof h.nonce);
     uint8_t frame[256];
     int n = larder__wire_encode_hello(frame, sizeof frame, 1, &h);

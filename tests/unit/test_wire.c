@@ -30,7 +30,7 @@ TEST(wire_roundtrip)
     CHECK_EQ(back.offset, UINT64_C(5) << 32);
     CHECK_EQ(back.id_high, 2);
 
-    struct larder__hello hello = {.role = LARDER__ROLE_PEER};
+    struct larder__hello hello = {.role = LARDER__ROLE_PEER, .owner_chunk = 4194304};
     for (int i = 0; i < LARDER__WIRE_NONCE; i++)
         hello.nonce[i] = (uint8_t)(i * 7 + 1);
     n = larder__wire_encode_hello(buf, sizeof buf, 1, &hello);
@@ -40,8 +40,10 @@ TEST(wire_roundtrip)
     struct larder__hello hello_back;
     CHECK_EQ(larder__wire_hello(buf + LARDER__WIRE_HEADER, frame.length, &hello_back), 0);
     CHECK_EQ(hello_back.role, LARDER__ROLE_PEER);
+    CHECK_EQ(hello_back.owner_chunk, 4194304); /* a peer's ownership chunk, at 4 */
+    CHECK_EQ(larder__le32(buf + LARDER__WIRE_HEADER + 4), 4194304);
     CHECK(memcmp(hello_back.nonce, hello.nonce, LARDER__WIRE_NONCE) == 0);
-    /* the layout of docs/protocol.md: role at 0, reserved at 4, nonce at 8 */
+    /* the layout of docs/protocol.md: role at 0, ownership chunk at 4, nonce at 8 */
     CHECK_EQ(larder__le32(buf + LARDER__WIRE_HEADER), 2);
     CHECK_EQ(buf[LARDER__WIRE_HEADER + 8 + 31], hello.nonce[31]);
 
