@@ -89,6 +89,7 @@ static int owner_then_origin(void *context, uint32_t shard, struct larder__sourc
     struct dataset_entry *e = context;
     const struct larderd *d = e->daemon;
     size_t owner = e->members ? larder__owner(&d->members, e->id_low, e->id_high, shard) : 0;
+    if (e->members && e->fixed && e->fixed_owner < d->members.count) owner = e->fixed_owner;
     struct larder__endpoint *peer = e->members ? e->members[owner] : NULL;
     if (owner == d->self || !peer) return noted_open(origin, out); /* this node's shard */
     struct larder__source *links[2] = {NULL, origin}, *chain;
@@ -134,6 +135,7 @@ static void entry_free(struct larderd *d, struct dataset_entry *e)
     for (size_t m = 0; e->members && m < d->members.count; m++)
         larder__endpoint_free(e->members[m]);
     free(e->members);
+    free(e->peer_url);
     free(e->url);
     memset(e, 0, sizeof *e);
 }
@@ -205,7 +207,9 @@ int open_dataset(struct larderd *d, const char *url, bool may_open, struct datas
             return 0;
         }
         if (rc == 0 && !(e->url = strdup(url))) rc = -ENOMEM;
-        if (rc == 0 && d->members.count > 1) rc = connect_members(d, e, url);
+        if (rc == 0) publication_adopt(d, e, url); /* a publication's owner is its producer */
+        if (rc == 0 && d->members.count > 1)
+            rc = connect_members(d, e, e->peer_url ? e->peer_url : url);
         if (rc == 0) {
             *slot = d->num_datasets++;
             *out = e;

@@ -16,6 +16,7 @@
  *   requests.c    one whole frame at a time: the handshake, OPEN and who may
  *                 open what, READ (staged by the worker pool), STAT
  *   datasets.c    the dataset registry, and borrowing from a shard's owner
+ *   publish.c     names: publications, their registry, RESOLVEs waiting for one
  *   warm.c        warm staging of the shards this node owns
  *   metrics.c     the Prometheus text of the counters, and its HTTP endpoint
  *
@@ -97,6 +98,11 @@ struct dataset_entry {
     struct larder__endpoint **members; /* one per member; NULL for this node */
     const struct larderd *daemon;      /* whose members these are */
     struct served served;              /* what the daemon answered to READs of it */
+    /* a publication (publish.c): every shard is fixed_owner's (its
+     * producer), whose daemon peers OPEN it at peer_url (NULL: url) */
+    bool fixed;         /* fixed_owner overrides the rendezvous owner */
+    size_t fixed_owner; /* an index in members */
+    char *peer_url;     /* the index's path on the producer; owned */
 };
 
 struct larderd {
@@ -123,6 +129,7 @@ struct larderd {
     pthread_mutex_t warm_lock; /* warm_next_start */
     double warm_next_start;    /* when the next warm chunk may start (--warm-rate) */
     volatile sig_atomic_t stopping;
+    struct publications *publications; /* publish.c's name registry; NULL: none yet */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -196,6 +203,25 @@ void uncached_give(struct larderd *d, uint64_t length);
  * output queue, at once or from a worker (READ).  false closes the
  * connection at once (malformed input). */
 bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+
+/* Whether c may open an index not yet open here: 1 yes; 0 only datasets
+ * already open; a negative code with a message: no OPEN at all. */
+int may_open(const struct connection *c);
+
+/* publish.c: names (publish and consume), docs/protocol.md "Names" */
+/* PUBLISH, RESOLVE and ANNOUNCE from c (handle()'s cases): false closes at once. */
+bool publish_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+bool resolve_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+bool announce_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+/* From the loop's sweep: answer the RESOLVEs whose wait is over, drop those of closed clients. */
+void publications_sweep(struct larderd *d, int64_t now);
+/* From open_dataset, with d->lock held, for a dataset just opened at url:
+ * when url is a publication's index here, fix its owner and peer URL. */
+void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *url);
+/* Free the registry and its parked requests (larderd_free). */
+void publications_free(struct larderd *d);
+/* hints.c: a publication was registered on this node (e: its dataset, open here). */
+void hints_on_publish(struct larderd *d, const char *name, struct dataset_entry *e);
 
 /* datasets.c */
 /*

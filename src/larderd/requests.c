@@ -239,7 +239,7 @@ static bool prove(struct connection *c, const struct larder__frame *f, const uin
  * library still holds it to the --allow prefixes).  1: yes; 0: only
  * datasets already open; a negative code with a message: no OPEN at all.
  */
-static int may_open(const struct connection *c)
+int may_open(const struct connection *c)
 {
     if (c->peer) return c->proven ? 1 : 0;
     if (c->daemon->config.num_allow || c->own_user) return 1;
@@ -323,6 +323,12 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
     case LARDER__STAT:
         stats_frame(c, f->request);
         return true;
+    case LARDER__PUBLISH:
+        return publish_request(c, f, payload);
+    case LARDER__RESOLVE:
+        return resolve_request(c, f, payload);
+    case LARDER__ANNOUNCE:
+        return announce_request(c, f, payload);
     default:
         return false; /* answers are not requests */
     }

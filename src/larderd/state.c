@@ -46,6 +46,7 @@ void larderd_free(struct larderd *d)
     larder__pool_free(d->pool); /* finishes the reads in flight */
     d->pool = NULL;
     close_datasets(d);
+    publications_free(d);
     larder__members_clear(&d->members);
     if (d->secret) memset(d->secret, 0, strlen(d->secret));
     free(d->secret);

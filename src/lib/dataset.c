@@ -123,6 +123,10 @@ static int open_source(void *context, uint32_t shard, struct larder__source **ou
     larder_dataset *d = context;
     struct larder__source *origin;
     int rc = larder__source_open(&origin, d->locations[shard], NULL);
+    /* behind the daemon's wrapper, an origin that cannot be opened is not
+     * the end: the shard's owner node may serve it (a publication read
+     * from its producer); the failure shows when the origin is read */
+    if (rc < 0 && d->wrap) rc = larder__source_missing_open(&origin, d->locations[shard], rc);
     if (rc < 0 || !d->wrap) {
         *out = rc < 0 ? NULL : origin;
         return rc;

@@ -307,17 +307,18 @@ static int greet(struct larder__endpoint *e, int fd)
     return n < 0 ? n : send_all(fd, frame_bytes, (size_t)n);
 }
 
-/* A fresh connection: dialled, greeted, the dataset opened.  The fd, or a negative code. */
-static int connect_endpoint(struct larder__endpoint *e)
+/* A fresh connection: dialled, greeted, index_url (if not NULL) opened.  The fd, or a negative
+ * code. */
+static int connect_opening(struct larder__endpoint *e, const char *index_url)
 {
     int fd = dial(e);
     if (fd < 0) return larder__fail(fd, "larder daemon at %s: %s", e->address, strerror(-fd));
     int rc = greet(e, fd);
-    if (rc == 0 && e->index_url) {
+    if (rc == 0 && index_url) {
         uint8_t buf[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL];
         struct larder__frame frame;
         uint8_t answer[LARDER__WIRE_MAX_MESSAGE + 300];
-        int n = larder__wire_encode_open(buf, sizeof buf, 1, e->index_url);
+        int n = larder__wire_encode_open(buf, sizeof buf, 1, index_url);
         rc = n < 0 ? n : send_all(fd, buf, (size_t)n);
         int timeout = e->timeout_ms > OPEN_TIMEOUT_MS ? e->timeout_ms : OPEN_TIMEOUT_MS;
         if (rc == 0) rc = recv_frame(fd, &frame, answer, sizeof answer, timeout);
@@ -334,6 +335,12 @@ static int connect_endpoint(struct larder__endpoint *e)
         return rc;
     }
     return fd;
+}
+
+/* A fresh connection: dialled, greeted, the dataset opened.  The fd, or a negative code. */
+static int connect_endpoint(struct larder__endpoint *e)
+{
+    return connect_opening(e, e->index_url);
 }
 
 /* A pooled connection that still looks open (no EOF or stray bytes waiting), or -1. */
@@ -452,5 +459,33 @@ int larder__endpoint_stats(struct larder__endpoint *e, char **json)
     }
     text[frame.length] = '\0';
     *json = text;
+    return 0;
+}
+
+int larder__endpoint_call(struct larder__endpoint *e, const void *request, size_t length,
+                          int wait_ms, uint8_t *type, uint8_t **payload, uint32_t *payload_length)
+{
+    int fd = connect_opening(e, NULL); /* no OPEN on this connection */
+    if (fd < 0) return fd;
+    int rc = send_all(fd, request, length);
+    uint8_t header[LARDER__WIRE_HEADER];
+    struct larder__frame frame;
+    bool answered;
+    uint8_t *bytes = NULL;
+    if (rc == 0) rc = recv_header(fd, header, wait_ms + e->timeout_ms, &answered);
+    if (rc == 0) rc = larder__wire_header(header, sizeof header, &frame);
+    if (rc == 0 && !(bytes = malloc(frame.length ? frame.length : 1))) rc = -ENOMEM;
+    if (rc == 0) rc = recv_all(fd, bytes, frame.length);
+    close(fd);
+    if (rc == 0 && frame.type == LARDER__ERROR) rc = error_answer(e, bytes, frame.length);
+    if (rc < 0) {
+        free(bytes);
+        if (is_errno(rc))
+            rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
+        return rc;
+    }
+    *type = frame.type;
+    *payload = bytes;
+    *payload_length = frame.length;
     return 0;
 }

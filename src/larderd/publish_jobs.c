@@ -1,0 +1,267 @@
+/*
+ * publish_jobs.c - the names' work on the daemon's pool (publish.c has the
+ * whole): announcing a publication to every member, and learning one
+ * (announced, or asked for and unknown here) from its producer or any
+ * member: its index fetched and kept in the cache directory, or taken
+ * from the written-through origin, then opened with the producer as the
+ * owner of every shard.
+ */
+#include "publish.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- jobs on the pool: announcing, learning ---------------------------------- */
+
+void name_job_free(struct name_job *job)
+{
+    free(job->producer);
+    free(job->location);
+    free(job->origin);
+    free(job);
+}
+
+/* The answer of member m to a frame: RESOLVED parsed into *out (its
+ * payload in *payload, which the caller frees).  0, or a negative code. */
+static int ask_member(struct larderd *d, size_t m, const uint8_t *frame, size_t length,
+                      uint8_t **payload, struct larder__publication *out)
+{
+    struct larder__endpoint *e;
+    int rc = larder__endpoint_new(&e, d->members.names[m], LARDER__ROLE_PEER, d->secret, NULL,
+                                  PEER_TIMEOUT_MS);
+    if (rc < 0) return rc;
+    uint8_t type = 0;
+    uint32_t answer_length = 0;
+    *payload = NULL;
+    rc = larder__endpoint_call(e, frame, length, 0, &type, payload, &answer_length);
+    larder__endpoint_free(e);
+    if (rc == 0 && type != LARDER__RESOLVED)
+        rc = larder__fail(LARDER_EPROTOCOL, "%s answered type %u", d->members.names[m], type);
+    if (rc == 0) rc = larder__wire_publication(LARDER__RESOLVED, *payload, answer_length, out);
+    return rc;
+}
+
+void announce_job(void *arg)
+{
+    struct name_job *job = arg;
+    struct larderd *d = job->d;
+    struct larder__publication m = {
+        .id_low = job->id_low,
+        .id_high = job->id_high,
+        .flags = job->origin ? LARDER__PUBLISHED_ORIGIN : 0,
+        .name_length = (uint32_t)strlen(job->name),
+        .name = job->name,
+        .producer_length = (uint32_t)strlen(job->producer),
+        .producer = job->producer,
+        .location_length = (uint32_t)strlen(job->location),
+        .location = job->location,
+        .origin_length = job->origin ? (uint32_t)strlen(job->origin) : 0,
+        .origin = job->origin,
+    };
+    size_t size = larder__wire_publication_size(LARDER__ANNOUNCE, &m);
+    uint8_t *frame = size ? malloc(size) : NULL;
+    if (!frame || larder__wire_encode_publication(frame, size, LARDER__ANNOUNCE, 1, &m) < 0) {
+        say("%s: not announced (%s)", job->name, size ? "out of memory" : "too long a location");
+        free(frame);
+        name_job_free(job);
+        return;
+    }
+    for (size_t i = 0; i < d->members.count && !d->stopping; i++) {
+        if (i == d->self) continue;
+        uint8_t *payload;
+        struct larder__publication ack;
+        if (ask_member(d, i, frame, size, &payload, &ack) < 0)
+            say("%s: announcing to %s failed: %s", job->name, d->members.names[i], larder_errmsg());
+        free(payload);
+    }
+    free(frame);
+    name_job_free(job);
+}
+
+/* Where this node keeps a publication's index: the cache's published/ID.index. */
+static int keep_index(struct larderd *d, const struct larder__publication *m, char **path)
+{
+    char id[33], dir[PATH_MAX], file[PATH_MAX + 64], temporary[PATH_MAX + 64];
+    larder__hex128(m->id_high, m->id_low, id);
+    if (!d->config.cache_dir)
+        return larder__fail(LARDER_EUSAGE, "no cache directory to keep a published index in");
+    if ((size_t)snprintf(dir, sizeof dir, "%s/published", d->config.cache_dir) >= sizeof dir)
+        return larder__fail(-ENAMETOOLONG, "%s: too long a path", d->config.cache_dir);
+    if (mkdir(dir, 0750) < 0 && errno != EEXIST)
+        return larder__fail(-errno, "%s: %s", dir, strerror(errno));
+    snprintf(file, sizeof file, "%s/%s.index", dir, id);
+    snprintf(temporary, sizeof temporary, "%s/.%s.index.%d", dir, id, (int)getpid());
+    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0) return larder__fail(-errno, "%s: %s", temporary, strerror(errno));
+    size_t done = 0;
+    int rc = 0;
+    while (rc == 0 && done < m->index_length) {
+        ssize_t n = write(fd, m->index + done, m->index_length - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) rc = larder__fail(-errno, "%s: %s", temporary, strerror(errno));
+        done += n > 0 ? (size_t)n : 0;
+    }
+    if (close(fd) < 0 && rc == 0) rc = larder__fail(-errno, "%s: %s", temporary, strerror(errno));
+    if (rc == 0 && rename(temporary, file) < 0)
+        rc = larder__fail(-errno, "%s: %s", file, strerror(errno));
+    if (rc < 0) {
+        unlink(temporary);
+        return rc;
+    }
+    return (*path = strdup(file)) ? 0 : -ENOMEM;
+}
+
+/*
+ * What a member told of `name` (m, with its payload): checked against the
+ * job (the announced id), its index kept or its origin taken, opened with
+ * the producer as every shard's owner, and made READY.  0, or a negative
+ * code with a message (the caller forgets the publication).
+ */
+static int take_publication(struct name_job *job, const struct larder__publication *m)
+{
+    struct larderd *d = job->d;
+    struct publications *r = d->publications;
+    if (strlen(job->name) != m->name_length || memcmp(job->name, m->name, m->name_length) != 0)
+        return larder__fail(LARDER_EPROTOCOL, "asked for %s, told of %.*s", job->name,
+                            (int)m->name_length, m->name);
+    if (job->announced && (m->id_low != job->id_low || m->id_high != job->id_high))
+        return larder__fail(LARDER_EPROTOCOL, "%s: the producer's index is not the announced one",
+                            job->name);
+    size_t producer = member_named(d, m->producer, m->producer_length);
+    bool mine = producer != SIZE_MAX && producer == d->self;
+    if (producer == SIZE_MAX)
+        return larder__fail(LARDER_EDENIED, "%s: producer %.*s is not a member of this cluster",
+                            job->name, (int)m->producer_length, m->producer);
+    char *local = NULL, *location = strndup(m->location, m->location_length);
+    char *origin = m->origin_length ? strndup(m->origin, m->origin_length) : NULL;
+    char *producer_name = strndup(m->producer, m->producer_length);
+    int rc = location && producer_name && (origin || !m->origin_length) ? 0 : -ENOMEM;
+    if (rc == 0 && mine) /* this node made it before a restart: its own files */
+        local = strdup(location);
+    else if (rc == 0 && origin)
+        local = strdup(origin);
+    else if (rc == 0 && m->index_length == 0)
+        rc = larder__fail(LARDER_EPROTOCOL, "%s: no index bytes and no origin", job->name);
+    else if (rc == 0)
+        rc = keep_index(d, m, &local);
+    if (rc == 0 && !local) rc = -ENOMEM;
+    pthread_mutex_lock(&r->lock);
+    struct publication *p = find(r, job->name, strlen(job->name));
+    if (rc == 0 && !p) rc = larder__fail(LARDER_ENOTFOUND, "%s: forgotten meanwhile", job->name);
+    if (rc == 0 && p->state == FETCHING && job->announced == false &&
+        (p->id_low != m->id_low || p->id_high != m->id_high))
+        rc = larder__fail(LARDER_EPROTOCOL, "%s: announced as another dataset", job->name);
+    if (rc == 0) {
+        p->id_low = m->id_low, p->id_high = m->id_high;
+        p->mine = mine;
+        p->producer_member = producer;
+        free(p->producer), free(p->location), free(p->origin), free(p->local);
+        p->producer = producer_name, p->location = location, p->origin = origin, p->local = local;
+        producer_name = location = origin = local = NULL;
+        p->state = FETCHING;
+    }
+    char *url = rc == 0 ? strdup(p->local) : NULL;
+    pthread_mutex_unlock(&r->lock);
+    free(producer_name), free(location), free(origin), free(local);
+    if (rc < 0) return rc;
+    if (!url) return -ENOMEM;
+    /* opened here (the owner fixed by publication_adopt): what a reader
+     * will open, checked to be the dataset the producer announced */
+    struct dataset_entry *e = NULL;
+    int slot;
+    rc = open_dataset(d, url, true, &e, &slot);
+    free(url);
+    if (rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high))
+        rc =
+            larder__fail(LARDER_EPROTOCOL, "%s: its index is not the dataset announced", job->name);
+    if (rc < 0) return rc;
+    pthread_mutex_lock(&r->lock);
+    p = find(r, job->name, strlen(job->name));
+    if (p) {
+        p->state = READY;
+        answer_waiters(r, p);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (p) hints_on_publish(d, job->name, e);
+    return 0;
+}
+
+/* Learn a name from its producer (announced) or from any member that knows it. */
+void learn_job(void *arg)
+{
+    struct name_job *job = arg;
+    struct larderd *d = job->d;
+    struct larder__resolve ask = {.wait_ms = 0,
+                                  .flags = LARDER__RESOLVE_INDEX | LARDER__RESOLVE_LOCAL,
+                                  .name_length = (uint32_t)strlen(job->name),
+                                  .name = job->name};
+    uint8_t frame[LARDER__WIRE_HEADER + 8 + LARDER__WIRE_MAX_PUBLICATION];
+    int n = larder__wire_encode_resolve(frame, sizeof frame, 1, &ask);
+    int rc = n < 0 ? n : LARDER_ENOTFOUND;
+    if (rc == LARDER_ENOTFOUND && job->announced && job->origin) {
+        /* written through: the origin's copy is the index (checked when opened) */
+        struct larder__publication m = {
+            .id_low = job->id_low,
+            .id_high = job->id_high,
+            .flags = LARDER__PUBLISHED_ORIGIN,
+            .name_length = (uint32_t)strlen(job->name),
+            .name = job->name,
+            .producer_length = (uint32_t)strlen(job->producer),
+            .producer = job->producer,
+            .location_length = (uint32_t)strlen(job->location),
+            .location = job->location,
+            .origin_length = (uint32_t)strlen(job->origin),
+            .origin = job->origin,
+        };
+        rc = take_publication(job, &m);
+        if (rc < 0) say("%s: %s", job->name, larder_errmsg());
+    }
+    for (size_t i = 0; rc < 0 && n > 0 && i < d->members.count && !d->stopping; i++) {
+        /* the producer first, when announced; then the others */
+        size_t m = job->producer_member < d->members.count ? (i == 0 ? job->producer_member
+                                                              : i == job->producer_member ? 0
+                                                                                          : i)
+                                                           : i;
+        if (m == d->self) continue;
+        uint8_t *payload;
+        struct larder__publication told;
+        rc = ask_member(d, m, frame, (size_t)n, &payload, &told);
+        if (rc == 0) rc = take_publication(job, &told);
+        if (rc < 0 && rc != LARDER_ENOTFOUND)
+            say("%s: from %s: %s", job->name, d->members.names[m], larder_errmsg());
+        free(payload);
+        if (job->announced && rc < 0) break; /* only the producer has it yet */
+    }
+    if (rc < 0) { /* forget it; waiters wait on for an ANNOUNCE until their timeout */
+        struct publications *r = d->publications;
+        pthread_mutex_lock(&r->lock);
+        struct publication *p = find(r, job->name, strlen(job->name));
+        if (p && p->state != READY) forget(r, p);
+        pthread_mutex_unlock(&r->lock);
+    }
+    name_job_free(job);
+}
+
+/* A job for `name`, submitted to the pool at background priority; false when none could be. */
+bool submit(struct larderd *d, void (*run)(void *), struct name_job *job)
+{
+    if (larder__pool_submit(d->pool, run, job, LARDER__BACKGROUND) == 0) return true;
+    name_job_free(job);
+    return false;
+}
+
+struct name_job *name_job_new(struct larderd *d, const char *name, size_t length)
+{
+    struct name_job *job = calloc(1, sizeof *job);
+    if (!job) return NULL;
+    job->d = d;
+    memcpy(job->name, name, length);
+    job->producer_member = SIZE_MAX;
+    return job;
+}
