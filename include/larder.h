@@ -333,6 +333,44 @@ LARDER_API int larder_index_shards(const char *const *shards, size_t num_shards,
                                    larder_progress_fn progress, void *userdata,
                                    larder_pack_result *result);
 
+/*
+ * Index a tree of plain files in place, one sample and one flat shard
+ * per regular file (checkpoints, model weights, any file a job reads
+ * whole or by ranges).  A sample's key is the file's path relative to
+ * `root`, its one field the whole file, named by the file's extension
+ * (after the last '.' of its name) or "data".  Each file is read once
+ * for its checksum; files larger than `large_file` also get one checksum
+ * per `checksum_block` bytes, so that a range of them is checked, and
+ * read, by those blocks alone (docs/format.md, version 3).
+ *
+ * `root` is a local directory: every regular file under it, in byte
+ * order of names; symbolic links are skipped (never followed), as are
+ * the index itself and its writer's temporary files when the index is
+ * written inside the tree, and files whose names an index may not hold
+ * (a control character, a backslash, a '?', '#' or an escaped '.', '/'
+ * or '\'; names that are not UTF-8), each with a warning through the
+ * log callback ("NAME: skipped, WHY").  With `files_from`, only the
+ * files that list names, one relative name a line; `root` may then be
+ * an http(s):// URL directory.  Names are recorded relative to the
+ * index's directory when the tree lies under it (so the two move, and
+ * serve over HTTP, together), else relative to `root` recorded as the
+ * index's base.  NULL options: the defaults.  0, or a negative code
+ * (LARDER_EEMPTY when there is no file to index).
+ */
+typedef struct larder_index_files_options {
+    size_t struct_size;          /* sizeof(larder_index_files_options) */
+    uint32_t block_size;         /* cache block size hint; 0: 64 KiB */
+    uint64_t checksum_block;     /* a power of two, 512 B to 64 MiB, >= block_size; 0: 1 MiB */
+    uint64_t large_file;         /* files above this many bytes get block checksums; 0: 4 MiB,
+                                    UINT64_MAX: none do */
+    larder_progress_fn progress; /* bytes read and to read (may be NULL) */
+    void *userdata;              /* for progress */
+    const char *files_from;      /* NULL, or a file of names relative to root, one a line */
+} larder_index_files_options;
+LARDER_API int larder_index_files(const char *root, const char *index_path,
+                                  const larder_index_files_options *options,
+                                  larder_pack_result *result);
+
 /* ---- plans ---- */
 /*
  * The sample order of an epoch: a pure function of (seed, epoch,

@@ -18,7 +18,7 @@ static bool is_local_base(const char *base)
 }
 
 /* Why `name` may not be taken relative to a base, or NULL when it may. */
-static const char *unconfined_reason(const char *name, bool remote)
+const char *larder__unconfined_reason(const char *name, bool remote)
 {
     if (name[0] == '/') return "an absolute path";
     if (strstr(name, "://") || strncasecmp(name, "file:", 5) == 0) return "a URL of its own";
@@ -65,7 +65,7 @@ int larder__shard_location(const struct larder__index *ix, const char *index_url
     }
     if (!trust) {
         bool remote = base ? !is_local_base(base) : index_remote;
-        const char *why = unconfined_reason(info.name, remote);
+        const char *why = larder__unconfined_reason(info.name, remote);
         if (why)
             return larder__fail(LARDER_EBADINDEX,
                                 "%s: shard %llu is named '%s', %s outside the index's base "

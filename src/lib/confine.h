@@ -30,6 +30,13 @@ LARDER__HIDDEN int larder__shard_location(const struct larder__index *ix, const 
                                           uint64_t shard, bool trust, char **out);
 
 /*
+ * Why `name` may not be taken relative to a base (`remote`: a network
+ * base, where a query, fragment or escaped separator counts too), as a
+ * phrase ("a control character"), or NULL when it may.
+ */
+LARDER__HIDDEN const char *larder__unconfined_reason(const char *name, bool remote);
+
+/*
  * Whether `location` (a path, file:// or network URL) lies under one of
  * the NULL-terminated `prefixes`, by whole path components, after
  * resolving "." and ".." (and, for local paths that exist, symbolic

@@ -32,7 +32,8 @@ struct larder__fill {
     struct larder__shard_map *map;   /* samples by offset (made on first use) */
     int map_error;                   /* why the map could not be made (a corrupt index) */
     char map_message[512];
-    struct larder__pool *pool; /* for batches and prefetch, made on first use */
+    struct larder__pool *pool;       /* for batches and prefetch, made on first use */
+    struct larder__block_sums *sums; /* shards checked by checksum block; NULL: none */
     /* Samples whose cached bytes this process checked, valid while the
      * cache's generation is verified_generation (see read_resident). */
     uint64_t *verified;
@@ -53,11 +54,12 @@ int larder__fill_new(struct larder__fill **out, const struct larder__fill_config
     pthread_mutex_init(&f->lock, NULL);
     pthread_mutex_init(&f->verified_lock, NULL);
     f->sources = calloc(f->ix->num_shards ? f->ix->num_shards : 1, sizeof *f->sources);
+    int sums_rc = larder__block_sums_new(&f->sums, f->ix);
     if (f->cache) {
         f->verified = calloc((f->ix->num_samples + 63) / 64 + 1, 8);
         f->verified_generation = larder__cache_generation(f->cache);
     }
-    if (!f->sources || (f->cache && !f->verified)) {
+    if (!f->sources || sums_rc < 0 || (f->cache && !f->verified)) {
         larder__fill_free(f);
         return -ENOMEM;
     }
@@ -74,6 +76,7 @@ void larder__fill_free(struct larder__fill *f)
             larder__source_close(f->sources[i]);
     free(f->sources);
     larder__shard_map_free(f->map);
+    larder__block_sums_free(f->sums);
     free(f->verified);
     pthread_mutex_destroy(&f->verified_lock);
     pthread_mutex_destroy(&f->lock);
@@ -366,7 +369,8 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
     int rc = shard_map(f, &map);
     if (rc < 0) return rc;
     struct larder__fill_scope p;
-    if ((rc = larder__fill_scope_make(f->ix, f->cache, map, shard, lo, hi, &p)) < 0) return rc;
+    if ((rc = larder__fill_scope_make(f->ix, f->sums, f->cache, map, shard, lo, hi, &p)) < 0)
+        return rc;
     uint64_t started = now_microseconds();
     int lock = larder__cache_lock(c, shard, p.first, p.last);
     if (lock < 0) return lock;
@@ -415,7 +419,10 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
         bad = rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, span_start, ok) : UINT64_MAX;
     }
     if (rc == 0 && bad != UINT64_MAX) {
-        checksum_failure(f, bad, span, span_start);
+        if (p.by_block)
+            larder__fill_scope_block_failure(f->ix, shard, &p, bad, span, span_start);
+        else
+            checksum_failure(f, bad, span, span_start);
         rc = larder__fail_context(LARDER_ECHECKSUM, "the origin's bytes do not match the index");
     }
     if (rc == 0) {
@@ -532,8 +539,8 @@ int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, 
     struct larder__fill_scope p;
     if ((rc = shard_map(f, &map)) < 0) return rc;
     uint64_t start, end;
-    if ((rc = larder__fill_scope_needed(f->ix, map, shard, offset, offset + length, &p, &start,
-                                        &end)) < 0)
+    if ((rc = larder__fill_scope_needed(f->ix, f->sums, map, shard, offset, offset + length, &p,
+                                        &start, &end)) < 0)
         return rc;
     p.check_first = p.need_first, p.check_last = p.need_last;
     uint8_t *span = start == offset && end == offset + length ? buf : malloc((size_t)(end - start));
@@ -542,7 +549,9 @@ int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, 
     rc = span && ok ? fetch_runs(f, shard, &run, 1, false) : -ENOMEM;
     if (rc > 0) rc = 0; /* from a peer */
     uint64_t bad = rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, start, ok) : UINT64_MAX;
-    if (rc == 0 && bad != UINT64_MAX) rc = checksum_failure(f, bad, span, start);
+    if (rc == 0 && bad != UINT64_MAX)
+        rc = p.by_block ? larder__fill_scope_block_failure(f->ix, shard, &p, bad, span, start)
+                        : checksum_failure(f, bad, span, start);
     if (rc == 0 && span != buf) memcpy(buf, span + (offset - start), (size_t)length);
     if (span != buf) free(span);
     free(ok);

@@ -26,12 +26,22 @@ static void sample_span(const struct larder__index *ix, uint64_t id, uint64_t *o
  * need_last), which must be read whole and checked before any of those
  * bytes is served, and the bytes that takes: [*start, *end).  0, or
  * LARDER_EUNSUPPORTED when that is more than MAX_EXTRA_BYTES beyond what
- * was asked.
+ * was asked.  A shard with checksum blocks: the blocks instead, which
+ * are at most 2^LARDER__MAX_SUM_SHIFT bytes each.
  */
-int larder__fill_scope_needed(const struct larder__index *ix, struct larder__shard_map *map,
-                              uint32_t shard, uint64_t lo, uint64_t hi,
-                              struct larder__fill_scope *p, uint64_t *start, uint64_t *end)
+int larder__fill_scope_needed(const struct larder__index *ix, const struct larder__block_sums *sums,
+                              struct larder__shard_map *map, uint32_t shard, uint64_t lo,
+                              uint64_t hi, struct larder__fill_scope *p, uint64_t *start,
+                              uint64_t *end)
 {
+    p->by_block = larder__block_sums_of(sums, shard, &p->sums);
+    if (p->by_block) {
+        uint64_t unused;
+        larder__sum_blocks_covering(&p->sums, lo, hi, &p->need_first, &p->need_last);
+        larder__sum_block_span(&p->sums, p->need_first, start, &unused);
+        larder__sum_block_span(&p->sums, p->need_last - 1, &unused, end);
+        return 0;
+    }
     larder__shard_map_overlapping(map, shard, lo, hi, &p->need_first, &p->need_last);
     *start = lo, *end = hi;
     if (p->need_first < p->need_last) { /* without overlaps, the first starts and the last ends */
@@ -50,25 +60,34 @@ int larder__fill_scope_needed(const struct larder__index *ix, struct larder__sha
     return 0;
 }
 
-int larder__fill_scope_make(const struct larder__index *ix, struct larder__cache *c,
-                            struct larder__shard_map *map, uint32_t shard, uint64_t lo, uint64_t hi,
-                            struct larder__fill_scope *p)
+int larder__fill_scope_make(const struct larder__index *ix, const struct larder__block_sums *sums,
+                            struct larder__cache *c, struct larder__shard_map *map, uint32_t shard,
+                            uint64_t lo, uint64_t hi, struct larder__fill_scope *p)
 {
     uint64_t start, end;
-    int rc = larder__fill_scope_needed(ix, map, shard, lo, hi, p, &start, &end);
+    int rc = larder__fill_scope_needed(ix, sums, map, shard, lo, hi, p, &start, &end);
     if (rc < 0) return rc;
     /* the blocks these bytes fill, and the samples sharing them */
     uint64_t first, last;
     larder__cache_blocks(c, start, end - start, &first, &last);
     uint64_t block_start = larder__cache_block_offset(c, first);
     uint64_t block_end = block_start + larder__cache_span(c, shard, first, last);
+    p->first = first, p->last = last;
+    p->left_first = first, p->right_last = last;
+    if (p->by_block) {
+        /* both sizes are powers of two from byte 0: the larger's edges
+         * are edges of the smaller, so these checksum blocks lie whole
+         * inside the cache blocks read */
+        larder__sum_blocks_covering(&p->sums, block_start, block_end, &p->check_first,
+                                    &p->check_last);
+        return 0;
+    }
     larder__shard_map_overlapping(map, shard, block_start, block_end, &p->check_first,
                                   &p->check_last);
     /* samples straddling the edges are left out, but noted when their
      * other blocks are in the cache already and few: checking them then
      * costs a pread, and lets the shared edge blocks be trusted.  Fetching
      * them, or waiting for their locks, would widen every cold fill. */
-    p->left_first = first, p->right_last = last;
     if (p->check_first < p->check_last &&
         (p->check_first < p->need_first || p->need_first == p->need_last)) {
         uint64_t a, z, bf, bl;
@@ -92,7 +111,6 @@ int larder__fill_scope_make(const struct larder__index *ix, struct larder__cache
         }
     }
     if (p->check_first > p->check_last) p->check_first = p->check_last;
-    p->first = first, p->last = last;
     return 0;
 }
 
@@ -118,6 +136,18 @@ uint64_t larder__fill_scope_check(const struct larder__index *ix, struct larder_
                                   uint64_t span_start, bool *ok)
 {
     uint64_t bad_needed = UINT64_MAX;
+    if (p->by_block) {
+        for (uint64_t q = p->check_first; q < p->check_last; q++) {
+            uint64_t start, end;
+            larder__sum_block_span(&p->sums, q, &start, &end);
+            ok[q - p->check_first] =
+                larder__sum_block_ok(ix, &p->sums, q, span + (start - span_start));
+            if (!ok[q - p->check_first] && q >= p->need_first && q < p->need_last &&
+                bad_needed == UINT64_MAX)
+                bad_needed = q;
+        }
+        return bad_needed;
+    }
     for (uint64_t q = p->check_first; q < p->check_last; q++) {
         uint64_t id = larder__shard_map_id(map, q);
         struct larder__sample s;
@@ -145,6 +175,18 @@ void larder__fill_scope_keepable(const struct larder__index *ix, struct larder__
     uint64_t n = p->last - p->first + 1;
     for (uint64_t i = 0; i < n; i++)
         keep[i] = LARDER__KEEP_CHECKED;
+    if (p->by_block) { /* a block is kept when every checksum block it touches matched */
+        for (uint64_t q = p->check_first; q < p->check_last; q++) {
+            if (ok[q - p->check_first]) continue;
+            uint64_t a, z, first, last;
+            larder__sum_block_span(&p->sums, q, &a, &z);
+            if (z == a) continue;
+            larder__cache_blocks(c, a, z - a, &first, &last);
+            for (uint64_t b = first < p->first ? p->first : first; b <= last && b <= p->last; b++)
+                keep[b - p->first] = LARDER__DISCARD;
+        }
+        return;
+    }
     uint64_t start = larder__cache_block_offset(c, p->first);
     uint64_t end = start + larder__cache_span(c, shard, p->first, p->last);
     uint64_t from, to;
@@ -160,4 +202,22 @@ void larder__fill_scope_keepable(const struct larder__index *ix, struct larder__
             if (keep[b - p->first] != LARDER__DISCARD)
                 keep[b - p->first] = checked ? LARDER__DISCARD : LARDER__KEEP_SUSPECT;
     }
+}
+
+int larder__fill_scope_block_failure(const struct larder__index *ix, uint32_t shard,
+                                     const struct larder__fill_scope *p, uint64_t block,
+                                     const uint8_t *span, uint64_t span_start)
+{
+    uint64_t start, end;
+    larder__sum_block_span(&p->sums, block, &start, &end);
+    struct larder__shard info;
+    const char *name = larder__index_shard(ix, shard, &info) == 0 ? info.name : "?";
+    return larder__fail(
+        LARDER_ECHECKSUM,
+        "shard %u ('%s'), checksum block %llu (bytes %llu+%llu): checksum "
+        "%016llx, index says %016llx",
+        shard, name, (unsigned long long)block, (unsigned long long)start,
+        (unsigned long long)(end - start),
+        (unsigned long long)XXH3_64bits(span + (start - span_start), (size_t)(end - start)),
+        (unsigned long long)larder__index_block_sum(ix, p->sums.first + block));
 }

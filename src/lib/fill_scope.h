@@ -10,6 +10,7 @@
 
 #include "cache.h"
 #include "index.h"
+#include "index_sums.h"
 #include "shardmap.h"
 
 #include <xxhash.h>
@@ -27,6 +28,8 @@ static inline bool larder__checksum_ok(const struct larder__sample *s, const voi
  * kept).  Positions are the shard map's.
  */
 struct larder__fill_scope {
+    bool by_block;                    /* checked by checksum blocks: the counts below are theirs */
+    struct larder__shard_sums sums;   /* by_block: the shard's checksum blocks */
     uint64_t need_first, need_last;   /* samples overlapping [lo, hi): [first, last) */
     uint64_t check_first, check_last; /* every sample checked: [first, last) */
     uint64_t first, last;             /* blocks read */
@@ -45,9 +48,11 @@ enum larder__keep { LARDER__KEEP_CHECKED = 0, LARDER__KEEP_SUSPECT, LARDER__DISC
  * need_last), which must be read whole and checked before any of those
  * bytes is served, and the bytes that takes: [*start, *end).  0, or
  * LARDER_EUNSUPPORTED when that is more than MAX_EXTRA_BYTES beyond what
- * was asked.
+ * was asked.  When `sums` (may be NULL) has the shard's checksum blocks,
+ * the checksum blocks overlapping [lo, hi) instead (p->by_block).
  */
 LARDER__HIDDEN int larder__fill_scope_needed(const struct larder__index *ix,
+                                             const struct larder__block_sums *sums,
                                              struct larder__shard_map *map, uint32_t shard,
                                              uint64_t lo, uint64_t hi, struct larder__fill_scope *p,
                                              uint64_t *start, uint64_t *end);
@@ -56,11 +61,15 @@ LARDER__HIDDEN int larder__fill_scope_needed(const struct larder__index *ix,
  * The scope of a fill of bytes [lo, hi) of `shard` through the cache:
  * the needed samples (as larder__fill_scope_needed), the blocks they
  * cover, the samples sharing those blocks (checked too, so that the
- * blocks can be trusted), and the straddlers that may be taken in.
+ * blocks can be trusted), and the straddlers that may be taken in; for a
+ * shard with checksum blocks, those covering [lo, hi) and every one the
+ * cache blocks they fill touch.
  */
-LARDER__HIDDEN int larder__fill_scope_make(const struct larder__index *ix, struct larder__cache *c,
-                                           struct larder__shard_map *map, uint32_t shard,
-                                           uint64_t lo, uint64_t hi, struct larder__fill_scope *p);
+LARDER__HIDDEN int larder__fill_scope_make(const struct larder__index *ix,
+                                           const struct larder__block_sums *sums,
+                                           struct larder__cache *c, struct larder__shard_map *map,
+                                           uint32_t shard, uint64_t lo, uint64_t hi,
+                                           struct larder__fill_scope *p);
 
 /* Take in the noted straddlers whose blocks no one else holds (see struct larder__fill_scope). */
 LARDER__HIDDEN void larder__fill_scope_take_in(struct larder__cache *c, uint32_t shard, int lock,
@@ -69,7 +78,8 @@ LARDER__HIDDEN void larder__fill_scope_take_in(struct larder__cache *c, uint32_t
 /*
  * Check the samples of a fill against their checksums.  ok[] (one per
  * sample of the scope's checked range) says which matched; returns the
- * first needed sample that did not (as an id), or UINT64_MAX.
+ * first needed sample that did not (as an id), or UINT64_MAX.  By block:
+ * one per checksum block, and the first needed block that did not match.
  */
 LARDER__HIDDEN uint64_t larder__fill_scope_check(const struct larder__index *ix,
                                                  struct larder__shard_map *map,
@@ -90,5 +100,15 @@ LARDER__HIDDEN void larder__fill_scope_keepable(const struct larder__index *ix,
                                                 struct larder__shard_map *map, uint32_t shard,
                                                 const struct larder__fill_scope *p, const bool *ok,
                                                 uint8_t *keep);
+
+/*
+ * LARDER_ECHECKSUM for checksum block `block` of a by_block scope (as
+ * larder__fill_scope_check returned it), naming the shard and the bytes;
+ * span holds the block's bytes from span_start on.
+ */
+LARDER__HIDDEN int larder__fill_scope_block_failure(const struct larder__index *ix, uint32_t shard,
+                                                    const struct larder__fill_scope *p,
+                                                    uint64_t block, const uint8_t *span,
+                                                    uint64_t span_start);
 
 #endif

@@ -19,7 +19,8 @@ uint64_t larder__key_hash(const char *key, size_t length)
 
 /* Section offsets from the counts; false on overflow. */
 bool larder__index_compute_layout(uint64_t num_shards, uint64_t num_samples, uint64_t num_fields,
-                                  uint64_t num_dims, uint64_t num_key_slots, uint64_t strings_size,
+                                  uint64_t num_dims, uint64_t num_key_slots,
+                                  uint64_t num_block_sums, uint64_t strings_size,
                                   struct larder__index_layout *l)
 {
     uint64_t bytes;
@@ -36,9 +37,18 @@ bool larder__index_compute_layout(uint64_t num_shards, uint64_t num_samples, uin
     if (!larder__mul_ok(num_dims, 8, &bytes) || !larder__add_ok(l->dims, bytes, &l->key_slots))
         return false;
     if (!larder__mul_ok(num_key_slots, 8, &bytes) ||
-        !larder__add_ok(l->key_slots, bytes, &l->strings))
+        !larder__add_ok(l->key_slots, bytes, &l->block_sums))
+        return false;
+    if (!larder__mul_ok(num_block_sums, 8, &bytes) ||
+        !larder__add_ok(l->block_sums, bytes, &l->strings))
         return false;
     return larder__add_ok(l->strings, strings_size, &l->end);
+}
+
+/* The number of checksum blocks of 2^shift bytes in a shard of `size` bytes. */
+static uint64_t sum_blocks(uint64_t size, uint32_t shift)
+{
+    return shift == 0 || size == 0 ? 0 : ((size - 1) >> shift) + 1;
 }
 
 /* The content hash: xxh3-128 of the image with the id and header checksum zeroed. */
@@ -82,7 +92,8 @@ static int check_header(struct larder__index *ix, const uint8_t *h, uint64_t siz
     ix->version = larder__le32(h + H_VERSION);
     if (ix->version < 1 || ix->version > LARDER__INDEX_VERSION)
         return larder__fail(LARDER_EVERSION,
-                            "%s: index format version %u at offset %d; this build reads 1 to %d",
+                            "%s: index format version %u at offset %d; this build reads 1 to %d "
+                            "(a newer larder wrote it)",
                             name, ix->version, H_VERSION, LARDER__INDEX_VERSION);
     if (larder__le32(h + H_HEADER_SIZE) != LARDER__INDEX_HEADER_SIZE)
         return larder__fail(LARDER_EBADINDEX, "%s: header size %u at offset %d, expected %d", name,
@@ -94,13 +105,26 @@ static int check_header(struct larder__index *ix, const uint8_t *h, uint64_t siz
     return 0;
 }
 
-/* Every shard record, and the sum of their sizes into ix->shard_bytes. */
+/*
+ * Every shard record, the sum of their sizes into ix->shard_bytes, and
+ * (version 3) that their checksum blocks add up to the block checksum
+ * table exactly.
+ */
 static int check_shards(struct larder__index *ix, const char *name)
 {
+    uint64_t sums = 0;
     for (uint64_t i = 0; i < ix->num_shards; i++) {
         struct larder__shard shard;
         int rc = larder__index_shard(ix, i, &shard);
         if (rc < 0) return rc;
+        /* at most 2^47 per shard, 2^51 together: no overflow */
+        sums += sum_blocks(shard.size, shard.sum_shift);
+        if (sums > ix->num_block_sums)
+            return larder__fail(LARDER_EBADINDEX,
+                                "%s: shards 0-%llu have more checksum blocks than the %llu of the "
+                                "block checksum table (offset %d)",
+                                name, (unsigned long long)i, (unsigned long long)ix->num_block_sums,
+                                H_NUM_BLOCK_SUMS);
         /* bounded one by one, the sum cannot overflow before it is checked */
         ix->shard_bytes += shard.size;
         if (ix->shard_bytes > LARDER__MAX_DATASET_SIZE)
@@ -108,6 +132,12 @@ static int check_shards(struct larder__index *ix, const char *name)
                                 "%s: shards 0-%llu hold more than 2^60 bytes together", name,
                                 (unsigned long long)i);
     }
+    if (sums != ix->num_block_sums)
+        return larder__fail(LARDER_EBADINDEX,
+                            "%s: the shards have %llu checksum blocks, the block checksum table "
+                            "%llu (offset %d)",
+                            name, (unsigned long long)sums, (unsigned long long)ix->num_block_sums,
+                            H_NUM_BLOCK_SUMS);
     return 0;
 }
 
@@ -130,10 +160,28 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
     ix->total_bytes = larder__le64(h + H_TOTAL_BYTES);
     ix->block_size = larder__le32(h + H_BLOCK_SIZE);
     uint64_t file_size = larder__le64(h + H_FILE_SIZE);
+    uint32_t flags = larder__le32(h + H_FLAGS);
+    uint32_t known_flags = ix->version >= 3
+                               ? LARDER__INDEX_FLAG_BASE | LARDER__INDEX_FLAG_BLOCK_SUMS
+                           : ix->version >= 2 ? LARDER__INDEX_FLAG_BASE
+                                              : 0;
+    if (flags & ~known_flags)
+        return larder__fail(LARDER_EBADINDEX, "%s: unknown flags %#x at offset %d", name, flags,
+                            H_FLAGS);
+    /* bytes 112-119 were reserved before version 3; versions 1 and 2 are
+     * read as they always were */
+    if (ix->version >= 3) {
+        ix->num_block_sums = larder__le64(h + H_NUM_BLOCK_SUMS);
+        if (!(flags & LARDER__INDEX_FLAG_BLOCK_SUMS) && ix->num_block_sums != 0)
+            return larder__fail(LARDER_EBADINDEX,
+                                "%s: %llu block checksums (offset %d) without the flag that "
+                                "announces them",
+                                name, (unsigned long long)ix->num_block_sums, H_NUM_BLOCK_SUMS);
+    }
 
     struct larder__index_layout l;
     if (!larder__index_compute_layout(ix->num_shards, ix->num_samples, ix->num_fields, ix->num_dims,
-                                      ix->num_key_slots, ix->strings_size, &l))
+                                      ix->num_key_slots, ix->num_block_sums, ix->strings_size, &l))
         return larder__fail(LARDER_EBADINDEX, "%s: header counts overflow 64 bits", name);
     if (l.end != file_size || file_size != size)
         return larder__fail(LARDER_EBADINDEX,
@@ -154,11 +202,6 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
         return larder__fail(
             LARDER_EBADINDEX, "%s: block size %u is not a power of two from %u to %u (offset %d)",
             name, ix->block_size, LARDER__MIN_BLOCK_SIZE, LARDER__MAX_BLOCK_SIZE, H_BLOCK_SIZE);
-    uint32_t flags = larder__le32(h + H_FLAGS);
-    uint32_t known_flags = ix->version >= 2 ? LARDER__INDEX_FLAG_BASE : 0;
-    if (flags & ~known_flags)
-        return larder__fail(LARDER_EBADINDEX, "%s: unknown flags %#x at offset %d", name, flags,
-                            H_FLAGS);
     ix->image = h;
     ix->image_size = size;
     ix->shards = h + l.shards;
@@ -166,6 +209,7 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
     ix->fields = h + l.fields;
     ix->dims = h + l.dims;
     ix->key_slots = h + l.key_slots;
+    ix->block_sums = h + l.block_sums;
     ix->strings = h + l.strings;
     if (flags & LARDER__INDEX_FLAG_BASE) {
         ix->base = string_at(ix, larder__le64(h + H_BASE));
@@ -188,6 +232,7 @@ int larder__index_shard(const struct larder__index *ix, uint64_t shard, struct l
     out->size = larder__le64(r + 8);
     out->checksum = larder__le64(r + 16);
     out->format = larder__le32(r + 24);
+    out->sum_shift = ix->version >= 3 ? larder__le32(r + 28) : 0; /* reserved before */
     if (!out->name || !out->name[0])
         return larder__fail(LARDER_EBADINDEX,
                             "%s: shard %llu (offset %llu): name string offset %llu out of range",
@@ -203,6 +248,16 @@ int larder__index_shard(const struct larder__index *ix, uint64_t shard, struct l
         return larder__fail(LARDER_EBADINDEX, "%s: shard %llu (offset %llu): unknown format %u",
                             ix->name, (unsigned long long)shard, (unsigned long long)record_offset,
                             out->format);
+    if (out->sum_shift != 0 &&
+        (out->sum_shift < LARDER__MIN_SUM_SHIFT || out->sum_shift > LARDER__MAX_SUM_SHIFT ||
+         (UINT64_C(1) << out->sum_shift) < ix->block_size))
+        return larder__fail(LARDER_EBADINDEX,
+                            "%s: shard %llu ('%s', offset %llu): checksum blocks of 2^%u bytes; "
+                            "they must be 2^%d to 2^%d bytes and no smaller than the block size "
+                            "(%u)",
+                            ix->name, (unsigned long long)shard, out->name,
+                            (unsigned long long)record_offset, out->sum_shift,
+                            LARDER__MIN_SUM_SHIFT, LARDER__MAX_SUM_SHIFT, ix->block_size);
     return 0;
 }
 

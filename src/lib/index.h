@@ -12,10 +12,10 @@
 #include "common.h"
 
 #define LARDER__INDEX_MAGIC "LARDERIX"
-#define LARDER__INDEX_VERSION                                                                      \
-    2 /* the newest this build reads; it writes 1 unless a base is set                             \
-       */
-#define LARDER__INDEX_FLAG_BASE 1u /* version 2: the header names the shards' base */
+/* the newest this build reads; it writes 1 unless a base (2) or block sums (3) need more */
+#define LARDER__INDEX_VERSION 3
+#define LARDER__INDEX_FLAG_BASE 1u       /* version 2: the header names the shards' base */
+#define LARDER__INDEX_FLAG_BLOCK_SUMS 2u /* version 3: some shards have per-block checksums */
 #define LARDER__INDEX_HEADER_SIZE 128
 #define LARDER__INDEX_SHARD_SIZE 32
 #define LARDER__INDEX_SAMPLE_SIZE 48
@@ -28,6 +28,12 @@
 #define LARDER__MAX_DATASET_SIZE (UINT64_C(1) << 60)
 #define LARDER__MIN_BLOCK_SIZE 512u
 #define LARDER__MAX_BLOCK_SIZE (1u << 30)
+/* Checksum blocks (version 3): a power of two from 2^9 to 2^26 bytes, and
+ * never smaller than the index's block size hint.  The upper bound keeps
+ * what a fill reads around a small range to two such blocks. */
+#define LARDER__MIN_SUM_SHIFT 9
+#define LARDER__MAX_SUM_SHIFT 26
+#define LARDER__DEFAULT_SUM_BLOCK (UINT64_C(1) << 20)
 
 /* A validated view of an index image; pointers into the image. */
 struct larder__index {
@@ -41,14 +47,16 @@ struct larder__index {
     uint64_t id_low, id_high; /* dataset id, xxh3-128 */
     uint64_t shard_bytes;     /* sum of the shard sizes (at most LARDER__MAX_DATASET_SIZE) */
     const char *base;         /* version 2: where shard names are relative to; else NULL */
-    const uint8_t *shards, *samples, *fields, *dims, *key_slots, *strings;
+    uint64_t num_block_sums;  /* version 3: entries of the block checksum table; else 0 */
+    const uint8_t *shards, *samples, *fields, *dims, *key_slots, *block_sums, *strings;
 };
 
 struct larder__shard {
     const char *name;
     uint64_t size;
     uint64_t checksum;
-    uint32_t format; /* enum larder_shard_format */
+    uint32_t format;    /* enum larder_shard_format */
+    uint32_t sum_shift; /* version 3: log2 of its checksum block size; 0: no block sums */
 };
 
 struct larder__sample {
@@ -99,6 +107,14 @@ LARDER__HIDDEN int larder__index_field(const struct larder__index *ix,
  * carry the key (a corrupt index: keys are unique). */
 LARDER__HIDDEN int64_t larder__index_find_key(const struct larder__index *ix, const char *key,
                                               size_t key_length);
+/*
+ * Entry `i` of the block checksum table (XXH3-64 of one checksum block);
+ * i < ix->num_block_sums.  Which entries are a shard's: index_sums.h.
+ */
+static inline uint64_t larder__index_block_sum(const struct larder__index *ix, uint64_t i)
+{
+    return larder__le64(ix->block_sums + i * 8);
+}
 /* Recompute the content hash over the whole image; 0 or LARDER_ECHECKSUM. */
 LARDER__HIDDEN int larder__index_check_hash(const struct larder__index *ix);
 
@@ -123,6 +139,16 @@ LARDER__HIDDEN int64_t larder__index_builder_add_shard(struct larder__index_buil
 LARDER__HIDDEN void larder__index_builder_set_shard(struct larder__index_builder *builder,
                                                     uint32_t shard, uint64_t size,
                                                     uint64_t checksum);
+/*
+ * Give shard `shard` per-block checksums: sums[i] is XXH3-64 of bytes
+ * [i << shift, (i + 1) << shift) of the shard (the last block shorter),
+ * count = ceil(size / 2^shift) for the size set with _set_shard.  The
+ * sums are copied; the index is then written as version 3.  0, or
+ * LARDER_EUSAGE for a shift out of range or a wrong count, or -ENOMEM.
+ */
+LARDER__HIDDEN int larder__index_builder_set_block_sums(struct larder__index_builder *builder,
+                                                        uint32_t shard, uint32_t shift,
+                                                        const uint64_t *sums, uint64_t count);
 /*
  * Add a sample; returns its id (>= 0), or LARDER_EDUPKEY (message names
  * the key), LARDER_EUSAGE for an inconsistent record, or -ENOMEM.

@@ -31,6 +31,8 @@ struct builder_sample {
 struct builder_shard {
     uint64_t name, size, checksum;
     uint32_t format;
+    uint32_t sum_shift; /* 0: no block sums */
+    uint64_t sum_first; /* its first entry in the builder's block sums */
 };
 
 struct larder__index_builder {
@@ -50,6 +52,10 @@ struct larder__index_builder {
     uint64_t *slots;
     uint64_t num_slots;
     char *base; /* NULL, or the base shard names are relative to (makes a version 2 index) */
+    /* per-block checksums of the shards that have them (make a version 3
+     * index), in the order they were set; written in shard order */
+    uint64_t *block_sums;
+    size_t num_block_sums, cap_block_sums;
     /* interned non-key strings (field and shard names): offset+1, 0 empty */
     uint64_t *names;
     uint64_t num_name_slots, num_names;
@@ -88,6 +94,7 @@ void larder__index_builder_free(struct larder__index_builder *b)
     free(b->slots);
     free(b->names);
     free(b->base);
+    free(b->block_sums);
     free(b);
 }
 
@@ -179,6 +186,40 @@ void larder__index_builder_set_shard(struct larder__index_builder *b, uint32_t s
 {
     b->shards[shard].size = size;
     b->shards[shard].checksum = checksum;
+}
+
+int larder__index_builder_set_block_sums(struct larder__index_builder *b, uint32_t shard,
+                                         uint32_t shift, const uint64_t *sums, uint64_t count)
+{
+    if (shard >= b->num_shards || b->shards[shard].sum_shift != 0 ||
+        shift < LARDER__MIN_SUM_SHIFT || shift > LARDER__MAX_SUM_SHIFT ||
+        (UINT64_C(1) << shift) < b->block_size)
+        return larder__fail(LARDER_EUSAGE,
+                            "shard %u: checksum blocks of 2^%u bytes (2^%d to 2^%d, and no smaller "
+                            "than the block size %u)",
+                            shard, shift, LARDER__MIN_SUM_SHIFT, LARDER__MAX_SUM_SHIFT,
+                            b->block_size);
+    uint64_t size = b->shards[shard].size;
+    uint64_t want = size == 0 ? 0 : ((size - 1) >> shift) + 1;
+    if (count != want)
+        return larder__fail(LARDER_EUSAGE, "shard %u: %llu block checksums for %llu bytes", shard,
+                            (unsigned long long)count, (unsigned long long)size);
+    if (larder__reserve((void **)&b->block_sums, &b->cap_block_sums,
+                        b->num_block_sums + (size_t)count, 8) < 0)
+        return -ENOMEM;
+    memcpy(b->block_sums + b->num_block_sums, sums, (size_t)count * 8);
+    b->shards[shard].sum_shift = shift;
+    b->shards[shard].sum_first = b->num_block_sums;
+    b->num_block_sums += (size_t)count;
+    return 0;
+}
+
+/* Whether some shard has block sums (the index is then version 3). */
+static bool has_block_sums(const struct larder__index_builder *b)
+{
+    for (size_t i = 0; i < b->num_shards; i++)
+        if (b->shards[i].sum_shift) return true;
+    return false;
 }
 
 /* Insert `id` into a slot table (no duplicate check). */
@@ -353,13 +394,16 @@ static void encode_header(const struct larder__index_builder *b, uint8_t *header
 {
     memset(header, 0, LARDER__INDEX_HEADER_SIZE);
     memcpy(header + H_MAGIC, LARDER__INDEX_MAGIC, 8);
-    /* version 1 unless a base needs version 2: older readers keep reading
-     * what they can read right, and refuse what they would misread */
-    larder__put_le32(header + H_VERSION, b->base ? 2 : 1);
-    if (b->base) {
-        larder__put_le32(header + H_FLAGS, LARDER__INDEX_FLAG_BASE);
-        larder__put_le64(header + H_BASE, base_offset);
-    }
+    /* version 1 unless a base needs version 2 or block sums version 3:
+     * older readers keep reading what they can read right, and refuse
+     * what they would misread */
+    bool sums = has_block_sums(b);
+    larder__put_le32(header + H_VERSION, sums ? 3 : b->base ? 2 : 1);
+    uint32_t flags =
+        (b->base ? LARDER__INDEX_FLAG_BASE : 0) | (sums ? LARDER__INDEX_FLAG_BLOCK_SUMS : 0);
+    larder__put_le32(header + H_FLAGS, flags);
+    if (b->base) larder__put_le64(header + H_BASE, base_offset);
+    if (sums) larder__put_le64(header + H_NUM_BLOCK_SUMS, b->num_block_sums);
     larder__put_le32(header + H_HEADER_SIZE, LARDER__INDEX_HEADER_SIZE);
     larder__put_le64(header + H_NUM_SHARDS, b->num_shards);
     larder__put_le64(header + H_NUM_SAMPLES, b->num_samples);
@@ -386,6 +430,7 @@ static void put_sections(struct out *o, const struct larder__index_builder *b, u
         larder__put_le64(r + 8, b->shards[i].size);
         larder__put_le64(r + 16, b->shards[i].checksum);
         larder__put_le32(r + 24, b->shards[i].format);
+        larder__put_le32(r + 28, b->shards[i].sum_shift);
         out_put(o, r, sizeof r);
     }
     for (size_t i = 0; i < b->num_samples; i++) {
@@ -415,6 +460,18 @@ static void put_sections(struct out *o, const struct larder__index_builder *b, u
         uint8_t r[8];
         larder__put_le64(r, b->slots[i]);
         out_put(o, r, 8);
+    }
+    for (size_t i = 0; i < b->num_shards; i++) { /* block sums, in shard order */
+        const struct builder_shard *shard = &b->shards[i];
+        uint64_t count =
+            shard->sum_shift
+                ? ((shard->size + (UINT64_C(1) << shard->sum_shift) - 1) >> shard->sum_shift)
+                : 0;
+        for (uint64_t k = 0; k < count; k++) {
+            uint8_t r[8];
+            larder__put_le64(r, b->block_sums[shard->sum_first + k]);
+            out_put(o, r, 8);
+        }
     }
     for (size_t i = 0; i < b->num_shards; i++) {
         size_t length;
@@ -446,7 +503,7 @@ int larder__index_builder_write(struct larder__index_builder *b, const char *pat
     if (b->base) prefix += 4 + strlen(b->base) + 1;
     struct larder__index_layout l;
     if (!larder__index_compute_layout(b->num_shards, b->num_samples, b->num_fields, b->num_dims,
-                                      num_slots, prefix + b->strings_size, &l))
+                                      num_slots, b->num_block_sums, prefix + b->strings_size, &l))
         return larder__fail(LARDER_EUSAGE, "index too large");
     uint8_t header[LARDER__INDEX_HEADER_SIZE];
     encode_header(b, header, num_slots, prefix, base_offset, l.end);

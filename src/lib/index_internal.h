@@ -26,8 +26,8 @@ enum {
     H_FILE_SIZE = 88,
     H_BLOCK_SIZE = 96,
     H_FLAGS = 100,
-    H_BASE = 104, /* version 2, with LARDER__INDEX_FLAG_BASE: string reference */
-    H_RESERVED = 112,
+    H_BASE = 104,           /* version 2, with LARDER__INDEX_FLAG_BASE: string reference */
+    H_NUM_BLOCK_SUMS = 112, /* version 3, with LARDER__INDEX_FLAG_BLOCK_SUMS; else reserved, 0 */
     H_CHECKSUM = 120,
 };
 
@@ -44,13 +44,14 @@ static inline uint64_t larder__slot_tag(uint64_t hash)
 
 /* Where each section starts, and where the file ends. */
 struct larder__index_layout {
-    uint64_t shards, samples, fields, dims, key_slots, strings, end;
+    uint64_t shards, samples, fields, dims, key_slots, block_sums, strings, end;
 };
 
 /* Section offsets from the counts; false on overflow. */
 LARDER__HIDDEN bool larder__index_compute_layout(uint64_t num_shards, uint64_t num_samples,
                                                  uint64_t num_fields, uint64_t num_dims,
-                                                 uint64_t num_key_slots, uint64_t strings_size,
+                                                 uint64_t num_key_slots, uint64_t num_block_sums,
+                                                 uint64_t strings_size,
                                                  struct larder__index_layout *l);
 
 #endif

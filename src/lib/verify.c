@@ -1,11 +1,13 @@
 /*
  * verify.c - larder_verify: every record of the index, and every byte of
  * every shard streamed once from its source, against the index's
- * checksums (shards whole, samples as they pass).
+ * checksums (shards whole, samples as they pass, and the checksum blocks
+ * of shards that have them).
  */
 #include "dataset.h"
 #include "fill.h"
 #include "index.h"
+#include "index_sums.h"
 #include "source.h"
 
 #include <errno.h>
@@ -27,6 +29,12 @@ struct verify {
     size_t count, next;
     bool open; /* order[next] has started */
     XXH3_state_t sample_hash;
+    /* checksum blocks, for shards that have them */
+    struct larder__block_sums *sums;
+    bool by_block;                 /* this shard has them */
+    struct larder__shard_sums cur; /* this shard's */
+    uint64_t block;                /* the block being hashed */
+    XXH3_state_t block_hash;
 };
 
 static void report(struct verify *v, uint64_t id, int error)
@@ -44,12 +52,41 @@ static int by_offset(const void *a, const void *b, void *index)
     return x.offset < y.offset ? -1 : x.offset > y.offset;
 }
 
+/* Bytes [start, end) of the shard (at p) through its checksum blocks. */
+static void check_blocks(struct verify *v, const uint8_t *p, uint64_t start, uint64_t end)
+{
+    while (start < end && v->block < v->cur.count) {
+        uint64_t a, z;
+        larder__sum_block_span(&v->cur, v->block, &a, &z);
+        uint64_t to = z < end ? z : end;
+        XXH3_64bits_update(&v->block_hash, p, (size_t)(to - start));
+        p += to - start, start = to;
+        if (to < z) break;
+        uint64_t got = XXH3_64bits_digest(&v->block_hash);
+        uint64_t want = larder__index_block_sum(v->ix, v->cur.first + v->block);
+        if (got != want) {
+            struct larder__shard shard;
+            larder__index_shard(v->ix, v->shard, &shard);
+            larder__fail(LARDER_ECHECKSUM,
+                         "shard %u ('%s'), checksum block %llu (bytes %llu+%llu): checksum "
+                         "%016llx, index says %016llx",
+                         v->shard, shard.name, (unsigned long long)v->block, (unsigned long long)a,
+                         (unsigned long long)(z - a), (unsigned long long)got,
+                         (unsigned long long)want);
+            report(v, LARDER_NO_SAMPLE, LARDER_ECHECKSUM);
+        }
+        v->block++;
+        XXH3_64bits_reset(&v->block_hash);
+    }
+}
+
 static int verify_sink(void *userdata, const void *data, size_t length)
 {
     struct verify *v = userdata;
     const uint8_t *p = data;
     uint64_t start = v->position, end = start + length;
     XXH3_64bits_update(&v->shard_hash, p, length);
+    if (v->by_block) check_blocks(v, p, start, end);
     while (v->next < v->count) {
         struct larder__sample s;
         larder__index_sample(v->ix, v->order[v->next], &s);
@@ -156,6 +193,9 @@ static void verify_shard(struct verify *v, struct larder__fill *fill, uint32_t i
     v->position = 0;
     order_by_offset(v, i);
     XXH3_64bits_reset(&v->shard_hash);
+    v->by_block = larder__block_sums_of(v->sums, i, &v->cur);
+    v->block = 0;
+    XXH3_64bits_reset(&v->block_hash);
     struct larder__source *source;
     int rc = larder__fill_source(fill, i, &source);
     if (rc == 0) rc = larder__source_stream(source, verify_sink, v);
@@ -177,6 +217,16 @@ static void verify_shard(struct verify *v, struct larder__fill *fill, uint32_t i
     for (; v->next < v->count; v->next++) {
         struct larder__sample s;
         larder__index_sample(ix, v->order[v->next], &s);
+        if (s.length == 0 && s.offset <= v->position) { /* empty, at the end: no bytes came */
+            if (XXH3_64bits(NULL, 0) != s.checksum) {
+                larder__fail(LARDER_ECHECKSUM,
+                             "sample %llu ('%s'): empty, and its checksum "
+                             "is not that of no bytes",
+                             (unsigned long long)v->order[v->next], s.key);
+                report(v, v->order[v->next], LARDER_ECHECKSUM);
+            }
+            continue;
+        }
         larder__fail(LARDER_ETRUNCATED, "sample %llu ('%s'): shard %u ends before it",
                      (unsigned long long)v->order[v->next], s.key, i);
         report(v, v->order[v->next], LARDER_ETRUNCATED);
@@ -193,6 +243,7 @@ int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progre
     size_t *counts = calloc(ix->num_shards + 1, sizeof *counts);
     uint64_t *order = malloc((ix->num_samples ? ix->num_samples : 1) * sizeof *order);
     int rc = counts && order ? check_records(&v, counts, order) : -ENOMEM;
+    if (rc == 0) rc = larder__block_sums_new(&v.sums, ix);
     for (uint64_t i = 0; rc == 0 && i < ix->num_shards; i++) {
         struct larder__shard shard;
         larder__index_shard(ix, i, &shard);
@@ -204,5 +255,6 @@ int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progre
         verify_shard(&v, larder__dataset_fill(d), i);
     }
     free(counts), free(order);
+    larder__block_sums_free(v.sums);
     return rc < 0 ? rc : v.problems;
 }

@@ -167,8 +167,8 @@ TEST(index_bad_magic)
 
 TEST(index_bad_version)
 {
-    uint8_t v[4] = {3, 0, 0, 0};
-    expect_open_error(8, v, 4, LARDER_EVERSION, "version 3", 1);
+    uint8_t v[4] = {4, 0, 0, 0};
+    expect_open_error(8, v, 4, LARDER_EVERSION, "version 4", 1);
 }
 
 TEST(index_bad_header_checksum)
