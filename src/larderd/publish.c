@@ -477,9 +477,9 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
     struct larder__publish m;
     int rc = larder__wire_publish(payload, f->length, &m);
     if (rc < 0) return malformed(c, f, rc);
-    rc = may_open(c);
-    if (rc < 0) {
-        send_error(c, f->request, rc, larder_errmsg());
+    int allowed = may_open(c); /* 1: a local client that may open indexes */
+    if (allowed < 0) {
+        send_error(c, f->request, allowed, larder_errmsg());
         return true;
     }
     struct publications *r = registry(d);
@@ -522,7 +522,7 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         url = strdup(p->local);
         char *origin_url = p->origin ? strdup(p->origin) : NULL;
         pthread_mutex_unlock(&r->lock);
-        rc = url ? open_dataset(d, url, may_open(c) == 1, &e, &slot) : -ENOMEM;
+        rc = url ? open_dataset(d, url, allowed == 1, &e, &slot) : -ENOMEM;
         if (rc == 0 && origin_url) {
             rc = open_dataset(d, origin_url, true, &copy, &slot);
             if (rc == 0 && copy != e)

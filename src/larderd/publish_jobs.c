@@ -93,7 +93,9 @@ static int keep_index(struct larderd *d, const struct larder__publication *m, ch
         return larder__fail(LARDER_EUSAGE, "no cache directory to keep a published index in");
     if ((size_t)snprintf(dir, sizeof dir, "%s/published", d->config.cache_dir) >= sizeof dir)
         return larder__fail(-ENAMETOOLONG, "%s: too long a path", d->config.cache_dir);
-    if (mkdir(dir, 0750) < 0 && errno != EEXIST)
+    /* the cache directory itself is made by the first dataset opened in it */
+    if ((mkdir(d->config.cache_dir, 0750) < 0 && errno != EEXIST) ||
+        (mkdir(dir, 0750) < 0 && errno != EEXIST))
         return larder__fail(-errno, "%s: %s", dir, strerror(errno));
     snprintf(file, sizeof file, "%s/%s.index", dir, id);
     snprintf(temporary, sizeof temporary, "%s/.%s.index.%d", dir, id, (int)getpid());
@@ -242,7 +244,11 @@ void learn_job(void *arg)
         struct publications *r = d->publications;
         pthread_mutex_lock(&r->lock);
         struct publication *p = find(r, job->name, strlen(job->name));
-        if (p && p->state != READY) forget(r, p);
+        /* only what this job stands for: an ANNOUNCE may have come meanwhile */
+        if (p && (job->announced ? p->state == FETCHING && p->id_low == job->id_low &&
+                                       p->id_high == job->id_high
+                                 : p->state == LEARNING))
+            forget(r, p);
         pthread_mutex_unlock(&r->lock);
     }
     name_job_free(job);

@@ -299,10 +299,10 @@ int larder__wire_publish(const uint8_t *p, uint32_t length, struct larder__publi
     out->origin_length = larder__le32(p + 8);
     if (larder__le32(p + 12) != 0)
         return larder__fail(LARDER_EPROTOCOL, "PUBLISH with nonzero reserved bytes");
-    /* each at most 4096, so the sum cannot overflow */
-    if (out->name_length > LARDER__WIRE_MAX_PUBLICATION || out->index_length == 0 ||
-        out->index_length > LARDER__WIRE_MAX_URL || out->origin_length > LARDER__WIRE_MAX_URL ||
-        16 + out->name_length + out->index_length + out->origin_length != length)
+    /* the name's own limit next, with a message of its own */
+    if (out->index_length == 0 || out->index_length > LARDER__WIRE_MAX_URL ||
+        out->origin_length > LARDER__WIRE_MAX_URL ||
+        (uint64_t)16 + out->name_length + out->index_length + out->origin_length != length)
         return larder__fail(LARDER_EPROTOCOL,
                             "PUBLISH lengths (name %u, index %u, origin %u) do not fit %u bytes",
                             out->name_length, out->index_length, out->origin_length, length);
@@ -357,10 +357,9 @@ int larder__wire_publication(uint8_t type, const uint8_t *p, uint32_t length,
     out->index_length = larder__le32(p + 36);
     if (out->flags & ~LARDER__PUBLISHED_ORIGIN)
         return larder__fail(LARDER_EPROTOCOL, "%s with unknown flags 0x%x", what, out->flags);
-    if (out->name_length > LARDER__WIRE_MAX_PUBLICATION || out->producer_length == 0 ||
-        out->producer_length > LARDER__WIRE_MAX_NAME || out->location_length == 0 ||
-        out->location_length > LARDER__WIRE_MAX_URL || out->origin_length > LARDER__WIRE_MAX_URL ||
-        out->index_length > LARDER__WIRE_MAX_INDEX ||
+    if (out->producer_length == 0 || out->producer_length > LARDER__WIRE_MAX_NAME ||
+        out->location_length == 0 || out->location_length > LARDER__WIRE_MAX_URL ||
+        out->origin_length > LARDER__WIRE_MAX_URL || out->index_length > LARDER__WIRE_MAX_INDEX ||
         (type == LARDER__ANNOUNCE && out->index_length) ||
         (uint64_t)40 + out->name_length + out->producer_length + out->location_length +
                 out->origin_length + out->index_length !=
