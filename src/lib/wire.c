@@ -273,7 +273,7 @@ int larder__wire_check_publication(const char *name, size_t length)
         }
         unsigned char ch = (unsigned char)name[i];
         if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              strchr("._-+=@:", ch)))
+              (ch && strchr("._-+=@:", ch))))
             return larder__fail(LARDER_EUSAGE,
                                 "publication name with byte 0x%02x at %zu: only letters, digits "
                                 "and ._-+=@:/ are allowed",
