@@ -5,6 +5,8 @@ during every call into it):
 
     larder.Dataset     map-style access to a packed dataset: ds[i] -> fields
     larder.Plan        the deterministic, resumable sample order
+    larder.publish     publish a directory's files under a name (resolve,
+                       lookup, names: find them on any node)
     larder.LarderError what a failing liblarder call raises
     larder.torch       IterableDataset and DataLoader for PyTorch (imports
                        torch; `import larder` alone does not)
@@ -36,6 +38,7 @@ from ._lib import (
 )
 from .dataset import Dataset, DatasetInfo, Field, SampleInfo
 from .plan import Plan, PlanInfo
+from .names import Publication, lookup, names, publish, resolve
 from .stats import summarize
 
 from . import _lib
@@ -54,8 +57,13 @@ __all__ = [
     "LarderError",
     "Plan",
     "PlanInfo",
+    "Publication",
     "SampleInfo",
     "library_path",
+    "lookup",
+    "names",
+    "publish",
+    "resolve",
     "strerror",
     "summarize",
 ]

@@ -477,11 +477,11 @@ int larder__endpoint_call(struct larder__endpoint *e, const void *request, size_
     if (rc == 0 && !(bytes = malloc(frame.length ? frame.length : 1))) rc = -ENOMEM;
     if (rc == 0) rc = recv_all(fd, bytes, frame.length);
     close(fd);
+    if (rc < 0 && is_errno(rc)) /* the connection's failure */
+        rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
     if (rc == 0 && frame.type == LARDER__ERROR) rc = error_answer(e, bytes, frame.length);
     if (rc < 0) {
         free(bytes);
-        if (is_errno(rc))
-            rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
         return rc;
     }
     *type = frame.type;
