@@ -187,4 +187,8 @@ refused(c, w.ANNOUNCE, w.publication_payload(b"stolen", producer, index), "wrong
 PY
 LARDER_SOCKET=$WORK/sock1 "$LARDER" names | grep -q 'stolen' && fail "an unproven ANNOUNCE was registered"
 for n in 1 2; do kill -0 "${pids[$n]}" || fail "daemon $n died"; done
+# stopped cleanly: under ASan, a leak or a bad access shows in their logs
+for n in 0 1 2; do kill "${pids[$n]}" 2>/dev/null || true; done
+for n in 0 1 2; do wait "${pids[$n]}" 2>/dev/null || true; done
+! grep -l "Sanitizer" daemon*.log || fail "a sanitizer report: $(grep -h -A20 Sanitizer daemon*.log | head -60)"
 echo "publish and consume: ok"
