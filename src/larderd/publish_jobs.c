@@ -150,7 +150,10 @@ static int take_publication(struct name_job *job, const struct larder__publicati
         local = strdup(origin);
     else if (rc == 0 && m->index_length == 0)
         rc = larder__fail(LARDER_EPROTOCOL, "%s: no index bytes and no origin", job->name);
-    else if (rc == 0)
+    else if (rc == 0 && (m->index_length < 32 || larder__le64(m->index + 16) != m->id_low ||
+                         larder__le64(m->index + 24) != m->id_high))
+        rc = larder__fail(LARDER_EPROTOCOL, "%s: index bytes of another dataset", job->name);
+    else if (rc == 0) /* its content is checked against that id when it is opened */
         rc = keep_index(d, m, &local);
     if (rc == 0 && !local) rc = -ENOMEM;
     pthread_mutex_lock(&r->lock);
@@ -179,10 +182,20 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     int slot;
     rc = open_dataset(d, url, true, &e, &slot);
     free(url);
-    if (rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high))
+    if (rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high)) {
         rc =
             larder__fail(LARDER_EPROTOCOL, "%s: its index is not the dataset announced", job->name);
+        pthread_mutex_lock(&d->lock); /* nor is its owner the announced producer */
+        e->fixed = false;
+        pthread_mutex_unlock(&d->lock);
+    }
     if (rc < 0) return rc;
+    size_t owner = mine ? d->self : producer;
+    if (owner < d->members.count) { /* open before it was announced: its owner from now on */
+        pthread_mutex_lock(&d->lock);
+        e->fixed = true, e->fixed_owner = owner;
+        pthread_mutex_unlock(&d->lock);
+    }
     pthread_mutex_lock(&r->lock);
     p = find(r, job->name, strlen(job->name));
     if (p) {
