@@ -182,20 +182,17 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     int slot;
     rc = open_dataset(d, url, true, &e, &slot);
     free(url);
-    if (rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high)) {
+    /* (its entry may keep the announced producer as the first source of its
+     * shards: bytes from there are checked like any others) */
+    if (rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high))
         rc =
             larder__fail(LARDER_EPROTOCOL, "%s: its index is not the dataset announced", job->name);
-        pthread_mutex_lock(&d->lock); /* nor is its owner the announced producer */
-        e->fixed = false;
-        pthread_mutex_unlock(&d->lock);
-    }
     if (rc < 0) return rc;
     size_t owner = mine ? d->self : producer;
-    if (owner < d->members.count) { /* open before it was announced: its owner from now on */
-        pthread_mutex_lock(&d->lock);
+    pthread_mutex_lock(&d->lock);
+    if (owner < d->members.count && !e->fixed) /* open before it was announced */
         e->fixed = true, e->fixed_owner = owner;
-        pthread_mutex_unlock(&d->lock);
-    }
+    pthread_mutex_unlock(&d->lock);
     pthread_mutex_lock(&r->lock);
     p = find(r, job->name, strlen(job->name));
     if (p) {

@@ -177,7 +177,7 @@ TEST(larderd_publish_owner_and_rules)
     uint64_t low, high;
     larder__dataset_id(ds, &low, &high);
     larder_close(ds);
-    send_announce(peer, "theirs", "127.0.0.1:3", "/on/producer/index.larder", other, low + 1, high);
+    send_announce(peer, "theirs", "127.0.0.1:3", "/on/producer/index.larder", index, low + 1, high);
     free(fixture_answer(peer, LARDER__RESOLVED)); /* acknowledged; its fetch finds another id */
     send_announce(peer, "theirs2", "127.0.0.1:3", "/on/producer/index.larder", other, low, high);
     free(fixture_answer(peer, LARDER__RESOLVED));
