@@ -85,6 +85,11 @@ echo "checkpoint of $total bytes: origin bytes $o0 / $o1 / $o2, peer bytes on no
   fail "node 0 read $o0 bytes of its own directory for $total"
 [ "$o1" -eq 0 ] && [ "$o2" -eq 0 ] || fail "consumers read the origin: $o1 and $o2 bytes"
 [ "$p1" -ge "$total" ] && [ "$p2" -ge "$total" ] || fail "consumers borrowed only $p1 and $p2 bytes"
+# and from the daemons' own STATS: node 0 served both consumers' copies to peers
+served=$("$LARDER" stat --socket "$WORK/sock0" --json | /usr/bin/python3 -c "
+import json, sys
+print(sum(d['peer_served_bytes'] for d in json.load(sys.stdin)['datasets'] if d['dataset_id'] == '$ID'))")
+[ "$served" -ge $((2 * total)) ] || fail "node 0 served $served bytes to peers for 2 x $total"
 LARDER_SOCKET=$WORK/sock2 "$LARDER" names | grep -q '"name": "ckpt/step-1000"' ||
   fail "names on node 2: $(LARDER_SOCKET=$WORK/sock2 "$LARDER" names)"
 
@@ -130,6 +135,7 @@ o2=$(stat_of 2 "$ID2" origin_bytes)
 [ "$o2" -ge "$total" ] || fail "node 2 read $o2 bytes of the origin copy for $total"
 expect_error 1 "its producer 127.0.0.1:$base holds the only copy" \
   env LARDER_SOCKET="$WORK/sock1" "$LARDER" consume ckpt/step-3000 out4 --timeout 5
+echo "producer gone, no origin: $(cat "$WORK/err.txt")"
 start_daemon 0
 
 # 5. hostile frames, from a local client and from peers
