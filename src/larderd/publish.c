@@ -176,12 +176,13 @@ static void send_publication(struct connection *c, uint64_t request, uint32_t fl
     }
     size_t size = larder__wire_publication_size(LARDER__RESOLVED, &m);
     struct output *o = size ? output_new(size) : NULL;
-    if (o && larder__wire_encode_publication(o->bytes, size, LARDER__RESOLVED, request, &m) > 0)
+    if (o && larder__wire_encode_publication(o->bytes, size, LARDER__RESOLVED, request, &m) > 0) {
         enqueue_output(c, o);
-    else
+    } else {
+        free(o);
         send_error(c, request, size ? -ENOMEM : LARDER_ETOOSMALL,
                    "the publication does not fit an answer");
-    if (!o || size == 0) free(o);
+    }
     free(index);
 }
 
@@ -285,6 +286,18 @@ void publications_free(struct larderd *d)
 }
 
 /* ---- the requests --------------------------------------------------------------- */
+
+/* Whether the index file at url still claims e's dataset id (it was not
+ * rewritten since e was opened from it: an entry is found by its URL). */
+static bool same_index(const char *url, const struct dataset_entry *e)
+{
+    uint8_t header[32];
+    int fd = open(larder__file_path(url), O_RDONLY | O_CLOEXEC);
+    bool same = fd >= 0 && pread(fd, header, sizeof header, 0) == (ssize_t)sizeof header &&
+                larder__le64(header + 16) == e->id_low && larder__le64(header + 24) == e->id_high;
+    if (fd >= 0) close(fd);
+    return same;
+}
 
 /* A frame that does not parse: an ERROR saying why, then the connection closes. */
 static bool malformed(struct connection *c, const struct larder__frame *f, int rc)
@@ -531,6 +544,11 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         }
         free(origin_url);
     }
+    if (rc == 0 && !same_index(url, e))
+        rc = larder__fail(-EBUSY,
+                          "%s was rewritten after this daemon opened it as another dataset: "
+                          "publish the new files from a directory of their own",
+                          url);
     if (rc == 0 && !e->fixed && d->self < d->members.count) { /* open before it was published */
         pthread_mutex_lock(&d->lock);
         e->fixed = true, e->fixed_owner = d->self;

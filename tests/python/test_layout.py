@@ -13,7 +13,7 @@ import re
 import pytest
 
 import header
-from larder import _lib
+from larder import _lib, names
 
 STRUCTS = {
     "larder_open_options": _lib.OpenOptions,
@@ -24,6 +24,8 @@ STRUCTS = {
     "larder_plan_options": _lib.PlanOptions,
     "larder_plan_info": _lib.PlanInfo,
     "larder_prefetch_options": _lib.PrefetchOptions,
+    "larder_publication": names._Publication,  # larder/names.py's own
+    "larder_publish_options": names._PublishOptions,
 }
 
 # Structs of the header the package does not pass to C (packing is the

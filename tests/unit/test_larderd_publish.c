@@ -127,6 +127,15 @@ TEST(larderd_publish_waiters)
     CHECK_EQ(fixture_error(reader, message, sizeof message), -EEXIST);
     CHECK(strstr(message, "already published") != NULL);
 
+    /* the same index file rewritten as another dataset: refused, not
+     * published as the dataset still open under its path */
+    fixture_dataset("ckpt", 21, 8000);
+    send_publish(reader, "ckpt/again", index, NULL);
+    CHECK_EQ(fixture_error(reader, message, sizeof message), -EBUSY);
+    CHECK(strstr(message, "rewritten") != NULL);
+    send_resolve(reader, "ckpt/again", 0);
+    CHECK_EQ(fixture_error(reader, message, sizeof message), LARDER_ENOTFOUND);
+
     /* a waiter whose client is gone is let go at the sweep */
     send_resolve(late, "ckpt/3", 60000);
     CHECK_EQ(jobs_of(late), 1);
