@@ -1,9 +1,11 @@
 /*
  * fuzz_index.c - the index parser on arbitrary bytes: parse, then walk
- * every shard, sample, field and key as a reader would.  Any crash,
+ * every shard, sample, field and key as a reader would, and (version 3)
+ * every shard's block checksums as the fill engine finds them.  Any crash,
  * sanitizer report or hang is a bug; errors are the expected outcome.
  */
 #include "index.h"
+#include "index_sums.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +30,23 @@ static void walk(const uint8_t *data, size_t size)
         larder__index_find_key(&ix, s.key, strlen(s.key));
     }
     larder__index_find_key(&ix, "missing", 7);
+    /* the block checksums of each shard: inside the table, and the table
+     * used up exactly (the parser promised it) */
+    struct larder__block_sums *sums;
+    if (larder__block_sums_new(&sums, &ix) < 0) return;
+    uint64_t used = 0;
+    uint8_t zeros[512] = {0};
+    for (uint64_t shard = 0; sums && shard < ix.num_shards && shard < 4096; shard++) {
+        struct larder__shard_sums s;
+        if (!larder__block_sums_of(sums, (uint32_t)shard, &s)) continue;
+        if (s.first + s.count > ix.num_block_sums) abort();
+        used += s.count;
+        uint64_t start, end;
+        larder__sum_block_span(&s, 0, &start, &end);
+        if (s.count && end - start <= sizeof zeros) larder__sum_block_ok(&ix, &s, 0, zeros);
+    }
+    if (sums && ix.num_shards <= 4096 && used != ix.num_block_sums) abort();
+    larder__block_sums_free(sums);
 }
 
 /*

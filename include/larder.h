@@ -349,13 +349,13 @@ LARDER_API int larder_index_shards(const char *const *shards, size_t num_shards,
  * written inside the tree, and files whose names an index may not hold
  * (a control character, a backslash, a '?', '#' or an escaped '.', '/'
  * or '\'; names that are not UTF-8), each with a warning through the
- * log callback ("NAME: skipped, WHY").  With `files_from`, only the
- * files that list names, one relative name a line; `root` may then be
- * an http(s):// URL directory.  Names are recorded relative to the
- * index's directory when the tree lies under it (so the two move, and
- * serve over HTTP, together), else relative to `root` recorded as the
- * index's base.  NULL options: the defaults.  0, or a negative code
- * (LARDER_EEMPTY when there is no file to index).
+ * log callback ("NAME: skipped, WHY").  `root` may be an
+ * s3://bucket/prefix/ too: the objects under it, listed with
+ * ListObjectsV2.  With `files_from`, only the files that list names, one
+ * relative name a line; `root` may then be an http(s):// URL directory.  Names are recorded
+ * relative to the index's directory when the tree lies under it (so the two move, and serve over
+ * HTTP, together), else relative to `root` recorded as the index's base.  NULL options: the
+ * defaults.  0, or a negative code (LARDER_EEMPTY when there is no file to index).
  */
 typedef struct larder_index_files_options {
     size_t struct_size;          /* sizeof(larder_index_files_options) */

@@ -28,7 +28,8 @@ static const char index_help[] =
     "are not followed, the index itself is left out, and files whose names an\n"
     "index cannot hold are skipped (the summary says how many, and why).\n"
     "--files-from LIST takes the names from LIST (one a line) instead of\n"
-    "listing DIR, which may then be an http(s):// or s3:// URL directory.\n";
+    "listing DIR, which may then be an http(s):// URL directory.  An\n"
+    "s3://bucket/prefix/ DIR needs no list: its objects are listed.\n";
 
 /* ---- skipped files, by cause ------------------------------------------------ */
 
@@ -71,6 +72,16 @@ static void gather(void *userdata, int level, const char *message)
     c->count++;
 }
 
+/* A name as it can be printed: control characters as \xNN. */
+static void print_name(const char *name)
+{
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(stderr, "\\x%02x", *p);
+        else
+            fputc(*p, stderr);
+}
+
 /* "skipped N files: n1 for R1, ..." and a few names of each, then forget them. */
 static void show_skipped(void)
 {
@@ -88,7 +99,11 @@ static void show_skipped(void)
     for (size_t i = 0; i < skipped.count; i++) {
         struct skipped_cause *c = &skipped.causes[i];
         for (int e = 0; e < EXAMPLES && (uint64_t)e < c->count && !skipped.verbose; e++)
-            if (c->examples[e]) fprintf(stderr, "  %s (%s)\n", c->examples[e], c->cause);
+            if (c->examples[e]) {
+                fprintf(stderr, "  ");
+                print_name(c->examples[e]);
+                fprintf(stderr, " (%s)\n", c->cause);
+            }
         if (c->count > EXAMPLES && !skipped.verbose)
             fprintf(stderr, "  and %" PRIu64 " more for %s (--verbose lists them all)\n",
                     c->count - EXAMPLES, c->cause);

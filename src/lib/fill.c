@@ -440,12 +440,20 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
     return rc;
 }
 
-/* The fill path for one sample (see fill_range); `suspect`: its cached bytes proved wrong. */
+/*
+ * The fill path for one sample (see fill_range); `suspect`: its cached
+ * bytes proved wrong.  A sample of a shard checked by checksum block is
+ * filled a piece at a time (buf may then be NULL: staging).
+ */
 static int fill(struct larder__fill *f, const struct larder__sample *s, uint64_t id, void *buf,
                 bool suspect)
 {
-    if (s->length == 0) return 0;
-    int rc = fill_range(f, s->shard, s->offset, s->offset + s->length, buf, suspect);
+    int rc = 0;
+    for (uint64_t lo = s->offset, hi; rc == 0 && lo < s->offset + s->length; lo = hi) {
+        hi = larder__fill_scope_piece_end(f->sums, s, lo);
+        rc = fill_range(f, s->shard, lo, hi, buf ? (uint8_t *)buf + (lo - s->offset) : NULL,
+                        suspect);
+    }
     if (rc < 0 && rc != LARDER_ECHECKSUM)
         rc = larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id, key_of(f, id));
     return rc;
@@ -494,6 +502,8 @@ int larder__fill_stage(struct larder__fill *f, uint64_t id)
     int rc = larder__index_sample_range(f->ix, id, &s);
     if (rc < 0) return rc;
     if (!f->cache || larder__fill_staged(f, id)) return 0;
+    struct larder__shard_sums sums; /* by checksum block: by pieces, nothing copied out */
+    if (larder__block_sums_of(f->sums, s.shard, &sums)) return fill(f, &s, id, NULL, false);
     uint8_t *buf = malloc(s.length ? (size_t)s.length : 1);
     if (!buf) return -ENOMEM;
     rc = fill(f, &s, id, buf, false);

@@ -204,6 +204,17 @@ void larder__fill_scope_keepable(const struct larder__index *ix, struct larder__
     }
 }
 
+uint64_t larder__fill_scope_piece_end(const struct larder__block_sums *sums,
+                                      const struct larder__sample *s, uint64_t lo)
+{
+    /* a multiple of every checksum block size */
+    const uint64_t piece = UINT64_C(1) << LARDER__MAX_SUM_SHIFT;
+    struct larder__shard_sums shard;
+    uint64_t end = s->offset + s->length;
+    if (!larder__block_sums_of(sums, s->shard, &shard) || end - lo <= piece) return end;
+    return (lo & ~(piece - 1)) + piece;
+}
+
 int larder__fill_scope_block_failure(const struct larder__index *ix, uint32_t shard,
                                      const struct larder__fill_scope *p, uint64_t block,
                                      const uint8_t *span, uint64_t span_start)

@@ -102,6 +102,15 @@ LARDER__HIDDEN void larder__fill_scope_keepable(const struct larder__index *ix,
                                                 uint8_t *keep);
 
 /*
+ * Where a fill of sample `s`'s bytes from `lo` on stops: the sample's end,
+ * or, in a shard checked by checksum block, the next 64 MiB boundary, so
+ * that a whole large file is filled a piece at a time, never held twice
+ * in memory.
+ */
+LARDER__HIDDEN uint64_t larder__fill_scope_piece_end(const struct larder__block_sums *sums,
+                                                     const struct larder__sample *s, uint64_t lo);
+
+/*
  * LARDER_ECHECKSUM for checksum block `block` of a by_block scope (as
  * larder__fill_scope_check returned it), naming the shard and the bytes;
  * span holds the block's bytes from span_start on.

@@ -12,6 +12,7 @@
  */
 #include "confine.h"
 #include "index.h"
+#include "s3_list.h"
 #include "source.h"
 
 #include <dirent.h>
@@ -63,6 +64,8 @@ static const char *refused(const char *name)
      * its index may be served over HTTP as they are */
     const char *why = larder__unconfined_reason(name, true);
     if (why) return why;
+    /* a '%' would be read as an escape in a URL ("50%.txt", "a%41") */
+    if (strchr(name, '%')) return "a '%' (an escape in a URL)";
     if (!utf8_ok((const unsigned char *)name)) return "a name that is not UTF-8";
     return NULL;
 }
@@ -123,7 +126,7 @@ static int walk(struct names *n, const char *rel)
             count++;
     }
     if (rc == 0 && errno) rc = larder__fail(-errno, "%s: %s", full, strerror(errno));
-    qsort(entries, count, sizeof *entries, by_name);
+    if (count) qsort(entries, count, sizeof *entries, by_name);
     for (size_t i = 0; rc == 0 && i < count; i++) {
         size_t length = strlen(rel) + 1 + strlen(entries[i]) + 1;
         char *child = malloc(length), *path = malloc(full_length + strlen(entries[i]) + 1);
@@ -215,6 +218,23 @@ static int read_list(struct names *n, const char *list, bool local)
         free(name);
     }
     free(data);
+    return rc;
+}
+
+/* An object S3 listed: indexed unless its name is refused (or it is a folder marker). */
+static int on_object(void *userdata, const char *name, size_t length, uint64_t size)
+{
+    struct names *n = userdata;
+    if (length && name[length - 1] == '/' && size == 0) return 0;
+    char *copy = strndup(name, length);
+    if (!copy) return -ENOMEM;
+    const char *why = strlen(copy) != length ? "a NUL byte in its name" : refused(copy);
+    int rc = 0;
+    if (why)
+        skip(copy, why);
+    else if ((rc = add_name(n, name, length)) == 0)
+        n->total_bytes += size;
+    free(copy);
     return rc;
 }
 
@@ -313,8 +333,13 @@ static int take_options(const larder_index_files_options *given, larder_index_fi
         memcpy(o, given, size);
     }
     if (o->block_size == 0) o->block_size = LARDER__DEFAULT_BLOCK_SIZE;
-    if (o->checksum_block == 0) o->checksum_block = LARDER__DEFAULT_SUM_BLOCK;
-    if (o->checksum_block < o->block_size) o->checksum_block = o->block_size;
+    if (o->checksum_block == 0) /* the default, or the block size when that is larger */
+        o->checksum_block =
+            o->block_size > LARDER__DEFAULT_SUM_BLOCK ? o->block_size : LARDER__DEFAULT_SUM_BLOCK;
+    if (o->checksum_block < o->block_size)
+        return larder__fail(LARDER_EUSAGE,
+                            "checksum block of %llu bytes is smaller than the block size (%u)",
+                            (unsigned long long)o->checksum_block, o->block_size);
     if (o->large_file == 0) o->large_file = DEFAULT_LARGE_FILE;
     *shift = 0;
     while (*shift < 63 && (UINT64_C(1) << *shift) < o->checksum_block)
@@ -375,11 +400,15 @@ int larder_index_files(const char *root, const char *index_path,
                        const larder_index_files_options *options, larder_pack_result *result)
 {
     larder_index_files_options o;
-    uint32_t shift;
+    uint32_t shift = 0;
     int rc = take_options(options, &o, &shift);
     if (rc < 0) return rc;
     bool local = !larder__is_remote(root) && strncmp(root, "s3://", 5) != 0;
-    if (!local && !o.files_from)
+    bool s3 = strncmp(root, "s3://", 5) == 0;
+    if (s3 && root[strlen(root) - 1] != '/')
+        return larder__fail(LARDER_EUSAGE, "%s: an s3:// root ends in '/' (s3://bucket/prefix/)",
+                            root);
+    if (!local && !s3 && !o.files_from)
         return larder__fail(LARDER_EUNSUPPORTED,
                             "%s: a network root cannot be listed; name its files with a list "
                             "(--files-from)",
@@ -403,7 +432,10 @@ int larder_index_files(const char *root, const char *index_path,
     n.root = root_abs;
     n.index = index_abs;
     n.index_length = index_abs ? strlen(index_abs) : 0;
-    if (rc == 0) rc = o.files_from ? read_list(&n, o.files_from, local) : walk(&n, "");
+    if (rc == 0)
+        rc = o.files_from ? read_list(&n, o.files_from, local)
+             : s3         ? larder__s3_list(root, on_object, &n)
+                          : walk(&n, "");
     struct larder__index_builder *b = NULL;
     if (rc == 0 && n.count == 0) rc = larder__fail(LARDER_EEMPTY, "%s: no files to index", root);
     if (rc == 0) rc = larder__index_builder_new(&b, o.block_size);

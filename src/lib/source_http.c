@@ -37,6 +37,7 @@ struct http_source {
     struct larder__source base;
     struct larder__source_ops ops; /* http's, under the signer's kind */
     char *name;                    /* the URL as given: messages name it */
+    char *escaped;                 /* the same with what curl refuses escaped (see escape_url) */
     struct larder__http_signer signer;
     pthread_mutex_t lock;  /* guards idle[] and the size */
     CURL *idle[HTTP_POOL]; /* connections to reuse: one transfer at a time each */
@@ -552,7 +553,34 @@ static void http_close(struct larder__source *source)
     larder__hedge_policy_clear(&h->policy);
     pthread_mutex_destroy(&h->lock);
     free(h->name);
+    free(h->escaped);
     free(h);
+}
+
+/*
+ * `url` with the bytes a URL may not carry as they are percent-encoded:
+ * spaces, control characters, bytes above 0x7f (UTF-8 names) and
+ * "<>\"\\^`{|}", which curl refuses ("URL using bad/illegal format")
+ * and a file's name may well hold.  '%' is left as it is: names under a
+ * network base are URL paths, escapes included.  malloc'd; NULL when out
+ * of memory.
+ */
+static char *escape_url(const char *url)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char *out = malloc(strlen(url) * 3 + 1), *o = out;
+    if (!out) return NULL;
+    for (const unsigned char *p = (const unsigned char *)url; *p; p++) {
+        if (*p <= 0x20 || *p >= 0x7f || strchr("<>\"\\^`{|}", *p)) {
+            *o++ = '%';
+            *o++ = hex[*p >> 4];
+            *o++ = hex[*p & 15];
+        } else {
+            *o++ = (char)*p;
+        }
+    }
+    *o = '\0';
+    return out;
 }
 
 static const struct larder__source_ops http_ops = {
@@ -579,7 +607,12 @@ int larder__source_http_signed_open(struct larder__source **out, const char *url
         h->signer = *signer;
         h->ops.kind = signer->kind;
     } else {
-        h->signer.request_url = h->name;
+        if (!(h->escaped = escape_url(url))) {
+            free(h->name);
+            free(h);
+            return -ENOMEM;
+        }
+        h->signer.request_url = h->escaped;
     }
     h->base.ops = &h->ops;
     h->base.name = h->name;

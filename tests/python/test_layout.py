@@ -28,9 +28,10 @@ STRUCTS = {
     "larder_publish_options": names._PublishOptions,
 }
 
-# Structs of the header the package does not pass to C (packing is the
-# CLI's; larder_pack_options is in larder_pack.h, of the packing library).
-NOT_MIRRORED = {"larder_pack_result"}
+# Structs of the header the package does not pass to C (packing and
+# indexing are the CLI's; larder_pack_options is in larder_pack.h, of the
+# packing library).
+NOT_MIRRORED = {"larder_pack_result", "larder_index_files_options"}
 
 # Python's names for the header's enum values.
 ALIASES = {

@@ -8,6 +8,7 @@
  * is wrong.
  */
 #include "dataset.h"
+#include "fill.h"
 #include "index_internal.h"
 #include "test.h"
 
@@ -18,9 +19,9 @@
 #include <xxhash.h>
 
 #define MiB (UINT64_C(1) << 20)
-#define BIG (64 * MiB)
+#define BIG (80 * MiB) /* more than the 64 MiB a whole-sample fill takes at a time */
 
-/* A sparse 64 MiB file with distinct 4 KiB patches every 3 MiB (so blocks differ). */
+/* A sparse 80 MiB file with distinct 4 KiB patches every 3 MiB (so blocks differ). */
 static void make_big(const char *path)
 {
     test_write_file(path, "", 0);
@@ -279,6 +280,18 @@ TEST(index_files_whole_large_file_reads_through_blocks)
     CHECK(memcmp(buf, big, BIG) == 0);
     CHECK_EQ(origin_bytes(d), BIG);
     CHECK_EQ(larder_read_sample(d, 0, buf, BIG), (int64_t)BIG); /* resident now */
+    CHECK_EQ(origin_bytes(d), BIG);
+    larder_close(d);
+    /* staged (as the prefetcher and the daemon's warming do) in a fresh cache */
+    snprintf(cache, sizeof cache, "%s", test_path("cache2"));
+    d = open_big(cache);
+    CHECK(!larder__fill_staged(larder__dataset_fill(d), 0));
+    CHECK_EQ(larder__fill_stage(larder__dataset_fill(d), 0), 0);
+    CHECK(larder__fill_staged(larder__dataset_fill(d), 0));
+    CHECK_EQ(origin_bytes(d), BIG);
+    memset(buf, 0, BIG);
+    CHECK_EQ(larder_read_sample(d, 0, buf, BIG), (int64_t)BIG);
+    CHECK(memcmp(buf, big, BIG) == 0);
     CHECK_EQ(origin_bytes(d), BIG);
     larder_close(d);
     free(buf);
