@@ -46,7 +46,7 @@ class _PublishOptions(ctypes.Structure):  # larder_publish_options
                 ("write_through", ctypes.c_char_p)]
 
 
-_PUBLISH_OPTIONS_VERSION = 1
+LARDER_PUBLISH_OPTIONS_VERSION = 1  # checked against the header by tests/python/test_layout.py
 _declare = _lib._declare
 _declare("larder_publish", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
          ctypes.POINTER(_PublishOptions), ctypes.POINTER(_Publication))
@@ -69,7 +69,7 @@ def publish(dir, name, write_through=None, index=None, socket=None):
     Publication; raises LarderError (for example -EEXIST for a name already
     published).
     """
-    options = _PublishOptions(_PUBLISH_OPTIONS_VERSION,
+    options = _PublishOptions(LARDER_PUBLISH_OPTIONS_VERSION,
                               None if index is None else _lib.as_bytes(index),
                               None if write_through is None else _lib.as_bytes(write_through))
     out = _Publication()

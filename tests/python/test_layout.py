@@ -13,7 +13,8 @@ import re
 import pytest
 
 import header
-from larder import _lib, names
+from larder import _lib
+from larder.names import LARDER_PUBLISH_OPTIONS_VERSION, _Publication, _PublishOptions
 
 STRUCTS = {
     "larder_open_options": _lib.OpenOptions,
@@ -24,8 +25,8 @@ STRUCTS = {
     "larder_plan_options": _lib.PlanOptions,
     "larder_plan_info": _lib.PlanInfo,
     "larder_prefetch_options": _lib.PrefetchOptions,
-    "larder_publication": names._Publication,  # larder/names.py's own
-    "larder_publish_options": names._PublishOptions,
+    "larder_publication": _Publication,  # larder/names.py's own
+    "larder_publish_options": _PublishOptions,
 }
 
 # Structs of the header the package does not pass to C (packing and
@@ -84,6 +85,7 @@ def test_constants_match_the_header(tmp_path):
     constants = {name: getattr(_lib, name) for name in vars(_lib)
                  if name.startswith("LARDER_") and isinstance(getattr(_lib, name), int)}
     constants.update(ALIASES)
+    constants["LARDER_PUBLISH_OPTIONS_VERSION"] = LARDER_PUBLISH_OPTIONS_VERSION  # larder/names.py
     # every mirrored options struct's version must be mirrored as well
     for c_name, mirror in STRUCTS.items():
         if c_name.endswith("_options"):
