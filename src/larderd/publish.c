@@ -42,12 +42,16 @@ __attribute__((weak)) void hints_on_publish(struct larderd *d, const char *name,
     (void)d, (void)name, (void)e;
 }
 
+/* The registry, made (with this node's own publications from before a
+ * restart) on first use: on the loop thread, or from open_dataset on a
+ * job, and never by two at once (jobs start after it is made). */
 static struct publications *registry(struct larderd *d)
 {
-    if (!d->publications) { /* made on the loop thread, before any job that uses it */
+    if (!d->publications) {
         struct publications *r = calloc(1, sizeof *r);
         if (!r) return NULL;
         pthread_mutex_init(&r->lock, NULL);
+        publications_load(d, r);
         d->publications = r;
     }
     return d->publications;
@@ -250,7 +254,7 @@ void publications_sweep(struct larderd *d, int64_t now)
 
 void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *url)
 {
-    struct publications *r = d->publications;
+    struct publications *r = registry(d);
     if (!r) return;
     pthread_mutex_lock(&r->lock);
     for (struct publication *p = r->list; p; p = p->next) {
@@ -585,6 +589,7 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
     }
     say("published %s: %s", name, url);
     free(url);
+    publication_remember(d, name); /* this node serves it again after a restart */
     hints_on_publish(d, name, e);
     if (job) submit(d, announce_job, job);
     return true;

@@ -68,6 +68,11 @@ size_t member_named(const struct larderd *d, const char *name, size_t length);
 void answer_waiters(struct publications *r, const struct publication *p);
 
 /* publish_jobs.c */
+/* Add this node's own publications of before a restart (the cache's
+ * published/mine, whose index files still claim the same dataset) to r, READY. */
+void publications_load(struct larderd *d, struct publications *r);
+/* Append the publication `name` (this node's own, READY) to published/mine. */
+void publication_remember(struct larderd *d, const char *name);
 struct name_job *name_job_new(struct larderd *d, const char *name, size_t length);
 void name_job_free(struct name_job *job);
 /* Submit a job to the pool at background priority (freed when it cannot be): whether it was. */

@@ -281,3 +281,89 @@ struct name_job *name_job_new(struct larderd *d, const char *name, size_t length
     job->producer_member = SIZE_MAX;
     return job;
 }
+
+/* ---- this node's own publications, kept across restarts ---------------------- */
+
+/* The cache's published/mine: one line per publication, "NAME\tID\tINDEX\tORIGIN"
+ * (ID in hex as larder prints it; ORIGIN "-" when none; the wire allows no
+ * tab or newline in any of them). */
+static int mine_path(const struct larderd *d, char *path, size_t capacity)
+{
+    if (!d->config.cache_dir) return -1;
+    return (size_t)snprintf(path, capacity, "%s/published/mine", d->config.cache_dir) < capacity
+               ? 0
+               : -1;
+}
+
+void publication_remember(struct larderd *d, const char *name)
+{
+    struct publications *r = d->publications;
+    char path[PATH_MAX], dir[PATH_MAX];
+    if (!r || mine_path(d, path, sizeof path) < 0) return;
+    snprintf(dir, sizeof dir, "%s/published", d->config.cache_dir);
+    mkdir(d->config.cache_dir, 0750);
+    mkdir(dir, 0750);
+    pthread_mutex_lock(&r->lock);
+    struct publication *p = find(r, name, strlen(name));
+    FILE *f = p && p->mine ? fopen(path, "ae") : NULL;
+    if (f) {
+        char id[33];
+        larder__hex128(p->id_high, p->id_low, id);
+        fprintf(f, "%s\t%s\t%s\t%s\n", p->name, id, p->location, p->origin ? p->origin : "-");
+        if (fclose(f) != 0) say("%s: %s", path, strerror(errno));
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The dataset id an index file claims (bytes 16-31), or false. */
+static bool claimed_id(const char *path, uint64_t *low, uint64_t *high)
+{
+    uint8_t header[32];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && pread(fd, header, sizeof header, 0) == (ssize_t)sizeof header;
+    if (fd >= 0) close(fd);
+    if (ok) *low = larder__le64(header + 16), *high = larder__le64(header + 24);
+    return ok;
+}
+
+void publications_load(struct larderd *d, struct publications *r)
+{
+    char path[PATH_MAX], line[2 * LARDER__WIRE_MAX_NAMES_FRAME];
+    FILE *f = mine_path(d, path, sizeof path) == 0 ? fopen(path, "re") : NULL;
+    if (!f) return;
+    size_t loaded = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *fields[4] = {line, NULL, NULL, NULL}, *end;
+        for (int k = 1; k < 4 && fields[k - 1]; k++)
+            if ((fields[k] = strchr(fields[k - 1], '\t'))) *fields[k]++ = '\0';
+        if (!fields[3] || !(end = strchr(fields[3], '\n'))) continue; /* cut or hand-edited */
+        *end = '\0';
+        const char *name = fields[0], *index = fields[2], *origin = fields[3];
+        uint64_t low, high;
+        char id[33];
+        /* the file is the daemon's own, but the names are checked as any;
+         * an index gone, or rewritten as another dataset: so is the publication */
+        if (larder__wire_check_publication(name, strlen(name)) < 0 || index[0] != '/' ||
+            find(r, name, strlen(name)) || !claimed_id(index, &low, &high))
+            continue;
+        larder__hex128(high, low, id);
+        if (strcmp(id, fields[1]) != 0) continue;
+        struct publication *p = add(r, name, strlen(name));
+        if (!p) break;
+        p->state = READY;
+        p->mine = true;
+        p->id_low = low, p->id_high = high;
+        p->producer_member = d->self;
+        p->producer = strdup(d->self_name ? d->self_name : "local");
+        p->location = strdup(index);
+        p->local = strdup(index);
+        p->origin = strcmp(origin, "-") != 0 ? strdup(origin) : NULL;
+        if (!p->producer || !p->location || !p->local || (strcmp(origin, "-") && !p->origin)) {
+            forget(r, p);
+            break;
+        }
+        loaded++;
+    }
+    fclose(f);
+    if (loaded) say("%zu names of this node's from before (%s)", loaded, path);
+}

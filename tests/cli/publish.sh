@@ -7,6 +7,7 @@
 #     origin read on nodes 1 and 2, their bytes from node 0 (peer bytes);
 #  2. a name never published, with a short timeout: a clear error;
 #  3. a daemon restarted after the publication still finds it (asks peers);
+#     a producer restarted after a crash still serves what it published;
 #  4. --write-through, then node 0 killed: node 2 reads every file
 #     byte-exact from the origin copy; a publication without it: an error
 #     naming the producer;
@@ -118,10 +119,12 @@ LARDER_SOCKET=$WORK/sock0 "$LARDER" publish ckpt2 ckpt/step-2000 --write-through
 grep -q "written through to $WORK/origin/step-2000/index.larder" publish2.txt || fail "$(cat publish2.txt)"
 diff -r ckpt2 origin/step-2000 || fail "the origin's copy (index included) differs"
 LARDER_SOCKET=$WORK/sock0 "$LARDER" publish ckpt3 ckpt/step-3000 >publish3.txt || fail "$(cat publish3.txt)"
+make_checkpoint ckpt4
+LARDER_SOCKET=$WORK/sock0 "$LARDER" publish ckpt4 ckpt/step-1500 >publish4.txt || fail "$(cat publish4.txt)"
 # every member has heard of both before the producer goes
 for n in 1 2; do
   for _ in $(seq 100); do
-    LARDER_SOCKET=$WORK/sock$n "$LARDER" names | grep -q 'step-3000' && break
+    LARDER_SOCKET=$WORK/sock$n "$LARDER" names | grep -q 'step-1500' && break
     sleep 0.1
   done
 done
@@ -136,7 +139,17 @@ o2=$(stat_of 2 "$ID2" origin_bytes)
 expect_error 1 "its producer 127.0.0.1:$base holds the only copy" \
   env LARDER_SOCKET="$WORK/sock1" "$LARDER" consume ckpt/step-3000 out4 --timeout 5
 echo "producer gone, no origin: $(cat "$WORK/err.txt")"
+# the producer restarted (after a crash) still owns and serves what it
+# published, without asking anyone: nobody has read step-1500 yet
 start_daemon 0
+LARDER_SOCKET=$WORK/sock0 "$LARDER" names | grep -q '"name": "ckpt/step-1500"' ||
+  fail "the restarted producer forgot its names: $(LARDER_SOCKET=$WORK/sock0 "$LARDER" names)"
+LARDER_SOCKET=$WORK/sock1 "$LARDER" consume ckpt/step-1500 out5 --timeout 10 >consume5.txt 2>&1 ||
+  fail "consume from the restarted producer: $(cat consume5.txt); $(tail -3 daemon0.log)"
+same_tree ckpt4 out5
+ID4=$("$LARDER" inspect ckpt4/index.larder --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')
+o1=$(stat_of 1 "$ID4" origin_bytes) p1=$(stat_of 1 "$ID4" peer_bytes)
+[ "$o1" -eq 0 ] && [ "$p1" -ge "$total" ] || fail "after the restart node 1 read $o1 origin and $p1 peer bytes"
 
 # 5. hostile frames, from a local client and from peers
 /usr/bin/python3 - "$WORK/sock1" "$base" "$WORK/ckpt/index.larder" <<'PY' || fail "hostile frames: $(tail -3 daemon1.log)"
