@@ -116,35 +116,6 @@ static const char *self_name(const struct larderd *d)
     return d->self_name ? d->self_name : "local";
 }
 
-/* Read a whole small file (an index) into a malloc'd buffer: 0, or a negative code. */
-static int read_file(const char *path, uint8_t **out, uint32_t *length)
-{
-    int fd = open(larder__file_path(path), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return larder__fail(-errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    int rc = fstat(fd, &st) < 0 ? -errno : 0;
-    if (rc == 0 && (st.st_size <= 0 || st.st_size > (off_t)LARDER__WIRE_MAX_INDEX))
-        rc = larder__fail(LARDER_EUNSUPPORTED, "%s: an index of %lld bytes (at most %u)", path,
-                          (long long)st.st_size, LARDER__WIRE_MAX_INDEX);
-    uint8_t *bytes = rc == 0 ? malloc((size_t)st.st_size) : NULL;
-    if (rc == 0 && !bytes) rc = -ENOMEM;
-    size_t done = 0;
-    while (rc == 0 && done < (size_t)st.st_size) {
-        ssize_t n = pread(fd, bytes + done, (size_t)st.st_size - done, (off_t)done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) rc = n < 0 ? -errno : LARDER_ETRUNCATED;
-        done += n > 0 ? (size_t)n : 0;
-    }
-    close(fd);
-    if (rc < 0) {
-        free(bytes);
-        return rc;
-    }
-    *out = bytes;
-    *length = (uint32_t)st.st_size;
-    return 0;
-}
-
 /*
  * Queue RESOLVED(p) to c (to a peer: the producer's path, and the
  * index's bytes when asked and there is no origin; to a local reader:
@@ -265,6 +236,14 @@ void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *u
             e->fixed_owner = owner;
         }
         if (!p->mine) e->peer_url = strdup(p->location); /* NULL: the url (no memory) */
+        if (!p->mine && !p->origin) {
+            char why[LARDER__WIRE_MAX_PUBLICATION + LARDER__WIRE_MAX_NAME + 128];
+            snprintf(why, sizeof why,
+                     "%s was published without --write-through: its producer %s, which holds "
+                     "the only copy, did not serve it",
+                     p->name, p->producer);
+            larder__dataset_set_missing_origin(e->dataset, why);
+        }
         break;
     }
     pthread_mutex_unlock(&r->lock);
@@ -290,18 +269,6 @@ void publications_free(struct larderd *d)
 }
 
 /* ---- the requests --------------------------------------------------------------- */
-
-/* Whether the index file at url still claims e's dataset id (it was not
- * rewritten since e was opened from it: an entry is found by its URL). */
-static bool same_index(const char *url, const struct dataset_entry *e)
-{
-    uint8_t header[32];
-    int fd = open(larder__file_path(url), O_RDONLY | O_CLOEXEC);
-    bool same = fd >= 0 && pread(fd, header, sizeof header, 0) == (ssize_t)sizeof header &&
-                larder__le64(header + 16) == e->id_low && larder__le64(header + 24) == e->id_high;
-    if (fd >= 0) close(fd);
-    return same;
-}
 
 /* A frame that does not parse: an ERROR saying why, then the connection closes. */
 static bool malformed(struct connection *c, const struct larder__frame *f, int rc)
@@ -548,7 +515,8 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         }
         free(origin_url);
     }
-    if (rc == 0 && !same_index(url, e))
+    uint64_t low = 0, high = 0; /* the index file may have been rewritten since it was opened */
+    if (rc == 0 && (!claimed_id(url, &low, &high) || low != e->id_low || high != e->id_high))
         rc = larder__fail(-EBUSY,
                           "%s was rewritten after this daemon opened it as another dataset: "
                           "publish the new files from a directory of their own",

@@ -68,6 +68,11 @@ size_t member_named(const struct larderd *d, const char *name, size_t length);
 void answer_waiters(struct publications *r, const struct publication *p);
 
 /* publish_jobs.c */
+/* The dataset id the index file at path claims (its bytes 16-31): false when unreadable. */
+bool claimed_id(const char *path, uint64_t *low, uint64_t *high);
+/* A whole index file (at most LARDER__WIRE_MAX_INDEX bytes) into a malloc'd buffer: 0, or a
+ * negative code with a message. */
+int read_file(const char *path, uint8_t **out, uint32_t *length);
 /* Add this node's own publications of before a restart (the cache's
  * published/mine, whose index files still claim the same dataset) to r, READY. */
 void publications_load(struct larderd *d, struct publications *r);

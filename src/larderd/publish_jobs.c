@@ -4,9 +4,11 @@
  * (announced, or asked for and unknown here) from its producer or any
  * member: its index fetched and kept in the cache directory, or taken
  * from the written-through origin, then opened with the producer as the
- * owner of every shard.
+ * owner of every shard.  Also this node's own publications, kept in the
+ * cache directory across restarts, and the reading of index files.
  */
 #include "publish.h"
+#include "source.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -316,10 +318,10 @@ void publication_remember(struct larderd *d, const char *name)
 }
 
 /* The dataset id an index file claims (bytes 16-31), or false. */
-static bool claimed_id(const char *path, uint64_t *low, uint64_t *high)
+bool claimed_id(const char *path, uint64_t *low, uint64_t *high)
 {
     uint8_t header[32];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(larder__file_path(path), O_RDONLY | O_CLOEXEC);
     bool ok = fd >= 0 && pread(fd, header, sizeof header, 0) == (ssize_t)sizeof header;
     if (fd >= 0) close(fd);
     if (ok) *low = larder__le64(header + 16), *high = larder__le64(header + 24);
@@ -366,4 +368,33 @@ void publications_load(struct larderd *d, struct publications *r)
     }
     fclose(f);
     if (loaded) say("%zu names of this node's from before (%s)", loaded, path);
+}
+
+/* Read a whole small file (an index) into a malloc'd buffer: 0, or a negative code. */
+int read_file(const char *path, uint8_t **out, uint32_t *length)
+{
+    int fd = open(larder__file_path(path), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return larder__fail(-errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = fstat(fd, &st) < 0 ? -errno : 0;
+    if (rc == 0 && (st.st_size <= 0 || st.st_size > (off_t)LARDER__WIRE_MAX_INDEX))
+        rc = larder__fail(LARDER_EUNSUPPORTED, "%s: an index of %lld bytes (at most %u)", path,
+                          (long long)st.st_size, LARDER__WIRE_MAX_INDEX);
+    uint8_t *bytes = rc == 0 ? malloc((size_t)st.st_size) : NULL;
+    if (rc == 0 && !bytes) rc = -ENOMEM;
+    size_t done = 0;
+    while (rc == 0 && done < (size_t)st.st_size) {
+        ssize_t n = pread(fd, bytes + done, (size_t)st.st_size - done, (off_t)done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) rc = n < 0 ? -errno : LARDER_ETRUNCATED;
+        done += n > 0 ? (size_t)n : 0;
+    }
+    close(fd);
+    if (rc < 0) {
+        free(bytes);
+        return rc;
+    }
+    *out = bytes;
+    *length = (uint32_t)st.st_size;
+    return 0;
 }

@@ -3,7 +3,8 @@
  * it behind a daemon's wrapper: the shard's owner node may still serve
  * the shard (a publication read from its producer, whose files exist
  * nowhere else), and only when the chain comes to this link does the
- * origin's failure show, with the code and message it had at open.
+ * origin's failure show, with the code it had at open (and the daemon's
+ * word on why, when it has one).
  */
 #include "source.h"
 
@@ -57,16 +58,16 @@ static const struct larder__source_ops missing_ops = {
     .close = missing_close,
 };
 
-int larder__source_missing_open(struct larder__source **out, const char *name, int code)
+int larder__source_missing_open(struct larder__source **out, const char *name, int code,
+                                const char *why)
 {
     size_t n = strlen(name);
     struct missing_source *m = calloc(1, sizeof *m + n + 1);
     if (!m) return -ENOMEM;
     memcpy(m->name, name, n + 1);
     m->code = code < 0 ? code : -EIO;
-    const char *why = larder_errmsg();
-    if (why && why[0])
-        snprintf(m->message, sizeof m->message, "%s", why);
+    if (why)
+        snprintf(m->message, sizeof m->message, "%s (%s: %s)", why, name, larder_strerror(m->code));
     else
         snprintf(m->message, sizeof m->message, "%s: %s", name, larder_strerror(m->code));
     m->base.ops = &missing_ops;

@@ -139,6 +139,8 @@ o2=$(stat_of 2 "$ID2" origin_bytes)
 expect_error 1 "its producer 127.0.0.1:$base holds the only copy" \
   env LARDER_SOCKET="$WORK/sock1" "$LARDER" consume ckpt/step-3000 out4 --timeout 5
 echo "producer gone, no origin: $(cat "$WORK/err.txt")"
+grep -q "step-3000 was published without --write-through: its producer 127.0.0.1:$base, which holds the only copy, did not serve it" "$WORK/err.txt" ||
+  fail "node 1's daemon did not name the producer"
 # the producer restarted (after a crash) still owns and serves what it
 # published, without asking anyone: nobody has read step-1500 yet
 start_daemon 0
