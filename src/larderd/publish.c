@@ -52,6 +52,7 @@ static struct publications *registry(struct larderd *d)
         if (!r) return NULL;
         pthread_mutex_init(&r->lock, NULL);
         publications_load(d, r);
+        publications_allow(d, r);
         d->publications = r;
     }
     return d->publications;
@@ -263,6 +264,12 @@ void publications_free(struct larderd *d)
         r->list = p->next;
         publication_free(p);
     }
+    for (int i = 0; r->allowed && i < d->config.num_allow; i++)
+        if (d->config.allow[i] == r->allowed) { /* publications_allow's, the last */
+            d->config.allow[i] = NULL;
+            d->config.num_allow = i;
+        }
+    free(r->allowed);
     pthread_mutex_destroy(&r->lock);
     free(r);
     d->publications = NULL;

@@ -48,6 +48,7 @@ struct publications {
     size_t count;
     struct waiter *waiters;
     size_t num_waiters;
+    char *allowed; /* the cache's published/, added to --allow's prefixes when given; or NULL */
 };
 
 /* A publication to announce or learn, copied for a job. */
@@ -76,6 +77,10 @@ int read_file(const char *path, uint8_t **out, uint32_t *length);
 /* Add this node's own publications of before a restart (the cache's
  * published/mine, whose index files still claim the same dataset) to r, READY. */
 void publications_load(struct larderd *d, struct publications *r);
+/* With --allow, the cache's published/ directory (made) is allowed too: the
+ * daemon opens the indexes it keeps there.  Call with d->lock held or on
+ * the loop thread before any job (config.allow is read under d->lock). */
+void publications_allow(struct larderd *d, struct publications *r);
 /* Append the publication `name` (this node's own, READY) to published/mine. */
 void publication_remember(struct larderd *d, const char *name);
 struct name_job *name_job_new(struct larderd *d, const char *name, size_t length);

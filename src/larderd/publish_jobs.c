@@ -99,8 +99,11 @@ static int keep_index(struct larderd *d, const struct larder__publication *m, ch
     if ((mkdir(d->config.cache_dir, 0750) < 0 && errno != EEXIST) ||
         (mkdir(dir, 0750) < 0 && errno != EEXIST))
         return larder__fail(-errno, "%s: %s", dir, strerror(errno));
-    snprintf(file, sizeof file, "%s/%s.index", dir, id);
-    snprintf(temporary, sizeof temporary, "%s/.%s.index.%d", dir, id, (int)getpid());
+    /* absolute: readers name it so (they give the daemon a real path) */
+    char absolute[PATH_MAX];
+    if (!realpath(dir, absolute)) return larder__fail(-errno, "%s: %s", dir, strerror(errno));
+    snprintf(file, sizeof file, "%s/%s.index", absolute, id);
+    snprintf(temporary, sizeof temporary, "%s/.%s.index.%d", absolute, id, (int)getpid());
     int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0) return larder__fail(-errno, "%s: %s", temporary, strerror(errno));
     size_t done = 0;
@@ -397,4 +400,17 @@ int read_file(const char *path, uint8_t **out, uint32_t *length)
     *out = bytes;
     *length = (uint32_t)st.st_size;
     return 0;
+}
+
+void publications_allow(struct larderd *d, struct publications *r)
+{
+    char dir[PATH_MAX], absolute[PATH_MAX];
+    if (!d->config.num_allow || d->config.num_allow >= MAX_ALLOW_PREFIXES || !d->config.cache_dir ||
+        (size_t)snprintf(dir, sizeof dir, "%s/published", d->config.cache_dir) >= sizeof dir)
+        return;
+    mkdir(d->config.cache_dir, 0750);
+    mkdir(dir, 0750);
+    if (!realpath(dir, absolute) || !(r->allowed = strdup(absolute))) return;
+    d->config.allow[d->config.num_allow++] = r->allowed;
+    d->config.allow[d->config.num_allow] = NULL;
 }

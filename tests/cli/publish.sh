@@ -6,7 +6,8 @@
 #     producer's directory read once (node 0's origin bytes: one copy), no
 #     origin read on nodes 1 and 2, their bytes from node 0 (peer bytes);
 #  2. a name never published, with a short timeout: a clear error;
-#  3. a daemon restarted after the publication still finds it (asks peers);
+#  3. a daemon restarted after the publication still finds it (asks peers),
+#     under --allow too;
 #     a producer restarted after a crash still serves what it published;
 #  4. --write-through, then node 0 killed: node 2 reads every file
 #     byte-exact from the origin copy; a publication without it: an error
@@ -103,10 +104,12 @@ elapsed=$((($(date +%s%N) - start) / 1000000))
 expect_error 2 "publication name" env LARDER_SOCKET="$WORK/sock1" "$LARDER" consume '../etc' x
 expect_error 2 "publication name" env LARDER_SOCKET="$WORK/sock0" "$LARDER" publish ckpt 'a b'
 
-# 3. node 2 restarted after the publication: it asks its peers for the name
+# 3. node 2 restarted after the publication: it asks its peers for the name;
+# now with --allow (the origin only): the index it keeps in its cache is
+# allowed with it
 kill "${pids[2]}"
 wait "${pids[2]}" 2>/dev/null || true
-start_daemon 2
+start_daemon 2 --allow "$WORK/origin"
 LARDER_SOCKET=$WORK/sock2 "$LARDER" consume ckpt/step-1000 out2b --timeout 10 >consume2b.txt 2>&1 ||
   fail "consume after a restart: $(cat consume2b.txt); $(tail -3 daemon2.log)"
 same_tree ckpt out2b
