@@ -307,18 +307,17 @@ static int greet(struct larder__endpoint *e, int fd)
     return n < 0 ? n : send_all(fd, frame_bytes, (size_t)n);
 }
 
-/* A fresh connection: dialled, greeted, index_url (if not NULL) opened.  The fd, or a negative
- * code. */
-static int connect_opening(struct larder__endpoint *e, const char *index_url)
+/* A fresh connection: dialled, greeted, the dataset opened.  The fd, or a negative code. */
+static int connect_endpoint(struct larder__endpoint *e)
 {
     int fd = dial(e);
     if (fd < 0) return larder__fail(fd, "larder daemon at %s: %s", e->address, strerror(-fd));
     int rc = greet(e, fd);
-    if (rc == 0 && index_url) {
+    if (rc == 0 && e->index_url) {
         uint8_t buf[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL];
         struct larder__frame frame;
         uint8_t answer[LARDER__WIRE_MAX_MESSAGE + 300];
-        int n = larder__wire_encode_open(buf, sizeof buf, 1, index_url);
+        int n = larder__wire_encode_open(buf, sizeof buf, 1, e->index_url);
         rc = n < 0 ? n : send_all(fd, buf, (size_t)n);
         int timeout = e->timeout_ms > OPEN_TIMEOUT_MS ? e->timeout_ms : OPEN_TIMEOUT_MS;
         if (rc == 0) rc = recv_frame(fd, &frame, answer, sizeof answer, timeout);
@@ -335,12 +334,6 @@ static int connect_opening(struct larder__endpoint *e, const char *index_url)
         return rc;
     }
     return fd;
-}
-
-/* A fresh connection: dialled, greeted, the dataset opened.  The fd, or a negative code. */
-static int connect_endpoint(struct larder__endpoint *e)
-{
-    return connect_opening(e, e->index_url);
 }
 
 /* A pooled connection that still looks open (no EOF or stray bytes waiting), or -1. */
@@ -465,7 +458,9 @@ int larder__endpoint_stats(struct larder__endpoint *e, char **json)
 int larder__endpoint_call(struct larder__endpoint *e, const void *request, size_t length,
                           int wait_ms, uint8_t *type, uint8_t **payload, uint32_t *payload_length)
 {
-    int fd = connect_opening(e, NULL); /* no OPEN on this connection */
+    if (e->index_url) /* a names endpoint: no dataset is opened on its connections */
+        return larder__fail(LARDER_EUSAGE, "larder__endpoint_call on an endpoint with an index");
+    int fd = connect_endpoint(e);
     if (fd < 0) return fd;
     int rc = send_all(fd, request, length);
     uint8_t header[LARDER__WIRE_HEADER];
