@@ -9,9 +9,10 @@
 #  3. a daemon restarted after the publication still finds it (asks peers),
 #     under --allow too;
 #     a producer restarted after a crash still serves what it published;
-#  4. --write-through, then node 0 killed: node 2 reads every file
-#     byte-exact from the origin copy; a publication without it: an error
-#     naming the producer;
+#  4. --write-through: read from the producer while it lives (no origin
+#     read), then node 0 killed: node 2 reads every file byte-exact from
+#     the origin copy; a publication without it: an error naming the
+#     producer;
 #  5. hostile frames: PUBLISH and ANNOUNCE with an overlong name, a control
 #     character, an unknown producer are refused with an ERROR; a peer that
 #     has not proven the secret cannot ANNOUNCE; the daemons stay up.
@@ -131,12 +132,18 @@ for n in 1 2; do
     sleep 0.1
   done
 done
+# while the producer lives, a written-through publication is still read from it
+ID2=$("$LARDER" inspect ckpt2/index.larder --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')
+LARDER_SOCKET=$WORK/sock1 "$LARDER" consume ckpt/step-2000 out2000 >consume2000.txt 2>&1 ||
+  fail "consume of the written-through publication: $(cat consume2000.txt)"
+same_tree ckpt2 out2000
+o1=$(stat_of 1 "$ID2" origin_bytes) p1=$(stat_of 1 "$ID2" peer_bytes)
+[ "$o1" -eq 0 ] && [ "$p1" -ge "$total" ] || fail "node 1 read $o1 origin and $p1 peer bytes of step-2000"
 kill -9 "${pids[0]}"
 wait "${pids[0]}" 2>/dev/null || true
 LARDER_SOCKET=$WORK/sock2 "$LARDER" consume ckpt/step-2000 out3 --timeout 10 >consume3.txt 2>&1 ||
   fail "consume from the origin: $(cat consume3.txt); $(tail -3 daemon2.log)"
 same_tree ckpt2 out3
-ID2=$("$LARDER" inspect ckpt2/index.larder --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')
 o2=$(stat_of 2 "$ID2" origin_bytes)
 [ "$o2" -ge "$total" ] || fail "node 2 read $o2 bytes of the origin copy for $total"
 expect_error 1 "its producer 127.0.0.1:$base holds the only copy" \
