@@ -566,6 +566,6 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
     free(url);
     publication_remember(d, name); /* this node serves it again after a restart */
     hints_on_publish(d, name, e);
-    if (job) submit(d, announce_job, job);
+    if (job) announce_all(d, job);
     return true;
 }

@@ -58,6 +58,7 @@ struct name_job {
     uint64_t id_low, id_high; /* announced (learn: expected when `announced`) */
     bool announced;
     size_t producer_member; /* whom to ask first; SIZE_MAX: every member */
+    size_t target;          /* announce_job: the one member told */
     char *producer, *location, *origin;
 };
 
@@ -87,7 +88,10 @@ struct name_job *name_job_new(struct larderd *d, const char *name, size_t length
 void name_job_free(struct name_job *job);
 /* Submit a job to the pool at background priority (freed when it cannot be): whether it was. */
 bool submit(struct larderd *d, void (*run)(void *), struct name_job *job);
-/* Tell every member of a publication (job: its fields). */
+/* One announce_job per other member (a member that hangs delays no other),
+ * copies of `job`, which is freed. */
+void announce_all(struct larderd *d, struct name_job *job);
+/* Tell member job->target of a publication (job: its fields). */
 void announce_job(void *job);
 /* Learn job->name from its producer (announced) or any member that knows it. */
 void learn_job(void *job);

@@ -35,12 +35,12 @@ static int ask_member(struct larderd *d, size_t m, const uint8_t *frame, size_t 
                       uint8_t **payload, struct larder__publication *out)
 {
     struct larder__endpoint *e;
+    *payload = NULL; /* the caller frees it, whatever happens */
     int rc = larder__endpoint_new(&e, d->members.names[m], LARDER__ROLE_PEER, d->secret, NULL,
                                   PEER_TIMEOUT_MS);
     if (rc < 0) return rc;
     uint8_t type = 0;
     uint32_t answer_length = 0;
-    *payload = NULL;
     rc = larder__endpoint_call(e, frame, length, 0, &type, payload, &answer_length);
     larder__endpoint_free(e);
     if (rc == 0 && type != LARDER__RESOLVED)
@@ -74,14 +74,13 @@ void announce_job(void *arg)
         name_job_free(job);
         return;
     }
-    for (size_t i = 0; i < d->members.count && !d->stopping; i++) {
-        if (i == d->self) continue;
-        uint8_t *payload;
-        struct larder__publication ack;
-        if (ask_member(d, i, frame, size, &payload, &ack) < 0)
-            say("%s: announcing to %s failed: %s", job->name, d->members.names[i], larder_errmsg());
-        free(payload);
-    }
+    uint8_t *payload = NULL;
+    struct larder__publication ack;
+    if (job->target < d->members.count && !d->stopping &&
+        ask_member(d, job->target, frame, size, &payload, &ack) < 0)
+        say("%s: announcing to %s failed: %s", job->name, d->members.names[job->target],
+            larder_errmsg());
+    free(payload);
     free(frame);
     name_job_free(job);
 }
@@ -246,7 +245,7 @@ void learn_job(void *arg)
                                                                                           : i)
                                                            : i;
         if (m == d->self) continue;
-        uint8_t *payload;
+        uint8_t *payload = NULL;
         struct larder__publication told;
         rc = ask_member(d, m, frame, (size_t)n, &payload, &told);
         if (rc == 0) rc = take_publication(job, &told);
@@ -413,4 +412,24 @@ void publications_allow(struct larderd *d, struct publications *r)
     if (!realpath(dir, absolute) || !(r->allowed = strdup(absolute))) return;
     d->config.allow[d->config.num_allow++] = r->allowed;
     d->config.allow[d->config.num_allow] = NULL;
+}
+
+void announce_all(struct larderd *d, struct name_job *job)
+{
+    for (size_t m = 0; m < d->members.count; m++) {
+        if (m == d->self) continue;
+        struct name_job *copy = name_job_new(d, job->name, strlen(job->name));
+        if (!copy) break;
+        copy->id_low = job->id_low, copy->id_high = job->id_high;
+        copy->target = m;
+        copy->producer = strdup(job->producer);
+        copy->location = strdup(job->location);
+        copy->origin = job->origin ? strdup(job->origin) : NULL;
+        if (!copy->producer || !copy->location || (job->origin && !copy->origin)) {
+            name_job_free(copy);
+            break;
+        }
+        submit(d, announce_job, copy);
+    }
+    name_job_free(job);
 }
