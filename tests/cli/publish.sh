@@ -33,7 +33,11 @@ start_daemon() { # node [options]
     --listen "127.0.0.1:$((base + node))" --peers "$members" --secret-file secret "$@" \
     2>>"$WORK/daemon$node.log" &
   pids[$node]=$!
-  for _ in $(seq 100); do [ -S "$WORK/sock$node" ] && return; sleep 0.05; done
+  # answering, not only bound: the socket file appears before listen()
+  for _ in $(seq 100); do
+    [ -S "$WORK/sock$node" ] && "$LARDER" names --socket "$WORK/sock$node" >/dev/null 2>&1 && return
+    sleep 0.05
+  done
   fail "daemon $node did not start: $(cat "$WORK/daemon$node.log")"
 }
 cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait')

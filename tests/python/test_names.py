@@ -38,11 +38,13 @@ def cluster(tmp_path):
              "--listen", f"127.0.0.1:{base + n}", "--peers", members,
              "--secret-file", str(tmp_path / "secret")], stderr=log))
         sockets.append(sock)
-    for sock in sockets:
+    for sock in sockets:  # answering, not only bound (the file appears before listen())
         for _ in range(100):
-            if os.path.exists(sock):
+            try:
+                larder.names(socket=sock)
                 break
-            time.sleep(0.05)
+            except larder.LarderError:
+                time.sleep(0.05)
         else:
             pytest.fail(f"daemon at {sock} did not start")
     yield sockets
