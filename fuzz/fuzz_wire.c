@@ -26,6 +26,9 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
         struct larder__prove prove;
         struct larder__hint hint;
         struct larder__hinted hinted;
+        struct larder__publish publish;
+        struct larder__resolve resolve;
+        struct larder__publication publication;
         switch (frame.type) {
         case LARDER__HELLO:
             larder__wire_hello(p, frame.length, &hello);
@@ -56,6 +59,16 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
             break;
         case LARDER__HINT_ANSWER:
             larder__wire_hinted(p, frame.length, &hinted);
+            break;
+        case LARDER__PUBLISH:
+            larder__wire_publish(p, frame.length, &publish);
+            break;
+        case LARDER__RESOLVE:
+            larder__wire_resolve(p, frame.length, &resolve);
+            break;
+        case LARDER__RESOLVED:
+        case LARDER__ANNOUNCE:
+            larder__wire_publication(frame.type, p, frame.length, &publication);
             break;
         default:
             break;

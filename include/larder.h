@@ -632,6 +632,64 @@ LARDER_API int larder_hint(const char *socket, const larder_hint_options *option
 LARDER_API int64_t larder_hint_list(const char *socket, char *buf, size_t capacity);
 /* ---- end of hints ---- */
 
+/* ---- names ---------------------------------------------------------------- */
+/*
+ * Publish and consume (docs/protocol.md, "Names"): the node that wrote a
+ * directory (a checkpoint) publishes it under a name through its node
+ * daemon, which then owns every byte of it; any node resolves the name
+ * through its own daemon and reads the files through the peers.  A name
+ * is 1 to 128 bytes of letters, digits and "._-+=@:/", '/' separating
+ * non-empty components other than "." and "..".  `socket` is the node
+ * daemon's Unix socket; NULL takes LARDER_SOCKET.
+ */
+typedef struct larder_publication {
+    char name[129];
+    char dataset_id[33]; /* 32 hex digits, as larder_dataset_info's */
+    char producer[257];  /* the producer daemon's member name (host:port), or "local" */
+    char index[4097];    /* the index to open on this node (a path or URL) */
+    char origin[4097];   /* the written-through index, or "" */
+} larder_publication;
+
+#define LARDER_PUBLISH_OPTIONS_VERSION 1
+typedef struct larder_publish_options {
+    int version; /* LARDER_PUBLISH_OPTIONS_VERSION */
+    /* an index of the directory's files already made (it must name them
+     * relative to its own directory); NULL: DIR/index.larder, made now
+     * with larder_index_files */
+    const char *index;
+    /* a directory on a shared file system (a path or file:// URL; http and
+     * s3 are not supported): the files and then the index are copied
+     * there in the same layout, each synced, before the name is published,
+     * so that readers fall back to it when the producer is gone; NULL: none */
+    const char *write_through;
+} larder_publish_options;
+
+/*
+ * Publish the files under `dir` as `name` through this node's daemon
+ * (which must be allowed to open the index, as for any OPEN).  On
+ * success, 0 and *result (may be NULL) says what was published; a name
+ * already published on that node is -EEXIST.
+ */
+LARDER_API int larder_publish(const char *socket, const char *dir, const char *name,
+                              const larder_publish_options *options, larder_publication *result);
+
+/*
+ * Where the publication `name` is, through this node's daemon, waiting up
+ * to timeout_ms (at most an hour) for a name not yet published:
+ * result->index is what to open here (larder_open) to read its files
+ * (keys: their paths relative to the published directory).  0, or
+ * LARDER_ENOTFOUND when no such name was published in time.
+ */
+LARDER_API int larder_resolve(const char *socket, const char *name, int timeout_ms,
+                              larder_publication *result);
+
+/*
+ * The names this node's daemon knows, as JSON text
+ * ({"names": [{"name", "dataset_id", "producer", "index", "origin"}, ...]})
+ * into json[0..capacity) with a NUL: its length, or LARDER_ETOOSMALL.
+ */
+LARDER_API int larder_names_list(const char *socket, char *json, size_t capacity);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,8 @@ during every call into it):
     larder.Plan        the deterministic, resumable sample order
     larder.open        a seekable binary file over one sample or field, for
                        torch.load, numpy.load, h5py.File, PIL.Image.open
+    larder.publish     publish a directory's files under a name (resolve,
+                       lookup, names: find them on any node)
     larder.LarderError what a failing liblarder call raises
     larder.hint        stage and pin samples on the node daemons (a TTL);
                        larder.replicate, larder.hints (what is pinned)
@@ -42,6 +44,7 @@ from .dataset import Dataset, DatasetInfo, Field, SampleInfo
 from .file import LarderFile, open
 from .plan import Plan, PlanInfo
 from .hint import HintResult, hint, hints, replicate
+from .names import Publication, lookup, names, publish, resolve
 from .stats import summarize
 
 from . import _lib
@@ -62,9 +65,14 @@ __all__ = [
     "LarderFile",
     "Plan",
     "PlanInfo",
+    "Publication",
     "SampleInfo",
     "library_path",
     "open",
+    "lookup",
+    "names",
+    "publish",
+    "resolve",
     "strerror",
     "summarize",
     "hint",

@@ -75,7 +75,9 @@ class Dataset:
     Dataset(url, cache=None, block_size=0, cache_size=0, max_inflight=0,
             verify=False, trust_index=False)
 
-    url:          index path, file://, http:// or https:// URL
+    url:          index path, file://, http:// or https:// URL, or
+                  "larder:NAME", a publication resolved through the node
+                  daemon (larder.resolve)
     cache:        node cache directory; None: the LARDER_CACHE environment
                   variable (no cache when unset); "": no cache
     block_size:   cache block size in bytes; 0: the index's hint
@@ -100,6 +102,9 @@ class Dataset:
     def __init__(self, url, cache=None, block_size=0, cache_size=0, max_inflight=0,
                  verify=False, trust_index=False):
         self.url = os.fspath(url)
+        if isinstance(self.url, str) and self.url.startswith("larder:"):  # a publication's name
+            from .names import resolve
+            self.url = resolve(self.url)
         self._options = dict(cache=None if cache is None else os.fspath(cache),
                              block_size=int(block_size), cache_size=int(cache_size),
                              max_inflight=int(max_inflight), verify=bool(verify),

@@ -69,5 +69,8 @@ int cmd_warm(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_hint(int argc, char **argv);
+int cmd_publish(int argc, char **argv);
+int cmd_consume(int argc, char **argv);
+int cmd_names(int argc, char **argv);
 
 #endif

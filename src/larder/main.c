@@ -29,6 +29,10 @@ static const char main_help[] =
     "  plan INDEX --batch G      print a rank's sample ids for an epoch, in order\n"
     "  hint hot|replicate|list   stage and pin samples on the node daemons ahead of a\n"
     "                            read (with a TTL), or show what is pinned\n"
+    "  publish DIR NAME          publish a directory's files (a checkpoint) under NAME\n"
+    "                            through the node daemon (--write-through PREFIX)\n"
+    "  consume NAME [DEST]       find NAME (waiting for it) and copy its files to DEST\n"
+    "  names                     the names the node daemon knows\n"
     "\n"
     "Every command that reads an index refuses one whose shard names leave its\n"
     "base (absolute paths, '..', file:// or other hosts' URLs) unless given\n"
@@ -68,9 +72,10 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } commands[] = {{"pack", cmd_pack},     {"index", cmd_index}, {"inspect", cmd_inspect},
-                    {"verify", cmd_verify}, {"cat", cmd_cat},     {"warm", cmd_warm},
-                    {"stat", cmd_stat},     {"plan", cmd_plan},   {"hint", cmd_hint}};
+    } commands[] = {{"pack", cmd_pack},       {"index", cmd_index},     {"inspect", cmd_inspect},
+                    {"verify", cmd_verify},   {"cat", cmd_cat},         {"warm", cmd_warm},
+                    {"stat", cmd_stat},       {"plan", cmd_plan},       {"hint", cmd_hint},
+                    {"publish", cmd_publish}, {"consume", cmd_consume}, {"names", cmd_names}};
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown command '%s'\n\n%s", program, argv[1], main_help);

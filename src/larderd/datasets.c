@@ -98,10 +98,12 @@ static int noted_open(struct larder__source *inner, struct larder__source **out)
 /*
  * The member that owns chunk `chunk` (bytes [chunk * LARDER__OWNER_CHUNK,
  * ...)) of `shard` of e's dataset: rendezvous hashing over the members
- * (cluster.h).  Every decision of who owns what goes through here.
+ * (cluster.h), or, for a publication, its producer (publish.c) for every
+ * chunk.  Every decision of who owns what goes through here.
  */
 static size_t chunk_owner(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
 {
+    if (e->fixed && e->fixed_owner < e->daemon->members.count) return e->fixed_owner;
     return larder__owner_chunk(&e->daemon->members, e->id_low, e->id_high, shard, chunk);
 }
 
@@ -212,6 +214,7 @@ static void entry_free(struct larderd *d, struct dataset_entry *e)
     for (size_t m = 0; e->members && m < d->members.count; m++)
         larder__endpoint_free(e->members[m]);
     free(e->members);
+    free(e->peer_url);
     free(e->url);
     memset(e, 0, sizeof *e);
 }
@@ -286,7 +289,9 @@ int open_dataset(struct larderd *d, const char *url, bool may_open, struct datas
             return 0;
         }
         if (rc == 0 && !(e->url = strdup(url))) rc = -ENOMEM;
-        if (rc == 0 && d->members.count > 1) rc = connect_members(d, e, url);
+        if (rc == 0) publication_adopt(d, e, url); /* a publication's owner is its producer */
+        if (rc == 0 && d->members.count > 1)
+            rc = connect_members(d, e, e->peer_url ? e->peer_url : url);
         if (rc == 0) {
             *slot = d->num_datasets++;
             *out = e;

@@ -17,6 +17,7 @@
  *                 open what, READ (staged by the worker pool), STAT
  *   datasets.c    the dataset registry, and borrowing each chunk of a
  *                 shard from its owner
+ *   publish.c     names: publications, their registry, RESOLVEs waiting for one
  *   warm.c        warm staging of the chunks this node owns
  *   hints.c       HINT requests: who may hint, which members stage, the answer
  *   hints_pins.c  this node's pins: their staging, their expiry, the list
@@ -110,6 +111,11 @@ struct dataset_entry {
     struct served served;              /* what the daemon answered to READs of it */
     struct larder__pool *stripe_pool;  /* the dataset's pool, where the owners of a read's
                                           chunks are read at once (NULL: in turn) */
+    /* a publication (publish.c): every shard is fixed_owner's (its
+     * producer), whose daemon peers OPEN it at peer_url (NULL: url) */
+    bool fixed;         /* fixed_owner overrides the rendezvous owner */
+    size_t fixed_owner; /* an index in members */
+    char *peer_url;     /* the index's path on the producer; owned */
 };
 
 struct larderd {
@@ -137,6 +143,7 @@ struct larderd {
     double warm_next_start;    /* when the next warm chunk may start (--warm-rate) */
     volatile sig_atomic_t stopping;
     struct hints *hints; /* hints.c: pins and their expiry; NULL until the first hint */
+    struct publications *publications; /* publish.c's name registry; NULL: none yet */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -212,6 +219,25 @@ void uncached_give(struct larderd *d, uint64_t length);
  * output queue, at once or from a worker (READ).  false closes the
  * connection at once (malformed input). */
 bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+
+/* Whether c may open an index not yet open here: 1 yes; 0 only datasets
+ * already open; a negative code with a message: no OPEN at all. */
+int may_open(const struct connection *c);
+
+/* publish.c: names (publish and consume), docs/protocol.md "Names" */
+/* PUBLISH, RESOLVE and ANNOUNCE from c (handle()'s cases): false closes at once. */
+bool publish_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+bool resolve_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+bool announce_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+/* From the loop's sweep: answer the RESOLVEs whose wait is over, drop those of closed clients. */
+void publications_sweep(struct larderd *d, int64_t now);
+/* From open_dataset, with d->lock held, for a dataset just opened at url:
+ * when url is a publication's index here, fix its owner and peer URL. */
+void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *url);
+/* Free the registry and its parked requests (larderd_free). */
+void publications_free(struct larderd *d);
+/* hints.c: a publication was registered on this node (e: its dataset, open here). */
+void hints_on_publish(struct larderd *d, const char *name, struct dataset_entry *e);
 
 /* datasets.c */
 /*

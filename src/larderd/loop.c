@@ -355,6 +355,7 @@ static void sweep(struct larderd *d)
         if (why[0]) say("dropping a connection: %s", why);
         drop(c);
     }
+    publications_sweep(d, now); /* RESOLVEs waiting for a name */
 }
 
 /* ---- listeners -------------------------------------------------------------------- */

@@ -358,6 +358,12 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
         return true;
     case LARDER__HINT:
         return hints_request(c, f, payload);
+    case LARDER__PUBLISH:
+        return publish_request(c, f, payload);
+    case LARDER__RESOLVE:
+        return resolve_request(c, f, payload);
+    case LARDER__ANNOUNCE:
+        return announce_request(c, f, payload);
     default:
         return false; /* answers are not requests */
     }

@@ -48,6 +48,7 @@ void larderd_free(struct larderd *d)
     d->pool = NULL;
     hints_free(d); /* after the pool: its staging jobs hold hints */
     close_datasets(d);
+    publications_free(d);
     larder__members_clear(&d->members);
     if (d->secret) memset(d->secret, 0, strlen(d->secret));
     free(d->secret);

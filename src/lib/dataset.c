@@ -40,6 +40,7 @@ struct larder_dataset {
     struct larder__endpoint *daemon; /* the node daemon, when one is configured */
     larder__wrap_source_fn wrap;     /* in a daemon: the shard owners before the origin */
     void *wrap_context;
+    char *missing_origin; /* in a daemon: why a shard's origin may not exist, or NULL */
 };
 
 /* The index at d->url into d->image: mapped when local, loaded when remote. */
@@ -123,6 +124,11 @@ static int open_source(void *context, uint32_t shard, struct larder__source **ou
     larder_dataset *d = context;
     struct larder__source *origin;
     int rc = larder__source_open(&origin, d->locations[shard], NULL);
+    /* behind the daemon's wrapper, an origin that cannot be opened is not
+     * the end: the shard's owner node may serve it (a publication read
+     * from its producer); the failure shows when the origin is read */
+    if (rc < 0 && d->wrap)
+        rc = larder__source_missing_open(&origin, d->locations[shard], rc, d->missing_origin);
     if (rc < 0 || !d->wrap) {
         *out = rc < 0 ? NULL : origin;
         return rc;
@@ -183,6 +189,7 @@ void larder_close(larder_dataset *d)
         for (uint64_t i = 0; i < d->ix.num_shards; i++)
             free(d->locations[i]);
     free(d->locations);
+    free(d->missing_origin);
     if (d->mapped)
         munmap(d->image, d->image_size);
     else
@@ -598,6 +605,13 @@ void larder__dataset_set_source_wrapper(larder_dataset *d, larder__wrap_source_f
 {
     d->wrap = wrap;
     d->wrap_context = context;
+}
+
+int larder__dataset_set_missing_origin(larder_dataset *d, const char *why)
+{
+    free(d->missing_origin);
+    d->missing_origin = why ? strdup(why) : NULL;
+    return !why || d->missing_origin ? 0 : -ENOMEM;
 }
 
 void larder__dataset_id(const larder_dataset *d, uint64_t *low, uint64_t *high)

@@ -53,6 +53,11 @@ typedef int (*larder__wrap_source_fn)(void *context, uint32_t shard, struct lard
 /* Set before the first read. */
 LARDER__HIDDEN void larder__dataset_set_source_wrapper(larder_dataset *dataset,
                                                        larder__wrap_source_fn wrap, void *context);
+/* Why a shard's origin may not exist (a publication whose files are only
+ * at its producer): what a read of such a shard says, before the origin's
+ * name and error, when no owner served it; NULL: those alone.  Set before
+ * the first read.  0 or -ENOMEM. */
+LARDER__HIDDEN int larder__dataset_set_missing_origin(larder_dataset *dataset, const char *why);
 /* The dataset's id and shard geometry, for checking requests. */
 LARDER__HIDDEN void larder__dataset_id(const larder_dataset *dataset, uint64_t *low,
                                        uint64_t *high);

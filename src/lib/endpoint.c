@@ -527,3 +527,33 @@ int larder__endpoint_call(struct larder__endpoint *e, const void *request, size_
         return rc;
     }
 }
+
+int larder__endpoint_ask(struct larder__endpoint *e, const void *request, size_t length,
+                         int wait_ms, uint8_t *type, uint8_t **payload, uint32_t *payload_length)
+{
+    if (e->index_url) /* a names endpoint: no dataset is opened on its connections */
+        return larder__fail(LARDER_EUSAGE, "larder__endpoint_ask on an endpoint with an index");
+    int fd = connect_endpoint(e);
+    if (fd < 0) return fd;
+    int rc = send_all(fd, request, length);
+    uint8_t header[LARDER__WIRE_HEADER];
+    struct larder__frame frame;
+    bool answered;
+    uint8_t *bytes = NULL;
+    if (rc == 0) rc = recv_header(fd, header, wait_ms + e->timeout_ms, &answered);
+    if (rc == 0) rc = larder__wire_header(header, sizeof header, &frame);
+    if (rc == 0 && !(bytes = malloc(frame.length ? frame.length : 1))) rc = -ENOMEM;
+    if (rc == 0) rc = recv_all(fd, bytes, frame.length);
+    close(fd);
+    if (rc < 0 && is_errno(rc)) /* the connection's failure */
+        rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
+    if (rc == 0 && frame.type == LARDER__ERROR) rc = error_answer(e, bytes, frame.length);
+    if (rc < 0) {
+        free(bytes);
+        return rc;
+    }
+    *type = frame.type;
+    *payload = bytes;
+    *payload_length = frame.length;
+    return 0;
+}

@@ -61,4 +61,16 @@ LARDER__HIDDEN int larder__endpoint_call(struct larder__endpoint *endpoint, cons
 /* The daemon's statistics as JSON text (malloc'd; the caller frees it). */
 LARDER__HIDDEN int larder__endpoint_stats(struct larder__endpoint *endpoint, char **json);
 
+/*
+ * One request on a fresh connection of an endpoint made without an
+ * index_url (no OPEN; LARDER_EUSAGE otherwise): send the whole frame `request` (length bytes), wait
+ * up to wait_ms (plus the endpoint's timeout) for the answer to start, and return its type and
+ * payload (malloc'd, *payload; the caller frees it). An ERROR answer is returned as its code and
+ * message.  For the frames of the names (publish.c, names.c).  0, or a negative code with a
+ * message.
+ */
+LARDER__HIDDEN int larder__endpoint_ask(struct larder__endpoint *endpoint, const void *request,
+                                        size_t length, int wait_ms, uint8_t *type,
+                                        uint8_t **payload, uint32_t *payload_length);
+
 #endif

@@ -135,6 +135,10 @@ LARDER__HIDDEN int larder__source_open(struct larder__source **out, const char *
                                        struct larder__hedge_budget *budget);
 
 /* A path or file:// URL, unhedged. */
+/* An origin that could not be opened (source_missing.c): every call fails
+ * with `code` and a message naming it, after `why` when not NULL. */
+LARDER__HIDDEN int larder__source_missing_open(struct larder__source **out, const char *name,
+                                               int code, const char *why);
 LARDER__HIDDEN int larder__source_file_open(struct larder__source **out, const char *path);
 /* An http(s):// object, hedged with `budget` (NULL: the process's) inside its transfers. */
 LARDER__HIDDEN int larder__source_http_open(struct larder__source **out, const char *url,

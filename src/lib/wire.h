@@ -33,6 +33,11 @@ enum larder__frame_type {
     LARDER__PROVE = 10,
     LARDER__HINT = 11,        /* hints: see the block at the end */
     LARDER__HINT_ANSWER = 12, /* HINTED in docs/protocol.md */
+    /* names (publish and consume): the block at the end of this file */
+    LARDER__PUBLISH = 13,
+    LARDER__RESOLVE = 14,
+    LARDER__RESOLVED = 15,
+    LARDER__ANNOUNCE = 16,
 };
 
 /* Roles a HELLO may claim (their values are the wire's). */
@@ -207,5 +212,82 @@ LARDER__HIDDEN int larder__wire_encode_hint(uint8_t *out, size_t capacity, uint6
 LARDER__HIDDEN int larder__wire_encode_hinted(uint8_t *out, size_t capacity, uint64_t request,
                                               const struct larder__hinted *hinted);
 /* ---- end of hints ---- */
+
+/* ---- names: publish and consume (docs/protocol.md, "Names") ---- */
+
+#define LARDER__WIRE_MAX_PUBLICATION 128          /* bytes of a publication's name */
+#define LARDER__WIRE_MAX_NAMES_FRAME (4096u + 64) /* PUBLISH and ANNOUNCE, in all */
+#define LARDER__WIRE_MAX_INDEX (16u << 20)        /* index bytes a RESOLVED may carry */
+#define LARDER__WIRE_MAX_WAIT_MS 3600000u         /* the longest a RESOLVE may wait */
+
+/* RESOLVE flags */
+#define LARDER__RESOLVE_INDEX 1u /* send the index's bytes (a publication without an origin) */
+#define LARDER__RESOLVE_LOCAL 2u /* answer from this daemon's registry alone: never ask peers */
+#define LARDER__RESOLVE_LIST 4u  /* no name: answer STATS, the registry as JSON */
+/* ANNOUNCE and RESOLVED flags */
+#define LARDER__PUBLISHED_ORIGIN 1u /* written through: `origin` names the index there */
+
+/*
+ * Whether `name` (length bytes, not NUL-terminated) is a valid publication
+ * name: 1 to LARDER__WIRE_MAX_PUBLICATION bytes of letters, digits and
+ * "._-+=@:/", where '/' separates non-empty components none of which is
+ * "." or "..".  0, or LARDER_EUSAGE with a message saying what is wrong.
+ */
+LARDER__HIDDEN int larder__wire_check_publication(const char *name, size_t length);
+
+/* PUBLISH (client -> its own daemon): a directory's index under a name. */
+struct larder__publish {
+    uint32_t name_length, index_length, origin_length;
+    const char *name;   /* valid (larder__wire_check_publication) */
+    const char *index;  /* the index's absolute path on this node, 1 to 4096 bytes */
+    const char *origin; /* the written-through index's URL or path; origin_length 0: none */
+};
+
+/* RESOLVE (client or peer -> daemon): where the publication `name` is. */
+struct larder__resolve {
+    uint32_t wait_ms; /* how long to wait for a name not yet published */
+    uint32_t flags;   /* LARDER__RESOLVE_* */
+    uint32_t name_length;
+    const char *name; /* valid; empty only with LARDER__RESOLVE_LIST */
+};
+
+/*
+ * ANNOUNCE (producer's daemon -> every member) and RESOLVED (daemon ->
+ * client): a publication.  Strings point into the payload and are not
+ * NUL-terminated; an ANNOUNCE carries no index bytes.
+ */
+struct larder__publication {
+    uint64_t id_low, id_high; /* the dataset id */
+    uint32_t flags;           /* LARDER__PUBLISHED_* */
+    uint32_t name_length, producer_length, location_length, origin_length, index_length;
+    const char *name;     /* valid */
+    const char *producer; /* the producer's member name (host:port), 1 to 256 bytes */
+    /* where the index is: to a local reader, a path on the answering node
+     * or a URL it can open; to a peer, the index's path on the producer
+     * (what a peer OPENs there); 1 to 4096 bytes */
+    const char *location;
+    const char *origin;   /* with LARDER__PUBLISHED_ORIGIN, the written-through index */
+    const uint8_t *index; /* RESOLVED only, when asked for: the index's bytes */
+};
+
+LARDER__HIDDEN int larder__wire_publish(const uint8_t *payload, uint32_t length,
+                                        struct larder__publish *out);
+LARDER__HIDDEN int larder__wire_resolve(const uint8_t *payload, uint32_t length,
+                                        struct larder__resolve *out);
+/* ANNOUNCE or RESOLVED (`type`): the same layout. */
+LARDER__HIDDEN int larder__wire_publication(uint8_t type, const uint8_t *payload, uint32_t length,
+                                            struct larder__publication *out);
+/* Encoders: the whole frame's size, or LARDER_ETOOSMALL (also for
+ * fields over their limits: the parsers would refuse them). */
+LARDER__HIDDEN int larder__wire_encode_publish(uint8_t *out, size_t capacity, uint64_t request,
+                                               const struct larder__publish *publish);
+LARDER__HIDDEN int larder__wire_encode_resolve(uint8_t *out, size_t capacity, uint64_t request,
+                                               const struct larder__resolve *resolve);
+/* The size of that frame, to allocate `out` (0 when a field is over its limit). */
+LARDER__HIDDEN size_t larder__wire_publication_size(uint8_t type,
+                                                    const struct larder__publication *p);
+LARDER__HIDDEN int larder__wire_encode_publication(uint8_t *out, size_t capacity, uint8_t type,
+                                                   uint64_t request,
+                                                   const struct larder__publication *p);
 
 #endif

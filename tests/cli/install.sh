@@ -97,7 +97,7 @@ man_lacks() {
 }
 page=$prefix/share/man/man1/larder.1
 grep -q "^\.TH LARDER 1 .*\"larder $version\"" "$page" || fail "larder.1 names no version $version"
-for command in pack index inspect verify cat warm stat plan hint; do
+for command in pack index inspect verify cat warm stat plan hint publish consume names; do
   grep -qF "\\fB$command\\fR" "$page" || fail "larder.1 lacks the command $command"
   missing=$(man_lacks "$page" "$LARDER" $command)
   [ -z "$missing" ] || fail "larder.1 lacks larder $command's" $missing

@@ -15,6 +15,7 @@ import pytest
 import header
 from larder import _lib
 from larder.hint import HOT, LARDER_HINT_OPTIONS_VERSION, REPLICATE, _HintOptions, _HintResult
+from larder.names import LARDER_PUBLISH_OPTIONS_VERSION, _Publication, _PublishOptions
 
 STRUCTS = {
     "larder_open_options": _lib.OpenOptions,
@@ -27,6 +28,8 @@ STRUCTS = {
     "larder_prefetch_options": _lib.PrefetchOptions,
     "larder_hint_options": _HintOptions,
     "larder_hint_result": _HintResult,
+    "larder_publication": _Publication,  # larder/names.py's own
+    "larder_publish_options": _PublishOptions,
 }
 
 # Structs of the header the package does not pass to C (packing and
@@ -89,6 +92,7 @@ def test_constants_match_the_header(tmp_path):
     constants = {name: getattr(_lib, name) for name in vars(_lib)
                  if name.startswith("LARDER_") and isinstance(getattr(_lib, name), int)}
     constants.update(ALIASES)
+    constants["LARDER_PUBLISH_OPTIONS_VERSION"] = LARDER_PUBLISH_OPTIONS_VERSION  # larder/names.py
     # every mirrored options struct's version must be mirrored as well
     for c_name, mirror in STRUCTS.items():
         if c_name.endswith("_options"):

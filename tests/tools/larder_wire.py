@@ -22,6 +22,7 @@ import threading
 MAGIC = 0x5244524C
 VERSION = 2
 HELLO, WELCOME, READ, DATA, ERROR, STAT, STATS, OPEN, OPENED, PROVE = range(1, 11)
+PUBLISH, RESOLVE, RESOLVED, ANNOUNCE = range(13, 17)  # docs/protocol.md, "Names"
 EDENIED = -1016
 
 
@@ -121,6 +122,34 @@ class Client:
                                                        offset, length), 3)
         assert kind == DATA and len(payload) == length, (kind, len(payload))
         return payload
+
+
+def publish_payload(name, index, origin=b""):
+    """PUBLISH: lengths of name, index path and origin, reserved, then the three."""
+    return struct.pack("<IIII", len(name), len(index), len(origin), 0) + name + index + origin
+
+
+def resolve_payload(name, wait_ms=0, flags=0):
+    return struct.pack("<II", wait_ms, flags) + name
+
+
+def publication_payload(name, producer, location, origin=b"", index=b"", id_low=1, id_high=2):
+    """ANNOUNCE or RESOLVED: id, flags (1: an origin), five lengths, then the five."""
+    flags = 1 if origin else 0
+    return (struct.pack("<QQIIIIII", id_low, id_high, flags, len(name), len(producer),
+                        len(location), len(origin), len(index)) +
+            name + producer + location + origin + index)
+
+
+def parse_publication(payload):
+    """(id_low, id_high, flags, name, producer, location, origin, index) of a RESOLVED."""
+    id_low, id_high, flags, *lengths = struct.unpack_from("<QQIIIIII", payload, 0)
+    parts, at = [], 40
+    for n in lengths:
+        parts.append(payload[at:at + n])
+        at += n
+    assert at == len(payload), (at, len(payload))
+    return (id_low, id_high, flags) + tuple(parts)
 
 
 class Refused(Exception):

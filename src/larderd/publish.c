@@ -1,0 +1,564 @@
+/*
+ * publish.c - names: a directory's files published under a name by the
+ * node that wrote them, and found by that name on every node
+ * (docs/protocol.md, "Names").
+ *
+ *   PUBLISH  (a local client): open the index with this node as the owner
+ *            of every shard (the bytes are here: no origin read), check
+ *            a written-through copy is the same index, register the name
+ *            and ANNOUNCE it to every member (a pool job).
+ *   ANNOUNCE (a peer): register the name and fetch its index in a pool
+ *            job: from the origin when written through, else its bytes
+ *            from the producer (RESOLVE with LARDER__RESOLVE_INDEX), kept
+ *            in the cache directory (published/ID.index), where local
+ *            readers open it; every shard's owner is then the producer.
+ *   RESOLVE  (either): answered at once when the name is known; else
+ *            parked (no thread waits) until an ANNOUNCE makes it known or
+ *            the loop's sweep finds its wait over; a name unknown here is
+ *            asked of the members (a daemon restarted after the
+ *            publication still finds it).
+ *
+ * Threads: handlers and the sweep run on the loop thread, fetches and
+ * announcements on the pool; the registry is guarded by its own lock,
+ * which is taken inside d->lock (publication_adopt) and never held while
+ * taking d->lock.
+ */
+#include "publish.h"
+#include "source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The registry, made (with this node's own publications from before a
+ * restart) on first use: on the loop thread, or from open_dataset on a
+ * job, and never by two at once (jobs start after it is made). */
+static struct publications *registry(struct larderd *d)
+{
+    if (!d->publications) {
+        struct publications *r = calloc(1, sizeof *r);
+        if (!r) return NULL;
+        pthread_mutex_init(&r->lock, NULL);
+        publications_load(d, r);
+        publications_allow(d, r);
+        d->publications = r;
+    }
+    return d->publications;
+}
+
+static void publication_free(struct publication *p)
+{
+    if (!p) return;
+    free(p->producer);
+    free(p->location);
+    free(p->origin);
+    free(p->local);
+    free(p);
+}
+
+/* The publication named name[0..length), or NULL.  Call with the lock held. */
+struct publication *find(struct publications *r, const char *name, size_t length)
+{
+    for (struct publication *p = r->list; p; p = p->next)
+        if (strlen(p->name) == length && memcmp(p->name, name, length) == 0) return p;
+    return NULL;
+}
+
+/* Take p off the list and free it.  Call with the lock held. */
+void forget(struct publications *r, struct publication *p)
+{
+    for (struct publication **at = &r->list; *at; at = &(*at)->next)
+        if (*at == p) {
+            *at = p->next;
+            r->count--;
+            publication_free(p);
+            return;
+        }
+}
+
+/* A new publication on the list (state LEARNING), or NULL when full or out of memory.
+ * Call with the lock held. */
+struct publication *add(struct publications *r, const char *name, size_t length)
+{
+    if (r->count >= MAX_PUBLICATIONS) return NULL;
+    struct publication *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    memcpy(p->name, name, length);
+    p->producer_member = SIZE_MAX;
+    p->next = r->list;
+    r->list = p;
+    r->count++;
+    return p;
+}
+
+/* The member called name[0..length), or SIZE_MAX. */
+size_t member_named(const struct larderd *d, const char *name, size_t length)
+{
+    for (size_t m = 0; m < d->members.count; m++)
+        if (strlen(d->members.names[m]) == length && memcmp(d->members.names[m], name, length) == 0)
+            return m;
+    return SIZE_MAX;
+}
+
+static const char *self_name(const struct larderd *d)
+{
+    return d->self_name ? d->self_name : "local";
+}
+
+/*
+ * Queue RESOLVED(p) to c (to a peer: the producer's path, and the
+ * index's bytes when asked and there is no origin; to a local reader:
+ * what it opens here).  Call with the registry lock held.
+ */
+static void send_publication(struct connection *c, uint64_t request, uint32_t flags,
+                             const struct publication *p)
+{
+    const char *location = c->peer ? p->location : p->local;
+    struct larder__publication m = {
+        .id_low = p->id_low,
+        .id_high = p->id_high,
+        .flags = p->origin ? LARDER__PUBLISHED_ORIGIN : 0,
+        .name_length = (uint32_t)strlen(p->name),
+        .name = p->name,
+        .producer_length = (uint32_t)strlen(p->producer),
+        .producer = p->producer,
+        .location_length = (uint32_t)strlen(location),
+        .location = location,
+        .origin_length = p->origin ? (uint32_t)strlen(p->origin) : 0,
+        .origin = p->origin,
+    };
+    uint8_t *index = NULL;
+    if ((flags & LARDER__RESOLVE_INDEX) && !p->origin) {
+        uint32_t length = 0;
+        int rc = read_file(p->local, &index, &length);
+        if (rc < 0) {
+            send_error(c, request, rc, larder_errmsg());
+            return;
+        }
+        m.index = index;
+        m.index_length = length;
+    }
+    size_t size = larder__wire_publication_size(LARDER__RESOLVED, &m);
+    struct output *o = size ? output_new(size) : NULL;
+    if (o && larder__wire_encode_publication(o->bytes, size, LARDER__RESOLVED, request, &m) > 0) {
+        enqueue_output(c, o);
+    } else {
+        free(o);
+        send_error(c, request, size ? -ENOMEM : LARDER_ETOOSMALL,
+                   "the publication does not fit an answer");
+    }
+    free(index);
+}
+
+/* The waiter is answered: its connection's job and reference go back. */
+static void waiter_free(struct waiter *w)
+{
+    struct connection *c = w->connection;
+    pthread_mutex_lock(&c->lock);
+    c->jobs--;
+    pthread_mutex_unlock(&c->lock);
+    struct larderd *d = c->daemon;
+    connection_release(c);
+    free(w);
+    larderd_wake(d);
+}
+
+/* Answer every waiter for p.  Call with the registry lock held. */
+void answer_waiters(struct publications *r, const struct publication *p)
+{
+    for (struct waiter **at = &r->waiters; *at;) {
+        struct waiter *w = *at;
+        if (strcmp(w->name, p->name) != 0) {
+            at = &w->next;
+            continue;
+        }
+        *at = w->next;
+        r->num_waiters--;
+        send_publication(w->connection, w->request, w->flags, p);
+        waiter_free(w);
+    }
+}
+
+/* Answer the waiters whose wait is over (or whose client is gone), those
+ * of a name being learned excepted.  Call with the registry lock held. */
+static void expire_waiters(struct publications *r, int64_t now)
+{
+    for (struct waiter **at = &r->waiters; *at;) {
+        struct waiter *w = *at;
+        struct publication *p = find(r, w->name, strlen(w->name));
+        bool busy = p && p->state != READY;
+        if (!w->connection->dropped && (now < w->deadline_ms || busy)) {
+            at = &w->next;
+            continue;
+        }
+        *at = w->next;
+        r->num_waiters--;
+        if (!w->connection->dropped) {
+            char message[LARDER__WIRE_MAX_PUBLICATION + 128];
+            snprintf(message, sizeof message, "no publication named %s (waited until the timeout)",
+                     w->name);
+            send_error(w->connection, w->request, LARDER_ENOTFOUND, message);
+        }
+        waiter_free(w);
+    }
+}
+
+void publications_sweep(struct larderd *d, int64_t now)
+{
+    struct publications *r = d->publications;
+    if (!r) return;
+    pthread_mutex_lock(&r->lock);
+    expire_waiters(r, now);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *url)
+{
+    struct publications *r = registry(d);
+    if (!r) return;
+    pthread_mutex_lock(&r->lock);
+    for (struct publication *p = r->list; p; p = p->next) {
+        if (!p->local || strcmp(p->local, url) != 0) continue;
+        size_t owner = p->mine ? d->self : p->producer_member;
+        if (owner < d->members.count) {
+            e->fixed = true;
+            e->fixed_owner = owner;
+        }
+        if (!p->mine) e->peer_url = strdup(p->location); /* NULL: the url (no memory) */
+        if (!p->mine && !p->origin) {
+            char why[LARDER__WIRE_MAX_PUBLICATION + LARDER__WIRE_MAX_NAME + 128];
+            snprintf(why, sizeof why,
+                     "%s was published without --write-through: its producer %s, which holds "
+                     "the only copy, did not serve it",
+                     p->name, p->producer);
+            larder__dataset_set_missing_origin(e->dataset, why);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+void publications_free(struct larderd *d)
+{
+    struct publications *r = d->publications;
+    if (!r) return;
+    while (r->waiters) {
+        struct waiter *w = r->waiters;
+        r->waiters = w->next;
+        waiter_free(w);
+    }
+    while (r->list) {
+        struct publication *p = r->list;
+        r->list = p->next;
+        publication_free(p);
+    }
+    for (int i = 0; r->allowed && i < d->config.num_allow; i++)
+        if (d->config.allow[i] == r->allowed) { /* publications_allow's, the last */
+            d->config.allow[i] = NULL;
+            d->config.num_allow = i;
+        }
+    free(r->allowed);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+    d->publications = NULL;
+}
+
+/* ---- the requests --------------------------------------------------------------- */
+
+/* A frame that does not parse: an ERROR saying why, then the connection closes. */
+static bool malformed(struct connection *c, const struct larder__frame *f, int rc)
+{
+    say("refused a %s frame: %s", c->peer ? "peer's" : "local client's", larder_errmsg());
+    refuse(c, f->request, rc, larder_errmsg());
+    return true;
+}
+
+/* The registry as JSON (RESOLVE with LARDER__RESOLVE_LIST), in a STATS frame. */
+static void send_list(struct connection *c, uint64_t request, struct publications *r)
+{
+    size_t capacity = LARDER__WIRE_MAX_STATS, used = 0;
+    char *frame = malloc(LARDER__WIRE_HEADER + capacity);
+    if (!frame) {
+        send_error(c, request, -ENOMEM, "out of memory");
+        return;
+    }
+    char *text = frame + LARDER__WIRE_HEADER;
+    used += (size_t)snprintf(text, capacity, "{\"names\": [");
+    pthread_mutex_lock(&r->lock);
+    for (struct publication *p = r->list; p && used < capacity - 20000; p = p->next) {
+        if (p->state != READY) continue;
+        char id[33];
+        larder__hex128(p->id_high, p->id_low, id);
+        /* names are plain by construction; locations are quoted with \" and \\ escaped */
+        used +=
+            (size_t)snprintf(text + used, capacity - used,
+                             "%s{\"name\": \"%s\", \"dataset_id\": \"%s\", \"producer\": \"%s\", "
+                             "\"index\": \"",
+                             used > 11 ? ", " : "", p->name, id, p->producer);
+        const char *fields[2] = {c->peer ? p->location : p->local, p->origin ? p->origin : ""};
+        for (int k = 0; k < 2; k++) {
+            for (const char *s = fields[k]; *s && used < capacity - 16; s++) {
+                if (*s == '"' || *s == '\\') text[used++] = '\\';
+                text[used++] = *s;
+            }
+            used +=
+                (size_t)snprintf(text + used, capacity - used, k ? "\"}" : "\", \"origin\": \"");
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    used += (size_t)snprintf(text + used, capacity - used, "]}");
+    larder__wire_encode_header((uint8_t *)frame, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
+                               request);
+    enqueue(c, frame, LARDER__WIRE_HEADER + used);
+    free(frame);
+}
+
+bool resolve_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
+{
+    struct larderd *d = c->daemon;
+    struct larder__resolve q;
+    int rc = larder__wire_resolve(payload, f->length, &q);
+    if (rc < 0) return malformed(c, f, rc);
+    struct publications *r = registry(d);
+    if (!r) {
+        send_error(c, f->request, -ENOMEM, "out of memory");
+        return true;
+    }
+    if (q.flags & LARDER__RESOLVE_LIST) {
+        send_list(c, f->request, r);
+        return true;
+    }
+    pthread_mutex_lock(&r->lock);
+    struct publication *p = find(r, q.name, q.name_length);
+    if (p && p->state == READY) {
+        send_publication(c, f->request, q.flags, p);
+        pthread_mutex_unlock(&r->lock);
+        return true;
+    }
+    bool ask_members = !p && !(q.flags & LARDER__RESOLVE_LOCAL) && d->members.count > 1;
+    if (!p && !ask_members && q.wait_ms == 0) {
+        pthread_mutex_unlock(&r->lock);
+        char message[LARDER__WIRE_MAX_PUBLICATION + 64];
+        snprintf(message, sizeof message, "no publication named %.*s on this node",
+                 (int)q.name_length, q.name);
+        send_error(c, f->request, LARDER_ENOTFOUND, message);
+        return true;
+    }
+    struct waiter *w = r->num_waiters < MAX_WAITERS ? calloc(1, sizeof *w) : NULL;
+    struct publication *learning = ask_members ? add(r, q.name, q.name_length) : NULL;
+    if (!w || (ask_members && !learning)) {
+        pthread_mutex_unlock(&r->lock);
+        free(w);
+        send_error(c, f->request, -EAGAIN, "too many names or waiting clients: try again");
+        return true;
+    }
+    *w = (struct waiter){.connection = c,
+                         .request = f->request,
+                         .flags = q.flags,
+                         .deadline_ms = now_ms() + q.wait_ms,
+                         .next = r->waiters};
+    memcpy(w->name, q.name, q.name_length);
+    r->waiters = w;
+    r->num_waiters++;
+    pthread_mutex_lock(&c->lock);
+    c->refs++;
+    c->jobs++; /* busy: the sweep does not take it for idle */
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&r->lock);
+    if (learning) {
+        struct name_job *job = name_job_new(d, q.name, q.name_length);
+        if (!job || !submit(d, learn_job, job)) {
+            pthread_mutex_lock(&r->lock);
+            forget(r, find(r, q.name, q.name_length));
+            pthread_mutex_unlock(&r->lock);
+        }
+    }
+    return true;
+}
+
+bool announce_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
+{
+    struct larderd *d = c->daemon;
+    if (!c->peer) {
+        send_error(c, f->request, LARDER_EDENIED, "ANNOUNCE comes from peer daemons only");
+        return true;
+    }
+    struct larder__publication m;
+    int rc = larder__wire_publication(LARDER__ANNOUNCE, payload, f->length, &m);
+    if (rc < 0) return malformed(c, f, rc);
+    size_t producer = member_named(d, m.producer, m.producer_length);
+    if (producer == SIZE_MAX || producer == d->self) {
+        rc = larder__fail(LARDER_EDENIED, "ANNOUNCE of %.*s: producer %.*s is %s",
+                          (int)m.name_length, m.name, (int)m.producer_length, m.producer,
+                          producer == SIZE_MAX ? "not a member of this cluster" : "this node");
+        return malformed(c, f, rc);
+    }
+    struct publications *r = registry(d);
+    struct name_job *job = name_job_new(d, m.name, m.name_length);
+    if (!r || !job || !(job->producer = strndup(m.producer, m.producer_length)) ||
+        !(job->location = strndup(m.location, m.location_length)) ||
+        (m.origin_length && !(job->origin = strndup(m.origin, m.origin_length)))) {
+        if (job) name_job_free(job);
+        send_error(c, f->request, -ENOMEM, "out of memory");
+        return true;
+    }
+    job->id_low = m.id_low, job->id_high = m.id_high;
+    job->announced = true;
+    job->producer_member = producer;
+    pthread_mutex_lock(&r->lock);
+    struct publication *p = find(r, m.name, m.name_length);
+    if (p && p->state != LEARNING && (p->id_low != m.id_low || p->id_high != m.id_high)) {
+        pthread_mutex_unlock(&r->lock);
+        name_job_free(job);
+        char message[LARDER__WIRE_MAX_PUBLICATION + 64];
+        snprintf(message, sizeof message, "%.*s is published here as another dataset",
+                 (int)m.name_length, m.name);
+        send_error(c, f->request, -EEXIST, message);
+        return true;
+    }
+    bool fetch = !p || p->state == LEARNING; /* a learning job gives way to the producer's word */
+    if (!p) p = add(r, m.name, m.name_length);
+    if (!p) {
+        pthread_mutex_unlock(&r->lock);
+        name_job_free(job);
+        send_error(c, f->request, -EAGAIN, "too many names here");
+        return true;
+    }
+    if (fetch) {
+        p->state = FETCHING;
+        p->id_low = m.id_low, p->id_high = m.id_high;
+    }
+    pthread_mutex_unlock(&r->lock);
+    /* the answer: the publication as registered (an acknowledgement) */
+    size_t size = larder__wire_publication_size(LARDER__RESOLVED, &m);
+    struct output *o = output_new(size);
+    if (o && larder__wire_encode_publication(o->bytes, size, LARDER__RESOLVED, f->request, &m) > 0)
+        enqueue_output(c, o);
+    else
+        free(o);
+    if (fetch) {
+        say("%.*s: announced by %.*s", (int)m.name_length, m.name, (int)m.producer_length,
+            m.producer);
+        submit(d, learn_job, job);
+    } else {
+        name_job_free(job);
+    }
+    return true;
+}
+
+bool publish_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
+{
+    struct larderd *d = c->daemon;
+    if (c->peer) {
+        refuse(c, f->request, LARDER_EDENIED, "PUBLISH comes from a client of this node only");
+        return true;
+    }
+    struct larder__publish m;
+    int rc = larder__wire_publish(payload, f->length, &m);
+    if (rc < 0) return malformed(c, f, rc);
+    int allowed = may_open(c); /* 1: a local client that may open indexes */
+    if (allowed < 0) {
+        send_error(c, f->request, allowed, larder_errmsg());
+        return true;
+    }
+    struct publications *r = registry(d);
+    if (!r) {
+        send_error(c, f->request, -ENOMEM, "out of memory");
+        return true;
+    }
+    char *index = strndup(m.index, m.index_length);
+    char *origin = m.origin_length ? strndup(m.origin, m.origin_length) : NULL;
+    char *producer = strdup(self_name(d));
+    struct publication *p = NULL;
+    if (!index || !producer || (m.origin_length && !origin)) rc = -ENOMEM;
+    if (rc == 0) {
+        pthread_mutex_lock(&r->lock);
+        struct publication *same = find(r, m.name, m.name_length);
+        if (same)
+            rc = larder__fail(-EEXIST, "%.*s is already published (dataset from %s)",
+                              (int)m.name_length, m.name, same->producer);
+        else if (!(p = add(r, m.name, m.name_length)))
+            rc = larder__fail(-EAGAIN, "too many names here");
+        if (p) {
+            p->state = FETCHING;
+            p->mine = true;
+            p->producer_member = d->self;
+            p->producer = producer, p->location = index, p->origin = origin;
+            p->local = strdup(index);
+            producer = index = origin = NULL;
+            if (!p->local) rc = -ENOMEM;
+        }
+        pthread_mutex_unlock(&r->lock);
+    }
+    free(index), free(origin), free(producer);
+    /* opened with this node as every shard's owner (publication_adopt);
+     * a written-through copy must be the same index: the same entry */
+    struct dataset_entry *e = NULL, *copy = NULL;
+    int slot;
+    char *url = NULL;
+    if (rc == 0) {
+        pthread_mutex_lock(&r->lock);
+        url = strdup(p->local);
+        char *origin_url = p->origin ? strdup(p->origin) : NULL;
+        pthread_mutex_unlock(&r->lock);
+        rc = url ? open_dataset(d, url, allowed == 1, &e, &slot) : -ENOMEM;
+        if (rc == 0 && origin_url) {
+            rc = open_dataset(d, origin_url, true, &copy, &slot);
+            if (rc == 0 && copy != e)
+                rc = larder__fail(LARDER_EUSAGE, "the written-through index %s is not %s's",
+                                  origin_url, url);
+        }
+        free(origin_url);
+    }
+    uint64_t low = 0, high = 0; /* the index file may have been rewritten since it was opened */
+    if (rc == 0 && (!claimed_id(url, &low, &high) || low != e->id_low || high != e->id_high))
+        rc = larder__fail(-EBUSY,
+                          "%s was rewritten after this daemon opened it as another dataset: "
+                          "publish the new files from a directory of their own",
+                          url);
+    if (rc == 0 && !e->fixed && d->self < d->members.count) { /* open before it was published */
+        pthread_mutex_lock(&d->lock);
+        e->fixed = true, e->fixed_owner = d->self;
+        pthread_mutex_unlock(&d->lock);
+    }
+    char name[LARDER__WIRE_MAX_PUBLICATION + 1];
+    memcpy(name, m.name, m.name_length);
+    name[m.name_length] = '\0';
+    struct name_job *job = NULL;
+    pthread_mutex_lock(&r->lock);
+    p = find(r, m.name, m.name_length);
+    if (rc < 0 && p && p->state != READY && p->mine) forget(r, p), p = NULL;
+    if (rc == 0 && !p) rc = larder__fail(LARDER_ENOTFOUND, "%s: forgotten meanwhile", name);
+    if (rc == 0) {
+        p->id_low = e->id_low, p->id_high = e->id_high;
+        p->state = READY;
+        send_publication(c, f->request, 0, p);
+        answer_waiters(r, p);
+        if (d->members.count > 1 && (job = name_job_new(d, name, m.name_length))) {
+            job->id_low = p->id_low, job->id_high = p->id_high;
+            job->producer = strdup(p->producer);
+            job->location = strdup(p->location);
+            job->origin = p->origin ? strdup(p->origin) : NULL;
+            if (!job->producer || !job->location || (p->origin && !job->origin))
+                name_job_free(job), job = NULL;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (rc < 0) {
+        say("PUBLISH of %s refused: %s", name, larder_errmsg());
+        send_error(c, f->request, rc, larder_errmsg());
+        free(url);
+        return true;
+    }
+    say("published %s: %s", name, url);
+    free(url);
+    publication_remember(d, name); /* this node serves it again after a restart */
+    hints_on_publish(d, name, e);
+    if (job) announce_all(d, job);
+    return true;
+}

@@ -1,0 +1,99 @@
+/*
+ * publish.h - what the two halves of the daemon's names share: the
+ * registry (publish.c: the requests, the sweep) and the jobs on the pool
+ * (publish_jobs.c: announcing a publication, learning one from a peer).
+ * See publish.c for the whole.
+ */
+#ifndef LARDERD_PUBLISH_H
+#define LARDERD_PUBLISH_H
+
+#include "larderd.h"
+
+#define MAX_PUBLICATIONS 4096 /* names a daemon keeps: a peer's flood is refused past it */
+#define MAX_WAITERS 4096      /* RESOLVEs parked at once */
+#define PEER_TIMEOUT_MS 5000  /* a member asked or told about a name */
+#define NAME_CAPACITY (LARDER__WIRE_MAX_PUBLICATION + 1)
+
+enum state {
+    LEARNING, /* unknown here: its members are being asked */
+    FETCHING, /* announced (or published here): its index is being fetched or opened */
+    READY,    /* local readers may open `local` */
+};
+
+struct publication {
+    struct publication *next;
+    char name[NAME_CAPACITY];
+    enum state state;
+    uint64_t id_low, id_high;
+    bool mine;              /* produced by this node */
+    size_t producer_member; /* the producer's index in members; SIZE_MAX: this node alone */
+    char *producer;         /* the producer's member name */
+    char *location;         /* the index's path on the producer */
+    char *origin;           /* the written-through index, or NULL */
+    char *local;            /* what readers here open; NULL until fetched */
+};
+
+struct waiter {
+    struct waiter *next;
+    struct connection *connection; /* holds a reference and a job of it */
+    uint64_t request;
+    uint32_t flags;
+    int64_t deadline_ms;
+    char name[NAME_CAPACITY];
+};
+
+struct publications {
+    pthread_mutex_t lock;
+    struct publication *list;
+    size_t count;
+    struct waiter *waiters;
+    size_t num_waiters;
+    char *allowed; /* the cache's published/, added to --allow's prefixes when given; or NULL */
+};
+
+/* A publication to announce or learn, copied for a job. */
+struct name_job {
+    struct larderd *d;
+    char name[NAME_CAPACITY];
+    uint64_t id_low, id_high; /* announced (learn: expected when `announced`) */
+    bool announced;
+    size_t producer_member; /* whom to ask first; SIZE_MAX: every member */
+    size_t target;          /* announce_job: the one member told */
+    char *producer, *location, *origin;
+};
+
+/* publish.c; find, forget, add and answer_waiters with the registry lock held */
+struct publication *find(struct publications *r, const char *name, size_t length);
+void forget(struct publications *r, struct publication *p);
+struct publication *add(struct publications *r, const char *name, size_t length);
+size_t member_named(const struct larderd *d, const char *name, size_t length);
+void answer_waiters(struct publications *r, const struct publication *p);
+
+/* publish_jobs.c */
+/* The dataset id the index file at path claims (its bytes 16-31): false when unreadable. */
+bool claimed_id(const char *path, uint64_t *low, uint64_t *high);
+/* A whole index file (at most LARDER__WIRE_MAX_INDEX bytes) into a malloc'd buffer: 0, or a
+ * negative code with a message. */
+int read_file(const char *path, uint8_t **out, uint32_t *length);
+/* Add this node's own publications of before a restart (the cache's
+ * published/mine, whose index files still claim the same dataset) to r, READY. */
+void publications_load(struct larderd *d, struct publications *r);
+/* With --allow, the cache's published/ directory (made) is allowed too: the
+ * daemon opens the indexes it keeps there.  Call with d->lock held or on
+ * the loop thread before any job (config.allow is read under d->lock). */
+void publications_allow(struct larderd *d, struct publications *r);
+/* Append the publication `name` (this node's own, READY) to published/mine. */
+void publication_remember(struct larderd *d, const char *name);
+struct name_job *name_job_new(struct larderd *d, const char *name, size_t length);
+void name_job_free(struct name_job *job);
+/* Submit a job to the pool at background priority (freed when it cannot be): whether it was. */
+bool submit(struct larderd *d, void (*run)(void *), struct name_job *job);
+/* One announce_job per other member (a member that hangs delays no other),
+ * copies of `job`, which is freed. */
+void announce_all(struct larderd *d, struct name_job *job);
+/* Tell member job->target of a publication (job: its fields). */
+void announce_job(void *job);
+/* Learn job->name from its producer (announced) or any member that knows it. */
+void learn_job(void *job);
+
+#endif

@@ -1,0 +1,437 @@
+/*
+ * publish_jobs.c - the names' work on the daemon's pool (publish.c has the
+ * whole): announcing a publication to every member, and learning one
+ * (announced, or asked for and unknown here) from its producer or any
+ * member: its index fetched and kept in the cache directory, or taken
+ * from the written-through origin, then opened with the producer as the
+ * owner of every shard.  Also this node's own publications, kept in the
+ * cache directory across restarts, and the reading of index files.
+ */
+#include "publish.h"
+#include "source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- jobs on the pool: announcing, learning ---------------------------------- */
+
+void name_job_free(struct name_job *job)
+{
+    free(job->producer);
+    free(job->location);
+    free(job->origin);
+    free(job);
+}
+
+/* The answer of member m to a frame: RESOLVED parsed into *out (its
+ * payload in *payload, which the caller frees).  0, or a negative code. */
+static int ask_member(struct larderd *d, size_t m, const uint8_t *frame, size_t length,
+                      uint8_t **payload, struct larder__publication *out)
+{
+    struct larder__endpoint *e;
+    *payload = NULL; /* the caller frees it, whatever happens */
+    int rc = larder__endpoint_new(&e, d->members.names[m], LARDER__ROLE_PEER, d->secret, NULL,
+                                  PEER_TIMEOUT_MS);
+    if (rc < 0) return rc;
+    uint8_t type = 0;
+    uint32_t answer_length = 0;
+    rc = larder__endpoint_ask(e, frame, length, 0, &type, payload, &answer_length);
+    larder__endpoint_free(e);
+    if (rc == 0 && type != LARDER__RESOLVED)
+        rc = larder__fail(LARDER_EPROTOCOL, "%s answered type %u", d->members.names[m], type);
+    if (rc == 0) rc = larder__wire_publication(LARDER__RESOLVED, *payload, answer_length, out);
+    return rc;
+}
+
+void announce_job(void *arg)
+{
+    struct name_job *job = arg;
+    struct larderd *d = job->d;
+    struct larder__publication m = {
+        .id_low = job->id_low,
+        .id_high = job->id_high,
+        .flags = job->origin ? LARDER__PUBLISHED_ORIGIN : 0,
+        .name_length = (uint32_t)strlen(job->name),
+        .name = job->name,
+        .producer_length = (uint32_t)strlen(job->producer),
+        .producer = job->producer,
+        .location_length = (uint32_t)strlen(job->location),
+        .location = job->location,
+        .origin_length = job->origin ? (uint32_t)strlen(job->origin) : 0,
+        .origin = job->origin,
+    };
+    size_t size = larder__wire_publication_size(LARDER__ANNOUNCE, &m);
+    uint8_t *frame = size ? malloc(size) : NULL;
+    if (!frame || larder__wire_encode_publication(frame, size, LARDER__ANNOUNCE, 1, &m) < 0) {
+        say("%s: not announced (%s)", job->name, size ? "out of memory" : "too long a location");
+        free(frame);
+        name_job_free(job);
+        return;
+    }
+    uint8_t *payload = NULL;
+    struct larder__publication ack;
+    if (job->target < d->members.count && !d->stopping &&
+        ask_member(d, job->target, frame, size, &payload, &ack) < 0)
+        say("%s: announcing to %s failed: %s", job->name, d->members.names[job->target],
+            larder_errmsg());
+    free(payload);
+    free(frame);
+    name_job_free(job);
+}
+
+/* Where this node keeps a publication's index: the cache's published/ID.index. */
+static int keep_index(struct larderd *d, const struct larder__publication *m, char **path)
+{
+    char id[33], dir[PATH_MAX], file[PATH_MAX + 64], temporary[PATH_MAX + 64];
+    larder__hex128(m->id_high, m->id_low, id);
+    if (!d->config.cache_dir)
+        return larder__fail(LARDER_EUSAGE, "no cache directory to keep a published index in");
+    if ((size_t)snprintf(dir, sizeof dir, "%s/published", d->config.cache_dir) >= sizeof dir)
+        return larder__fail(-ENAMETOOLONG, "%s: too long a path", d->config.cache_dir);
+    /* the cache directory itself is made by the first dataset opened in it */
+    if ((mkdir(d->config.cache_dir, 0750) < 0 && errno != EEXIST) ||
+        (mkdir(dir, 0750) < 0 && errno != EEXIST))
+        return larder__fail(-errno, "%s: %s", dir, strerror(errno));
+    /* absolute: readers name it so (they give the daemon a real path) */
+    char absolute[PATH_MAX];
+    if (!realpath(dir, absolute)) return larder__fail(-errno, "%s: %s", dir, strerror(errno));
+    snprintf(file, sizeof file, "%s/%s.index", absolute, id);
+    snprintf(temporary, sizeof temporary, "%s/.%s.index.%d", absolute, id, (int)getpid());
+    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0) return larder__fail(-errno, "%s: %s", temporary, strerror(errno));
+    size_t done = 0;
+    int rc = 0;
+    while (rc == 0 && done < m->index_length) {
+        ssize_t n = write(fd, m->index + done, m->index_length - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) rc = larder__fail(-errno, "%s: %s", temporary, strerror(errno));
+        done += n > 0 ? (size_t)n : 0;
+    }
+    if (close(fd) < 0 && rc == 0) rc = larder__fail(-errno, "%s: %s", temporary, strerror(errno));
+    if (rc == 0 && rename(temporary, file) < 0)
+        rc = larder__fail(-errno, "%s: %s", file, strerror(errno));
+    if (rc < 0) {
+        unlink(temporary);
+        return rc;
+    }
+    return (*path = strdup(file)) ? 0 : -ENOMEM;
+}
+
+/*
+ * What a member told of `name` (m, with its payload): checked against the
+ * job (the announced id), its index kept or its origin taken, opened with
+ * the producer as every shard's owner, and made READY.  0, or a negative
+ * code with a message (the caller forgets the publication).
+ */
+static int take_publication(struct name_job *job, const struct larder__publication *m)
+{
+    struct larderd *d = job->d;
+    struct publications *r = d->publications;
+    if (strlen(job->name) != m->name_length || memcmp(job->name, m->name, m->name_length) != 0)
+        return larder__fail(LARDER_EPROTOCOL, "asked for %s, told of %.*s", job->name,
+                            (int)m->name_length, m->name);
+    if (job->announced && (m->id_low != job->id_low || m->id_high != job->id_high))
+        return larder__fail(LARDER_EPROTOCOL, "%s: the producer's index is not the announced one",
+                            job->name);
+    size_t producer = member_named(d, m->producer, m->producer_length);
+    bool mine = producer != SIZE_MAX && producer == d->self;
+    if (producer == SIZE_MAX)
+        return larder__fail(LARDER_EDENIED, "%s: producer %.*s is not a member of this cluster",
+                            job->name, (int)m->producer_length, m->producer);
+    char *local = NULL, *location = strndup(m->location, m->location_length);
+    char *origin = m->origin_length ? strndup(m->origin, m->origin_length) : NULL;
+    char *producer_name = strndup(m->producer, m->producer_length);
+    int rc = location && producer_name && (origin || !m->origin_length) ? 0 : -ENOMEM;
+    if (rc == 0 && mine) /* this node made it before a restart: its own files */
+        local = strdup(location);
+    else if (rc == 0 && origin)
+        local = strdup(origin);
+    else if (rc == 0 && m->index_length == 0)
+        rc = larder__fail(LARDER_EPROTOCOL, "%s: no index bytes and no origin", job->name);
+    else if (rc == 0 && (m->index_length < 32 || larder__le64(m->index + 16) != m->id_low ||
+                         larder__le64(m->index + 24) != m->id_high))
+        rc = larder__fail(LARDER_EPROTOCOL, "%s: index bytes of another dataset", job->name);
+    else if (rc == 0) /* its content is checked against that id when it is opened */
+        rc = keep_index(d, m, &local);
+    if (rc == 0 && !local) rc = -ENOMEM;
+    pthread_mutex_lock(&r->lock);
+    struct publication *p = find(r, job->name, strlen(job->name));
+    if (rc == 0 && !p) rc = larder__fail(LARDER_ENOTFOUND, "%s: forgotten meanwhile", job->name);
+    if (rc == 0 && p->state == FETCHING && job->announced == false &&
+        (p->id_low != m->id_low || p->id_high != m->id_high))
+        rc = larder__fail(LARDER_EPROTOCOL, "%s: announced as another dataset", job->name);
+    if (rc == 0) {
+        p->id_low = m->id_low, p->id_high = m->id_high;
+        p->mine = mine;
+        p->producer_member = producer;
+        free(p->producer), free(p->location), free(p->origin), free(p->local);
+        p->producer = producer_name, p->location = location, p->origin = origin, p->local = local;
+        producer_name = location = origin = local = NULL;
+        p->state = FETCHING;
+    }
+    char *url = rc == 0 ? strdup(p->local) : NULL;
+    pthread_mutex_unlock(&r->lock);
+    free(producer_name), free(location), free(origin), free(local);
+    if (rc < 0) return rc;
+    if (!url) return -ENOMEM;
+    /* opened here (the owner fixed by publication_adopt): what a reader
+     * will open, checked to be the dataset the producer announced */
+    struct dataset_entry *e = NULL;
+    int slot;
+    rc = open_dataset(d, url, true, &e, &slot);
+    free(url);
+    /* (its entry may keep the announced producer as the first source of its
+     * shards: bytes from there are checked like any others) */
+    if (rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high))
+        rc =
+            larder__fail(LARDER_EPROTOCOL, "%s: its index is not the dataset announced", job->name);
+    if (rc < 0) return rc;
+    size_t owner = mine ? d->self : producer;
+    pthread_mutex_lock(&d->lock);
+    if (owner < d->members.count && !e->fixed) /* open before it was announced */
+        e->fixed = true, e->fixed_owner = owner;
+    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_lock(&r->lock);
+    p = find(r, job->name, strlen(job->name));
+    if (p) {
+        p->state = READY;
+        answer_waiters(r, p);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (p) hints_on_publish(d, job->name, e);
+    return 0;
+}
+
+/* Learn a name from its producer (announced) or from any member that knows it. */
+void learn_job(void *arg)
+{
+    struct name_job *job = arg;
+    struct larderd *d = job->d;
+    struct larder__resolve ask = {.wait_ms = 0,
+                                  .flags = LARDER__RESOLVE_INDEX | LARDER__RESOLVE_LOCAL,
+                                  .name_length = (uint32_t)strlen(job->name),
+                                  .name = job->name};
+    uint8_t frame[LARDER__WIRE_HEADER + 8 + LARDER__WIRE_MAX_PUBLICATION];
+    int n = larder__wire_encode_resolve(frame, sizeof frame, 1, &ask);
+    int rc = n < 0 ? n : LARDER_ENOTFOUND;
+    if (rc == LARDER_ENOTFOUND && job->announced && job->origin) {
+        /* written through: the origin's copy is the index (checked when opened) */
+        struct larder__publication m = {
+            .id_low = job->id_low,
+            .id_high = job->id_high,
+            .flags = LARDER__PUBLISHED_ORIGIN,
+            .name_length = (uint32_t)strlen(job->name),
+            .name = job->name,
+            .producer_length = (uint32_t)strlen(job->producer),
+            .producer = job->producer,
+            .location_length = (uint32_t)strlen(job->location),
+            .location = job->location,
+            .origin_length = (uint32_t)strlen(job->origin),
+            .origin = job->origin,
+        };
+        rc = take_publication(job, &m);
+        if (rc < 0) say("%s: %s", job->name, larder_errmsg());
+    }
+    for (size_t i = 0; rc < 0 && n > 0 && i < d->members.count && !d->stopping; i++) {
+        /* the producer first, when announced; then the others */
+        size_t m = job->producer_member < d->members.count ? (i == 0 ? job->producer_member
+                                                              : i == job->producer_member ? 0
+                                                                                          : i)
+                                                           : i;
+        if (m == d->self) continue;
+        uint8_t *payload = NULL;
+        struct larder__publication told;
+        rc = ask_member(d, m, frame, (size_t)n, &payload, &told);
+        if (rc == 0) rc = take_publication(job, &told);
+        if (rc < 0 && rc != LARDER_ENOTFOUND)
+            say("%s: from %s: %s", job->name, d->members.names[m], larder_errmsg());
+        free(payload);
+        if (job->announced && rc < 0) break; /* only the producer has it yet */
+    }
+    if (rc < 0) { /* forget it; waiters wait on for an ANNOUNCE until their timeout */
+        struct publications *r = d->publications;
+        pthread_mutex_lock(&r->lock);
+        struct publication *p = find(r, job->name, strlen(job->name));
+        /* only what this job stands for: an ANNOUNCE may have come meanwhile */
+        if (p && (job->announced ? p->state == FETCHING && p->id_low == job->id_low &&
+                                       p->id_high == job->id_high
+                                 : p->state == LEARNING))
+            forget(r, p);
+        pthread_mutex_unlock(&r->lock);
+    }
+    name_job_free(job);
+}
+
+/* A job for `name` (announcing it, learning it: a few small frames that a
+ * consumer may be waiting on), submitted to the pool at NEAR: after every
+ * blocked READ, before hint and warm staging; false when none could be. */
+bool submit(struct larderd *d, void (*run)(void *), struct name_job *job)
+{
+    if (larder__pool_submit(d->pool, run, job, LARDER__NEAR) == 0) return true;
+    name_job_free(job);
+    return false;
+}
+
+struct name_job *name_job_new(struct larderd *d, const char *name, size_t length)
+{
+    struct name_job *job = calloc(1, sizeof *job);
+    if (!job) return NULL;
+    job->d = d;
+    memcpy(job->name, name, length);
+    job->producer_member = SIZE_MAX;
+    return job;
+}
+
+/* ---- this node's own publications, kept across restarts ---------------------- */
+
+/* The cache's published/mine: one line per publication, "NAME\tID\tINDEX\tORIGIN"
+ * (ID in hex as larder prints it; ORIGIN "-" when none; the wire allows no
+ * tab or newline in any of them). */
+static int mine_path(const struct larderd *d, char *path, size_t capacity)
+{
+    if (!d->config.cache_dir) return -1;
+    return (size_t)snprintf(path, capacity, "%s/published/mine", d->config.cache_dir) < capacity
+               ? 0
+               : -1;
+}
+
+void publication_remember(struct larderd *d, const char *name)
+{
+    struct publications *r = d->publications;
+    char path[PATH_MAX], dir[PATH_MAX];
+    if (!r || mine_path(d, path, sizeof path) < 0) return;
+    snprintf(dir, sizeof dir, "%s/published", d->config.cache_dir);
+    mkdir(d->config.cache_dir, 0750);
+    mkdir(dir, 0750);
+    pthread_mutex_lock(&r->lock);
+    struct publication *p = find(r, name, strlen(name));
+    FILE *f = p && p->mine ? fopen(path, "ae") : NULL;
+    if (f) {
+        char id[33];
+        larder__hex128(p->id_high, p->id_low, id);
+        fprintf(f, "%s\t%s\t%s\t%s\n", p->name, id, p->location, p->origin ? p->origin : "-");
+        if (fclose(f) != 0) say("%s: %s", path, strerror(errno));
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The dataset id an index file claims (bytes 16-31), or false. */
+bool claimed_id(const char *path, uint64_t *low, uint64_t *high)
+{
+    uint8_t header[32];
+    int fd = open(larder__file_path(path), O_RDONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && pread(fd, header, sizeof header, 0) == (ssize_t)sizeof header;
+    if (fd >= 0) close(fd);
+    if (ok) *low = larder__le64(header + 16), *high = larder__le64(header + 24);
+    return ok;
+}
+
+void publications_load(struct larderd *d, struct publications *r)
+{
+    char path[PATH_MAX], line[2 * LARDER__WIRE_MAX_NAMES_FRAME];
+    FILE *f = mine_path(d, path, sizeof path) == 0 ? fopen(path, "re") : NULL;
+    if (!f) return;
+    size_t loaded = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *fields[4] = {line, NULL, NULL, NULL}, *end;
+        for (int k = 1; k < 4 && fields[k - 1]; k++)
+            if ((fields[k] = strchr(fields[k - 1], '\t'))) *fields[k]++ = '\0';
+        if (!fields[3] || !(end = strchr(fields[3], '\n'))) continue; /* cut or hand-edited */
+        *end = '\0';
+        const char *name = fields[0], *index = fields[2], *origin = fields[3];
+        uint64_t low, high;
+        char id[33];
+        /* the file is the daemon's own, but the names are checked as any;
+         * an index gone, or rewritten as another dataset: so is the publication */
+        if (larder__wire_check_publication(name, strlen(name)) < 0 || index[0] != '/' ||
+            find(r, name, strlen(name)) || !claimed_id(index, &low, &high))
+            continue;
+        larder__hex128(high, low, id);
+        if (strcmp(id, fields[1]) != 0) continue;
+        struct publication *p = add(r, name, strlen(name));
+        if (!p) break;
+        p->state = READY;
+        p->mine = true;
+        p->id_low = low, p->id_high = high;
+        p->producer_member = d->self;
+        p->producer = strdup(d->self_name ? d->self_name : "local");
+        p->location = strdup(index);
+        p->local = strdup(index);
+        p->origin = strcmp(origin, "-") != 0 ? strdup(origin) : NULL;
+        if (!p->producer || !p->location || !p->local || (strcmp(origin, "-") && !p->origin)) {
+            forget(r, p);
+            break;
+        }
+        loaded++;
+    }
+    fclose(f);
+    if (loaded) say("%zu names of this node's from before (%s)", loaded, path);
+}
+
+/* Read a whole small file (an index) into a malloc'd buffer: 0, or a negative code. */
+int read_file(const char *path, uint8_t **out, uint32_t *length)
+{
+    int fd = open(larder__file_path(path), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return larder__fail(-errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = fstat(fd, &st) < 0 ? -errno : 0;
+    if (rc == 0 && (st.st_size <= 0 || st.st_size > (off_t)LARDER__WIRE_MAX_INDEX))
+        rc = larder__fail(LARDER_EUNSUPPORTED, "%s: an index of %lld bytes (at most %u)", path,
+                          (long long)st.st_size, LARDER__WIRE_MAX_INDEX);
+    uint8_t *bytes = rc == 0 ? malloc((size_t)st.st_size) : NULL;
+    if (rc == 0 && !bytes) rc = -ENOMEM;
+    size_t done = 0;
+    while (rc == 0 && done < (size_t)st.st_size) {
+        ssize_t n = pread(fd, bytes + done, (size_t)st.st_size - done, (off_t)done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) rc = n < 0 ? -errno : LARDER_ETRUNCATED;
+        done += n > 0 ? (size_t)n : 0;
+    }
+    close(fd);
+    if (rc < 0) {
+        free(bytes);
+        return rc;
+    }
+    *out = bytes;
+    *length = (uint32_t)st.st_size;
+    return 0;
+}
+
+void publications_allow(struct larderd *d, struct publications *r)
+{
+    char dir[PATH_MAX], absolute[PATH_MAX];
+    if (!d->config.num_allow || d->config.num_allow >= MAX_ALLOW_PREFIXES || !d->config.cache_dir ||
+        (size_t)snprintf(dir, sizeof dir, "%s/published", d->config.cache_dir) >= sizeof dir)
+        return;
+    mkdir(d->config.cache_dir, 0750);
+    mkdir(dir, 0750);
+    if (!realpath(dir, absolute) || !(r->allowed = strdup(absolute))) return;
+    d->config.allow[d->config.num_allow++] = r->allowed;
+    d->config.allow[d->config.num_allow] = NULL;
+}
+
+void announce_all(struct larderd *d, struct name_job *job)
+{
+    for (size_t m = 0; m < d->members.count; m++) {
+        if (m == d->self) continue;
+        struct name_job *copy = name_job_new(d, job->name, strlen(job->name));
+        if (!copy) break;
+        copy->id_low = job->id_low, copy->id_high = job->id_high;
+        copy->target = m;
+        copy->producer = strdup(job->producer);
+        copy->location = strdup(job->location);
+        copy->origin = job->origin ? strdup(job->origin) : NULL;
+        if (!copy->producer || !copy->location || (job->origin && !copy->origin)) {
+            name_job_free(copy);
+            break;
+        }
+        submit(d, announce_job, copy);
+    }
+    name_job_free(job);
+}
