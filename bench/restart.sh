@@ -30,6 +30,9 @@
 # never measured with a stand-in; without `index --files` the checkpoint's
 # files are packed (each file one sample) and read as shards.
 set -euo pipefail
+# the whole script is one group, read before it runs: editing the file
+# during a run does not change the run
+{
 cd "$(dirname "$0")/.."
 [ "${1:-}" = --quick ] && QUICK=1
 quick=${QUICK:-0}
@@ -94,7 +97,7 @@ for name, size in zip(spec["file_names"], split_sizes(total, spec["files"])):
             f.write(os.urandom(n))
             left -= n
 PY
-if has index --files; then
+if "$larder" index --help 2>&1 | grep -q -- '--files DIR'; then
   cp -r "$work/src" "$work/origin/ckpt"
   "$larder" index --files "$work/origin/ckpt" -o "$work/origin/ckpt/index.larder" >/dev/null
   layout="indexed in place with \`larder index --files\`"
@@ -123,9 +126,9 @@ seconds() { awk -v s="$1" -v e="$2" 'BEGIN { printf "%.3f", e - s }'; }
 
 # ---- the cluster ---------------------------------------------------------------------
 printf 'bench-secret\n' >"$work/secret"
-base=$((30000 + RANDOM % 20000))
-start_cluster() { # four daemons with fresh caches
+start_cluster() { # four daemons with fresh caches, on fresh ports (sets base)
   local members="" i
+  base=$((30000 + RANDOM % 20000))
   for ((i = 0; i < daemons; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
   for ((i = 0; i < daemons; i++)); do
     rm -rf "$work/cache$i" "$work/sock$i"
@@ -141,8 +144,10 @@ stop_cluster() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   pids=()
-  base=$((base + 10))
 }
+# skipped: how many times a daemon has passed over an owner that did not
+# answer in time and read the origin instead (daemon.log, all runs so far)
+skipped() { grep -c 'skipped for' "$work/daemon.log" || true; }
 # stat NODE: the daemon's counters for the checkpoint, "key=value" lines
 stat_node() {
   "$larder" stat --socket "$work/sock$1" --json | $py -c '
@@ -171,9 +176,10 @@ wait_staged() {
 }
 
 # storm N: N readers over the daemons, each reading the whole checkpoint;
-# prints "seconds origin_bytes busiest_peer_share busiest_served_share"
+# prints "seconds origin_bytes busiest_peer_share busiest_served_share skipped"
 storm() {
-  local n=$1 r o0 o1 t0 t1 i
+  local n=$1 r o0 o1 t0 t1 i s0
+  s0=$(skipped)
   o0=$(origin_now)
   t0=$EPOCHREALTIME
   jobs_=()
@@ -191,11 +197,11 @@ storm() {
   for ((i = 0; i < daemons; i++)); do
     peer+=("$(stat_value $i peer_served_bytes)") served+=("$(stat_value $i served_bytes)")
   done
-  $py - "$(seconds "$t0" "$t1")" "$((o1 - o0))" "${peer[*]}" "${served[*]}" <<'PY'
+  $py - "$(seconds "$t0" "$t1")" "$((o1 - o0))" "${peer[*]}" "${served[*]}" "$(($(skipped) - s0))" <<'PY'
 import sys
 t, o, peer, served = sys.argv[1], sys.argv[2], [int(x or 0) for x in sys.argv[3].split()], [int(x or 0) for x in sys.argv[4].split()]
 share = lambda v: max(v) / sum(v) if sum(v) else float("nan")
-print(t, o, f"{share(peer):.3f}", f"{share(served):.3f}")
+print(t, o, f"{share(peer):.3f}", f"{share(served):.3f}", sys.argv[5])
 PY
 }
 
@@ -253,11 +259,11 @@ for n in $readers; do
     echo "restart: $n readers through the daemons, hinted" >&2
     start_cluster
     o0=$(origin_now) t0=$EPOCHREALTIME
-    LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
+    LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m --wait >/dev/null
     wait_staged $(seq 0 $((daemons - 1)))
     replication_s=$(seconds "$t0" "$EPOCHREALTIME") o_hint=$(($(origin_now) - o0))
-    read -r t o ps ss < <(storm "$n")
-    row[hinted,$n]="$t $((o + o_hint)) $ps $ss $replication_s"
+    read -r t o ps ss sk < <(storm "$n")
+    row[hinted,$n]="$t $((o + o_hint)) $ps $ss $sk $replication_s"
     stop_cluster
   else
     row[hinted,$n]="$needs_hint"
@@ -283,10 +289,9 @@ train_run() { # label, then the background command (or nothing)
   stop_cluster
 }
 echo "restart: priorities" >&2
-# (each run in a subshell: move the ports on here, as stop_cluster did there)
-train_idle=$(train_run idle) && base=$((base + 10))
-train_warm=$(train_run warm) && base=$((base + 10))
-if has hint hot; then train_hinted=$(train_run hinted) && base=$((base + 10)); else train_hinted="$needs_hint"; fi
+train_idle=$(train_run idle)
+train_warm=$(train_run warm)
+if has hint hot; then train_hinted=$(train_run hinted); else train_hinted="$needs_hint"; fi
 
 # ---- 3. predictive replication ------------------------------------------------------------
 if has hint replicate; then
@@ -294,7 +299,7 @@ if has hint replicate; then
   start_cluster
   target=$((daemons - 1))
   if LARDER_SOCKET=$work/sock0 "$larder" hint replicate "$index" --to "127.0.0.1:$((base + target))" \
-    --ttl 10m >"$work/replicate.out" 2>&1 && wait_staged $target; then
+    --ttl 10m --wait >"$work/replicate.out" 2>&1 && wait_staged $target; then
     before_o=$(stat_value $target origin_requests) before_p=$(stat_value $target peer_requests)
     "$reader" read "$work/sock$target" "$index" "$threads" "$chunk_kb" >/dev/null
     after_o=$(stat_value $target origin_requests) after_p=$(stat_value $target peer_requests)
@@ -345,7 +350,7 @@ for n in sys.argv[3].split():
     for kind in ("direct", "unhinted", "hinted"):
         v = rows.get(f"{kind},{n}", "").split()
         if not v or not v[0].lstrip(">").replace(".", "").isdigit():
-            print(f"| {n} | {kind} | {' '.join(v)} | | | | |")
+            print(f"| {n} | {kind} | {' '.join(v)} | | | | | |")
             continue
         stopped = v[0].startswith(">")
         t = float(v[0].lstrip(">"))
@@ -353,7 +358,7 @@ for n in sys.argv[3].split():
         share = lambda x: "-" if kind == "direct" or x == "nan" else x
         print(f"| {n} | {kind} | {mark}{t:.2f} | {mark}{t / alone:.2f}x | {int(v[1]) / size:.3f} "
               f"| {share(v[2] if len(v) > 2 else 'nan')} | {share(v[3] if len(v) > 3 else 'nan')} "
-              f"| {v[4] if len(v) > 4 else '-'} |")
+              f"| {v[4] if len(v) > 4 else '-'} | {v[5] if len(v) > 5 else '-'} |")
 PY
 )
 {
@@ -374,9 +379,11 @@ PY
   echo "origin ($alone_s s). Shares: the busiest daemon's part of the bytes daemons sent each other"
   echo "(peer) and of all bytes they sent (to readers too); 1/$daemons is perfect balance, the issue's target"
   echo "is at most $(awk -v d=$daemons 'BEGIN { printf "%.3f", 1.5 / d }') (1.5 / daemons). Hinted: the origin bytes include the replication."
+  echo "Owners passed over: the times a daemon gave up waiting for a chunk's owner (its READ timed"
+  echo "out, \"skipped for 10000 ms\" in the log) and read the origin itself: each costs origin bytes."
   echo
-  echo "| readers | how | seconds | vs one reader | origin bytes / checkpoint | busiest peer share | busiest served share | replication s |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| readers | how | seconds | vs one reader | origin bytes / checkpoint | busiest peer share | busiest served share | owners passed over | replication s |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "$table"
   echo
   echo "## 2. Priorities: a training reader beside background staging"
@@ -444,3 +451,5 @@ fig.tight_layout()
 fig.savefig(png, dpi=110)
 PY
 cat "$out"
+exit
+}
