@@ -10,6 +10,7 @@
 #       # per-node serve rate from this machine's run (its nodes, NIC and
 #       # checkpoint keys are ignored: only serve_bw is taken)
 set -euo pipefail
+{ # one group, read whole before it runs: editing the file mid-run is safe
 cd "$(dirname "$0")/../.."
 py=/usr/bin/python3
 out=${RESULTS:-bench/results/restart-sim.md}
@@ -19,7 +20,7 @@ if [ -n "${MEASURED:-}" ]; then
   serve=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["serve_bw"])' "$MEASURED")
   extra=(--set "serve_bw=$serve")
 fi
-sim() { $py bench/sim/run.py "${base[@]}" "${extra[@]}" "$@" | tail -n +3; }
+sim() { $py bench/sim/run.py "${base[@]}" "${extra[@]}" "$@" | tail -n +4; } # rows only
 header="| policy | nodes x ranks | order | origin bytes / size | time s | vs one reader | bound s | busiest share | x nodes | replication s | events |
 |---|---|---|---|---|---|---|---|---|---|---|"
 started=$SECONDS
@@ -62,3 +63,5 @@ started=$SECONDS
   echo "($((SECONDS - started)) s of simulation.)"
 } >"$out"
 cat "$out"
+exit
+}
