@@ -148,6 +148,20 @@ stop_cluster() {
 # skipped: how many times a daemon has passed over an owner that did not
 # answer in time and read the origin instead (daemon.log, all runs so far)
 skipped() { grep -c 'skipped for' "$work/daemon.log" || true; }
+# hedges: origin reads the daemons doubled because the first was slow
+# (docs/cache.md, "Hedges"), from each cache's hedge-budget totals
+hedges() {
+  $py - "$work" "$daemons" <<'PY'
+import os, struct, sys
+total = 0
+for i in range(int(sys.argv[2])):
+    path = os.path.join(sys.argv[1], f"cache{i}", "hedge-budget")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            total += struct.unpack_from("=8sIIIIQQQ", f.read(48))[-1]
+print(total)
+PY
+}
 # stat NODE: the daemon's counters for the checkpoint, "key=value" lines
 stat_node() {
   "$larder" stat --socket "$work/sock$1" --json | $py -c '
@@ -176,7 +190,7 @@ wait_staged() {
 }
 
 # storm N: N readers over the daemons, each reading the whole checkpoint;
-# prints "seconds origin_bytes busiest_peer_share busiest_served_share skipped"
+# prints "seconds origin_bytes busiest_peer_share busiest_served_share skipped hedges"
 storm() {
   local n=$1 r o0 o1 t0 t1 i s0
   s0=$(skipped)
@@ -197,7 +211,7 @@ storm() {
   for ((i = 0; i < daemons; i++)); do
     peer+=("$(stat_value $i peer_served_bytes)") served+=("$(stat_value $i served_bytes)")
   done
-  $py - "$(seconds "$t0" "$t1")" "$((o1 - o0))" "${peer[*]}" "${served[*]}" "$(($(skipped) - s0))" <<'PY'
+  $py - "$(seconds "$t0" "$t1")" "$((o1 - o0))" "${peer[*]}" "${served[*]}" "$(($(skipped) - s0)) $(hedges)" <<'PY'
 import sys
 t, o, peer, served = sys.argv[1], sys.argv[2], [int(x or 0) for x in sys.argv[3].split()], [int(x or 0) for x in sys.argv[4].split()]
 share = lambda v: max(v) / sum(v) if sum(v) else float("nan")
@@ -262,8 +276,8 @@ for n in $readers; do
     LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m --wait >/dev/null
     wait_staged $(seq 0 $((daemons - 1)))
     replication_s=$(seconds "$t0" "$EPOCHREALTIME") o_hint=$(($(origin_now) - o0))
-    read -r t o ps ss sk < <(storm "$n")
-    row[hinted,$n]="$t $((o + o_hint)) $ps $ss $sk $replication_s"
+    read -r t o ps ss sk hg < <(storm "$n")
+    row[hinted,$n]="$t $((o + o_hint)) $ps $ss $sk $hg $replication_s"
     stop_cluster
   else
     row[hinted,$n]="$needs_hint"
@@ -350,7 +364,7 @@ for n in sys.argv[3].split():
     for kind in ("direct", "unhinted", "hinted"):
         v = rows.get(f"{kind},{n}", "").split()
         if not v or not v[0].lstrip(">").replace(".", "").isdigit():
-            print(f"| {n} | {kind} | {' '.join(v)} | | | | | |")
+            print(f"| {n} | {kind} | {' '.join(v)} | | | | | | |")
             continue
         stopped = v[0].startswith(">")
         t = float(v[0].lstrip(">"))
@@ -358,7 +372,8 @@ for n in sys.argv[3].split():
         share = lambda x: "-" if kind == "direct" or x == "nan" else x
         print(f"| {n} | {kind} | {mark}{t:.2f} | {mark}{t / alone:.2f}x | {int(v[1]) / size:.3f} "
               f"| {share(v[2] if len(v) > 2 else 'nan')} | {share(v[3] if len(v) > 3 else 'nan')} "
-              f"| {v[4] if len(v) > 4 else '-'} | {v[5] if len(v) > 5 else '-'} |")
+              f"| {v[4] if len(v) > 4 else '-'} | {v[5] if len(v) > 5 else '-'} "
+              f"| {v[6] if len(v) > 6 else '-'} |")
 PY
 )
 {
@@ -381,9 +396,12 @@ PY
   echo "is at most $(awk -v d=$daemons 'BEGIN { printf "%.3f", 1.5 / d }') (1.5 / daemons). Hinted: the origin bytes include the replication."
   echo "Owners passed over: the times a daemon gave up waiting for a chunk's owner (its READ timed"
   echo "out, \"skipped for 10000 ms\" in the log) and read the origin itself: each costs origin bytes."
+  echo "Hedged origin reads: reads of the origin a daemon sent twice because the first was slower than"
+  echo "its recent p95 (docs/cache.md, \"Hedges\"; the caches' hedge-budget totals): on an origin whose"
+  echo "link is the bottleneck, every hedge of a large read doubles its bytes."
   echo
-  echo "| readers | how | seconds | vs one reader | origin bytes / checkpoint | busiest peer share | busiest served share | owners passed over | replication s |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| readers | how | seconds | vs one reader | origin bytes / checkpoint | busiest peer share | busiest served share | owners passed over | hedged origin reads | replication s |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "$table"
   echo
   echo "## 2. Priorities: a training reader beside background staging"
