@@ -21,8 +21,10 @@
 # ("1 4 16 64"), ORIGIN_MBPS (slowfs's link, 10^6 bytes/s; 100), THREADS
 # (READs in flight per reader; 16), CHUNK_KB (bytes per READ; 4096),
 # BASELINE_MAX_S (a direct-read run is stopped after this; 300), STEPS,
-# BATCH, COMPUTE_MS (the training reader: 150, 8, 40), BUILD_DIR (build),
-# RESULTS (bench/results/restart.md).  Needs root (or fusermount3 rights)
+# BATCH, COMPUTE_MS (the training reader: 150, 8, 40), TRAIN_SAMPLES (its
+# dataset: 2000 of 128 KiB), BUILD_DIR (build), RESULTS
+# (bench/results/restart.md; restart-measured.json and restart.png go
+# beside it), RESTART_WORK (scratch: bench/work/restart).  Needs root (or fusermount3 rights)
 # and /dev/fuse: the origin is tools/slowfs with a bandwidth cap.
 #
 # A part whose command is not on this branch yet (`larder index --files`,
@@ -43,8 +45,10 @@ origin_mbps=${ORIGIN_MBPS:-100}
 threads=${THREADS:-16} chunk_kb=${CHUNK_KB:-4096}
 baseline_max=${BASELINE_MAX_S:-300}
 steps=${STEPS:-150} batch=${BATCH:-8} compute_ms=${COMPUTE_MS:-40}
+train_samples=${TRAIN_SAMPLES:-2000}
 out=${RESULTS:-bench/results/restart.md}
 results=$(dirname "$out")
+mkdir -p "$results"
 daemons=4
 py=/usr/bin/python3
 
@@ -54,19 +58,22 @@ scripts/install-deps >/dev/null
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$build" larder_cli larderd slowfs larder_bench_restart larder_bench_peer >/dev/null
 larder=$PWD/$build/larder larderd=$PWD/$build/larderd reader=$PWD/$build/larder_bench_restart
-work=$PWD/bench/work/restart
+work=${RESTART_WORK:-$PWD/bench/work/restart}
 mnt=$work/mnt
 pids=() jobs_=()
 
 cleanup() {
   trap - EXIT INT TERM HUP
   for p in "${jobs_[@]}" "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for p in "${jobs_[@]}" "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  # slowfs ends once unmounted: not waited for before that
   if grep -qs " $mnt fuse" /proc/self/mounts; then
     fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" || true
   fi
-  [ -n "${slowfs_pid:-}" ] && kill "$slowfs_pid" 2>/dev/null || true
-  wait 2>/dev/null || true
+  if [ -n "${slowfs_pid:-}" ]; then
+    kill "$slowfs_pid" 2>/dev/null || true
+    wait "$slowfs_pid" 2>/dev/null || true
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -108,9 +115,9 @@ else
   layout="packed into $(find "$work/origin/ckpt" -name 'shard-*' | wc -l) shards, each file one sample and each large file a shard of its own ($needs_files to index them in place)"
 fi
 rm -rf "$work/src"
-# the training reader's dataset: 2,000 samples of 128 KiB
+# the training reader's dataset: samples of 128 KiB
 source bench/lib.sh
-random_samples "$work/train-src" 2000 131072
+random_samples "$work/train-src" "$train_samples" 131072
 "$larder" pack "$work/train-src" -o "$work/origin/train" --shard-size 8M >/dev/null
 rm -rf "$work/train-src"
 ckpt_files=$(find "$work/origin/ckpt" -type f ! -name index.larder | sort)
@@ -127,18 +134,30 @@ seconds() { awk -v s="$1" -v e="$2" 'BEGIN { printf "%.3f", e - s }'; }
 # ---- the cluster ---------------------------------------------------------------------
 printf 'bench-secret\n' >"$work/secret"
 start_cluster() { # four daemons with fresh caches, on fresh ports (sets base)
-  local members="" i
-  base=$((30000 + RANDOM % 20000))
-  for ((i = 0; i < daemons; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
-  for ((i = 0; i < daemons; i++)); do
-    rm -rf "$work/cache$i" "$work/sock$i"
-    "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
-      --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
-    pids+=($!)
+  local members="" i try
+  for try in 1 2 3 4 5; do
+    # a random block of ports; another program may hold one (this machine
+    # is shared): then every daemon is stopped and another block is tried
+    base=$((30000 + RANDOM % 20000)) members=""
+    for ((i = 0; i < daemons; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
+    for ((i = 0; i < daemons; i++)); do
+      rm -rf "$work/cache$i" "$work/sock$i"
+      "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+        --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
+      pids+=($!)
+    done
+    for ((i = 0; i < daemons; i++)); do
+      for _ in $(seq 100); do [ -S "$work/sock$i" ] && break; sleep 0.05; done
+    done
+    sleep 0.2
+    local alive=1
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || alive=0; done
+    [ $alive = 1 ] && return 0
+    echo "restart: a daemon did not start (port taken?), trying other ports" >&2
+    stop_cluster
   done
-  for ((i = 0; i < daemons; i++)); do
-    for _ in $(seq 100); do [ -S "$work/sock$i" ] && break; sleep 0.05; done
-  done
+  echo "restart: could not start $daemons daemons" >&2
+  return 1
 }
 stop_cluster() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
