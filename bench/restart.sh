@@ -57,7 +57,8 @@ command -v fusermount3 >/dev/null || { echo "restart: needs fusermount3 (scripts
 scripts/install-deps >/dev/null
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$build" larder_cli larderd slowfs larder_bench_restart larder_bench_peer >/dev/null
-larder=$PWD/$build/larder larderd=$PWD/$build/larderd reader=$PWD/$build/larder_bench_restart
+case $build in /*) ;; *) build=$PWD/$build ;; esac
+larder=$build/larder larderd=$build/larderd reader=$build/larder_bench_restart
 work=${RESTART_WORK:-$PWD/bench/work/restart}
 mnt=$work/mnt
 pids=() jobs_=()
