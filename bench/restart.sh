@@ -1,0 +1,496 @@
+#!/usr/bin/env bash
+# The restart storm (issue 12, "Measured"), on loopback, in one run:
+#   1. N = 1, 4, 16, 64 readers spread over 4 daemons, each reading a whole
+#      generated checkpoint through its node's daemon, unhinted and hinted,
+#      against N readers straight from the origin: origin bytes / checkpoint,
+#      time until all N hold it against one reader alone, the busiest
+#      daemon's share of the bytes daemons served each other;
+#   2. priorities: a training reader's per-step data wait with and without
+#      background staging of the checkpoint on the same daemons;
+#   3. predictive replication: an evaluation reader after
+#      `larder hint replicate` makes no origin and no peer request;
+#   4. the simulation (bench/sim/) at this scale, fed with the per-node
+#      figures measured here, beside the measured figures.
+# Writes bench/results/restart.md, restart.png (with matplotlib) and
+# restart-measured.json (the figures the simulation reads).
+#
+#   bench/restart.sh            # the 2 GiB checkpoint of the issue
+#   bench/restart.sh --quick    # 256 MiB (QUICK=1 too)
+#
+# Environment: SIZE (checkpoint bytes; 2 GiB, quick 256 MiB), READERS
+# ("1 4 16 64"), ORIGIN_MBPS (slowfs's link, 10^6 bytes/s; 100), THREADS
+# (READs in flight per reader; 16), CHUNK_KB (bytes per READ; 4096),
+# BASELINE_MAX_S (a direct-read run is stopped after this; 300), STEPS,
+# BATCH, COMPUTE_MS (the training reader: 150, 8, 40), TRAIN_SAMPLES (its
+# dataset: 2000 of 128 KiB), BUILD_DIR (build), RESULTS
+# (bench/results/restart.md; restart-measured.json and restart.png go
+# beside it), RESTART_WORK (scratch: bench/work/restart).  Needs root (or fusermount3 rights)
+# and /dev/fuse: the origin is tools/slowfs with a bandwidth cap.
+#
+# A part whose command is not on this branch yet (`larder index --files`,
+# `larder hint hot`, `larder hint replicate`) is reported as "needs ...",
+# never measured with a stand-in; without `index --files` the checkpoint's
+# files are packed (each file one sample) and read as shards.
+set -euo pipefail
+# the whole script is one group, read before it runs: editing the file
+# during a run does not change the run
+{
+cd "$(dirname "$0")/.."
+[ "${1:-}" = --quick ] && QUICK=1
+quick=${QUICK:-0}
+build=${BUILD_DIR:-build}
+if [ "$quick" = 1 ]; then size=${SIZE:-268435456}; else size=${SIZE:-2147483648}; fi
+readers=${READERS:-"1 4 16 64"}
+origin_mbps=${ORIGIN_MBPS:-100}
+threads=${THREADS:-16} chunk_kb=${CHUNK_KB:-4096}
+baseline_max=${BASELINE_MAX_S:-300}
+steps=${STEPS:-150} batch=${BATCH:-8} compute_ms=${COMPUTE_MS:-40}
+train_samples=${TRAIN_SAMPLES:-2000}
+out=${RESULTS:-bench/results/restart.md}
+results=$(dirname "$out")
+mkdir -p "$results"
+daemons=4
+py=/usr/bin/python3
+
+[ -e /dev/fuse ] || { echo "restart: needs /dev/fuse: the origin is slowfs" >&2; exit 77; }
+command -v fusermount3 >/dev/null || { echo "restart: needs fusermount3 (scripts/install-deps)" >&2; exit 77; }
+scripts/install-deps >/dev/null
+[ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C "$build" larder_cli larderd slowfs larder_bench_restart larder_bench_peer >/dev/null
+case $build in /*) ;; *) build=$PWD/$build ;; esac
+larder=$build/larder larderd=$build/larderd reader=$build/larder_bench_restart
+work=${RESTART_WORK:-$PWD/bench/work/restart}
+mnt=$work/mnt
+pids=() jobs_=()
+
+cleanup() {
+  trap - EXIT INT TERM HUP
+  for p in "${jobs_[@]}" "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${jobs_[@]}" "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  # slowfs ends once unmounted: not waited for before that
+  if grep -qs " $mnt fuse" /proc/self/mounts; then
+    fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" || true
+  fi
+  if [ -n "${slowfs_pid:-}" ]; then
+    kill "$slowfs_pid" 2>/dev/null || true
+    wait "$slowfs_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# has COMMAND...: whether this branch's CLI knows the (sub)command
+has() { "$larder" "$@" --help >/dev/null 2>&1; }
+needs_files="needs \`larder index --files\` (branch files)"
+needs_hint="needs \`larder hint hot\` (branch hints)"
+needs_replicate="needs \`larder hint replicate\` (branch hints)"
+
+# ---- the checkpoint and the origin -------------------------------------------------
+if grep -qs " $mnt fuse" /proc/self/mounts; then fusermount3 -u "$mnt" || umount -l "$mnt"; fi
+rm -rf "$work" && mkdir -p "$work/src" "$work/origin/train" "$mnt"
+# the files of bench/sim/params/checkpoint.json, sized as the simulation sizes them
+$py - "$work/src" "$size" <<'PY'
+import json, os, sys
+sys.path.insert(0, "bench/sim")
+from storm import split_sizes
+spec = json.load(open("bench/sim/params/checkpoint.json"))
+root, total = sys.argv[1], int(sys.argv[2])
+for name, size in zip(spec["file_names"], split_sizes(total, spec["files"])):
+    with open(os.path.join(root, name), "wb") as f:
+        left = size
+        while left:
+            n = min(left, 16 << 20)
+            f.write(os.urandom(n))
+            left -= n
+PY
+if "$larder" index --help 2>&1 | grep -q -- '--files DIR'; then
+  cp -r "$work/src" "$work/origin/ckpt"
+  "$larder" index --files "$work/origin/ckpt" -o "$work/origin/ckpt/index.larder" >/dev/null
+  layout="indexed in place with \`larder index --files\`"
+else
+  # small shards: every file above 1 MiB is a shard of its own, as it would
+  # be a file of its own with \`index --files\`
+  "$larder" pack "$work/src" -o "$work/origin/ckpt" --shard-size 1M >/dev/null
+  layout="packed into $(find "$work/origin/ckpt" -name 'shard-*' | wc -l) shards, each file one sample and each large file a shard of its own ($needs_files to index them in place)"
+fi
+rm -rf "$work/src"
+# the training reader's dataset: samples of 128 KiB
+source bench/lib.sh
+random_samples "$work/train-src" "$train_samples" 131072
+"$larder" pack "$work/train-src" -o "$work/origin/train" --shard-size 8M >/dev/null
+rm -rf "$work/train-src"
+ckpt_files=$(find "$work/origin/ckpt" -type f ! -name index.larder | sort)
+ckpt_bytes=$(cat $ckpt_files | wc -c)
+
+"$build/slowfs" "$work/origin" "$mnt" --profile none --bandwidth "$origin_mbps" -f 2>"$work/slowfs.log" &
+slowfs_pid=$!
+for _ in $(seq 100); do grep -qs " $mnt fuse" /proc/self/mounts && break; sleep 0.05; done
+grep -qs " $mnt fuse" /proc/self/mounts || { echo "restart: slowfs did not mount" >&2; exit 1; }
+index=$mnt/ckpt/index.larder train=$mnt/train/index.larder
+origin_now() { $py -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes"])' "$mnt/.slowfs-stats"; }
+seconds() { awk -v s="$1" -v e="$2" 'BEGIN { printf "%.3f", e - s }'; }
+
+# ---- the cluster ---------------------------------------------------------------------
+printf 'bench-secret\n' >"$work/secret"
+start_cluster() { # four daemons with fresh caches, on fresh ports (sets base)
+  local members="" i try
+  for try in 1 2 3 4 5; do
+    # a random block of ports; another program may hold one (this machine
+    # is shared): then every daemon is stopped and another block is tried
+    base=$((30000 + RANDOM % 20000)) members=""
+    for ((i = 0; i < daemons; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
+    for ((i = 0; i < daemons; i++)); do
+      rm -rf "$work/cache$i" "$work/sock$i"
+      "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+        --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
+      pids+=($!)
+    done
+    for ((i = 0; i < daemons; i++)); do
+      for _ in $(seq 100); do [ -S "$work/sock$i" ] && break; sleep 0.05; done
+    done
+    sleep 0.2
+    local alive=1
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || alive=0; done
+    [ $alive = 1 ] && return 0
+    echo "restart: a daemon did not start (port taken?), trying other ports" >&2
+    stop_cluster
+  done
+  echo "restart: could not start $daemons daemons" >&2
+  return 1
+}
+stop_cluster() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+# skipped: how many times a daemon has passed over an owner that did not
+# answer in time and read the origin instead (daemon.log, all runs so far)
+skipped() { grep -c 'skipped for' "$work/daemon.log" || true; }
+# hedges: origin reads the daemons doubled because the first was slow
+# (docs/cache.md, "Hedges"), from each cache's hedge-budget totals
+hedges() {
+  $py - "$work" "$daemons" <<'PY'
+import os, struct, sys
+total = 0
+for i in range(int(sys.argv[2])):
+    path = os.path.join(sys.argv[1], f"cache{i}", "hedge-budget")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            total += struct.unpack_from("=8sIIIIQQQ", f.read(48))[-1]
+print(total)
+PY
+}
+# stat NODE: the daemon's counters for the checkpoint, "key=value" lines
+stat_node() {
+  "$larder" stat --socket "$work/sock$1" --json | $py -c '
+import json, sys
+want = sys.argv[1]
+for d in json.load(sys.stdin)["datasets"]:
+    if d["dataset_id"] == want:
+        for k, v in d.items():
+            print(f"{k}={v}")' "$2"
+}
+ckpt_id=$("$larder" inspect "$index" --json | $py -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')
+stat_value() { stat_node "$1" "$ckpt_id" | sed -n "s/^$2=//p" | head -1; }
+
+# wait_staged NODE...: until each daemon holds the whole checkpoint (600 s at most)
+wait_staged() {
+  local node r t
+  for node in "$@"; do
+    for _ in $(seq 1200); do
+      r=$(stat_value "$node" resident_bytes) t=$(stat_value "$node" total_bytes)
+      [ -n "$r" ] && [ "$r" = "$t" ] && continue 2
+      sleep 0.5
+    done
+    echo "restart: daemon $node did not stage the checkpoint within 600 s" >&2
+    return 1
+  done
+}
+
+# storm N: N readers over the daemons, each reading the whole checkpoint;
+# prints "seconds origin_bytes busiest_peer_share busiest_served_share skipped hedges"
+storm() {
+  local n=$1 r o0 o1 t0 t1 i s0
+  s0=$(skipped)
+  o0=$(origin_now)
+  t0=$EPOCHREALTIME
+  jobs_=()
+  for ((r = 0; r < n; r++)); do
+    "$reader" read "$work/sock$((r % daemons))" "$index" "$threads" "$chunk_kb" >"$work/reader$r.out" &
+    jobs_+=($!)
+  done
+  local failed=0
+  for p in "${jobs_[@]}"; do wait "$p" || failed=1; done
+  jobs_=()
+  t1=$EPOCHREALTIME
+  [ $failed = 0 ] || { echo "restart: a reader failed (see $work/reader*.out, daemon.log)" >&2; return 1; }
+  o1=$(origin_now)
+  local peer=() served=()
+  for ((i = 0; i < daemons; i++)); do
+    peer+=("$(stat_value $i peer_served_bytes)") served+=("$(stat_value $i served_bytes)")
+  done
+  $py - "$(seconds "$t0" "$t1")" "$((o1 - o0))" "${peer[*]}" "${served[*]}" "$(($(skipped) - s0)) $(hedges)" <<'PY'
+import sys
+t, o, peer, served = sys.argv[1], sys.argv[2], [int(x or 0) for x in sys.argv[3].split()], [int(x or 0) for x in sys.argv[4].split()]
+share = lambda v: max(v) / sum(v) if sum(v) else float("nan")
+print(t, o, f"{share(peer):.3f}", f"{share(served):.3f}", sys.argv[5])
+PY
+}
+
+# direct N: N readers reading every file of the checkpoint from the origin
+direct() {
+  local n=$1 r o0 o1 t0 t1 stopped=""
+  o0=$(origin_now)
+  t0=$EPOCHREALTIME
+  jobs_=()
+  for ((r = 0; r < n; r++)); do
+    (cd "$mnt/ckpt" && exec cat $(find . -type f ! -name index.larder | sort)) >/dev/null &
+    jobs_+=($!)
+  done
+  local deadline=$((SECONDS + baseline_max))
+  while :; do
+    local alive=0
+    for p in "${jobs_[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    if [ $SECONDS -ge $deadline ]; then
+      for p in "${jobs_[@]}"; do kill "$p" 2>/dev/null || true; done
+      stopped=">"
+      break
+    fi
+    sleep 0.2
+  done
+  for p in "${jobs_[@]}"; do wait "$p" 2>/dev/null || true; done
+  jobs_=()
+  t1=$EPOCHREALTIME
+  o1=$(origin_now)
+  echo "$stopped$(seconds "$t0" "$t1") $((o1 - o0))"
+}
+
+echo "restart: checkpoint $((ckpt_bytes / 1048576)) MiB, $layout; origin slowfs at $origin_mbps MB/s" >&2
+# ---- 1. the storm ---------------------------------------------------------------------
+declare -A row
+read -r alone_s alone_bytes < <(direct 1)
+for n in $readers; do
+  echo "restart: $n readers from the origin" >&2
+  if [ "$n" = 1 ]; then row[direct,$n]="$alone_s $alone_bytes"; else row[direct,$n]=$(direct "$n"); fi
+  echo "restart: $n readers through the daemons, unhinted" >&2
+  start_cluster
+  row[unhinted,$n]=$(storm "$n")
+  if [ "$n" = 1 ]; then
+    # per-node figures for the simulation, while node 0 holds the whole checkpoint:
+    # what a daemon serves a peer, and what 16 local readers of a warm node read
+    read -r _ serve_mbs < <("$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 16 4096)
+    t0=$EPOCHREALTIME
+    for r in $(seq 16); do "$reader" read "$work/sock0" "$index" "$threads" "$chunk_kb" >/dev/null & jobs_+=($!); done
+    for p in "${jobs_[@]}"; do wait "$p"; done
+    jobs_=()
+    local_s=$(seconds "$t0" "$EPOCHREALTIME")
+  fi
+  stop_cluster
+  if has hint hot; then
+    echo "restart: $n readers through the daemons, hinted" >&2
+    start_cluster
+    o0=$(origin_now) t0=$EPOCHREALTIME
+    LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m --wait >/dev/null
+    wait_staged $(seq 0 $((daemons - 1)))
+    replication_s=$(seconds "$t0" "$EPOCHREALTIME") o_hint=$(($(origin_now) - o0))
+    read -r t o ps ss sk hg < <(storm "$n")
+    row[hinted,$n]="$t $((o + o_hint)) $ps $ss $sk $hg $replication_s"
+    stop_cluster
+  else
+    row[hinted,$n]="$needs_hint"
+  fi
+done
+
+# ---- 2. priorities: a training reader beside background staging ---------------------
+train_run() { # label, then the background command (or nothing)
+  start_cluster
+  local bg=()
+  if [ "$1" = warm ]; then
+    for ((i = 0; i < daemons; i++)); do
+      "$larder" warm "$index" --socket "$work/sock$i" >/dev/null 2>&1 &
+      bg+=($!) jobs_+=($!)
+    done
+  elif [ "$1" = hinted ]; then
+    LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
+  fi
+  sleep 0.5
+  "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  jobs_=()
+  stop_cluster
+}
+echo "restart: priorities" >&2
+train_idle=$(train_run idle)
+train_warm=$(train_run warm)
+if has hint hot; then train_hinted=$(train_run hinted); else train_hinted="$needs_hint"; fi
+
+# ---- 3. predictive replication ------------------------------------------------------------
+if has hint replicate; then
+  echo "restart: predictive replication" >&2
+  start_cluster
+  target=$((daemons - 1))
+  if LARDER_SOCKET=$work/sock0 "$larder" hint replicate "$index" --to "127.0.0.1:$((base + target))" \
+    --ttl 10m --wait >"$work/replicate.out" 2>&1 && wait_staged $target; then
+    before_o=$(stat_value $target origin_requests) before_p=$(stat_value $target peer_requests)
+    "$reader" read "$work/sock$target" "$index" "$threads" "$chunk_kb" >/dev/null
+    after_o=$(stat_value $target origin_requests) after_p=$(stat_value $target peer_requests)
+    replicate="origin requests $((after_o - before_o)), peer requests $((after_p - before_p)) during the evaluation read (want 0 and 0)"
+  else
+    replicate="\`larder hint replicate\` failed: $(tail -1 "$work/replicate.out")"
+  fi
+  stop_cluster
+else
+  replicate="$needs_replicate"
+fi
+
+# ---- 4. the figures the simulation needs, and the simulation ---------------------------
+# the origin's link: the most bytes/s the direct readers drew from it together
+# (one reader alone draws less: slowfs's per-read overhead, about 1 ms)
+origin_bw=$(for k in "${!row[@]}"; do [[ $k == direct,* ]] && echo "${k#direct,} ${row[$k]}"; done |
+  awk -v b="$ckpt_bytes" '$2 !~ /^>/ { r = $1 * b / $2; if (r > m) m = r } END { printf "%.0f", m }')
+local_bw=$(awk -v b="$ckpt_bytes" -v s="$local_s" 'BEGIN { printf "%.0f", 16 * b / s }')
+cat >"$results/restart-measured.json" <<JSON
+{
+  "_": "Measured by bench/restart.sh on $(date -u '+%Y-%m-%d %H:%M UTC'): origin_bw is the most the direct readers drew from slowfs together (capped at $origin_mbps MB/s), origin_latency slowfs's overhead per read, about 1 ms; serve_bw what one daemon served a peer (larder_bench_peer, 16 x 4 MiB in flight); local_bw what 16 readers of one warm daemon read together. nic_bw: loopback has no NIC, so the serve rate bounds a node's traffic. peer_latency is assumed.",
+  "nodes": $daemons,
+  "checkpoint_bytes": $ckpt_bytes,
+  "chunk_bytes": $((chunk_kb * 1024)),
+  "window": $threads,
+  "hint_window": $threads,
+  "origin_bw": $origin_bw,
+  "origin_latency": 0.001,
+  "serve_bw": $(awk -v m="$serve_mbs" 'BEGIN { printf "%.0f", m * 1e6 }'),
+  "nic_bw": 1e12,
+  "peer_latency": 0.0002,
+  "local_bw": $local_bw
+}
+JSON
+sim_table=$($py bench/sim/run.py --params bench/sim/params/checkpoint.json \
+  --params bench/sim/params/loopback.json --params "$results/restart-measured.json" \
+  --loopback-sweep "$(echo $readers | tr ' ' ,)" | tail -n +2)
+sim_json=$($py bench/sim/run.py --params bench/sim/params/checkpoint.json \
+  --params bench/sim/params/loopback.json --params "$results/restart-measured.json" \
+  --loopback-sweep "$(echo $readers | tr ' ' ,)" --json)
+
+# ---- the report ------------------------------------------------------------------------------
+table=$($py - "$ckpt_bytes" "$alone_s" "$readers" "$(for k in "${!row[@]}"; do printf '%s=%s\n' "$k" "${row[$k]}"; done)" <<'PY'
+import sys
+size, alone = int(sys.argv[1]), float(sys.argv[2])
+rows = dict(line.split("=", 1) for line in sys.argv[4].splitlines() if line)
+for n in sys.argv[3].split():
+    for kind in ("direct", "unhinted", "hinted"):
+        v = rows.get(f"{kind},{n}", "").split()
+        if not v or not v[0].lstrip(">").replace(".", "").isdigit():
+            print(f"| {n} | {kind} | {' '.join(v)} | | | | | | |")
+            continue
+        stopped = v[0].startswith(">")
+        t = float(v[0].lstrip(">"))
+        mark = ">" if stopped else ""
+        share = lambda x: "-" if kind == "direct" or x == "nan" else x
+        print(f"| {n} | {kind} | {mark}{t:.2f} | {mark}{t / alone:.2f}x | {int(v[1]) / size:.3f} "
+              f"| {share(v[2] if len(v) > 2 else 'nan')} | {share(v[3] if len(v) > 3 else 'nan')} "
+              f"| {v[4] if len(v) > 4 else '-'} | {v[5] if len(v) > 5 else '-'} "
+              f"| {v[6] if len(v) > 6 else '-'} |")
+PY
+)
+{
+  echo "# The restart storm, on loopback"
+  echo
+  echo "Written by \`bench/restart.sh$([ "$quick" = 1 ] && echo " --quick")\` on $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores, shared;"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' with uncommitted changes')."
+  echo "Checkpoint: $(awk -v b="$ckpt_bytes" 'BEGIN { printf "%.1f", b / 1048576 }') MiB, $($py -c 'import json; print(len(json.load(open("bench/sim/params/checkpoint.json"))["files"]))') files"
+  echo "(bench/sim/params/checkpoint.json's mix), $layout. Origin: tools/slowfs, profile"
+  echo "none, a shared link capped at $origin_mbps MB/s. $daemons larderd on loopback, each with its own cache."
+  echo "Each reader (\`larder_bench_restart read\`) reads every byte of the checkpoint through its"
+  echo "node's daemon: READs of $chunk_kb KiB, $threads in flight, in file order, reader r on daemon r mod $daemons."
+  echo "Direct: N \`cat\`s of every file straight from the mount (stopped after $baseline_max s: then \">\")."
+  echo
+  echo "## 1. N readers at once"
+  echo
+  echo "Time: until the last reader holds everything, against one reader alone straight from the"
+  echo "origin ($alone_s s). Shares: the busiest daemon's part of the bytes daemons sent each other"
+  echo "(peer) and of all bytes they sent (to readers too); 1/$daemons is perfect balance, the issue's target"
+  echo "is at most $(awk -v d=$daemons 'BEGIN { printf "%.3f", 1.5 / d }') (1.5 / daemons). Hinted: the origin bytes include the replication."
+  echo "Owners passed over: the times a daemon gave up waiting for a chunk's owner (its READ timed"
+  echo "out, \"skipped for 10000 ms\" in the log) and read the origin itself: each costs origin bytes."
+  echo "Hedged origin reads: reads of the origin a daemon sent twice because the first was slower than"
+  echo "its recent p95 (docs/cache.md, \"Hedges\"; the caches' hedge-budget totals): on an origin whose"
+  echo "link is the bottleneck, every hedge of a large read doubles its bytes."
+  echo
+  echo "| readers | how | seconds | vs one reader | origin bytes / checkpoint | busiest peer share | busiest served share | owners passed over | hedged origin reads | replication s |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "$table"
+  echo
+  echo "## 2. Priorities: a training reader beside background staging"
+  echo
+  echo "One reader on daemon 0 (\`larder_bench_restart train\`): $steps steps of $batch samples of 128 KiB"
+  echo "from a cold dataset on the same origin, $compute_ms ms of compute a step; per-step data wait in ms."
+  echo
+  echo "| beside it | mean | p50 | p99 | max |"
+  echo "|---|---|---|---|---|"
+  for label in idle warm hinted; do
+    case $label in
+      idle) v=$train_idle what="nothing (idle)" ;;
+      warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (BACKGROUND class, on main today)" ;;
+      hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ;;
+    esac
+    if [[ $v == needs* ]]; then echo "| $what | $v | | | |"; else echo "| $what | ${v// / | } |"; fi
+  done
+  echo
+  echo "## 3. Predictive replication"
+  echo
+  echo "$replicate"
+  echo
+  echo "## 4. The simulation at this scale"
+  echo
+  echo "\`bench/sim/run.py\` with bench/sim/params/loopback.json and the figures measured above"
+  echo "(bench/results/restart-measured.json: origin $(awk -v b=$origin_bw 'BEGIN { printf "%.0f", b / 1e6 }') MB/s, a daemon serving a peer $serve_mbs MB/s,"
+  echo "16 local readers $(awk -v b=$local_bw 'BEGIN { printf "%.0f", b / 1e6 }') MB/s together). \"file\" is what this branch does (one owner per shard,"
+  echo "a packed file being its own shard), \"striped\" and \"hinted\" what issue 12 builds. Compare"
+  echo "seconds: the simulated reader alone draws the origin's whole link, while \`cat\` alone (one read"
+  echo "at a time, each paying slowfs's overhead) drew $(awk -v b="$ckpt_bytes" -v s="$alone_s" 'BEGIN { printf "%.0f", b / s / 1e6 }') MB/s. The model has no timeouts: a daemon"
+  echo "that passes over a slow owner and reads the origin (section 1) is outside it."
+  echo
+  printf '%s\n' "$sim_table"
+} >"$out"
+
+# the plot: time against one reader alone, measured and simulated
+$py - "$out" "$results/restart.png" "$alone_s" "$readers" "$sim_json" \
+  "$(for k in "${!row[@]}"; do printf '%s=%s\n' "$k" "${row[$k]}"; done)" <<'PY' || echo "restart: no plot (matplotlib?)" >&2
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+_, png, alone, readers, sim, rows = sys.argv[1:]
+alone = float(alone)
+rows = dict(line.split("=", 1) for line in rows.splitlines() if line)
+ns = [int(n) for n in readers.split()]
+fig, ax = plt.subplots(figsize=(7, 4.5))
+for kind, style in (("direct", "o-"), ("unhinted", "s-"), ("hinted", "^-")):
+    pts = []
+    for n in ns:
+        v = rows.get(f"{kind},{n}", "").split()
+        if v and v[0].lstrip(">").replace(".", "").isdigit():
+            pts.append((n, float(v[0].lstrip(">")) / alone))
+    if pts:
+        ax.plot(*zip(*pts), style, label=f"measured: {kind}")
+for policy, style in (("direct", "o:"), ("file", "s:"), ("striped", "d:"), ("hinted", "^:")):
+    pts = [(r["readers"], r["time_ratio"]) for r in json.loads(sim) if r["policy"] == policy]
+    if pts:
+        ax.plot(*zip(*pts), style, alpha=0.6, label=f"simulated: {policy}")
+ax.axhline(1.5, color="grey", lw=0.8, ls="--", label="target at N = 64: 1.5x")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("readers (over 4 daemons)")
+ax.set_ylabel("time until all hold the checkpoint / one reader alone")
+ax.legend(fontsize=7)
+ax.set_title("restart storm on loopback")
+fig.tight_layout()
+fig.savefig(png, dpi=110)
+PY
+cat "$out"
+exit
+}

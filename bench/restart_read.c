@@ -1,0 +1,204 @@
+/*
+ * restart_read.c - the readers of bench/restart.sh, talking to their
+ * node's daemon (larderd) over its Unix socket the way a reader does.
+ *
+ *   larder_bench_restart read SOCKET INDEX [THREADS] [CHUNK_KB] [PRIORITY]
+ *
+ * One rank loading a checkpoint: every byte of every shard of INDEX (a
+ * pack of the checkpoint's files, or an `index --files` of them), in
+ * shard order, as READs of CHUNK_KB (default 4096) with THREADS (default
+ * 16) in flight, at PRIORITY (0 demand .. 3 warm; default 0).  Bytes are
+ * discarded: the daemon checked them against the index before sending.
+ * Prints "BYTES SECONDS".
+ *
+ *   larder_bench_restart train SOCKET INDEX STEPS BATCH COMPUTE_MS
+ *
+ * A training loop: each step reads BATCH samples, in id order, through the
+ * public API with LARDER_SOCKET set to SOCKET (so every read is a DEMAND
+ * READ of the daemon), then sleeps COMPUTE_MS.  Prints the per-step data
+ * wait in ms: "mean p50 p99 max".
+ */
+#include "larder.h"
+
+#include "endpoint.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static struct larder__endpoint *endpoint;
+static uint64_t id_low, id_high, chunk;
+static uint64_t *shard_sizes;
+static uint32_t num_shards;
+static int priority;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t next_shard;
+static uint64_t next_offset, total;
+static int failures;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Take the next chunk in shard order; false when all are taken. */
+static bool next_chunk(uint32_t *shard, uint64_t *offset, uint64_t *length)
+{
+    pthread_mutex_lock(&lock);
+    while (next_shard < num_shards && next_offset >= shard_sizes[next_shard])
+        next_shard++, next_offset = 0;
+    bool more = next_shard < num_shards;
+    if (more) {
+        *shard = next_shard;
+        *offset = next_offset;
+        *length = shard_sizes[next_shard] - next_offset;
+        if (*length > chunk) *length = chunk;
+        next_offset += *length;
+    }
+    pthread_mutex_unlock(&lock);
+    return more;
+}
+
+static void *reader(void *arg)
+{
+    (void)arg;
+    uint8_t *buf = malloc(chunk);
+    uint32_t shard;
+    uint64_t offset, length;
+    while (buf && next_chunk(&shard, &offset, &length)) {
+        if (larder__endpoint_read(endpoint, id_low, id_high, shard, priority, offset, length, buf) <
+            0) {
+            fprintf(stderr, "read of shard %u at %llu: %s\n", shard, (unsigned long long)offset,
+                    larder_errmsg());
+            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        __atomic_fetch_add(&total, length, __ATOMIC_RELAXED);
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Parse the dataset id's 32 hex digits into the two halves a READ names. */
+static void dataset_id(const larder_dataset_info *info)
+{
+    char hex[17];
+    memcpy(hex, info->dataset_id + 16, 16), hex[16] = 0;
+    id_low = strtoull(hex, NULL, 16);
+    memcpy(hex, info->dataset_id, 16), hex[16] = 0;
+    id_high = strtoull(hex, NULL, 16);
+}
+
+static int read_all(int argc, char **argv)
+{
+    int threads = argc > 4 ? atoi(argv[4]) : 16;
+    chunk = (uint64_t)(argc > 5 ? atoi(argv[5]) : 4096) * 1024;
+    priority = argc > 6 ? atoi(argv[6]) : 0;
+    if (threads < 1 || threads > 256 || chunk == 0 || chunk > (64u << 20) || priority < 0 ||
+        priority > 3) {
+        fprintf(stderr, "threads 1..256, chunk 1..65536 KiB, priority 0..3\n");
+        return 2;
+    }
+    larder_dataset *d;
+    if (larder_open(&d, argv[3], NULL) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[3], larder_errmsg());
+        return 1;
+    }
+    larder_dataset_info info;
+    larder_dataset_info_get(d, &info);
+    dataset_id(&info);
+    num_shards = (uint32_t)info.num_shards;
+    shard_sizes = calloc(num_shards ? num_shards : 1, sizeof *shard_sizes);
+    /* a shard's bytes to read: up to the end of its last sample */
+    for (uint64_t i = 0; shard_sizes && i < info.num_samples; i++) {
+        larder_sample_info s;
+        if (larder_sample_info_get(d, i, &s) == 0 && s.offset + s.length > shard_sizes[s.shard])
+            shard_sizes[s.shard] = s.offset + s.length;
+    }
+    char absolute[4096];
+    if (!shard_sizes || !realpath(argv[3], absolute) ||
+        larder__endpoint_new(&endpoint, argv[2], LARDER__ROLE_READER, NULL, absolute, 120000) < 0) {
+        fprintf(stderr, "cannot reach the daemon at %s\n", argv[2]);
+        return 1;
+    }
+    pthread_t t[256];
+    double start = now();
+    for (int i = 0; i < threads; i++)
+        pthread_create(&t[i], NULL, reader, NULL);
+    for (int i = 0; i < threads; i++)
+        pthread_join(t[i], NULL);
+    printf("%llu %.3f\n", (unsigned long long)total, now() - start);
+    larder__endpoint_free(endpoint);
+    larder_close(d);
+    free(shard_sizes);
+    return failures ? 1 : 0;
+}
+
+static int compare(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int train(int argc, char **argv)
+{
+    if (argc < 7) return 2;
+    long steps = atol(argv[4]), batch = atol(argv[5]);
+    double compute = atof(argv[6]) / 1000.0;
+    if (steps < 1 || batch < 1 || compute < 0) return 2;
+    setenv("LARDER_SOCKET", argv[2], 1);
+    unsetenv("LARDER_CACHE");
+    larder_dataset *d;
+    if (larder_open(&d, argv[3], NULL) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[3], larder_errmsg());
+        return 1;
+    }
+    uint64_t samples = larder_num_samples(d), id = 0;
+    double *waits = calloc((size_t)steps, sizeof *waits), sum = 0;
+    void *buf = NULL;
+    size_t cap = 0;
+    for (long s = 0; waits && s < steps; s++) {
+        double start = now();
+        for (long b = 0; b < batch; b++, id = (id + 1) % samples) {
+            larder_sample_info info;
+            if (larder_sample_info_get(d, id, &info) < 0) return 1;
+            if (info.length > cap) {
+                free(buf);
+                cap = info.length;
+                buf = malloc(cap);
+                if (!buf) return 1;
+            }
+            if (larder_read_sample(d, id, buf, cap) < 0) {
+                fprintf(stderr, "sample %llu: %s\n", (unsigned long long)id, larder_errmsg());
+                return 1;
+            }
+        }
+        waits[s] = (now() - start) * 1000;
+        sum += waits[s];
+        struct timespec nap = {(time_t)compute, (long)((compute - (double)(time_t)compute) * 1e9)};
+        nanosleep(&nap, NULL);
+    }
+    if (!waits) return 1;
+    qsort(waits, (size_t)steps, sizeof *waits, compare);
+    printf("%.2f %.2f %.2f %.2f\n", sum / (double)steps, waits[(steps - 1) / 2],
+           waits[(size_t)((double)(steps - 1) * 0.99)], waits[steps - 1]);
+    free(buf);
+    free(waits);
+    larder_close(d);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 4 && strcmp(argv[1], "read") == 0) return read_all(argc, argv);
+    if (argc >= 7 && strcmp(argv[1], "train") == 0) return train(argc, argv);
+    fprintf(stderr,
+            "usage: %s read SOCKET INDEX [THREADS] [CHUNK_KB] [PRIORITY]\n"
+            "       %s train SOCKET INDEX STEPS BATCH COMPUTE_MS\n",
+            argv[0], argv[0]);
+    return 2;
+}

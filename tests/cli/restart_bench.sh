@@ -1,0 +1,53 @@
+# bench/restart.sh cut to a few MiB and N = 1, 2: every part runs against
+# real daemons and a slowfs origin and the report comes out, with figures
+# that follow from the setup alone: N direct readers draw exactly N
+# checkpoints from the origin, one unhinted reader at least one; the
+# simulation's table is there; a part whose command this branch lacks says
+# what it needs; nothing is left mounted or running.  Skipped where FUSE is
+# not usable, and on a sanitizer build (many processes; the normal build
+# runs it).
+source "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$TESTS/.." && pwd)
+BUILD_ABS=$(cd "$(dirname "$LARDER")" && pwd)
+[ -e /dev/fuse ] || skip "no /dev/fuse"
+command -v fusermount3 >/dev/null || skip "fusermount3 missing (scripts/install-deps installs fuse3)"
+[ -x "$BUILD_ABS/slowfs" ] || skip "slowfs not built"
+[ -x "$BUILD_ABS/larder_bench_restart" ] || fail "larder_bench_restart was not built"
+/usr/bin/python3 -c "import numpy" 2>/dev/null || skip "numpy missing"
+grep -q "^LARDER_SANITIZE:BOOL=ON" "$BUILD_ABS/CMakeCache.txt" 2>/dev/null &&
+  skip "a sanitizer build: the restart benchmark's smoke test runs on the normal build"
+mounted() { grep -qs " $1 fuse" /proc/self/mounts; }
+cleanup_hooks+=("mounted $WORK/run/mnt && fusermount3 -u -z $WORK/run/mnt")
+
+mkdir -p "$WORK/results"
+RESTART_WORK=$WORK/run BUILD_DIR=$BUILD_ABS RESULTS=$WORK/results/restart.md SIZE=8388608 \
+  READERS="1 2" ORIGIN_MBPS=200 BASELINE_MAX_S=60 STEPS=5 BATCH=2 COMPUTE_MS=1 TRAIN_SAMPLES=40 \
+  "$ROOT/bench/restart.sh" >"$WORK/out.txt" 2>"$WORK/err.txt" ||
+  fail "bench/restart.sh failed: $(tail -20 "$WORK/err.txt")"
+report=$WORK/results/restart.md
+[ -s "$report" ] || fail "no report"
+
+# row FIELD N HOW: the table's FIELD-th column (1-based, after the leading |)
+row() { awk -F'|' -v n="$2" -v how="$3" -v f="$1" \
+  '$2 ~ "^ *" n " *$" && $3 ~ "^ *" how " *$" { gsub(/ /, "", $(f + 1)); print $(f + 1) }' "$report"; }
+[ "$(row 5 1 direct)" = 1.000 ] || fail "one direct reader: origin/checkpoint $(row 5 1 direct), want 1.000"
+[ "$(row 5 2 direct)" = 2.000 ] || fail "two direct readers: origin/checkpoint $(row 5 2 direct), want 2.000"
+for n in 1 2; do
+  ratio=$(row 5 $n unhinted)
+  awk -v r="$ratio" 'BEGIN { exit !(r >= 1.0 && r < 10) }' ||
+    fail "$n unhinted readers: origin/checkpoint '$ratio', want a number from 1"
+done
+grep -q '^| nothing (idle) | [0-9.]* | ' "$report" || fail "no idle training wait"
+if "$LARDER" hint --help >/dev/null 2>&1; then
+  grep -q 'origin requests 0, peer requests 0' "$report" || fail "evaluation reader: $(grep -A2 'Predictive' "$report")"
+else
+  grep -q 'needs `larder hint hot` (branch hints)' "$report" || fail "no 'needs larder hint hot'"
+  grep -q 'needs `larder hint replicate`' "$report" || fail "no 'needs larder hint replicate'"
+fi
+grep -q '^| striped | 2/4 x 1 |' "$report" || fail "no simulated rows"
+/usr/bin/python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); assert p["origin_bw"] > 0 and p["serve_bw"] > 0' \
+  "$WORK/results/restart-measured.json" || fail "restart-measured.json"
+! mounted "$WORK/run/mnt" || fail "slowfs left mounted"
+left=$(pgrep -f -- "$WORK/run" || true)
+[ -z "$left" ] || fail "left running: $left"
+echo "ok"
