@@ -16,7 +16,8 @@
  * workers stay for the life of the process, running liblarder's code:
  * the library must not be unloaded (dlclose) while a process runs
  * (Python's ctypes never unloads it).  A vectored read is hedged extent
- * by extent, so the latency window holds single reads.
+ * by extent, so the latency window holds single reads, and only extents
+ * up to LARDER__HEDGE_MAX_READ: a larger one is read once, inline.
  */
 #include "hedge.h"
 #include "source.h"
@@ -432,7 +433,8 @@ static int hedge_read_one(struct hedge_source *h, const struct larder__extent *e
 {
     double start = larder__now_ms();
     struct hedged_read *r = NULL;
-    if (!larder__hedge_policy_fast(&h->policy) && (r = read_new(h, extent, 1, flags))) {
+    bool sized = larder__hedge_policy_sized(extent->length);
+    if (sized && !larder__hedge_policy_fast(&h->policy) && (r = read_new(h, extent, 1, flags))) {
         larder__hedge_policy_count_read(&h->policy);
         pthread_mutex_lock(&r->lock);
         if (!attempt_start(r)) { /* no worker: read inline, unhedged */
@@ -450,7 +452,7 @@ static int hedge_read_one(struct hedge_source *h, const struct larder__extent *e
     } else {
         rc = larder__source_readv(h->inner, extent, 1, flags);
     }
-    if (rc >= 0) larder__hedge_policy_record(&h->policy, larder__now_ms() - start);
+    if (rc >= 0 && sized) larder__hedge_policy_record(&h->policy, larder__now_ms() - start);
     return rc;
 }
 

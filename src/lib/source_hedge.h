@@ -27,6 +27,16 @@
 #define LARDER__HEDGE_WINDOW 64
 #define LARDER__HEDGE_MIN_SAMPLES 16
 #define LARDER__HEDGE_RETRY_MS 50
+/*
+ * Reads longer than this are neither hedged nor in the latency window.  A
+ * hedge cuts a latency tail (a stalled server, a lost packet); a large
+ * read's time is its transfer, and against an origin whose link is the
+ * bottleneck (a restart storm on a capped file system) a second copy of it
+ * only doubles the bytes and slows every read sharing that link
+ * (bench/restart.sh measured the origin serving twice the checkpoint).
+ * Large reads would also lift the p95 that small reads are hedged by.
+ */
+#define LARDER__HEDGE_MAX_READ (1u << 20)
 
 struct larder__hedge_budget;
 
@@ -49,6 +59,11 @@ LARDER__HIDDEN double larder__hedge_policy_delay_ms(struct larder__hedge_policy 
  * reads: local disk, page cache) that they are best read inline, unhedged.
  */
 LARDER__HIDDEN bool larder__hedge_policy_fast(struct larder__hedge_policy *policy);
+/* Whether a read of `length` bytes may be hedged (LARDER__HEDGE_MAX_READ). */
+static inline bool larder__hedge_policy_sized(size_t length)
+{
+    return length <= LARDER__HEDGE_MAX_READ;
+}
 /* A good read's latency, into the window. */
 LARDER__HIDDEN void larder__hedge_policy_record(struct larder__hedge_policy *policy, double ms);
 /* Count a read that may be hedged, in the budget. */

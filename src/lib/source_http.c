@@ -336,9 +336,12 @@ static void range_start(struct http_source *h, CURLM *multi, struct range *r)
         r->state = DONE;
         return;
     }
-    larder__hedge_policy_count_read(&h->policy);
     r->started = now;
-    r->ask_at = now + larder__hedge_policy_delay_ms(&h->policy);
+    r->ask_at = INFINITY; /* a large read is not hedged (LARDER__HEDGE_MAX_READ) */
+    if (larder__hedge_policy_sized(r->extent->length)) {
+        larder__hedge_policy_count_read(&h->policy);
+        r->ask_at = now + larder__hedge_policy_delay_ms(&h->policy);
+    }
     r->state = RUNNING;
 }
 
@@ -401,7 +404,8 @@ static void range_transfer_done(struct http_source *h, CURLM *multi, struct rang
         memcpy(r->extent->buf, r->hedge_buf, b.used);
         b.buf = r->extent->buf;
     }
-    if (good) larder__hedge_policy_record(&h->policy, now - r->started);
+    if (good && larder__hedge_policy_sized(r->extent->length))
+        larder__hedge_policy_record(&h->policy, now - r->started);
     transfer_remove(h, multi, r, 0); /* the loser, if any, is cancelled */
     transfer_remove(h, multi, r, 1);
     free(r->hedge_buf);

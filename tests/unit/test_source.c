@@ -345,6 +345,34 @@ TEST(source_hedge_sends_one_hedge_and_the_loser_never_writes_late)
     larder__hedge_close(budget);
 }
 
+/* A read longer than 1 MiB (LARDER__HEDGE_MAX_READ) is read once, however slow:
+ * its time is its transfer, and a second copy would only double the bytes
+ * on a link that is the bottleneck.  Nor does it count in the budget. */
+TEST(source_hedge_leaves_large_reads_alone)
+{
+    struct larder__hedge_budget *budget;
+    CHECK_EQ(larder__hedge_open_local(&budget), 0);
+    struct fake *f = fake_new("fake slow", LARDER__FROM_ORIGIN, 'W');
+    f->stall_ms = 800, f->stall_mask = 1u << 0, f->stall_fill = 'W';
+    struct larder__source *s;
+    CHECK_EQ(larder__source_hedge_open(&s, &f->base, budget), 0);
+    uint64_t hedges = larder__source_hedges();
+    size_t length = (1u << 20) + 1; /* past the 1 MiB that may be hedged (source_hedge.h) */
+    uint8_t *buf = malloc(length);
+    double start = now_ms();
+    CHECK_EQ(larder__source_read(s, buf, length, 0, 0), LARDER__FROM_ORIGIN);
+    CHECK(now_ms() - start >= 750); /* waited out the stall: no second read */
+    CHECK(all_bytes(buf, length, 'W'));
+    CHECK_EQ(larder__source_hedges(), hedges);
+    struct larder__hedge_stats st;
+    larder__hedge_stats_get(budget, &st);
+    CHECK_EQ(st.reads, 0);
+    CHECK_EQ(st.hedges, 0);
+    free(buf);
+    larder__source_close(s);
+    larder__hedge_close(budget);
+}
+
 /* After 700 ms, the credit of one hedge, as reads on the node would add it. */
 static void *credit_later(void *budget)
 {
