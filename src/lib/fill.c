@@ -1,14 +1,12 @@
 /*
- * fill.c - the read engine (fill.h): resident reads, fills under the
- * cache's fill lock, raw ranges, and the checks that keep wrong bytes
- * from being served or kept.  What a fill reads, checks and keeps is
- * decided in fill_scope.c; here it is done.
+ * fill.c - the read engine (fill.h): the handle, resident reads, fills
+ * under the cache's fill lock, and the checks that keep wrong bytes from
+ * being served or kept.  What a fill reads, checks and keeps is decided
+ * in fill_scope.c; here it is done.  Raw ranges (what a daemon serves)
+ * are in fill_raw.c.
  */
-#include "fill.h"
+#include "fill_internal.h"
 #include "pool.h"
-#include "fill_scope.h"
-#include "shardmap.h"
-#include "source.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -18,28 +16,6 @@
 #include <xxhash.h>
 
 #define DEFAULT_INFLIGHT 64
-
-struct larder__fill {
-    const struct larder__index *ix;
-    struct larder__cache *cache;         /* NULL: reads go to the sources */
-    struct larder__cache_counters local; /* counters when there is no cache */
-    bool verify;
-    int inflight;
-    larder__open_source_fn open_source;
-    void *context;
-    pthread_mutex_t lock;            /* guards sources[], map and pool */
-    struct larder__source **sources; /* per shard, opened on first use */
-    struct larder__shard_map *map;   /* samples by offset (made on first use) */
-    int map_error;                   /* why the map could not be made (a corrupt index) */
-    char map_message[512];
-    struct larder__pool *pool;       /* for batches and prefetch, made on first use */
-    struct larder__block_sums *sums; /* shards checked by checksum block; NULL: none */
-    /* Samples whose cached bytes this process checked, valid while the
-     * cache's generation is verified_generation (see read_resident). */
-    uint64_t *verified;
-    uint64_t verified_generation;
-    pthread_mutex_t verified_lock;
-};
 
 int larder__fill_new(struct larder__fill **out, const struct larder__fill_config *c)
 {
@@ -126,14 +102,11 @@ static const char *key_of(const struct larder__fill *f, uint64_t id)
     return larder__index_sample(f->ix, id, &s) == 0 ? s.key : "?";
 }
 
-static int fetch_runs(struct larder__fill *f, uint32_t shard, const struct larder__extent *runs,
-                      size_t count, bool origin_only, int priority);
-
 int larder__fill_direct(struct larder__fill *f, const struct larder__sample *s, uint64_t id,
                         void *buf, uint64_t offset, uint64_t length)
 {
     struct larder__extent e = {buf, s->offset + offset, (size_t)length};
-    int rc = length ? fetch_runs(f, s->shard, &e, 1, false, LARDER__DEMAND) : 0;
+    int rc = length ? larder__fill_fetch_runs(f, s->shard, &e, 1, false, LARDER__DEMAND) : 0;
     if (rc < 0)
         return larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id,
                                     key_of(f, id));
@@ -224,8 +197,9 @@ enum { BLOCK_CACHED = 0, BLOCK_ORIGIN, BLOCK_PEER };
  * queue it behind higher classes).  Returns where the bytes came from
  * (enum larder__from), or a negative code.
  */
-static int fetch_runs(struct larder__fill *f, uint32_t shard, const struct larder__extent *runs,
-                      size_t count, bool origin_only, int priority)
+int larder__fill_fetch_runs(struct larder__fill *f, uint32_t shard,
+                            const struct larder__extent *runs, size_t count, bool origin_only,
+                            int priority)
 {
     struct larder__cache_counters *k = larder__fill_counters(f);
     struct larder__source *source;
@@ -291,7 +265,8 @@ static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first,
         memset(fetched + (b - first), BLOCK_ORIGIN, (size_t)(end - b + 1));
         b = end + 1;
     }
-    int rc = count ? fetch_runs(f, shard, runs, count, everything, priority) : LARDER__FROM_ORIGIN;
+    int rc = count ? larder__fill_fetch_runs(f, shard, runs, count, everything, priority)
+                   : LARDER__FROM_ORIGIN;
     free(runs);
     if (rc < 0) return rc;
     if (rc == LARDER__FROM_PEER) /* borrowed: the blocks a peer sent (a stripe's: some) */
@@ -305,7 +280,7 @@ static int fetch_missing(struct larder__fill *f, uint32_t shard, uint64_t first,
 }
 
 /* The shard map, built (and the sample records checked) on first use. */
-static int shard_map(struct larder__fill *f, struct larder__shard_map **out)
+int larder__fill_shard_map(struct larder__fill *f, struct larder__shard_map **out)
 {
     struct larder__shard_map *map = __atomic_load_n(&f->map, __ATOMIC_ACQUIRE);
     if (map) {
@@ -331,8 +306,8 @@ static int shard_map(struct larder__fill *f, struct larder__shard_map **out)
 }
 
 /* LARDER_ECHECKSUM naming sample `id`, whose bytes are in span (which starts at span_start). */
-static int checksum_failure(struct larder__fill *f, uint64_t id, const uint8_t *span,
-                            uint64_t span_start)
+int larder__fill_checksum_failure(struct larder__fill *f, uint64_t id, const uint8_t *span,
+                                  uint64_t span_start)
 {
     struct larder__sample s;
     larder__index_sample_range(f->ix, id, &s);
@@ -373,13 +348,13 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
  * naming the sample.  `suspect`: cached bytes already proved wrong.
  * `priority`: the class its source reads go at.
  */
-static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint64_t hi, void *buf,
-                      bool suspect, int priority)
+int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t lo, uint64_t hi,
+                               void *buf, bool suspect, int priority)
 {
     struct larder__cache *c = f->cache;
     struct larder__cache_counters *k = larder__fill_counters(f);
     struct larder__shard_map *map;
-    int rc = shard_map(f, &map);
+    int rc = larder__fill_shard_map(f, &map);
     if (rc < 0) return rc;
     struct larder__fill_scope p;
     if ((rc = larder__fill_scope_make(f->ix, f->sums, f->cache, map, shard, lo, hi, &p)) < 0)
@@ -435,7 +410,7 @@ static int fill_range(struct larder__fill *f, uint32_t shard, uint64_t lo, uint6
         if (p.by_block)
             larder__fill_scope_block_failure(f->ix, shard, &p, bad, span, span_start);
         else
-            checksum_failure(f, bad, span, span_start);
+            larder__fill_checksum_failure(f, bad, span, span_start);
         rc = larder__fail_context(LARDER_ECHECKSUM, "the origin's bytes do not match the index");
     }
     if (rc == 0) {
@@ -464,8 +439,8 @@ static int fill(struct larder__fill *f, const struct larder__sample *s, uint64_t
     int rc = 0;
     for (uint64_t lo = s->offset, hi; rc == 0 && lo < s->offset + s->length; lo = hi) {
         hi = larder__fill_scope_piece_end(f->sums, s, lo);
-        rc = fill_range(f, s->shard, lo, hi, buf ? (uint8_t *)buf + (lo - s->offset) : NULL,
-                        suspect, priority);
+        rc = larder__fill_through_cache(
+            f, s->shard, lo, hi, buf ? (uint8_t *)buf + (lo - s->offset) : NULL, suspect, priority);
     }
     if (rc < 0 && rc != LARDER_ECHECKSUM)
         rc = larder__fail_context(rc, "sample %llu ('%s')", (unsigned long long)id, key_of(f, id));
@@ -537,119 +512,4 @@ bool larder__fill_resident(const struct larder__fill *f, uint32_t shard, uint64_
     uint64_t first, last;
     larder__cache_blocks(f->cache, offset, length, &first, &last);
     return larder__cache_resident(f->cache, shard, first, last);
-}
-
-/* ---- raw ranges (what a daemon serves) ----------------------------------- */
-
-/* A raw range request (a daemon's client asks for it): inside one shard, not empty. */
-static int check_range(const struct larder__fill *f, uint32_t shard, uint64_t offset,
-                       uint64_t length)
-{
-    uint64_t end;
-    if (shard >= f->ix->num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
-        end > larder__index_shard_size(f->ix, shard))
-        return larder__fail(LARDER_EUSAGE, "bytes %llu+%llu are not inside shard %u",
-                            (unsigned long long)offset, (unsigned long long)length, shard);
-    return 0;
-}
-
-int larder__fill_range(struct larder__fill *f, uint32_t shard, uint64_t offset, uint64_t length,
-                       void *buf)
-{
-    return larder__fill_range_at(f, shard, offset, length, LARDER__DEMAND, buf);
-}
-
-int larder__fill_range_at(struct larder__fill *f, uint32_t shard, uint64_t offset, uint64_t length,
-                          int priority, void *buf)
-{
-    int rc = check_range(f, shard, offset, length);
-    if (rc < 0) return rc;
-    if (f->cache) {
-        uint64_t first, last;
-        larder__cache_blocks(f->cache, offset, length, &first, &last);
-        /* resident blocks were checked when they were kept; no lock, so
-         * an eviction (and a refill) racing the read must be seen: every
-         * eviction moves the generation before it punches its hole */
-        uint64_t generation = larder__cache_generation(f->cache);
-        if (larder__cache_resident(f->cache, shard, first, last) &&
-            larder__cache_pread(f->cache, shard, buf, (size_t)length, offset) == 0 &&
-            larder__cache_generation(f->cache) == generation &&
-            larder__cache_resident(f->cache, shard, first, last))
-            return 0;
-        return fill_range(f, shard, offset, offset + length, buf, false, priority);
-    }
-    /* no cache: read the samples these bytes belong to, and check them */
-    struct larder__shard_map *map;
-    struct larder__fill_scope p;
-    if ((rc = shard_map(f, &map)) < 0) return rc;
-    uint64_t start, end;
-    if ((rc = larder__fill_scope_needed(f->ix, f->sums, map, shard, offset, offset + length, &p,
-                                        &start, &end)) < 0)
-        return rc;
-    p.check_first = p.need_first, p.check_last = p.need_last;
-    uint8_t *span = start == offset && end == offset + length ? buf : malloc((size_t)(end - start));
-    bool *ok = calloc(p.need_last - p.need_first + 1, sizeof *ok);
-    struct larder__extent run = {span, start, (size_t)(end - start)};
-    rc = span && ok ? fetch_runs(f, shard, &run, 1, false, priority) : -ENOMEM;
-    if (rc > 0) rc = 0; /* from a peer */
-    uint64_t bad = rc == 0 ? larder__fill_scope_check(f->ix, map, &p, span, start, ok) : UINT64_MAX;
-    if (rc == 0 && bad != UINT64_MAX)
-        rc = p.by_block ? larder__fill_scope_block_failure(f->ix, shard, &p, bad, span, start)
-                        : checksum_failure(f, bad, span, start);
-    if (rc == 0 && span != buf) memcpy(buf, span + (offset - start), (size_t)length);
-    if (span != buf) free(span);
-    free(ok);
-    return rc;
-}
-
-int larder__fill_range_scope(struct larder__fill *f, uint32_t shard, uint64_t offset,
-                             uint64_t length, uint64_t *lo, uint64_t *hi)
-{
-    int rc = check_range(f, shard, offset, length);
-    if (rc < 0) return rc;
-    struct larder__shard_map *map;
-    if ((rc = shard_map(f, &map)) < 0) return rc;
-    struct larder__fill_scope p;
-    if (!f->cache) /* the samples the bytes belong to, read whole */
-        return larder__fill_scope_needed(f->ix, f->sums, map, shard, offset, offset + length, &p,
-                                         lo, hi);
-    uint64_t first, last;
-    larder__cache_blocks(f->cache, offset, length, &first, &last);
-    if (larder__cache_resident(f->cache, shard, first, last)) return 1;
-    if ((rc = larder__fill_scope_make(f->ix, f->sums, f->cache, map, shard, offset, offset + length,
-                                      &p)) < 0)
-        return rc;
-    *lo = larder__cache_block_offset(f->cache, p.first);
-    *hi = *lo + larder__cache_span(f->cache, shard, p.first, p.last);
-    return 0;
-}
-
-int larder__fill_stage_range(struct larder__fill *f, uint32_t shard, uint64_t offset,
-                             uint64_t length, int *fd)
-{
-    return larder__fill_stage_range_at(f, shard, offset, length, LARDER__DEMAND, fd);
-}
-
-int larder__fill_stage_range_at(struct larder__fill *f, uint32_t shard, uint64_t offset,
-                                uint64_t length, int priority, int *fd)
-{
-    /* sendfile hands the socket references to page-cache pages that are
-     * read when the bytes go out, after sendfile has returned: an
-     * eviction's hole punched then reaches the client as zeros (seen in
-     * tests/cli/daemon.sh).  Holding a lock on the blocks until the client
-     * has taken them would let a slow client stall every fill of them.
-     * So zero-copy only from a cache that evicts nothing, node-wide (the
-     * capacity is in the shared header: a reader that sets one turns it
-     * off here too). */
-    if (!f->cache || larder__cache_evicts(f->cache)) return 1;
-    int rc = check_range(f, shard, offset, length);
-    if (rc < 0) return rc;
-    uint64_t first, last;
-    larder__cache_blocks(f->cache, offset, length, &first, &last);
-    if (!larder__cache_resident(f->cache, shard, first, last) &&
-        (rc = fill_range(f, shard, offset, offset + length, NULL, false, priority)) < 0)
-        return rc;
-    /* not kept (a full disk, or suspect neighbours): send a copy */
-    if (!larder__cache_resident(f->cache, shard, first, last)) return 1;
-    return (*fd = larder__cache_data_fd(f->cache, shard)) < 0 ? 1 : 0;
 }
