@@ -98,6 +98,8 @@ struct larder__error_frame {
     const char *message; /* points into the payload, not NUL-terminated */
 };
 
+/* The largest payload a frame of `type` may carry (0: an unknown type). */
+LARDER__HIDDEN uint64_t larder__wire_max_payload(uint8_t type);
 /*
  * Parse a frame header from buf[0..available).  Returns 0 and fills
  * `frame` when the header is whole and valid, LARDER_ETRUNCATED when more
