@@ -98,8 +98,8 @@ class _RawFile(io.RawIOBase):
         self._check_open()
         with memoryview(buffer) as view, view.cast("B") as bytes_view:
             length = len(bytes_view)
-            if length == 0:
-                return 0
+            if length == 0 or self._position >= self._size:
+                return 0  # past the end: C's offset is 64 bits, Python's position is not
             if bytes_view.readonly:
                 raise TypeError("readinto() needs a writable buffer")
             target = (ctypes.c_char * length).from_buffer(bytes_view)
@@ -269,10 +269,12 @@ def _resolve(dataset, key, field):
 def open(index_or_dataset, key, field=None, buffer_size=DEFAULT_BUFFER_SIZE, **options):
     """A seekable binary file object over sample `key`, or one field of it.
 
-    index_or_dataset: a larder.Dataset, or the path or URL of an index,
-        opened as larder.Dataset(index, **options) opens it (the node cache
-        from LARDER_CACHE, the node daemon from LARDER_SOCKET) and closed
-        with the file.
+    index_or_dataset: a larder.Dataset, or the path or URL of an index, or
+        "larder:NAME" for a publication (resolved through the node daemon,
+        larder.resolve; with LARDER_SOCKET set, a bare NAME that is neither
+        an existing path nor a URL too), opened as larder.Dataset(index, **options) opens
+        it (the node cache from LARDER_CACHE, the node daemon from
+        LARDER_SOCKET) and closed with the file.
     key: the sample's key (str), or its id (int).
     field: a field's name (or index); None: the sample's only field when
         it has exactly one (every file of a `larder index --files` index,
@@ -284,6 +286,11 @@ def open(index_or_dataset, key, field=None, buffer_size=DEFAULT_BUFFER_SIZE, **o
     """
     from .dataset import Dataset
 
+    if (isinstance(index_or_dataset, str) and "://" not in index_or_dataset
+            and not index_or_dataset.startswith("larder:")
+            and not os.path.exists(index_or_dataset) and os.environ.get("LARDER_SOCKET")):
+        # neither a path here nor a URL: a publication's name, with a node daemon to ask
+        index_or_dataset = "larder:" + index_or_dataset
     owns = not isinstance(index_or_dataset, Dataset)
     dataset = Dataset(index_or_dataset, **options) if owns else index_or_dataset
     try:

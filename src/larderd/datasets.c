@@ -103,7 +103,10 @@ static int noted_open(struct larder__source *inner, struct larder__source **out)
  */
 static size_t chunk_owner(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
 {
-    if (e->fixed && e->fixed_owner < e->daemon->members.count) return e->fixed_owner;
+    /* set once, owner first, then the flag with release (publish.c): read
+     * here on fill and pool threads without the registry's lock */
+    if (__atomic_load_n(&e->fixed, __ATOMIC_ACQUIRE) && e->fixed_owner < e->daemon->members.count)
+        return e->fixed_owner;
     return larder__owner_chunk(&e->daemon->members, e->id_low, e->id_high, shard, chunk);
 }
 

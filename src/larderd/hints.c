@@ -35,6 +35,10 @@
 #define FORWARD_TIMEOUT_MS 30000 /* a member's answer to a hint that does not wait */
 #define WAIT_TIMEOUT_MS 3600000  /* ... to one that waits for its staging */
 #define POLICY_TTL_MS 600000     /* pins of --replicate-prefix */
+/* Hints being taken at once (a thread each, and a thread per member it is
+ * forwarded to): past it a HINT is refused with EAGAIN, so that a client
+ * looping `larder hint --wait` cannot take the node's threads */
+#define MAX_HINT_THREADS 32
 #define HINTED_ROOM (LARDER__WIRE_HEADER + LARDER__HINTED_FIXED)
 
 struct hint_request {
@@ -263,7 +267,8 @@ static void *hint_run(void *arg)
     return NULL;
 }
 
-/* Run r on a thread of its own; false when none could be started (r is freed). */
+/* Run r on a thread of its own; false when none could be started, or
+ * MAX_HINT_THREADS run already (r is freed). */
 static bool start(struct larderd *d, struct hint_request *r)
 {
     struct hints *hints = hints_of(d);
@@ -272,7 +277,7 @@ static bool start(struct larderd *d, struct hint_request *r)
         return false;
     }
     pthread_mutex_lock(&hints->lock);
-    bool stopping = hints->stopping;
+    bool stopping = hints->stopping || hints->threads >= MAX_HINT_THREADS;
     if (!stopping) hints->threads++;
     pthread_mutex_unlock(&hints->lock);
     pthread_t thread;
@@ -369,7 +374,9 @@ bool hints_request(struct connection *c, const struct larder__frame *f, const ui
     c->jobs++;
     pthread_mutex_unlock(&c->lock);
     if (!start(d, r)) {
-        send_error(c, f->request, -EAGAIN, "no thread for the hint (or stopping): try again");
+        send_error(c, f->request, -EAGAIN,
+                   "too many hints in progress on this node (or no thread, or stopping): "
+                   "try again");
         pthread_mutex_lock(&c->lock);
         c->jobs--;
         pthread_mutex_unlock(&c->lock);

@@ -6,6 +6,10 @@
 #ifndef LARDERD_HINTS_H
 #define LARDERD_HINTS_H
 
+/* Hints live (pinning) on one node at once: each is walked by every
+ * expiry and listed, so they are bounded; past it a HINT gets EAGAIN. */
+#define MAX_LIVE_HINTS 1024
+
 #include "larderd.h"
 
 /* A byte range of one shard a hint pins and stages. */

@@ -250,11 +250,19 @@ int hint_here(struct larderd *d, struct dataset_entry *e, char *const *keys, uin
     /* pinned and listed under the lock: the reaper, releasing another
      * hint's blocks, sees this one's as live */
     pthread_mutex_lock(&hints->lock);
-    if (hints->stopping) {
+    size_t live = 0;
+    for (const struct hint *o = hints->list; o; o = o->next)
+        live += o->live;
+    if (hints->stopping || live >= MAX_LIVE_HINTS) {
+        bool stopping = hints->stopping;
         pthread_mutex_unlock(&hints->lock);
         free(h->ranges);
         free(h);
-        return larder__fail(-ESHUTDOWN, "hint: the daemon is stopping");
+        return stopping ? larder__fail(-ESHUTDOWN, "hint: the daemon is stopping")
+                        : larder__fail(-EAGAIN,
+                                       "hint: %d hints are live on this node already: let some "
+                                       "expire (shorter --ttl) or hint fewer, larger sets",
+                                       MAX_LIVE_HINTS);
     }
     h->expiry_ms = larder__cache_clock_ms() + (int64_t)ttl_ms;
     pin_ranges(h, cache);

@@ -24,6 +24,8 @@
  * taking d->lock.
  */
 #include "publish.h"
+
+#include "index.h"
 #include "source.h"
 
 #include <errno.h>
@@ -136,7 +138,15 @@ static void send_publication(struct connection *c, uint64_t request, uint32_t fl
     if ((flags & LARDER__RESOLVE_INDEX) && !p->origin) {
         uint32_t length = 0;
         int rc = read_file(p->local, &index, &length);
+        /* the file at that path may have been replaced since it was
+         * published (its directory is its user's): only the bytes of the
+         * dataset that was published go out */
+        if (rc == 0 && !larder__index_image_is(index, length, p->id_low, p->id_high))
+            rc = larder__fail(LARDER_EBADINDEX,
+                              "publication %s: its index at %s is no longer the one published",
+                              p->name, p->local);
         if (rc < 0) {
+            free(index);
             send_error(c, request, rc, larder_errmsg());
             return;
         }
@@ -226,8 +236,8 @@ void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *u
         if (!p->local || strcmp(p->local, url) != 0) continue;
         size_t owner = p->mine ? d->self : p->producer_member;
         if (owner < d->members.count) {
-            e->fixed = true;
             e->fixed_owner = owner;
+            __atomic_store_n(&e->fixed, true, __ATOMIC_RELEASE);
         }
         if (!p->mine) e->peer_url = strdup(p->location); /* NULL: the url (no memory) */
         if (!p->mine && !p->origin) {
@@ -333,6 +343,11 @@ bool resolve_request(struct connection *c, const struct larder__frame *f, const 
         send_list(c, f->request, r);
         return true;
     }
+    if ((q.flags & LARDER__RESOLVE_INDEX) && !c->peer) { /* a local reader opens its path */
+        send_error(c, f->request, LARDER_EDENIED,
+                   "only a member of the cluster may fetch a publication's index");
+        return true;
+    }
     pthread_mutex_lock(&r->lock);
     struct publication *p = find(r, q.name, q.name_length);
     if (p && p->state == READY) {
@@ -349,7 +364,12 @@ bool resolve_request(struct connection *c, const struct larder__frame *f, const 
         send_error(c, f->request, LARDER_ENOTFOUND, message);
         return true;
     }
-    struct waiter *w = r->num_waiters < MAX_WAITERS ? calloc(1, sizeof *w) : NULL;
+    size_t mine = 0; /* RESOLVEs this connection has parked: a few each, not the whole table */
+    for (struct waiter *v = r->waiters; v; v = v->next)
+        mine += v->connection == c;
+    struct waiter *w = r->num_waiters < MAX_WAITERS && mine < MAX_WAITERS_PER_CONNECTION
+                           ? calloc(1, sizeof *w)
+                           : NULL;
     struct publication *learning = ask_members ? add(r, q.name, q.name_length) : NULL;
     if (!w || (ask_members && !learning)) {
         pthread_mutex_unlock(&r->lock);
@@ -523,7 +543,8 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
                           url);
     if (rc == 0 && !e->fixed && d->self < d->members.count) { /* open before it was published */
         pthread_mutex_lock(&d->lock);
-        e->fixed = true, e->fixed_owner = d->self;
+        e->fixed_owner = d->self; /* then the flag: chunk_owner reads them without the lock */
+        __atomic_store_n(&e->fixed, true, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&d->lock);
     }
     char name[LARDER__WIRE_MAX_PUBLICATION + 1];

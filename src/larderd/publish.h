@@ -9,9 +9,10 @@
 
 #include "larderd.h"
 
-#define MAX_PUBLICATIONS 4096 /* names a daemon keeps: a peer's flood is refused past it */
-#define MAX_WAITERS 4096      /* RESOLVEs parked at once */
-#define PEER_TIMEOUT_MS 5000  /* a member asked or told about a name */
+#define MAX_PUBLICATIONS 4096         /* names a daemon keeps: a peer's flood is refused past it */
+#define MAX_WAITERS 4096              /* RESOLVEs parked at once */
+#define MAX_WAITERS_PER_CONNECTION 16 /* ... of them from one connection */
+#define PEER_TIMEOUT_MS 5000          /* a member asked or told about a name */
 #define NAME_CAPACITY (LARDER__WIRE_MAX_PUBLICATION + 1)
 
 enum state {

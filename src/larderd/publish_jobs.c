@@ -195,7 +195,7 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     size_t owner = mine ? d->self : producer;
     pthread_mutex_lock(&d->lock);
     if (owner < d->members.count && !e->fixed) /* open before it was announced */
-        e->fixed = true, e->fixed_owner = owner;
+        e->fixed_owner = owner, __atomic_store_n(&e->fixed, true, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&d->lock);
     pthread_mutex_lock(&r->lock);
     p = find(r, job->name, strlen(job->name));

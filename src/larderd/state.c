@@ -47,9 +47,14 @@ void larderd_free(struct larderd *d)
     larder__pool_free(d->pool); /* finishes the reads in flight */
     d->pool = NULL;
     hints_free(d); /* after the pool: its staging jobs hold hints */
-    close_datasets(d);
-    publications_free(d);
-    larder__members_clear(&d->members);
+    /* d->hints left: a hint thread still waits on a member (hints_free
+     * gave it 10 s); the datasets, their member endpoints and the members
+     * it uses stay, for the process is ending */
+    if (!d->hints) {
+        close_datasets(d);
+        publications_free(d);
+        larder__members_clear(&d->members);
+    }
     if (d->secret) memset(d->secret, 0, strlen(d->secret));
     free(d->secret);
     d->secret = NULL;

@@ -511,7 +511,10 @@ int larder__endpoint_call(struct larder__endpoint *e, const void *request, size_
         if (rc < 0) { /* the connection's fault: out of step or gone */
             close(fd);
             if (pooled && unanswered && attempt == 0) continue;
-            mark_down(e, e->down_ms);
+            /* not marked down: a control call may wait long (a HINT that
+             * waits for staging), and a slow answer to one must not send
+             * this member's readers to the origin; a dead member is found
+             * by its connect */
             if (is_errno(rc))
                 rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
             return rc;

@@ -65,6 +65,15 @@ static XXH128_hash_t content_hash(const uint8_t *image, uint64_t size)
     return XXH3_128bits_digest(&state);
 }
 
+bool larder__index_image_is(const uint8_t *image, uint64_t size, uint64_t low, uint64_t high)
+{
+    if (!image || size < LARDER__INDEX_HEADER_SIZE || memcmp(image, "LARDERIX", 8) != 0)
+        return false;
+    if (larder__le64(image + H_ID) != low || larder__le64(image + H_ID + 8) != high) return false;
+    XXH128_hash_t id = content_hash(image, size);
+    return id.low64 == low && id.high64 == high;
+}
+
 /*
  * A string reference: u32 length, bytes, NUL, at `offset` in the string
  * table.  Returns the string or NULL when it does not fit or is not

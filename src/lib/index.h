@@ -76,6 +76,14 @@ struct larder__field {
 };
 
 /*
+ * Whether `image` (size bytes) is an index whose content hashes to the
+ * dataset id (low, high) and whose header says so: bytes a daemon is about
+ * to hand out as a known dataset's index, read again from a path that may
+ * have been replaced since (nothing else of the image is checked).
+ */
+LARDER__HIDDEN bool larder__index_image_is(const uint8_t *image, uint64_t size, uint64_t low,
+                                           uint64_t high);
+/*
  * Validate the header and section bounds of image[0..size) and fill `ix`.
  * O(1) plus O(num_shards): every shard record (name, size within
  * LARDER__MAX_SHARD_SIZE, the sizes' sum within LARDER__MAX_DATASET_SIZE)

@@ -102,7 +102,12 @@ static int copy_file(const char *from, const char *to, void *buffer)
     snprintf(temporary, sizeof temporary, "%s.larder-tmp.%d", to, (int)getpid());
     int in = open(from, O_RDONLY | O_CLOEXEC);
     if (in < 0) return larder__fail(-errno, "%s: %s", from, strerror(errno));
-    int out = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* a new file of our own, never one already there: on a shared file
+     * system another user may have put a symlink at that name */
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int out = open(temporary, flags, 0644);
+    if (out < 0 && errno == EEXIST && unlink(temporary) == 0) /* a stale one (or a trap) */
+        out = open(temporary, flags, 0644);
     int rc = out < 0 ? larder__fail(-errno, "%s: %s", temporary, strerror(errno)) : 0;
     for (;;) {
         if (rc < 0) break;

@@ -196,6 +196,10 @@ def test_reading_past_the_end_gives_nothing(files, dataset):
         f.seek(size - 3)
         assert len(f.read(100)) == 3
         assert f.read(100) == b""
+        # past 2**64 too: C's offsets are 64 bits, and a wrapped one would read
+        # from near the start
+        f.seek(2**64 + 10)
+        assert f.read(5) == b""
 
 
 def test_errors(files, dataset):

@@ -99,6 +99,12 @@ def test_publish_then_read_by_name_on_another_node(cluster, tmp_path, monkeypatc
     loaded = torch.load(io.BytesIO(ds.read(ds.index_of("model/state.pt"))))
     assert torch.equal(loaded["weight"], state["weight"]) and int(loaded["step"]) == 1234
     ds.close()
+    # larder.open by the bare name (LARDER_SOCKET set): torch.load streams it
+    with larder.open("py/ckpt-1", "model/state.pt") as f:
+        loaded = torch.load(f)
+    assert torch.equal(loaded["weight"], state["weight"]) and int(loaded["step"]) == 1234
+    with larder.open("larder:py/ckpt-1", "blob.bin") as f:
+        assert f.read() == (tmp_path / "ckpt" / "blob.bin").read_bytes()
     listed = larder.names(socket=cluster[1])
     assert [n["name"] for n in listed] == ["py/ckpt-1"]
     assert listed[0]["dataset_id"] == published.dataset_id

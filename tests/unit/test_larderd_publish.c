@@ -248,3 +248,73 @@ TEST(larderd_publish_owner_and_rules)
     connection_release(peer3);
     larderd_free(&d);
 }
+
+/* A RESOLVE asking for the index's bytes: only a peer may, and only the
+ * published dataset's bytes go out, even when the file at the published
+ * path was replaced since (its directory is its publisher's: a symlink to
+ * a file the daemon can read must not become a way to read it).  One
+ * connection parks a few RESOLVEs, not the whole table. */
+TEST(larderd_publish_index_bytes_and_limits)
+{
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    char index[4096];
+    snprintf(index, sizeof index, "%s", fixture_dataset("ckpt", 20, 8000));
+    struct connection *reader = fixture_connection(&d, false), *peer = fixture_connection(&d, true);
+    fixture_hello(reader, false);
+    fixture_hello(peer, true);
+    send_publish(reader, "ckpt/bytes", index, NULL);
+    resolved(reader, index);
+
+    struct larder__resolve q = {.flags = LARDER__RESOLVE_INDEX,
+                                .name_length = (uint32_t)strlen("ckpt/bytes"),
+                                .name = "ckpt/bytes"};
+    uint8_t frame[LARDER__WIRE_HEADER + 8 + LARDER__WIRE_MAX_PUBLICATION];
+    int n = larder__wire_encode_resolve(frame, sizeof frame, 5, &q);
+    CHECK(n > 0);
+    char message[256];
+    CHECK(fixture_send(reader, frame, (size_t)n)); /* a local reader: refused */
+    CHECK_EQ(fixture_error(reader, message, sizeof message), LARDER_EDENIED);
+
+    /* a peer gets the file's bytes, as they are on disk */
+    FILE *f = fopen(index, "rb");
+    CHECK(f != NULL);
+    static uint8_t want[1 << 16];
+    size_t size = fread(want, 1, sizeof want, f);
+    fclose(f);
+    CHECK(size > 128 && size < sizeof want);
+    CHECK(fixture_send(peer, frame, (size_t)n));
+    struct output *o = fixture_answer(peer, LARDER__RESOLVED);
+    struct larder__publication m;
+    CHECK_EQ(larder__wire_publication(LARDER__RESOLVED, o->bytes + LARDER__WIRE_HEADER,
+                                      (uint32_t)(o->length - LARDER__WIRE_HEADER), &m),
+             0);
+    CHECK_EQ(m.index_length, size);
+    CHECK(memcmp(m.index, want, size) == 0);
+    free(o);
+
+    /* the path now holds other bytes (here another dataset's index; a
+     * symlink to a secret reads the same): refused, nothing of them sent */
+    fixture_dataset("ckpt", 21, 8000);
+    CHECK(fixture_send(peer, frame, (size_t)n));
+    CHECK_EQ(fixture_error(peer, message, sizeof message), LARDER_EBADINDEX);
+    CHECK(strstr(message, "no longer the one published") != NULL);
+
+    /* 16 RESOLVEs parked on one connection; the 17th is refused */
+    char name[32];
+    for (int i = 0; i < 16; i++) {
+        snprintf(name, sizeof name, "later/%d", i);
+        send_resolve(reader, name, 60000);
+        CHECK(connection_take_output(reader) == NULL);
+    }
+    send_resolve(reader, "later/16", 60000);
+    CHECK_EQ(fixture_error(reader, message, sizeof message), -EAGAIN);
+    CHECK_EQ(jobs_of(reader), 16);
+    reader->dropped = true; /* let them go */
+    publications_sweep(&d, now_ms());
+    CHECK_EQ(jobs_of(reader), 0);
+
+    connection_release(reader);
+    connection_release(peer);
+    larderd_free(&d);
+}
