@@ -38,15 +38,24 @@ def cluster(tmp_path):
              "--listen", f"127.0.0.1:{base + n}", "--peers", members,
              "--secret-file", str(tmp_path / "secret")], stderr=log))
         sockets.append(sock)
-    for sock in sockets:  # answering, not only bound (the file appears before listen())
-        for _ in range(100):
+    # answering, not only bound (the file appears before listen()); a
+    # sanitizer build on a loaded machine may take seconds
+    for n, sock in enumerate(sockets):
+        for _ in range(400):
+            if procs[n].poll() is not None:
+                break  # exited: its log says why (a port taken, ...)
             try:
                 larder.names(socket=sock)
                 break
             except larder.LarderError:
                 time.sleep(0.05)
         else:
-            pytest.fail(f"daemon at {sock} did not start")
+            procs[n].poll()
+        if procs[n].returncode is not None or not os.path.exists(sock):
+            for p in procs:
+                p.kill()
+            log = (tmp_path / f"daemon{n}.log").read_text(errors="replace")[-2000:]
+            pytest.fail(f"daemon at {sock} did not start: {log}")
     yield sockets
     for p in procs:
         p.terminate()
