@@ -12,6 +12,7 @@
 #include "source_hedge.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 struct chain_link {
@@ -37,9 +38,7 @@ static void link_failed(struct chain_source *c, struct chain_link *l, int64_t no
 {
     int64_t until = l->down_until_ms;
     if (until > now) return; /* another reader marked it down already */
-    if (!__atomic_compare_exchange_n(&l->down_until_ms, &until, now + c->down_ms, false,
-                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-        return;
+    if (!atomic_compare_exchange_strong(&l->down_until_ms, &until, now + c->down_ms)) return;
     larder__log(LARDER_LOG_WARN, "%s; skipped for %d ms, reading the next source", larder_errmsg(),
                 c->down_ms);
 }

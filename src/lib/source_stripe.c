@@ -38,6 +38,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -47,7 +48,7 @@ struct larder__source *larder__stripe_owner_peer(struct larder__stripe *s, size_
 {
     if (owner >= s->members) return NULL;
     struct larder__stripe_link *l = &s->links[owner];
-    struct larder__source *peer = __atomic_load_n(&l->peer, __ATOMIC_ACQUIRE);
+    struct larder__source *peer = atomic_load_explicit(&l->peer, memory_order_acquire);
     if (peer || !s->open_peer || l->none) return peer;
     int rc = s->open_peer(s->peer_context, owner, s->shard, &peer);
     if (rc < 0 || !peer) {
@@ -55,8 +56,8 @@ struct larder__source *larder__stripe_owner_peer(struct larder__stripe *s, size_
         return NULL;
     }
     struct larder__source *expected = NULL; /* another thread may have opened it meanwhile */
-    if (!__atomic_compare_exchange_n(&l->peer, &expected, peer, false, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE)) {
+    if (!atomic_compare_exchange_strong_explicit(&l->peer, &expected, peer, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
         larder__source_close(peer);
         return expected;
     }
@@ -68,9 +69,7 @@ static void link_failed(struct larder__stripe *s, struct larder__stripe_link *l,
 {
     int64_t until = l->down_until_ms;
     if (until > now) return; /* another reader marked it down already */
-    if (!__atomic_compare_exchange_n(&l->down_until_ms, &until, now + s->down_ms, false,
-                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-        return;
+    if (!atomic_compare_exchange_strong(&l->down_until_ms, &until, now + s->down_ms)) return;
     larder__log(LARDER_LOG_WARN, "%s; skipped for %d ms, reading its chunks from the origin",
                 larder_errmsg(), s->down_ms);
 }
@@ -139,7 +138,7 @@ static void group_task(void *arg)
 {
     struct larder__stripe_group *g = arg;
     struct larder__stripe_batch *b = g->batch;
-    if (__atomic_exchange_n(&g->claimed, 1, __ATOMIC_ACQ_REL) == 0) run_group(g);
+    if (atomic_exchange_explicit(&g->claimed, 1, memory_order_acq_rel) == 0) run_group(g);
     larder__stripe_batch_release(b);
 }
 
@@ -163,7 +162,7 @@ void larder__stripe_run_batch(struct larder__stripe_batch *b)
             larder__stripe_batch_release(b); /* not queued: this thread runs it below */
     }
     for (size_t i = 0; i < b->count; i++)
-        if (__atomic_exchange_n(&b->groups[i].claimed, 1, __ATOMIC_ACQ_REL) == 0)
+        if (atomic_exchange_explicit(&b->groups[i].claimed, 1, memory_order_acq_rel) == 0)
             run_group(&b->groups[i]);
     pthread_mutex_lock(&b->lock);
     while (b->unfinished > 0)

@@ -10,6 +10,7 @@
 #include "source.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define LARDER__STRIPE_TO_ORIGIN SIZE_MAX /* a piece's owner: read it from the origin */
 
