@@ -39,6 +39,12 @@
  * busy owner is not a dead one; giving up after the usual timeout would
  * send the read to the origin and leave the owner alone for all classes. */
 #define QUEUED_TIMEOUT_MS 60000
+/* A DEMAND or NEAR READ to a peer waits e->timeout_ms for its answer to
+ * start, and then longer (up to QUEUED_TIMEOUT_MS in all) while the same
+ * member keeps answering other READs: a busy owner (a restart storm queues
+ * a thousand READs at each) is not a hung one, and reading the origin
+ * instead costs the origin a second copy of the chunk.  A member that
+ * answers nothing for e->timeout_ms is given up on as before. */
 
 /* Whether a negative code is -errno (larder's own range starts at -1000),
  * whose message is then worth adding the daemon's address to. */
@@ -60,6 +66,7 @@ struct larder__endpoint {
     int idle[2][POOL];
     int num_idle[2];
     int64_t down_until_ms;
+    int64_t answered_ms; /* when any connection last got an answer's header (atomic) */
 };
 
 /* The pool group of a class. */
@@ -392,7 +399,14 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
     int wait_ms = e->timeout_ms;
     if (read->priority >= LARDER__HINTED && wait_ms < QUEUED_TIMEOUT_MS)
         wait_ms = QUEUED_TIMEOUT_MS;
+    int64_t started = now_ms();
     if (rc == 0) rc = recv_header(fd, header, wait_ms, &answered);
+    /* a peer that answers others meanwhile is busy, not hung: wait on */
+    while (rc == -ETIMEDOUT && e->role == LARDER__ROLE_PEER &&
+           now_ms() - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) < e->timeout_ms &&
+           now_ms() - started < QUEUED_TIMEOUT_MS)
+        rc = recv_header(fd, header, e->timeout_ms, &answered);
+    if (rc == 0) __atomic_store_n(&e->answered_ms, now_ms(), __ATOMIC_RELAXED);
     *unanswered = !answered && (rc == -EPIPE || rc == -ECONNRESET);
     if (rc == 0) rc = larder__wire_header(header, sizeof header, &frame);
     *connection_fault = rc < 0;

@@ -149,7 +149,8 @@ struct fake_peer {
     int listener, port;
     pthread_mutex_t lock;
     pthread_cond_t changed;
-    bool hold; /* READs wait to be answered until released */
+    bool hold;          /* READs wait to be answered until released... */
+    uint64_t hold_only; /* ...only those at this offset, when nonzero */
     int accepted;
     int priority[32], connection[32]; /* of each READ, in order */
     int reads;
@@ -195,7 +196,8 @@ static void *serve_connection(void *arg)
                 pc->peer->connection[i] = pc->number;
             }
             pthread_cond_broadcast(&pc->peer->changed);
-            while (pc->peer->hold)
+            uint64_t offset = larder__le64(payload + 24);
+            while (pc->peer->hold && (!pc->peer->hold_only || offset == pc->peer->hold_only))
                 pthread_cond_wait(&pc->peer->changed, &pc->peer->lock);
             pthread_mutex_unlock(&pc->peer->lock);
             uint64_t asked = larder__le64(payload + 32);
@@ -297,6 +299,14 @@ static void *read_thread(void *arg)
     return NULL;
 }
 
+static void *held_read_at_4096(void *arg)
+{
+    struct held_read *r = arg;
+    r->rc =
+        larder__source_read(r->source, r->buf, sizeof r->buf, 4096, larder__read_at(r->priority));
+    return NULL;
+}
+
 /* Hold the peer's answers; read at `priority` on another thread; once the
  * peer has the READ, wait 3 times the endpoint's timeout; release. */
 static int held_read(struct fake_peer *peer, struct larder__source *source, int priority)
@@ -341,6 +351,45 @@ TEST(priority_lower_classes_wait_longer_for_a_busy_peer)
     CHECK(!larder__endpoint_down(endpoint));
     CHECK_EQ(held_read(&peer, source, LARDER__DEMAND), -ETIMEDOUT);
     CHECK(larder__endpoint_down(endpoint));
+    larder__source_close(source);
+    larder__endpoint_free(endpoint);
+    shutdown(peer.listener, SHUT_RDWR);
+    close(peer.listener);
+}
+
+/* A DEMAND READ whose answer is late waits on while the same member
+ * answers other READs (busy, not hung: reading the origin instead would
+ * cost it a second copy in a restart storm); with nothing answered for the
+ * endpoint's timeout it is given up on (the test above). */
+TEST(priority_demand_waits_on_a_peer_that_answers_others)
+{
+    static struct fake_peer peer;
+    char address[64];
+    fake_peer_start(&peer, address, sizeof address);
+    struct larder__endpoint *endpoint;
+    CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 200), 0);
+    struct larder__source *source;
+    CHECK_EQ(larder__source_peer_open(&source, endpoint, 1, 2, 7), 0);
+    pthread_mutex_lock(&peer.lock);
+    peer.hold = true, peer.hold_only = 4096;
+    pthread_mutex_unlock(&peer.lock);
+    struct held_read r = {.source = source, .priority = LARDER__DEMAND};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, held_read_at_4096, &r), 0);
+    /* 1 s (5 timeouts) of other READs answered meanwhile */
+    char buf[100];
+    for (int i = 0; i < 20; i++) {
+        CHECK_EQ(larder__source_read(source, buf, sizeof buf, 0, 0), LARDER__FROM_PEER);
+        usleep(50 * 1000);
+    }
+    pthread_mutex_lock(&peer.lock);
+    peer.hold = false;
+    pthread_cond_broadcast(&peer.changed);
+    pthread_mutex_unlock(&peer.lock);
+    pthread_join(t, NULL);
+    CHECK_EQ(r.rc, LARDER__FROM_PEER);
+    CHECK(r.buf[0] == 'a' + LARDER__DEMAND);
+    CHECK(!larder__endpoint_down(endpoint));
     larder__source_close(source);
     larder__endpoint_free(endpoint);
     shutdown(peer.listener, SHUT_RDWR);
