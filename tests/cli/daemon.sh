@@ -11,21 +11,7 @@ make_tree b 30
 "$LARDER" pack a -o origin/A --shard-size 150K >/dev/null
 "$LARDER" pack b -o origin/B --shard-size 100K >/dev/null
 
-base=$((20000 + RANDOM % 20000))
-members="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
-printf 'cluster-secret\n' >secret
-pids=()
-start_daemon() { # node [options]
-  local node=$1
-  shift
-  "$LARDERD" --cache "$WORK/cache$node" --socket "$WORK/sock$node" \
-    --listen "127.0.0.1:$((base + node))" --peers "$members" --secret-file secret "$@" \
-    2>>"$WORK/daemon$node.log" &
-  pids[$node]=$!
-  for _ in $(seq 100); do [ -S "$WORK/sock$node" ] && return; sleep 0.05; done
-  fail "daemon $node did not start: $(cat "$WORK/daemon$node.log")"
-}
-cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait')
+cluster_init cluster-secret
 # node 2 keeps at most 100 KB of what it borrows
 start_daemon 0
 start_daemon 1

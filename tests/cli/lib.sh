@@ -86,3 +86,33 @@ make_tree() {
 same_bytes() {
   "$LARDER" cat "$1" "$2" --field "$3" | cmp -s - "$4" || fail "$2.$3 differs from $4"
 }
+
+# cluster_init SECRET: three larderd members on loopback ports base..base+2
+# ($members) sharing the cluster secret SECRET (in ./secret); pids are
+# stopped when the test ends.  start_daemon NODE [options...] starts node
+# NODE (cache $WORK/cacheNODE, socket $WORK/sockNODE, log
+# $WORK/daemonNODE.log) and waits until it answers, not only until its
+# socket file exists (that appears before listen()).
+cluster_init() {
+  # below Linux's ephemeral ports (32768 and up), which the daemons' own
+  # outgoing connections take: a restarted member must find its port free
+  base=$((20000 + RANDOM % 12000))
+  members="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
+  printf '%s\n' "$1" >secret
+  pids=()
+  cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait')
+}
+start_daemon() {
+  local node=$1
+  shift
+  rm -f "$WORK/sock$node"
+  "$LARDERD" --cache "$WORK/cache$node" --socket "$WORK/sock$node" \
+    --listen "127.0.0.1:$((base + node))" --peers "$members" --secret-file secret "$@" \
+    2>>"$WORK/daemon$node.log" &
+  pids[$node]=$!
+  for _ in $(seq 100); do
+    [ -S "$WORK/sock$node" ] && "$LARDER" names --socket "$WORK/sock$node" >/dev/null 2>&1 && return
+    sleep 0.05
+  done
+  fail "daemon $node did not start: $(cat "$WORK/daemon$node.log")"
+}

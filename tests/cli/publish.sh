@@ -21,26 +21,7 @@ LARDERD=${LARDER%/larder}/larderd
 [ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
 export PYTHONPATH=$TESTS/tools
 
-base=$((20000 + RANDOM % 20000))
-members="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
-printf 'publish-secret\n' >secret
-pids=()
-start_daemon() { # node [options]
-  local node=$1
-  shift
-  rm -f "$WORK/sock$node"
-  "$LARDERD" --cache "$WORK/cache$node" --socket "$WORK/sock$node" \
-    --listen "127.0.0.1:$((base + node))" --peers "$members" --secret-file secret "$@" \
-    2>>"$WORK/daemon$node.log" &
-  pids[$node]=$!
-  # answering, not only bound: the socket file appears before listen()
-  for _ in $(seq 100); do
-    [ -S "$WORK/sock$node" ] && "$LARDER" names --socket "$WORK/sock$node" >/dev/null 2>&1 && return
-    sleep 0.05
-  done
-  fail "daemon $node did not start: $(cat "$WORK/daemon$node.log")"
-}
-cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait')
+cluster_init publish-secret
 start_daemon 0
 start_daemon 1
 start_daemon 2

@@ -26,7 +26,7 @@ def cluster(tmp_path):
     """Two daemons (members of one cluster with a secret); their sockets."""
     if not os.access(LARDERD, os.X_OK):
         pytest.skip(f"larderd not built: {LARDERD}")
-    base = 20000 + random.randrange(20000)
+    base = 20000 + random.randrange(12000)  # below the ephemeral ports (32768 and up)
     members = f"127.0.0.1:{base},127.0.0.1:{base + 1}"
     (tmp_path / "secret").write_text("python-secret\n")
     procs, sockets = [], []
