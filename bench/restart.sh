@@ -20,11 +20,15 @@
 # Environment: SIZE (checkpoint bytes; 2 GiB, quick 256 MiB), READERS
 # ("1 4 16 64"), ORIGIN_MBPS (slowfs's link, 10^6 bytes/s; 100), THREADS
 # (READs in flight per reader; 16), CHUNK_KB (bytes per READ; 4096),
-# BASELINE_MAX_S (a direct-read run is stopped after this; 300), STEPS,
+# BASELINE_MAX_S (a direct-read run of N > 1 readers is stopped after
+# this; 300: one reader alone, the yardstick, always runs to the end), STEPS,
 # BATCH, COMPUTE_MS (the training reader: 150, 8, 40), TRAIN_SAMPLES (its
 # dataset: 2000 of 128 KiB), BUILD_DIR (build), RESULTS
 # (bench/results/restart.md; restart-measured.json and restart.png go
-# beside it), RESTART_WORK (scratch: bench/work/restart).  Needs root (or fusermount3 rights)
+# beside it), RESTART_WORK (scratch: bench/work/restart), HOW (which
+# storms of part 1: "direct unhinted hinted"), PARTS (what else runs:
+# "priorities replicate"; empty: part 1 and the simulation only).  Any
+# READERS list works: the per-node figures come from the first storm.  Needs root (or fusermount3 rights)
 # and /dev/fuse: the origin is tools/slowfs with a bandwidth cap.
 #
 # A part whose command is not on this branch yet (`larder index --files`,
@@ -41,6 +45,9 @@ quick=${QUICK:-0}
 build=${BUILD_DIR:-build}
 if [ "$quick" = 1 ]; then size=${SIZE:-268435456}; else size=${SIZE:-2147483648}; fi
 readers=${READERS:-"1 4 16 64"}
+hows=${HOW:-"direct unhinted hinted"}
+parts=${PARTS-"priorities replicate"}
+wants() { [[ " $1 " == *" $2 "* ]]; }
 origin_mbps=${ORIGIN_MBPS:-100}
 threads=${THREADS:-16} chunk_kb=${CHUNK_KB:-4096}
 baseline_max=${BASELINE_MAX_S:-300}
@@ -230,6 +237,8 @@ storm() {
   local peer=() served=()
   for ((i = 0; i < daemons; i++)); do
     peer+=("$(stat_value $i peer_served_bytes)") served+=("$(stat_value $i served_bytes)")
+    # kept for a look afterwards: queue waits by class, what each served
+    "$larder" stat --socket "$work/sock$i" --json >"$work/stat-$n-$i.json" 2>/dev/null || true
   done
   $py - "$(seconds "$t0" "$t1")" "$((o1 - o0))" "${peer[*]}" "${served[*]}" "$(($(skipped) - s0)) $(hedges)" <<'PY'
 import sys
@@ -271,25 +280,37 @@ direct() {
 echo "restart: checkpoint $((ckpt_bytes / 1048576)) MiB, $layout; origin slowfs at $origin_mbps MB/s" >&2
 # ---- 1. the storm ---------------------------------------------------------------------
 declare -A row
+# one reader alone, the yardstick: never stopped
+baseline_keep=$baseline_max baseline_max=1000000000
 read -r alone_s alone_bytes < <(direct 1)
+baseline_max=$baseline_keep
+# node_figures: per-node figures for the simulation, while node 0 holds the
+# whole checkpoint (after a storm: reader 0 reads through daemon 0): what a
+# daemon serves a peer, and what 16 local readers of a warm node read
+node_figures() {
+  [ -z "${serve_mbs:-}" ] || return 0
+  read -r _ serve_mbs < <("$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 16 4096)
+  local t0=$EPOCHREALTIME r
+  for r in $(seq 16); do "$reader" read "$work/sock0" "$index" "$threads" "$chunk_kb" >/dev/null & jobs_+=($!); done
+  for p in "${jobs_[@]}"; do wait "$p"; done
+  jobs_=()
+  local_s=$(seconds "$t0" "$EPOCHREALTIME")
+}
 for n in $readers; do
-  echo "restart: $n readers from the origin" >&2
-  if [ "$n" = 1 ]; then row[direct,$n]="$alone_s $alone_bytes"; else row[direct,$n]=$(direct "$n"); fi
-  echo "restart: $n readers through the daemons, unhinted" >&2
-  start_cluster
-  row[unhinted,$n]=$(storm "$n")
-  if [ "$n" = 1 ]; then
-    # per-node figures for the simulation, while node 0 holds the whole checkpoint:
-    # what a daemon serves a peer, and what 16 local readers of a warm node read
-    read -r _ serve_mbs < <("$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 16 4096)
-    t0=$EPOCHREALTIME
-    for r in $(seq 16); do "$reader" read "$work/sock0" "$index" "$threads" "$chunk_kb" >/dev/null & jobs_+=($!); done
-    for p in "${jobs_[@]}"; do wait "$p"; done
-    jobs_=()
-    local_s=$(seconds "$t0" "$EPOCHREALTIME")
+  if wants "$hows" direct; then
+    echo "restart: $n readers from the origin" >&2
+    if [ "$n" = 1 ]; then row[direct,$n]="$alone_s $alone_bytes"; else row[direct,$n]=$(direct "$n"); fi
   fi
-  stop_cluster
-  if has hint hot; then
+  if wants "$hows" unhinted; then
+    echo "restart: $n readers through the daemons, unhinted" >&2
+    start_cluster
+    row[unhinted,$n]=$(storm "$n")
+    node_figures
+    stop_cluster
+  fi
+  if ! wants "$hows" hinted; then
+    :
+  elif has hint hot; then
     echo "restart: $n readers through the daemons, hinted" >&2
     start_cluster
     o0=$(origin_now) t0=$EPOCHREALTIME
@@ -298,11 +319,18 @@ for n in $readers; do
     replication_s=$(seconds "$t0" "$EPOCHREALTIME") o_hint=$(($(origin_now) - o0))
     read -r t o ps ss sk hg < <(storm "$n")
     row[hinted,$n]="$t $((o + o_hint)) $ps $ss $sk $hg $replication_s"
+    node_figures
     stop_cluster
   else
     row[hinted,$n]="$needs_hint"
   fi
 done
+if [ -z "${serve_mbs:-}" ]; then # no storm through the daemons ran: one reader for the figures
+  start_cluster
+  storm 1 >/dev/null
+  node_figures
+  stop_cluster
+fi
 
 # ---- 2. priorities: a training reader beside background staging ---------------------
 train_run() { # label, then the background command (or nothing)
@@ -322,13 +350,19 @@ train_run() { # label, then the background command (or nothing)
   jobs_=()
   stop_cluster
 }
-echo "restart: priorities" >&2
-train_idle=$(train_run idle)
-train_warm=$(train_run warm)
-if has hint hot; then train_hinted=$(train_run hinted); else train_hinted="$needs_hint"; fi
+skipped_part="not run (PARTS)"
+train_idle=$skipped_part train_warm=$skipped_part train_hinted=$skipped_part
+if wants "$parts" priorities; then
+  echo "restart: priorities" >&2
+  train_idle=$(train_run idle)
+  train_warm=$(train_run warm)
+  if has hint hot; then train_hinted=$(train_run hinted); else train_hinted="$needs_hint"; fi
+fi
 
 # ---- 3. predictive replication ------------------------------------------------------------
-if has hint replicate; then
+if ! wants "$parts" replicate; then
+  replicate=$skipped_part
+elif has hint replicate; then
   echo "restart: predictive replication" >&2
   start_cluster
   target=$((daemons - 1))
@@ -348,9 +382,10 @@ fi
 
 # ---- 4. the figures the simulation needs, and the simulation ---------------------------
 # the origin's link: the most bytes/s the direct readers drew from it together
-# (one reader alone draws less: slowfs's per-read overhead, about 1 ms)
-origin_bw=$(for k in "${!row[@]}"; do [[ $k == direct,* ]] && echo "${k#direct,} ${row[$k]}"; done |
-  awk -v b="$ckpt_bytes" '$2 !~ /^>/ { r = $1 * b / $2; if (r > m) m = r } END { printf "%.0f", m }')
+# (one reader alone draws less: slowfs's per-read overhead, about 1 ms);
+# with no direct run of several readers, what one reader alone drew
+origin_bw=$({ echo "1 $alone_s"; for k in "${!row[@]}"; do if [[ $k == direct,* ]]; then echo "${k#direct,} ${row[$k]}"; fi; done; } |
+  awk -v b="$ckpt_bytes" '$2 !~ /^>/ && $2 > 0 { r = $1 * b / $2; if (r > m) m = r } END { printf "%.0f", m }')
 local_bw=$(awk -v b="$ckpt_bytes" -v s="$local_s" 'BEGIN { printf "%.0f", 16 * b / s }')
 cat >"$results/restart-measured.json" <<JSON
 {
@@ -382,7 +417,9 @@ size, alone = int(sys.argv[1]), float(sys.argv[2])
 rows = dict(line.split("=", 1) for line in sys.argv[4].splitlines() if line)
 for n in sys.argv[3].split():
     for kind in ("direct", "unhinted", "hinted"):
-        v = rows.get(f"{kind},{n}", "").split()
+        if f"{kind},{n}" not in rows:
+            continue  # not run (HOW)
+        v = rows[f"{kind},{n}"].split()
         if not v or not v[0].lstrip(">").replace(".", "").isdigit():
             print(f"| {n} | {kind} | {' '.join(v)} | | | | | | |")
             continue
@@ -437,7 +474,7 @@ PY
       warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (BACKGROUND class, on main today)" ;;
       hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ;;
     esac
-    if [[ $v == needs* ]]; then echo "| $what | $v | | | |"; else echo "| $what | ${v// / | } |"; fi
+    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | |"; else echo "| $what | ${v// / | } |"; fi
   done
   echo
   echo "## 3. Predictive replication"

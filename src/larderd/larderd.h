@@ -129,6 +129,11 @@ struct larderd {
     /* run time (larderd_start) */
     int epoll, wake; /* the loop's epoll; an eventfd that wakes it; -1: none */
     struct larder__pool *pool;
+    /* peers' READs (requests.c), on workers of their own: they read only the
+     * origin, so they always finish, while this node's readers' READs may
+     * wait on other members; in one queue, a member's READs would wait
+     * behind those of its readers that wait on the member (docs/scale.md) */
+    struct larder__pool *peer_pool;
     pthread_mutex_t lock; /* datasets[] */
     struct dataset_entry datasets[MAX_DATASETS];
     int num_datasets;
@@ -155,6 +160,8 @@ extern struct larderd daemon_state;
 void larderd_init(struct larderd *d);
 /* The loop's epoll and wake eventfd, and the pool of config.jobs workers: 0 or -errno. */
 int larderd_start(struct larderd *d);
+/* Both pools' counters by class, summed (STAT's and the metrics' "classes"). */
+void larderd_classes_get(struct larderd *d, struct larder__pool_stats *out);
 /* Finish the reads in flight, close the datasets, free the members and
  * the secret, close the fds.  d can be init'ed again after. */
 void larderd_free(struct larderd *d);

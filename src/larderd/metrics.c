@@ -246,7 +246,7 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
     pthread_mutex_unlock(&d->lock);
     size_t used = metrics_format(rows, count, out, capacity);
     struct larder__pool_stats classes;
-    larder__pool_stats_get(d->pool, &classes);
+    larderd_classes_get(d, &classes);
     metrics_format_classes(&classes, out, capacity, &used);
     return used;
 }

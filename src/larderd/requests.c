@@ -187,7 +187,7 @@ static void stats_frame(struct connection *c, uint64_t request)
     pthread_mutex_unlock(&d->lock);
     /* the work queue by class (priority.h), after the datasets */
     struct larder__pool_stats classes;
-    larder__pool_stats_get(d->pool, &classes);
+    larderd_classes_get(d, &classes);
     used += (size_t)snprintf(p + used, capacity - used, "], \"classes\": ");
     size_t n = metrics_classes_json(&classes, p + used, capacity - used);
     used += n ? n : (size_t)snprintf(p + used, capacity - used, "{}");
@@ -331,8 +331,11 @@ static bool read_request(struct connection *c, const struct larder__frame *f,
     c->charged += (size_t)read.length + REQUEST_OVERHEAD;
     pthread_mutex_unlock(&c->lock);
     /* queued by its class (wire.c took 0-3 only): a worker takes DEMAND
-     * first and keeps slots free for it while lower classes run */
-    larder__pool_submit(c->daemon->pool, read_job, job, read.priority);
+     * first and keeps slots free for it while lower classes run; a peer's
+     * READ on the peers' workers (larderd.h, peer_pool) */
+    struct larder__pool *pool =
+        c->peer && c->daemon->peer_pool ? c->daemon->peer_pool : c->daemon->pool;
+    larder__pool_submit(pool, read_job, job, read.priority);
     return true;
 }
 
