@@ -94,9 +94,10 @@ struct connection {
     struct connection *prev, *next; /* the loop's list */
     pthread_mutex_t lock;           /* guards the output queue, charged, jobs and refs */
     struct output *head, *tail;
-    size_t charged; /* READ lengths in flight plus queued output, in bytes */
-    int jobs;       /* READs in flight */
-    int refs;       /* the loop's, plus one per job in flight */
+    size_t charged;      /* READ lengths in flight plus queued output, in bytes */
+    int jobs;            /* READs in flight */
+    int64_t progress_ms; /* when a PROGRESS was last queued (connection_progress) */
+    int refs;            /* the loop's, plus one per job in flight */
 };
 
 struct larder__stripe_loan;
@@ -188,6 +189,11 @@ struct output *output_new(size_t length);
 void enqueue_output(struct connection *c, struct output *o);
 /* Queue a copy of a whole frame. */
 void enqueue(struct connection *c, const void *bytes, size_t length);
+/* A peer's connection with READs in flight and nothing sent on it for
+ * PROGRESS_MS (1 s): queue a PROGRESS frame, so that the peer, which gives
+ * up on a member that sends nothing for its timeout (5 s), waits on for an
+ * answer that a busy origin delays (docs/protocol.md).  Whether one was queued. */
+bool connection_progress(struct connection *c, int64_t now_ms);
 /* Queue an ERROR frame. */
 void send_error(struct connection *c, uint64_t request, int code, const char *message);
 /* Queue an ERROR frame, then close the connection once it is sent. */

@@ -38,6 +38,10 @@ enum larder__frame_type {
     LARDER__RESOLVE = 14,
     LARDER__RESOLVED = 15,
     LARDER__ANNOUNCE = 16,
+    /* storm: a daemon tells a peer that its READs on this connection are
+     * queued or being filled, not lost (docs/protocol.md, "PROGRESS");
+     * no payload, request id 0 */
+    LARDER__PROGRESS = 20,
 };
 
 /* Roles a HELLO may claim (their values are the wire's). */

@@ -289,3 +289,50 @@ TEST(larderd_priority_peer_read_not_queued_behind_local_reads)
     connection_release(local);
     larderd_free(&d);
 }
+
+/* A peer's connection with a READ in flight and nothing sent for 1 s gets a
+ * PROGRESS frame (no payload, request 0), then no other for 1 s; a reader's
+ * connection, or one with no READ in flight, gets none. */
+TEST(larderd_priority_progress_for_a_peer_read_in_hand)
+{
+    const char *index = fixture_dataset("ds", 40, 1 << 20);
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    struct connection *local = fixture_connection(&d, false);
+    fixture_hello(local, false);
+    struct larder__opened opened = open_dataset_on(local, index);
+    struct connection *peer = fixture_connection(&d, true);
+    fixture_hello(peer, true);
+    open_dataset_on(peer, index);
+    struct gate a, b;
+    gate_close(d.pool, &a);
+    gate_close(d.peer_pool, &b);
+    int64_t t = peer->last_active_ms;
+    CHECK(!connection_progress(peer, t + 5000)); /* nothing in flight */
+    send_read_at(local, &opened, 5, LARDER__DEMAND, 0);
+    send_read_at(peer, &opened, 6, LARDER__DEMAND, 4000);
+    t = peer->last_active_ms > local->last_active_ms ? peer->last_active_ms : local->last_active_ms;
+    CHECK(!connection_progress(peer, t + 999));
+    CHECK(!connection_progress(local, t + 1000));
+    CHECK(connection_progress(peer, t + 1000));
+    struct output *o = fixture_answer(peer, LARDER__PROGRESS);
+    struct larder__frame f;
+    CHECK_EQ(larder__wire_header(o->bytes, o->length, &f), 0);
+    CHECK_EQ(f.length, 0);
+    CHECK_EQ(f.request, 0);
+    CHECK_EQ(o->length, LARDER__WIRE_HEADER);
+    free(o);
+    CHECK(!connection_progress(peer, t + 1999));
+    CHECK(connection_progress(peer, t + 2000));
+    free(fixture_answer(peer, LARDER__PROGRESS));
+    gate_open(&a);
+    gate_open(&b);
+    fixture_wait_jobs(peer);
+    fixture_wait_jobs(local);
+    CHECK_EQ(next_data(peer), 6);
+    CHECK_EQ(next_data(local), 5);
+    CHECK(!connection_progress(peer, t + 10000)); /* answered: nothing in flight */
+    connection_release(peer);
+    connection_release(local);
+    larderd_free(&d);
+}

@@ -120,6 +120,14 @@ TEST(wire_refuses_bad_frames)
     struct larder__read read = {.offset = UINT64_MAX - 5, .length = 10};
     larder__wire_encode_read(buf, sizeof buf, 1, &read);
     CHECK_EQ(larder__wire_read(buf + LARDER__WIRE_HEADER, 40, &read), LARDER_EPROTOCOL);
+    /* PROGRESS (20) carries nothing: a payload is refused; 21 is nobody's yet */
+    larder__wire_encode_header(buf, sizeof buf, LARDER__PROGRESS, 0, 0);
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), 0);
+    CHECK_EQ(frame.type, 20);
+    larder__wire_encode_header(buf, sizeof buf, LARDER__PROGRESS, 1, 0);
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), LARDER_EPROTOCOL);
+    larder__wire_encode_header(buf, sizeof buf, 21, 0, 0);
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), LARDER_EPROTOCOL);
     /* HELLO with nonzero reserved bytes, an unknown role, a wrong size */
     struct larder__hello hello = {.role = 1};
     int n = larder__wire_encode_hello(buf, sizeof buf, 1, &hello);
