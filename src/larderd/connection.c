@@ -84,7 +84,7 @@ bool connection_progress(struct connection *c, int64_t now_ms)
     /* an answer queued or being sent tells the peer as much; last_active_ms
      * (the READ's arrival, or the last answer sent) keeps a PROGRESS from
      * following an answer its job has not yet counted as ended */
-    bool due = c->jobs > 0 && !c->head && now_ms - c->last_active_ms >= PROGRESS_MS &&
+    bool due = c->reads > 0 && !c->head && now_ms - c->last_active_ms >= PROGRESS_MS &&
                now_ms - c->progress_ms >= PROGRESS_MS;
     if (due) c->progress_ms = now_ms;
     pthread_mutex_unlock(&c->lock);

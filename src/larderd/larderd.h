@@ -96,6 +96,7 @@ struct connection {
     struct output *head, *tail;
     size_t charged;      /* READ lengths in flight plus queued output, in bytes */
     int jobs;            /* READs in flight */
+    int reads;           /* of those, READs (the rest: HINTs, RESOLVEs waiting) */
     int64_t progress_ms; /* when a PROGRESS was last queued (connection_progress) */
     int refs;            /* the loop's, plus one per job in flight */
 };
@@ -189,7 +190,8 @@ struct output *output_new(size_t length);
 void enqueue_output(struct connection *c, struct output *o);
 /* Queue a copy of a whole frame. */
 void enqueue(struct connection *c, const void *bytes, size_t length);
-/* A peer's connection with READs in flight and nothing sent on it for
+/* A peer's connection with READs in flight (not a HINT or RESOLVE, whose
+ * answers their callers wait for as such) and nothing sent on it for
  * PROGRESS_MS (1 s): queue a PROGRESS frame, so that the peer, which gives
  * up on a member that sends nothing for its timeout (5 s), waits on for an
  * answer that a busy origin delays (docs/protocol.md).  Whether one was queued. */

@@ -80,6 +80,7 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     pthread_mutex_lock(&c->lock);
     c->charged -= (size_t)job->read.length + REQUEST_OVERHEAD;
     c->jobs--;
+    c->reads--;
     pthread_mutex_unlock(&c->lock);
     struct larderd *d = c->daemon;
     connection_release(c);
@@ -328,6 +329,7 @@ static bool read_request(struct connection *c, const struct larder__frame *f,
     pthread_mutex_lock(&c->lock);
     c->refs++;
     c->jobs++;
+    c->reads++;
     c->charged += (size_t)read.length + REQUEST_OVERHEAD;
     pthread_mutex_unlock(&c->lock);
     /* queued by its class (wire.c took 0-3 only): a worker takes DEMAND

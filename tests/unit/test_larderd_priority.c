@@ -309,6 +309,15 @@ TEST(larderd_priority_progress_for_a_peer_read_in_hand)
     gate_close(d.peer_pool, &b);
     int64_t t = peer->last_active_ms;
     CHECK(!connection_progress(peer, t + 5000)); /* nothing in flight */
+    /* a job that is not a READ (a HINT that waits, as hints.c counts one):
+     * its caller waits for the HINT's own answer, and gets nothing else */
+    pthread_mutex_lock(&peer->lock);
+    peer->jobs++;
+    pthread_mutex_unlock(&peer->lock);
+    CHECK(!connection_progress(peer, t + 5000));
+    pthread_mutex_lock(&peer->lock);
+    peer->jobs--;
+    pthread_mutex_unlock(&peer->lock);
     send_read_at(local, &opened, 5, LARDER__DEMAND, 0);
     send_read_at(peer, &opened, 6, LARDER__DEMAND, 4000);
     t = peer->last_active_ms > local->last_active_ms ? peer->last_active_ms : local->last_active_ms;
