@@ -291,6 +291,15 @@ void serving_peer(bool on);
 struct larder__stripe_loan *borrow_ahead(struct dataset_entry *e, uint32_t shard, uint64_t offset,
                                          uint64_t length, int priority,
                                          struct larder__source **stripe);
+/* The same, asking member `relay` first for what it holds in its cache
+ * (storm: hint staging on every node, hints_pins.c), then the owners;
+ * relay SIZE_MAX: the owners only.  *from_relay: the relay lent it. */
+struct larder__stripe_loan *borrow_ahead_via(struct dataset_entry *e, uint32_t shard,
+                                             uint64_t offset, uint64_t length, int priority,
+                                             size_t relay, struct larder__source **stripe,
+                                             bool *from_relay);
+/* The member that owns chunk `chunk` of shard (this node's index alone). */
+size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk);
 /* Give back what borrow_ahead lent (NULL: nothing). */
 void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan);
 
@@ -318,6 +327,11 @@ char *hints_list_json(struct larderd *d);
  * thread and forgets the hints (their pins stay in the cache until the
  * latest one's time). */
 void hints_stop(struct larderd *d);
+/* Wait (timeout_ms at most) while this node stages bytes of e's shard that
+ * overlap [offset, offset + length) for a hint; whether it waited.  For a
+ * relay's READ (requests.c): the bytes it asks for are on their way. */
+bool hints_staging_wait(struct larderd *d, const struct dataset_entry *e, uint32_t shard,
+                        uint64_t offset, uint64_t length, int timeout_ms);
 void hints_free(struct larderd *d);
 /* Whether connection c may open an index not open here (requests.c): 1
  * yes, 0 only those open already, or a negative code with a message. */

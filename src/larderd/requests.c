@@ -38,6 +38,10 @@ struct read_job {
     struct larder__stripe_loan *loan;
 };
 
+/* How long a relay's READ waits for this node's staging of its bytes
+ * (under the borrower's 60 s: it hears PROGRESS meanwhile). */
+#define RELAY_WAIT_MS 20000
+
 static uint64_t now_us(void)
 {
     struct timespec ts;
@@ -99,6 +103,21 @@ static void read_job(void *arg)
      * the origin's transfers see it too */
     struct larder__fill *fill = larder__dataset_fill(job->entry->dataset);
     int priority = job->read.priority;
+    uint64_t lo, hi;
+    /* a relay's READ (storm): from the cache, or declined, never filled;
+     * bytes this node is staging for a hint right now are waited for */
+    if (job->read.flags & LARDER__READ_CACHED &&
+        larder__fill_range_scope(fill, job->read.shard, job->read.offset, job->read.length, &lo,
+                                 &hi) != 1 &&
+        (!hints_staging_wait(job->connection->daemon, job->entry, job->read.shard, job->read.offset,
+                             job->read.length, RELAY_WAIT_MS) ||
+         larder__fill_range_scope(fill, job->read.shard, job->read.offset, job->read.length, &lo,
+                                  &hi) != 1)) {
+        send_error(job->connection, job->request, LARDER_ENOTFOUND,
+                   "not in this node's cache (a READ for what it holds)");
+        read_job_end(job, 0);
+        return;
+    }
     /* a reader's READ: other owners' chunks borrowed before the fill takes its locks */
     if (!job->connection->peer)
         job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset, job->read.length,

@@ -455,10 +455,19 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
 int larder__endpoint_read(struct larder__endpoint *e, uint64_t id_low, uint64_t id_high,
                           uint32_t shard, int priority, uint64_t offset, uint64_t length, void *buf)
 {
+    return larder__endpoint_read_flagged(e, id_low, id_high, shard, priority, 0, offset, length,
+                                         buf);
+}
+
+int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, uint64_t id_high,
+                                  uint32_t shard, int priority, unsigned flags, uint64_t offset,
+                                  uint64_t length, void *buf)
+{
     struct larder__read read = {.id_low = id_low,
                                 .id_high = id_high,
                                 .shard = shard,
                                 .priority = (uint8_t)priority,
+                                .flags = (uint8_t)flags,
                                 .offset = offset,
                                 .length = length};
     int group = group_of(priority);

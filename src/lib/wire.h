@@ -87,8 +87,12 @@ struct larder__read {
     uint64_t id_low, id_high; /* dataset id */
     uint32_t shard;
     uint8_t priority;
+    uint8_t flags; /* LARDER__READ_CACHED (storm: relays), else 0 */
     uint64_t offset, length;
 };
+/* READ flags (byte 21): answer from the cache only, an ERROR (not found)
+ * when any byte would need a fill: a peer asked as a relay (docs/protocol.md) */
+#define LARDER__READ_CACHED 1u
 
 /* OPENED: the dataset a daemon opened for an OPEN (index URL as payload). */
 struct larder__opened {

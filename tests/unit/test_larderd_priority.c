@@ -7,6 +7,7 @@
  * a frame already begun.  Order is checked, never time.
  */
 #include "daemon_fixture.h"
+#include "fill.h"
 #include "test.h"
 
 #include <pthread.h>
@@ -341,6 +342,48 @@ TEST(larderd_priority_progress_for_a_peer_read_in_hand)
     CHECK_EQ(next_data(peer), 6);
     CHECK_EQ(next_data(local), 5);
     CHECK(!connection_progress(peer, t + 10000)); /* answered: nothing in flight */
+    connection_release(peer);
+    connection_release(local);
+    larderd_free(&d);
+}
+
+/* A relay's READ (flag CACHED, docs/protocol.md): what the node holds is
+ * answered; what it does not is declined (ERROR, not found) without a
+ * fill, so a relay never reads the origin for another node. */
+TEST(larderd_priority_relay_read_answers_only_from_the_cache)
+{
+    const char *index = fixture_dataset("ds", 40, 1 << 20);
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    struct connection *local = fixture_connection(&d, false);
+    fixture_hello(local, false);
+    struct larder__opened opened = open_dataset_on(local, index);
+    struct connection *peer = fixture_connection(&d, true);
+    fixture_hello(peer, true);
+    open_dataset_on(peer, index);
+    struct larder__read r = {.id_low = opened.id_low,
+                             .id_high = opened.id_high,
+                             .priority = LARDER__HINTED,
+                             .flags = LARDER__READ_CACHED,
+                             .offset = 0,
+                             .length = 500};
+    uint8_t frame[LARDER__WIRE_HEADER + 64];
+    int n = larder__wire_encode_read(frame, sizeof frame, 8, &r);
+    CHECK(fixture_send(peer, frame, (size_t)n));
+    fixture_wait_jobs(peer);
+    char message[256];
+    CHECK_EQ(fixture_error(peer, message, sizeof message), LARDER_ENOTFOUND);
+    CHECK(strstr(message, "not in this node's cache") != NULL);
+    uint64_t lo, hi; /* still to be filled: the decline read nothing */
+    CHECK_EQ(
+        larder__fill_range_scope(larder__dataset_fill(d.datasets[0].dataset), 0, 0, 500, &lo, &hi),
+        0);
+    send_read_at(local, &opened, 9, LARDER__DEMAND, 0); /* the node stages it */
+    fixture_wait_jobs(local);
+    CHECK_EQ(next_data(local), 9);
+    CHECK(fixture_send(peer, frame, (size_t)n));
+    fixture_wait_jobs(peer);
+    CHECK_EQ(next_data(peer), 8);
     connection_release(peer);
     connection_release(local);
     larderd_free(&d);
