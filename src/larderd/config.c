@@ -68,6 +68,10 @@ const char larderd_help[] =
     "  --connection-memory SIZE  bytes of reads in flight and answers queued per\n"
     "                       connection before it is read no more until they drain\n"
     "                       (default 64M)\n"
+    "  --transport tcp|ucx|auto  how peers' data travels: over the TCP connection\n"
+    "                       (default), over UCX (UCX_TLS and UCX_NET_DEVICES choose its\n"
+    "                       transports and devices), or UCX when it has a usable\n"
+    "                       transport; a peer without UCX is read over TCP either way\n"
     "  --replicate-prefix PREFIX=H:P,...  every publication whose name starts with\n"
     "                       PREFIX is staged and pinned (10 minutes) on those members,\n"
     "                       as 'larder hint replicate' does; repeatable\n"
@@ -203,6 +207,16 @@ static int take_option(struct larderd_config *config, int option, const char *va
     case 'I':
         config->insecure_peers = true;
         return 0;
+    case 'X':
+        if (strcmp(value, "tcp") == 0)
+            config->transport = TRANSPORT_TCP;
+        else if (strcmp(value, "ucx") == 0)
+            config->transport = TRANSPORT_UCX;
+        else if (strcmp(value, "auto") == 0)
+            config->transport = TRANSPORT_AUTO;
+        else
+            return config_error(error, size, "--transport is tcp, ucx or auto, not '%s'", value);
+        return 0;
     case 'a':
         if (config->num_allow == MAX_ALLOW_PREFIXES)
             return config_error(error, size, "at most %d --allow", MAX_ALLOW_PREFIXES);
@@ -251,6 +265,7 @@ static const struct option options[] = {{"config", required_argument, 0, 'F'},
                                         {"idle-timeout", required_argument, 0, 'T'},
                                         {"connection-memory", required_argument, 0, 'B'},
                                         {"replicate-prefix", required_argument, 0, 'R'},
+                                        {"transport", required_argument, 0, 'X'},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
 

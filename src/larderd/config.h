@@ -54,6 +54,8 @@ struct larderd_config {
     /* --replicate-prefix PREFIX=MEMBERS rules (src/larderd/hints.c), NULL-terminated */
     const char *replicate[MAX_REPLICATE_RULES + 1];
     int num_replicate;
+    /* --transport: how peers' READ answers travel (docs/protocol.md, "Transports") */
+    enum { TRANSPORT_TCP, TRANSPORT_UCX, TRANSPORT_AUTO } transport; /* default TCP */
 };
 
 /* The usage text, for --help (stdout) and for a usage error (stderr). */

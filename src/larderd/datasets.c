@@ -283,6 +283,8 @@ static int connect_members(struct larderd *d, struct dataset_entry *e, const cha
         if (m != d->self)
             rc = larder__endpoint_new(&e->members[m], d->members.names[m], LARDER__ROLE_PEER,
                                       d->secret, url, 5000);
+    for (size_t m = 0; rc == 0 && m < d->members.count; m++)
+        if (e->members[m]) ucx_adopt_endpoint(d, e->members[m]); /* --transport ucx|auto */
     return rc;
 }
 

@@ -99,6 +99,10 @@ struct connection {
     int reads;           /* of those, READs (the rest: HINTs, RESOLVEs waiting) */
     int64_t progress_ms; /* when a PROGRESS was last queued (connection_progress) */
     int refs;            /* the loop's, plus one per job in flight */
+    /* ucx.c: the UCX data path this (authenticated peer's) connection asked
+     * for, forgotten when it is dropped; NULL: none */
+    struct larder__ucx_session *ucx;
+    int64_t ucx_used_ms; /* when a READ last came over it (atomic): not idle */
 };
 
 struct larder__stripe_loan;
@@ -151,6 +155,7 @@ struct larderd {
     volatile sig_atomic_t stopping;
     struct hints *hints; /* hints.c: pins and their expiry; NULL until the first hint */
     struct publications *publications; /* publish.c's name registry; NULL: none yet */
+    struct larder__ucx *ucx; /* ucx.c: the UCX hub peers' data goes over; NULL: TCP only */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -302,6 +307,31 @@ struct larder__stripe_loan *borrow_ahead_via(struct dataset_entry *e, uint32_t s
 size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk);
 /* Give back what borrow_ahead lent (NULL: nothing). */
 void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan);
+
+/* requests.c: queue a READ of c's on the workers (via: it came over UCX
+ * and is answered there; NULL: on c) */
+struct larder__ucx_session;
+void read_submit(struct connection *c, const struct larder__read *read, uint64_t request,
+                 struct larder__ucx_session *via);
+
+/* ucx.c: peers' data over UCX (docs/protocol.md, "Transports") */
+/* Start the hub per --transport, and say which transport peers use: 0, or
+ * -1 once the failure is said (--transport ucx without a usable UCX). */
+int ucx_daemon_start(struct larderd *d);
+/* Stop it (after the pools: no READ answers any more). */
+void ucx_daemon_stop(struct larderd *d);
+/* UCX_OFFER from c (handle()'s case): false closes the connection at once. */
+bool ucx_offer(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+/* c is being dropped: its session's token names nothing from now on. */
+void ucx_forget(struct connection *c);
+/* Whether c's UCX path carried a READ within the last `idle_ms`. */
+bool ucx_recently_used(struct connection *c, int64_t now, int idle_ms);
+/* ", \"transport\": ..., \"peers\": [...]" for STATS: how each member is read. */
+size_t ucx_stats_json(struct larderd *d, char *out, size_t capacity);
+/* Each member's transport as Prometheus lines (metrics.c). */
+size_t ucx_metrics_text(struct larderd *d, char *out, size_t capacity);
+/* The transport of the endpoints of new datasets' members (datasets.c). */
+void ucx_adopt_endpoint(struct larderd *d, struct larder__endpoint *endpoint);
 
 /* warm.c */
 #define WARM_CHUNK (4u << 20) /* bytes staged by one background job: an owner chunk */

@@ -113,6 +113,7 @@ static void drop(struct connection *c)
     struct larderd *d = c->daemon;
     if (c->dropped) return;
     c->dropped = true;
+    ucx_forget(c); /* its UCX session's token names nothing from now on */
     epoll_ctl(d->epoll, EPOLL_CTL_DEL, c->fd, NULL);
     if (c->closing)
         drain_and_close(c->fd);
@@ -333,6 +334,7 @@ const char *sweep_reason(struct connection *c, int64_t now)
     pthread_mutex_lock(&c->lock);
     bool busy = c->jobs > 0 || c->head;
     pthread_mutex_unlock(&c->lock);
+    busy = busy || ucx_recently_used(c, now, idle_timeout_ms); /* READs over UCX */
     if (c->closing && now - c->closing_since_ms >= CLOSING_TIMEOUT_MS)
         return "a refused client did not take its answer";
     if (c->partial_since_ms && now - c->partial_since_ms >= PARTIAL_FRAME_TIMEOUT_MS)

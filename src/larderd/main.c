@@ -99,6 +99,7 @@ int main(int argc, char **argv)
         say("cannot start: %s", larder_strerror(rc));
         return 1;
     }
+    if (ucx_daemon_start(d) < 0) return 1; /* --transport: says which */
     int unix_fd, tcp_fd, metrics_fd;
     if (start_listening(&d->config, &unix_fd, &tcp_fd, &metrics_fd)) return 1;
     const struct larderd_config *config = &d->config;
@@ -111,5 +112,6 @@ int main(int argc, char **argv)
     say("stopping");
     if (config->socket_path) unlink(config->socket_path);
     larderd_free(d); /* finishes the reads in flight first */
+    ucx_daemon_stop(d);
     return 0;
 }

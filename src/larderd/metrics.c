@@ -248,6 +248,7 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
     struct larder__pool_stats classes;
     larderd_classes_get(d, &classes);
     metrics_format_classes(&classes, out, capacity, &used);
+    if (used < capacity) used += ucx_metrics_text(d, out + used, capacity - used); /* transports */
     return used;
 }
 

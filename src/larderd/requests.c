@@ -20,6 +20,7 @@
 
 #include "auth.h"
 #include "fill.h"
+#include "transport_ucx.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -36,7 +37,17 @@ struct read_job {
     uint64_t arrived_us;           /* when the READ was taken off the connection */
     struct larder__source *stripe; /* what was borrowed ahead for it, and from whose stripe */
     struct larder__stripe_loan *loan;
+    struct larder__ucx_session *via; /* a READ that came over UCX: answered there (ucx.c) */
 };
+
+/* The job's ERROR answer: on its connection, or over UCX when it came that way. */
+static void answer_error(struct read_job *job, int code, const char *message)
+{
+    if (job->via)
+        larder__ucx_answer(job->via, job->request, code, message, strlen(message));
+    else
+        send_error(job->connection, job->request, code, message);
+}
 
 /* How long a relay's READ waits for this node's staging of its bytes
  * (under the borrower's 60 s: it hears PROGRESS meanwhile). */
@@ -84,8 +95,9 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     pthread_mutex_lock(&c->lock);
     c->charged -= (size_t)job->read.length + REQUEST_OVERHEAD;
     c->jobs--;
-    c->reads--;
+    if (!job->via) c->reads--; /* PROGRESS is for READs on the connection itself */
     pthread_mutex_unlock(&c->lock);
+    larder__ucx_session_release(job->via);
     struct larderd *d = c->daemon;
     connection_release(c);
     free(job);
@@ -113,8 +125,7 @@ static void read_job(void *arg)
                              job->read.length, RELAY_WAIT_MS) ||
          larder__fill_range_scope(fill, job->read.shard, job->read.offset, job->read.length, &lo,
                                   &hi) != 1)) {
-        send_error(job->connection, job->request, LARDER_ENOTFOUND,
-                   "not in this node's cache (a READ for what it holds)");
+        answer_error(job, LARDER_ENOTFOUND, "not in this node's cache (a READ for what it holds)");
         read_job_end(job, 0);
         return;
     }
@@ -124,6 +135,11 @@ static void read_job(void *arg)
                                  priority, &job->stripe);
     int staged = larder__fill_stage_range_at(fill, job->read.shard, job->read.offset,
                                              job->read.length, priority, &file);
+    if (staged == 0 && job->via) { /* over UCX, from a mapping of the cache file */
+        int rc = larder__ucx_answer_file(job->via, job->request, file, job->read.offset, length);
+        read_job_end(job, rc == 0 ? length : 0);
+        return;
+    }
     if (staged == 0) { /* in the cache: send it from there with sendfile */
         struct output *o = output_new(LARDER__WIRE_HEADER);
         if (o) {
@@ -141,7 +157,7 @@ static void read_job(void *arg)
         return;
     }
     if (staged < 0) {
-        send_error(job->connection, job->request, staged, larder_errmsg());
+        answer_error(job, staged, larder_errmsg());
         read_job_end(job, 0);
         return;
     }
@@ -149,6 +165,21 @@ static void read_job(void *arg)
      * what such answers hold at once is bounded node-wide, until each is
      * sent (or its connection dropped) */
     uncached_take(job->connection->daemon, length);
+    if (job->via) {
+        uint8_t *bytes = malloc(length ? length : 1);
+        int rc = bytes ? 0 : -ENOMEM;
+        if (rc == 0)
+            rc = larder__fill_range_at(fill, job->read.shard, job->read.offset, job->read.length,
+                                       priority, bytes);
+        if (rc == 0)
+            rc = larder__ucx_answer(job->via, job->request, 0, bytes, length);
+        else
+            answer_error(job, rc, larder_errmsg());
+        free(bytes);
+        uncached_give(job->connection->daemon, length);
+        read_job_end(job, rc == 0 ? length : 0);
+        return;
+    }
     struct output *o = output_new(LARDER__WIRE_HEADER + length);
     int rc = o ? 0 : -ENOMEM;
     if (rc == 0)
@@ -208,7 +239,9 @@ static void stats_frame(struct connection *c, uint64_t request)
     /* the work queue by class (priority.h), after the datasets */
     struct larder__pool_stats classes;
     larderd_classes_get(d, &classes);
-    used += (size_t)snprintf(p + used, capacity - used, "], \"classes\": ");
+    used += (size_t)snprintf(p + used, capacity - used, "]");
+    used += ucx_stats_json(d, p + used, capacity - used); /* how peers are read */
+    used += (size_t)snprintf(p + used, capacity - used, ", \"classes\": ");
     size_t n = metrics_classes_json(&classes, p + used, capacity - used);
     used += n ? n : (size_t)snprintf(p + used, capacity - used, "{}");
     used += (size_t)snprintf(p + used, capacity - used, "}");
@@ -327,36 +360,54 @@ static bool open_request(struct connection *c, const struct larder__frame *f,
     return true;
 }
 
-static bool read_request(struct connection *c, const struct larder__frame *f,
-                         const uint8_t *payload)
+/* Queue a READ of c's (request id `request`; via: it came over UCX, answered
+ * there) on the workers, once its dataset is found opened on c. */
+void read_submit(struct connection *c, const struct larder__read *read, uint64_t request,
+                 struct larder__ucx_session *via)
 {
-    struct larder__read read;
-    if (larder__wire_read(payload, f->length, &read) < 0) return false;
     int slot = -1;
-    struct dataset_entry *e = find_dataset(c->daemon, read.id_low, read.id_high, &slot);
-    if (!e || !(c->opened & (UINT64_C(1) << slot))) {
-        send_error(c, f->request, LARDER_ENOTFOUND, "dataset not opened on this connection");
-        return true;
+    struct dataset_entry *e = find_dataset(c->daemon, read->id_low, read->id_high, &slot);
+    struct read_job *job = NULL;
+    const char *refused = NULL;
+    int code = 0;
+    if (!e || !(c->opened & (UINT64_C(1) << slot)))
+        code = LARDER_ENOTFOUND, refused = "dataset not opened on this connection";
+    else if (!(job = malloc(sizeof *job)))
+        code = -ENOMEM, refused = "out of memory";
+    if (refused) {
+        if (via)
+            larder__ucx_answer(via, request, code, refused, strlen(refused));
+        else
+            send_error(c, request, code, refused);
+        return;
     }
-    struct read_job *job = malloc(sizeof *job);
-    if (!job) {
-        send_error(c, f->request, -ENOMEM, "out of memory");
-        return true;
-    }
-    *job = (struct read_job){
-        .connection = c, .entry = e, .read = read, .request = f->request, .arrived_us = now_us()};
+    *job = (struct read_job){.connection = c,
+                             .entry = e,
+                             .read = *read,
+                             .request = request,
+                             .arrived_us = now_us(),
+                             .via = via};
+    if (via) larder__ucx_session_hold(via);
     pthread_mutex_lock(&c->lock);
     c->refs++;
     c->jobs++;
-    c->reads++;
-    c->charged += (size_t)read.length + REQUEST_OVERHEAD;
+    if (!via) c->reads++;
+    c->charged += (size_t)read->length + REQUEST_OVERHEAD;
     pthread_mutex_unlock(&c->lock);
     /* queued by its class (wire.c took 0-3 only): a worker takes DEMAND
      * first and keeps slots free for it while lower classes run; a peer's
      * READ on the peers' workers (larderd.h, peer_pool) */
     struct larder__pool *pool =
         c->peer && c->daemon->peer_pool ? c->daemon->peer_pool : c->daemon->pool;
-    larder__pool_submit(pool, read_job, job, read.priority);
+    larder__pool_submit(pool, read_job, job, read->priority);
+}
+
+static bool read_request(struct connection *c, const struct larder__frame *f,
+                         const uint8_t *payload)
+{
+    struct larder__read read;
+    if (larder__wire_read(payload, f->length, &read) < 0) return false;
+    read_submit(c, &read, f->request, NULL);
     return true;
 }
 
@@ -388,6 +439,8 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
         return resolve_request(c, f, payload);
     case LARDER__ANNOUNCE:
         return announce_request(c, f, payload);
+    case LARDER__UCX_OFFER:
+        return ucx_offer(c, f, payload);
     default:
         return false; /* answers are not requests */
     }

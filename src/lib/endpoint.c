@@ -13,6 +13,7 @@
 #include "auth.h"
 #include "cluster.h"
 #include "priority.h"
+#include "transport_ucx_peer.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -63,7 +64,8 @@ struct larder__endpoint {
     int idle[2][POOL];
     int num_idle[2];
     int64_t down_until_ms;
-    int64_t answered_ms; /* when any connection last got an answer's header (atomic) */
+    int64_t answered_ms;          /* when any connection last got an answer's header (atomic) */
+    struct larder__ucx_peer *ucx; /* READ answers over UCX (transport_ucx_peer.c); NULL: TCP */
 };
 
 /* The pool group of a class. */
@@ -109,6 +111,7 @@ int larder__endpoint_new(struct larder__endpoint **out, const char *address, enu
 void larder__endpoint_free(struct larder__endpoint *e)
 {
     if (!e) return;
+    larder__ucx_peer_free(e->ucx);
     for (int g = 0; g < 2; g++)
         for (int i = 0; i < e->num_idle[g]; i++)
             close(e->idle[g][i]);
@@ -470,6 +473,21 @@ int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, u
                                 .flags = (uint8_t)flags,
                                 .offset = offset,
                                 .length = length};
+    if (e->ucx) { /* over UCX, unless this peer has none: then on, over TCP */
+        bool fault = false;
+        int wait_ms = priority >= LARDER__HINTED ? QUEUED_TIMEOUT_MS : e->timeout_ms;
+        int rc = larder__ucx_peer_read(e->ucx, &read, buf, wait_ms, QUEUED_TIMEOUT_MS, &fault);
+        if (rc != LARDER__UCX_USE_TCP) {
+            if (fault) {
+                if (rc != LARDER_ENOTFOUND)
+                    mark_down(e, rc == LARDER_EDENIED ? DENIED_DOWN_MS : e->down_ms);
+                if (is_errno(rc))
+                    rc = larder__fail(rc, "larder daemon at %s over UCX: %s", e->address,
+                                      strerror(-rc));
+            }
+            return rc;
+        }
+    }
     int group = group_of(priority);
     for (int attempt = 0;; attempt++) {
         int fd = take_idle(e, group);
@@ -603,4 +621,23 @@ int larder__endpoint_ask(struct larder__endpoint *e, const void *request, size_t
     *payload = bytes;
     *payload_length = frame.length;
     return 0;
+}
+
+/* ---- ucx: the hooks of transport_ucx_peer.c ------------------------------------------- */
+
+int larder__endpoint_connect(struct larder__endpoint *e, int *timeout_ms)
+{
+    *timeout_ms = e->timeout_ms;
+    return connect_endpoint(e);
+}
+
+int larder__endpoint_use_ucx(struct larder__endpoint *e, struct larder__ucx *hub)
+{
+    if (e->ucx || !hub) return 0;
+    return larder__ucx_peer_new(hub, e, &e->ucx);
+}
+
+const char *larder__endpoint_transport(const struct larder__endpoint *e)
+{
+    return e->ucx ? larder__ucx_peer_transport(e->ucx) : "tcp";
 }

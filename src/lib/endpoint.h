@@ -81,4 +81,18 @@ LARDER__HIDDEN int larder__endpoint_ask(struct larder__endpoint *endpoint, const
                                         size_t length, int wait_ms, uint8_t *type,
                                         uint8_t **payload, uint32_t *payload_length);
 
+/* ---- ucx (transport_ucx_peer.c) ---- */
+struct larder__ucx;
+/* From now on, READs of this peer endpoint ask for the UCX data path on
+ * a connection of their own (docs/protocol.md, "Transports"), and go over
+ * TCP when the peer has none.  0, or -ENOMEM. */
+LARDER__HIDDEN int larder__endpoint_use_ucx(struct larder__endpoint *endpoint,
+                                            struct larder__ucx *hub);
+/* "ucx" or "tcp": how this endpoint's READs travel now; "ucx?" before the
+ * first READ has asked the peer. */
+LARDER__HIDDEN const char *larder__endpoint_transport(const struct larder__endpoint *endpoint);
+/* A fresh connection, greeted and with the dataset opened (the UCX path's
+ * control connection), and the endpoint's timeout.  The fd, or a negative code. */
+LARDER__HIDDEN int larder__endpoint_connect(struct larder__endpoint *endpoint, int *timeout_ms);
+
 #endif

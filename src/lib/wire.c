@@ -40,6 +40,10 @@ uint64_t larder__wire_max_payload(uint8_t type)
     case LARDER__RESOLVED:
         return 40 + LARDER__WIRE_MAX_PUBLICATION + LARDER__WIRE_MAX_NAME +
                2 * LARDER__WIRE_MAX_URL + LARDER__WIRE_MAX_INDEX;
+    case LARDER__UCX_OFFER:
+        return LARDER__WIRE_MAX_UCX;
+    case LARDER__UCX_ACCEPT:
+        return LARDER__WIRE_PROOF + LARDER__WIRE_MAX_UCX;
     default:
         return 0;
     }
@@ -48,8 +52,9 @@ uint64_t larder__wire_max_payload(uint8_t type)
 /* Types 11 and 12 are the hints' (HINT, HINTED): unknown to this build. */
 static bool known_type(uint8_t type)
 {
-    return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) || /* 1 .. 16, no gaps */
-           type == LARDER__PROGRESS;                              /* 20, no payload */
+    return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) ||   /* 1 .. 16, no gaps */
+           type == LARDER__PROGRESS ||                              /* 20, no payload */
+           type == LARDER__UCX_OFFER || type == LARDER__UCX_ACCEPT; /* 24, 25 */
 }
 
 int larder__wire_header(const uint8_t *buf, size_t available, struct larder__frame *frame)

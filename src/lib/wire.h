@@ -42,7 +42,13 @@ enum larder__frame_type {
      * queued or being filled, not lost (docs/protocol.md, "PROGRESS");
      * no payload, request id 0 */
     LARDER__PROGRESS = 20,
+    /* ucx: after the handshake, a peer offers its UCX worker address and the
+     * daemon answers with its own and a session token (docs/protocol.md,
+     * "Transports"); a daemon without UCX answers ERROR */
+    LARDER__UCX_OFFER = 24,
+    LARDER__UCX_ACCEPT = 25,
 };
+#define LARDER__WIRE_MAX_UCX 4000 /* bytes of a UCX worker address in UCX_OFFER, UCX_ACCEPT */
 
 /* Roles a HELLO may claim (their values are the wire's). */
 enum larder__role {

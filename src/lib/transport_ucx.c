@@ -1,0 +1,439 @@
+/*
+ * transport_ucx.c - the process's UCX hub (transport_ucx.h): the UCP
+ * context and worker, the progress thread, and the READ and ANSWER
+ * active messages.  The daemon's sessions and the borrower's links are
+ * in transport_ucx_session.c.
+ *
+ * Threads: the worker is made thread-safe (UCS_THREAD_MODE_MULTI), so
+ * any thread sends; only the progress thread progresses it, and every
+ * callback runs there.  Waiting threads sleep on the hub's condition,
+ * which completions broadcast.  The progress thread spins while sends or
+ * receives are in flight, and otherwise sleeps in epoll on the worker's
+ * event fd (ucp_worker_arm) and a wake eventfd that senders write.
+ *
+ * Lock order: hub->lock only; no UCX call is made with it held except the
+ * non-blocking ucp_am_recv_data_nbx from inside a callback.
+ */
+#include "transport_ucx_internal.h"
+
+#ifdef LARDER_HAVE_UCX
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+#define SEND_TIMEOUT_MS 30000 /* an answer the borrower does not take in time is cancelled */
+
+int64_t larder__ucx_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void larder__ucx_kick(struct larder__ucx *hub)
+{
+    uint64_t one = 1;
+    if (write(hub->wake, &one, sizeof one) < 0) { /* the count is full: it is awake anyway */
+    }
+}
+
+/* ---- ANSWER: the borrower's side ----------------------------------------------------- */
+
+/* The pending READ with that id (hub->lock held), or NULL: it gave up. */
+static struct larder__ucx_pending *find_pending(struct larder__ucx *hub, uint64_t id)
+{
+    for (struct larder__ucx_pending *p = hub->pending; p; p = p->next)
+        if (p->id == id) return p;
+    return NULL;
+}
+
+static void finish(struct larder__ucx *hub, struct larder__ucx_pending *p, int rc)
+{
+    p->rc = rc;
+    p->state = PENDING_DONE;
+    pthread_cond_broadcast(&hub->done);
+}
+
+static void received(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    struct larder__ucx_pending *p = user_data;
+    struct larder__ucx *hub = p->hub;
+    (void)length;
+    pthread_mutex_lock(&hub->lock);
+    hub->busy--;
+    finish(hub, p, status == UCS_OK ? 0 : -ECONNRESET);
+    pthread_mutex_unlock(&hub->lock);
+    ucp_request_free(request);
+}
+
+/* An ANSWER arrived: header {id, code}, then the bytes (or the error's message). */
+static ucs_status_t on_answer(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param)
+{
+    struct larder__ucx *hub = arg;
+    if (header_length != ANSWER_HEADER) return UCS_OK; /* not ours: dropped */
+    uint64_t id = larder__le64(header);
+    int32_t code = (int32_t)larder__le32((const uint8_t *)header + 8);
+    bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+    pthread_mutex_lock(&hub->lock);
+    struct larder__ucx_pending *p = find_pending(hub, id);
+    if (!p || p->state != PENDING_WAITING) {
+        pthread_mutex_unlock(&hub->lock);
+        return UCS_OK; /* a READ given up on: its bytes are dropped */
+    }
+    __atomic_store_n(&p->link->answered_ms, larder__ucx_now_ms(), __ATOMIC_RELAXED);
+    if (code < 0) { /* the daemon's error: its message is small, never rendezvous */
+        size_t n = rndv ? 0 : length < sizeof p->message - 1 ? length : sizeof p->message - 1;
+        memcpy(p->message, data, n);
+        p->message[n] = '\0';
+        p->answered = true;
+        finish(hub, p, code > -1000000 ? code : LARDER_EPROTOCOL);
+    } else if (length != p->length) {
+        snprintf(p->message, sizeof p->message, "an answer of %zu bytes to a READ of %llu", length,
+                 (unsigned long long)p->length);
+        finish(hub, p, LARDER_EPROTOCOL);
+    } else if (!rndv) {
+        memcpy(p->buf, data, length);
+        finish(hub, p, 0);
+    } else {                          /* pulled straight into the reader's buffer, by the progress
+                                       * thread once this callback has returned (UCX's pattern) */
+        p->state = PENDING_RECEIVING; /* the waiter waits on while it is */
+        p->descriptor = data;
+        p->queued_next = hub->to_receive;
+        hub->to_receive = p;
+        hub->busy++;
+        pthread_mutex_unlock(&hub->lock);
+        return UCS_INPROGRESS;
+    }
+    pthread_mutex_unlock(&hub->lock);
+    return UCS_OK;
+}
+
+/* Start the rendezvous receives on_answer queued (progress thread, outside any callback). */
+static void start_receives(struct larder__ucx *hub)
+{
+    pthread_mutex_lock(&hub->lock);
+    struct larder__ucx_pending *list = hub->to_receive;
+    hub->to_receive = NULL;
+    pthread_mutex_unlock(&hub->lock);
+    while (list) {
+        struct larder__ucx_pending *p = list;
+        list = p->queued_next;
+        ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                                  UCP_OP_ATTR_FIELD_USER_DATA |
+                                                  UCP_OP_ATTR_FIELD_DATATYPE,
+                                  .cb.recv_am = received,
+                                  .user_data = p,
+                                  .datatype = ucp_dt_make_contig(1)};
+        ucs_status_ptr_t r =
+            ucp_am_recv_data_nbx(hub->worker, p->descriptor, p->buf, p->length, &rp);
+        if (r == NULL || UCS_PTR_IS_ERR(r)) { /* done at once, or failed: no callback */
+            pthread_mutex_lock(&hub->lock);
+            hub->busy--;
+            finish(hub, p, r == NULL ? 0 : -ECONNRESET);
+            pthread_mutex_unlock(&hub->lock);
+        }
+    }
+}
+
+/* ---- READ: the daemon's side ---------------------------------------------------------- */
+
+/* A READ arrived: header {token, id, the READ frame's payload}; no data. */
+static ucs_status_t on_read(void *arg, const void *header, size_t header_length, void *data,
+                            size_t length, const ucp_am_recv_param_t *param)
+{
+    struct larder__ucx *hub = arg;
+    (void)data, (void)param;
+    if (header_length != READ_HEADER || length != 0) {
+        hub->dropped++;
+        return UCS_OK;
+    }
+    const uint8_t *h = header;
+    struct larder__read read;
+    struct larder__ucx_session *s = larder__ucx_session_find(hub, h);
+    if (!s) { /* no session: an endpoint that never authenticated gets nothing */
+        hub->dropped++;
+        return UCS_OK;
+    }
+    uint64_t id = larder__le64(h + LARDER__UCX_TOKEN);
+    if (larder__wire_read(h + LARDER__UCX_TOKEN + 8, READ_PAYLOAD, &read) < 0) {
+        larder__ucx_answer(s, id, LARDER_EPROTOCOL, "a malformed READ", 16);
+    } else if (hub->serve) {
+        hub->serve(s->owner, s, id, &read);
+    }
+    larder__ucx_session_release(s); /* the callee took its own */
+    return UCS_OK;
+}
+
+/* ---- sends ---------------------------------------------------------------------------- */
+
+struct send_wait {
+    struct larder__ucx *hub;
+    bool done;
+    ucs_status_t status;
+};
+
+static void sent(void *request, ucs_status_t status, void *user_data)
+{
+    struct send_wait *w = user_data;
+    (void)request;
+    pthread_mutex_lock(&w->hub->lock);
+    w->hub->busy--;
+    w->status = status;
+    w->done = true;
+    pthread_cond_broadcast(&w->hub->done);
+    pthread_mutex_unlock(&w->hub->lock);
+}
+
+/* A send from the progress thread itself (an error answer from on_read),
+ * which must not wait: header and bytes copied, freed when UCX is done. */
+static void sent_copy(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    free(user_data);
+    ucp_request_free(request);
+}
+
+static int send_from_progress(ucp_ep_h ep, unsigned id, const void *header, size_t header_length,
+                              const void *bytes, size_t length)
+{
+    uint8_t *copy = malloc(header_length + length + 1);
+    if (!copy) return -ENOMEM;
+    memcpy(copy, header, header_length);
+    if (length) memcpy(copy + header_length, bytes, length);
+    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                                 UCP_OP_ATTR_FIELD_USER_DATA |
+                                                 UCP_OP_ATTR_FIELD_DATATYPE,
+                                 .cb.send = sent_copy,
+                                 .user_data = copy,
+                                 .datatype = ucp_dt_make_contig(1)};
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(ep, id, copy, header_length, copy + header_length, length, &param);
+    if (r == NULL || UCS_PTR_IS_ERR(r)) free(copy);
+    return UCS_PTR_IS_ERR(r) ? -ECONNRESET : 0;
+}
+
+int larder__ucx_send(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const void *header,
+                     size_t header_length, const void *bytes, size_t length)
+{
+    if (hub->running && pthread_equal(pthread_self(), hub->thread))
+        return send_from_progress(ep, id, header, header_length, bytes, length);
+    struct send_wait w = {.hub = hub};
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE,
+        .cb.send = sent,
+        .user_data = &w,
+        .flags = 0, /* the header stays ours until the send is done: we wait for it */
+        .datatype = ucp_dt_make_contig(1)};
+    pthread_mutex_lock(&hub->lock);
+    hub->busy++; /* the progress thread spins until it is done */
+    pthread_mutex_unlock(&hub->lock);
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, header, header_length, bytes, length, &param);
+    int rc = 0;
+    pthread_mutex_lock(&hub->lock);
+    if (r == NULL || UCS_PTR_IS_ERR(r)) {
+        hub->busy--;
+        if (UCS_PTR_IS_ERR(r)) rc = -ECONNRESET;
+    } else {
+        pthread_mutex_unlock(&hub->lock);
+        larder__ucx_kick(hub);
+        pthread_mutex_lock(&hub->lock);
+        /* a borrower that stopped taking its answer (gone, on a transport
+         * that cannot tell) is given SEND_TIMEOUT_MS, then cancelled: UCX
+         * lets go of the bytes once the cancel completes */
+        int64_t deadline = larder__ucx_now_ms() + SEND_TIMEOUT_MS;
+        bool cancelled = false;
+        while (!w.done) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000;
+            ts.tv_nsec %= 1000000000;
+            pthread_cond_timedwait(&hub->done, &hub->lock, &ts);
+            if (!w.done && !cancelled && larder__ucx_now_ms() > deadline) {
+                cancelled = true;
+                pthread_mutex_unlock(&hub->lock);
+                ucp_request_cancel(hub->worker, r);
+                larder__ucx_kick(hub);
+                pthread_mutex_lock(&hub->lock);
+            }
+        }
+        if (w.status != UCS_OK) rc = -ECONNRESET;
+    }
+    pthread_mutex_unlock(&hub->lock);
+    if (r && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+    return rc;
+}
+
+/* ---- the hub -------------------------------------------------------------------------- */
+
+static void *progress_main(void *arg)
+{
+    struct larder__ucx *hub = arg;
+    struct epoll_event events[2];
+    while (!__atomic_load_n(&hub->stopping, __ATOMIC_ACQUIRE)) {
+        while (ucp_worker_progress(hub->worker)) {
+        }
+        start_receives(hub);
+        pthread_mutex_lock(&hub->lock);
+        int busy = hub->busy;
+        pthread_mutex_unlock(&hub->lock);
+        if (busy > 0) continue; /* transfers in flight: keep them moving */
+        if (ucp_worker_arm(hub->worker) == UCS_ERR_BUSY) continue;
+        int n = epoll_wait(hub->epoll, events, 2, 100);
+        for (int i = 0; i < n; i++) {
+            uint64_t count;
+            if (events[i].data.fd == hub->wake && read(hub->wake, &count, sizeof count) < 0) {
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Which transports UCX would use, from UCX_TLS (UCX's own choice when unset). */
+static void describe(struct larder__ucx *hub)
+{
+    const char *tls = getenv("UCX_TLS");
+    snprintf(hub->transports, sizeof hub->transports, "%s", tls && *tls ? tls : "UCX's choice");
+}
+
+int larder__ucx_start(struct larder__ucx **out)
+{
+    struct larder__ucx *hub = calloc(1, sizeof *hub);
+    if (!hub) return -ENOMEM;
+    hub->epoll = hub->wake = -1;
+    pthread_mutex_init(&hub->lock, NULL);
+    pthread_mutex_init(&hub->conns_lock, NULL);
+    pthread_cond_init(&hub->done, NULL);
+    ucp_params_t params = {.field_mask =
+                               UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+                           .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+                           .mt_workers_shared = 1};
+    ucp_config_t *config = NULL;
+    int rc = 0;
+    if (ucp_config_read(NULL, NULL, &config) != UCS_OK ||
+        ucp_init(&params, config, &hub->context) != UCS_OK) {
+        rc = larder__fail(-ENOTSUP, "UCX: no context (check UCX_TLS and UCX_NET_DEVICES)");
+        hub->context = NULL;
+    }
+    if (config) ucp_config_release(config);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_MULTI};
+    if (rc == 0 && ucp_worker_create(hub->context, &wp, &hub->worker) != UCS_OK) {
+        rc = larder__fail(-ENOTSUP, "UCX: no worker (no usable transport: check UCX_TLS)");
+        hub->worker = NULL;
+    }
+    if (rc == 0 &&
+        ucp_worker_get_address(hub->worker, &hub->address, &hub->address_length) != UCS_OK) {
+        rc = larder__fail(-ENOTSUP, "UCX: the worker has no address");
+        hub->address = NULL;
+    }
+    if (rc == 0 && hub->address_length > LARDER__UCX_MAX_ADDRESS)
+        rc = larder__fail(-ENOTSUP, "UCX: a worker address of %zu bytes (at most %d)",
+                          hub->address_length, LARDER__UCX_MAX_ADDRESS);
+    int efd = -1;
+    if (rc == 0 && ucp_worker_get_efd(hub->worker, &efd) != UCS_OK)
+        rc = larder__fail(-ENOTSUP, "UCX: the worker has no event fd");
+    if (rc == 0) {
+        hub->epoll = epoll_create1(EPOLL_CLOEXEC);
+        hub->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        struct epoll_event a = {.events = EPOLLIN, .data.fd = efd};
+        struct epoll_event b = {.events = EPOLLIN, .data.fd = hub->wake};
+        if (hub->epoll < 0 || hub->wake < 0 || epoll_ctl(hub->epoll, EPOLL_CTL_ADD, efd, &a) < 0 ||
+            epoll_ctl(hub->epoll, EPOLL_CTL_ADD, hub->wake, &b) < 0)
+            rc = larder__fail(-errno, "UCX: epoll: %s", strerror(errno));
+    }
+    ucp_am_handler_param_t answer = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                                                   UCP_AM_HANDLER_PARAM_FIELD_CB |
+                                                   UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                                     .id = AM_ANSWER,
+                                     .cb = on_answer,
+                                     .arg = hub};
+    ucp_am_handler_param_t request = answer;
+    request.id = AM_READ;
+    request.cb = on_read;
+    if (rc == 0 && (ucp_worker_set_am_recv_handler(hub->worker, &answer) != UCS_OK ||
+                    ucp_worker_set_am_recv_handler(hub->worker, &request) != UCS_OK))
+        rc = larder__fail(-ENOTSUP, "UCX: no active messages");
+    if (rc == 0 && pthread_create(&hub->thread, NULL, progress_main, hub) != 0)
+        rc = larder__fail(-EAGAIN, "UCX: no progress thread");
+    if (rc < 0) {
+        larder__ucx_stop(hub);
+        return rc;
+    }
+    hub->running = true;
+    describe(hub);
+    *out = hub;
+    return 0;
+}
+
+void larder__ucx_stop(struct larder__ucx *hub)
+{
+    if (!hub) return;
+    if (hub->running) {
+        __atomic_store_n(&hub->stopping, true, __ATOMIC_RELEASE);
+        larder__ucx_kick(hub);
+        pthread_join(hub->thread, NULL);
+    }
+    if (hub->worker) larder__ucx_conns_close(hub);
+    if (hub->address) ucp_worker_release_address(hub->worker, hub->address);
+    if (hub->worker) ucp_worker_destroy(hub->worker);
+    if (hub->context) ucp_cleanup(hub->context);
+    if (hub->epoll >= 0) close(hub->epoll);
+    if (hub->wake >= 0) close(hub->wake);
+    pthread_cond_destroy(&hub->done);
+    pthread_mutex_destroy(&hub->lock);
+    pthread_mutex_destroy(&hub->conns_lock);
+    free(hub);
+}
+
+const char *larder__ucx_transports(const struct larder__ucx *hub)
+{
+    return hub->transports;
+}
+
+void larder__ucx_address(const struct larder__ucx *hub, const void **address, size_t *length)
+{
+    *address = hub->address;
+    *length = hub->address_length;
+}
+
+void larder__ucx_serve(struct larder__ucx *hub, larder__ucx_read_fn *fn)
+{
+    hub->serve = fn;
+}
+
+#else /* built without UCX */
+
+int larder__ucx_start(struct larder__ucx **out)
+{
+    (void)out;
+    return larder__fail(-ENOTSUP, "this larder was built without UCX (libucx-dev)");
+}
+void larder__ucx_stop(struct larder__ucx *hub)
+{
+    (void)hub;
+}
+const char *larder__ucx_transports(const struct larder__ucx *hub)
+{
+    (void)hub;
+    return "";
+}
+void larder__ucx_address(const struct larder__ucx *hub, const void **address, size_t *length)
+{
+    (void)hub;
+    *address = NULL;
+    *length = 0;
+}
+void larder__ucx_serve(struct larder__ucx *hub, larder__ucx_read_fn *fn)
+{
+    (void)hub, (void)fn;
+}
+
+#endif

@@ -1,0 +1,111 @@
+/*
+ * transport_ucx.h - peer data over UCX (docs/protocol.md, "Transports").
+ *
+ * One hub per process: a UCP context and worker, driven by a progress
+ * thread of its own, with two active messages on it: a READ (a borrower's
+ * request, carrying the session token its daemon issued over the
+ * authenticated TCP connection) and an ANSWER (the bytes, or an error
+ * code and message).  The TCP connection stays the control path (HELLO,
+ * the secret's challenge and response, OPEN); over it the two sides swap
+ * their UCX worker addresses (frames UCX_OFFER and UCX_ACCEPT), and the
+ * daemon makes the UCX endpoint it answers on from the address that came
+ * over that authenticated connection.  A READ whose token names no live
+ * session is dropped unanswered: an endpoint that never authenticated
+ * gets nothing, and answers only ever go to an authenticated worker.
+ *
+ * Built without UCX (no libucx-dev), every function here fails with
+ * -ENOTSUP and the daemon runs its peers over TCP.
+ */
+#ifndef LARDER_TRANSPORT_UCX_H
+#define LARDER_TRANSPORT_UCX_H
+
+#include "common.h"
+#include "wire.h"
+
+#define LARDER__UCX_TOKEN 32 /* bytes of a session token (as a proof: compared in constant time)   \
+                              */
+/* The largest worker address either side takes in a UCX_OFFER or UCX_ACCEPT. */
+#define LARDER__UCX_MAX_ADDRESS 4000
+
+struct larder__ucx;         /* the process's hub */
+struct larder__ucx_session; /* a daemon's side: one authenticated connection's UCX path */
+struct larder__ucx_link;    /* a borrower's side: its endpoint to a daemon's worker */
+
+/*
+ * The hub: UCP's context and worker (UCX_TLS, UCX_NET_DEVICES and the rest
+ * of UCX's environment apply) and its progress thread.  0, or -ENOTSUP
+ * (no UCX in this build, or no transport that reaches another process)
+ * with a message.  *out stays valid until larder__ucx_stop.
+ */
+LARDER__HIDDEN int larder__ucx_start(struct larder__ucx **out);
+/* Stop the progress thread and free the hub (NULL: nothing).  Links and
+ * sessions must be freed first. */
+LARDER__HIDDEN void larder__ucx_stop(struct larder__ucx *hub);
+/* The transports UCX picked for this worker, as text ("tcp", "posix,sysv,cma"): valid while the hub
+ * is. */
+LARDER__HIDDEN const char *larder__ucx_transports(const struct larder__ucx *hub);
+/* This worker's address (valid while the hub is), to send in a UCX_OFFER or UCX_ACCEPT. */
+LARDER__HIDDEN void larder__ucx_address(const struct larder__ucx *hub, const void **address,
+                                        size_t *length);
+
+/* ---- a daemon's side ---------------------------------------------------------------- */
+
+/*
+ * Called on the progress thread for each READ of a live session: `read`
+ * parsed and checked by wire.c; the callee takes a reference on the
+ * session (larder__ucx_session_hold) for as long as it answers, and must
+ * return soon (queue the work).
+ */
+typedef void larder__ucx_read_fn(void *owner, struct larder__ucx_session *session, uint64_t request,
+                                 const struct larder__read *read);
+/* Serve READs through `fn` (set once, before the first session). */
+LARDER__HIDDEN void larder__ucx_serve(struct larder__ucx *hub, larder__ucx_read_fn *fn);
+/*
+ * A session for `owner` (the authenticated connection), answering on an
+ * endpoint to the borrower's worker at `address`; *token gets the fresh
+ * token to send back.  0, or a negative code with a message.
+ */
+LARDER__HIDDEN int larder__ucx_session_new(struct larder__ucx *hub, void *owner,
+                                           const void *address, size_t length,
+                                           uint8_t token[LARDER__UCX_TOKEN],
+                                           struct larder__ucx_session **out);
+/* Forget the session: its token names nothing from now on; answers in
+ * flight still go out.  Drops the caller's reference (NULL: nothing). */
+LARDER__HIDDEN void larder__ucx_session_free(struct larder__ucx_session *session);
+LARDER__HIDDEN void larder__ucx_session_hold(struct larder__ucx_session *session);
+LARDER__HIDDEN void larder__ucx_session_release(struct larder__ucx_session *session);
+/*
+ * Answer READ `request`: `length` bytes at `bytes` (code 0), or an error
+ * (code < 0, its message as the bytes).  Waits until UCX is done with the
+ * bytes (for large answers, the borrower pulled them by rendezvous).
+ * 0, or a negative code (the borrower is gone).
+ */
+LARDER__HIDDEN int larder__ucx_answer(struct larder__ucx_session *session, uint64_t request,
+                                      int code, const void *bytes, size_t length);
+/* Answer with `length` bytes of file `fd` from `offset`, sent from a
+ * mapping of the file (no copy in larder). */
+LARDER__HIDDEN int larder__ucx_answer_file(struct larder__ucx_session *session, uint64_t request,
+                                           int fd, uint64_t offset, size_t length);
+
+/* ---- a borrower's side --------------------------------------------------------------- */
+
+/* A link to the daemon whose worker address and token came in a UCX_ACCEPT.  0 or a negative code.
+ */
+LARDER__HIDDEN int larder__ucx_link_new(struct larder__ucx *hub, const void *address, size_t length,
+                                        const uint8_t token[LARDER__UCX_TOKEN],
+                                        struct larder__ucx_link **out);
+LARDER__HIDDEN void larder__ucx_link_free(struct larder__ucx_link *link);
+/* Whether the link failed (its daemon went away). */
+LARDER__HIDDEN bool larder__ucx_link_broken(const struct larder__ucx_link *link);
+/*
+ * One READ over the link into buf (read->length bytes).  The answer must
+ * start within wait_ms, longer (up to patience_ms in all) while the link
+ * answers other READs meanwhile.  0; the daemon's error code with its
+ * message; or a negative code with *fault set (no answer, the link broke,
+ * or the answer was malformed).
+ */
+LARDER__HIDDEN int larder__ucx_link_read(struct larder__ucx_link *link,
+                                         const struct larder__read *read, void *buf, int wait_ms,
+                                         int patience_ms, bool *fault);
+
+#endif

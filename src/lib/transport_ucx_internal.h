@@ -1,0 +1,112 @@
+/*
+ * transport_ucx_internal.h - what transport_ucx.c (the hub) and
+ * transport_ucx_session.c (sessions and links) share.  The active
+ * messages' layouts (little-endian, docs/protocol.md "Transports"):
+ *
+ *   READ   (id 1): header = session token (32) | request id (8) | the READ
+ *                  frame's 40-byte payload; no data
+ *   ANSWER (id 2): header = request id (8) | code (4, signed: 0 or a
+ *                  negative larder code) | 4 zero bytes; data = the bytes
+ *                  asked for (code 0), or the error's message
+ */
+#ifndef LARDER_TRANSPORT_UCX_INTERNAL_H
+#define LARDER_TRANSPORT_UCX_INTERNAL_H
+
+#include "transport_ucx.h"
+
+#ifdef LARDER_HAVE_UCX
+#include <pthread.h>
+#include <ucp/api/ucp.h>
+
+enum { AM_READ = 1, AM_ANSWER = 2 };
+#define READ_PAYLOAD 40
+#define READ_HEADER (LARDER__UCX_TOKEN + 8 + READ_PAYLOAD)
+#define ANSWER_HEADER 16
+
+enum { PENDING_WAITING, PENDING_RECEIVING, PENDING_DONE };
+
+/* A borrower's READ waiting for its ANSWER (on the waiting thread's stack). */
+struct larder__ucx_pending {
+    struct larder__ucx *hub;
+    struct larder__ucx_link *link;
+    uint64_t id;
+    void *buf;
+    uint64_t length;
+    int state; /* PENDING_*, under hub->lock */
+    int rc;
+    bool answered;     /* rc is the daemon's own answer, not the link's failure */
+    char message[256]; /* the daemon's error message */
+    struct larder__ucx_pending *next;
+    void *descriptor;                        /* a rendezvous answer's, until received */
+    struct larder__ucx_pending *queued_next; /* in hub->to_receive */
+};
+
+/* The one endpoint of this worker to another worker, shared by every link
+ * to it and every session answering it: UCX pairs the endpoints two
+ * workers make to each other (over its tcp transport, a second pair for
+ * another purpose was taken for the first and timed out), so there is
+ * one per remote worker, kept until the hub stops or it fails. */
+struct larder__ucx_conn {
+    struct larder__ucx *hub;
+    ucp_ep_h ep;
+    bool broken; /* its error handler ran (atomic) */
+    size_t length;
+    uint8_t *address; /* the remote worker's */
+    struct larder__ucx_conn *next;
+};
+
+struct larder__ucx {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_address_t *address;
+    size_t address_length;
+    char transports[128];
+    pthread_t thread;
+    bool running, stopping;
+    bool no_peer_errors; /* UCX refused an endpoint that reports peer failures (atomic) */
+    int epoll, wake;
+    pthread_mutex_t lock; /* pending, sessions, busy, next_id */
+    pthread_cond_t done;  /* broadcast on every completion */
+    struct larder__ucx_pending *pending;
+    struct larder__ucx_pending *to_receive; /* rendezvous answers to pull (progress thread) */
+    struct larder__ucx_session *sessions;
+    pthread_mutex_t conns_lock;     /* conns */
+    struct larder__ucx_conn *conns; /* live and broken: freed when the hub stops */
+    size_t num_conns;
+    uint64_t next_id;
+    int busy;         /* sends and receives in flight: the progress thread spins */
+    uint64_t dropped; /* READs with no session or malformed (progress thread only) */
+    larder__ucx_read_fn *serve;
+};
+
+struct larder__ucx_session {
+    struct larder__ucx *hub;
+    void *owner;
+    struct larder__ucx_conn *conn; /* to the borrower's worker (from its UCX_OFFER) */
+    uint8_t token[LARDER__UCX_TOKEN];
+    int refs;  /* under hub->lock */
+    bool live; /* in hub->sessions: its token is honoured */
+    struct larder__ucx_session *next;
+};
+
+struct larder__ucx_link {
+    struct larder__ucx *hub;
+    struct larder__ucx_conn *conn;
+    uint8_t token[LARDER__UCX_TOKEN];
+    int64_t answered_ms; /* when an ANSWER last came on it (atomic) */
+};
+
+int64_t larder__ucx_now_ms(void);
+/* Wake the progress thread. */
+void larder__ucx_kick(struct larder__ucx *hub);
+/* Send an active message and wait until UCX is done with header and bytes: 0 or -ECONNRESET. */
+int larder__ucx_send(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const void *header,
+                     size_t header_length, const void *bytes, size_t length);
+/* Close every endpoint (larder__ucx_stop). */
+void larder__ucx_conns_close(struct larder__ucx *hub);
+/* The live session with that token, with a reference taken; NULL: none. */
+struct larder__ucx_session *larder__ucx_session_find(struct larder__ucx *hub,
+                                                     const uint8_t token[LARDER__UCX_TOKEN]);
+#endif
+
+#endif

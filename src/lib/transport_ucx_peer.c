@@ -1,0 +1,227 @@
+/*
+ * transport_ucx_peer.c - a peer endpoint's UCX data path (docs/protocol.md,
+ * "Transports").  The first READ opens a control connection of its own
+ * (dialled, HELLO and the secret's proofs, OPEN: endpoint.c's), sends
+ * UCX_OFFER with this process's worker address, and takes the daemon's
+ * address and session token from its UCX_ACCEPT; every READ then goes
+ * over the link, from any number of threads at once.  The session lives
+ * as long as the control connection: one the daemon closed (or a link
+ * that broke) is replaced at the next READ.  A daemon that answers the
+ * offer with an ERROR (it runs --transport tcp), or does not know the
+ * frame (an older build closes the connection), is read over TCP, and
+ * asked again after TCP_RETRY_MS.
+ */
+#include "transport_ucx_peer.h"
+#include "endpoint.h"
+#include "transport_ucx.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TCP_RETRY_MS 60000 /* a peer without UCX is asked again after this */
+#define UCX_RETRY_MS 10000 /* after the UCX path failed, READs go over TCP this long */
+
+enum { STATE_UNKNOWN, STATE_UCX, STATE_TCP };
+
+struct path {
+    struct larder__ucx_link *link;
+    int fd;   /* the control connection: its session lives while it does */
+    int refs; /* READs on it, plus the peer's while it is current */
+};
+
+struct larder__ucx_peer {
+    struct larder__ucx *hub;
+    struct larder__endpoint *endpoint;
+    pthread_mutex_t lock; /* state, path, retry_ms; held while a path is made */
+    int state;
+    struct path *path;
+    int64_t retry_ms; /* STATE_TCP, or failed: when to ask again */
+    bool failed;      /* the UCX path failed: TCP until retry_ms */
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int larder__ucx_peer_new(struct larder__ucx *hub, struct larder__endpoint *endpoint,
+                         struct larder__ucx_peer **out)
+{
+    struct larder__ucx_peer *p = calloc(1, sizeof *p);
+    if (!p) return -ENOMEM;
+    p->hub = hub;
+    p->endpoint = endpoint;
+    pthread_mutex_init(&p->lock, NULL);
+    *out = p;
+    return 0;
+}
+
+static void path_release(struct path *path)
+{
+    if (!path || --path->refs > 0) return; /* under the peer's lock */
+    larder__ucx_link_free(path->link);
+    close(path->fd);
+    free(path);
+}
+
+void larder__ucx_peer_free(struct larder__ucx_peer *p)
+{
+    if (!p) return;
+    path_release(p->path);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+const char *larder__ucx_peer_transport(struct larder__ucx_peer *p)
+{
+    /* without the lock, which a READ holds while it makes a path (a STAT must not wait) */
+    int state = __atomic_load_n(&p->state, __ATOMIC_RELAXED);
+    return state == STATE_UCX ? "ucx" : state == STATE_TCP ? "tcp" : "ucx?";
+}
+
+static int send_all(int fd, const void *buf, size_t length)
+{
+    const uint8_t *b = buf;
+    while (length) {
+        ssize_t n = send(fd, b, length, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 && errno != EAGAIN ? -errno : -ETIMEDOUT;
+        b += n, length -= (size_t)n;
+    }
+    return 0;
+}
+
+static int recv_all(int fd, void *buf, size_t length)
+{
+    uint8_t *b = buf;
+    while (length) {
+        ssize_t n = recv(fd, b, length, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno == EAGAIN ? -ETIMEDOUT : -errno;
+        if (n == 0) return -ECONNRESET;
+        b += n, length -= (size_t)n;
+    }
+    return 0;
+}
+
+/*
+ * Ask for the UCX path on a fresh control connection: 0 with *out; a
+ * negative code (the peer failed); or LARDER__UCX_USE_TCP.
+ */
+static int make_path(struct larder__ucx_peer *p, struct path **out)
+{
+    int timeout_ms;
+    int fd = larder__endpoint_connect(p->endpoint, &timeout_ms);
+    if (fd < 0) return fd;
+    const void *address;
+    size_t length;
+    larder__ucx_address(p->hub, &address, &length);
+    uint8_t *frame = malloc(LARDER__WIRE_HEADER + LARDER__WIRE_PROOF + LARDER__WIRE_MAX_UCX);
+    int rc = frame ? 0 : -ENOMEM;
+    if (rc == 0) {
+        larder__wire_encode_header(frame, LARDER__WIRE_HEADER, LARDER__UCX_OFFER, (uint32_t)length,
+                                   4);
+        memcpy(frame + LARDER__WIRE_HEADER, address, length);
+        rc = send_all(fd, frame, LARDER__WIRE_HEADER + length);
+    }
+    struct larder__frame answer;
+    struct pollfd poll_fd = {.fd = fd, .events = POLLIN};
+    if (rc == 0 && poll(&poll_fd, 1, timeout_ms) != 1) rc = -ETIMEDOUT;
+    if (rc == 0) rc = recv_all(fd, frame, LARDER__WIRE_HEADER);
+    if (rc == 0) rc = larder__wire_header(frame, LARDER__WIRE_HEADER, &answer);
+    if (rc == 0) rc = recv_all(fd, frame + LARDER__WIRE_HEADER, answer.length);
+    if (rc == -ETIMEDOUT) { /* a hung peer: its failure */
+        free(frame);
+        close(fd);
+        return rc;
+    }
+    struct path *path = NULL;
+    if (rc == 0 && answer.type == LARDER__UCX_ACCEPT && answer.length > LARDER__WIRE_PROOF) {
+        path = calloc(1, sizeof *path);
+        const uint8_t *payload = frame + LARDER__WIRE_HEADER;
+        rc = path ? larder__ucx_link_new(p->hub, payload + LARDER__WIRE_PROOF,
+                                         answer.length - LARDER__WIRE_PROOF, payload, &path->link)
+                  : -ENOMEM;
+    } else if (rc == 0) {
+        rc = LARDER_EUNSUPPORTED; /* an ERROR: this daemon has no UCX path */
+    }
+    free(frame);
+    if (rc < 0) { /* no UCX here (or a build that does not know the frame): TCP */
+        larder__log(LARDER_LOG_INFO, "peer %s: no UCX data path (%s): reading it over TCP",
+                    larder__endpoint_address(p->endpoint), larder_strerror(rc));
+        free(path);
+        close(fd);
+        return LARDER__UCX_USE_TCP;
+    }
+    path->fd = fd;
+    path->refs = 1;
+    *out = path;
+    return 0;
+}
+
+/* Whether the control connection was closed (the daemon's idle timeout, or it went away). */
+static bool hung_up(int fd)
+{
+    struct pollfd poll_fd = {.fd = fd, .events = POLLRDHUP};
+    return poll(&poll_fd, 1, 0) == 1 && poll_fd.revents & (POLLRDHUP | POLLHUP | POLLERR);
+}
+
+int larder__ucx_peer_read(struct larder__ucx_peer *p, const struct larder__read *read, void *buf,
+                          int wait_ms, int patience_ms, bool *fault)
+{
+    *fault = false;
+    pthread_mutex_lock(&p->lock);
+    if (p->path && (larder__ucx_link_broken(p->path->link) || hung_up(p->path->fd))) {
+        path_release(p->path);
+        p->path = NULL;
+    }
+    if (!p->path && (p->state == STATE_TCP || p->failed) && now_ms() < p->retry_ms) {
+        pthread_mutex_unlock(&p->lock);
+        return LARDER__UCX_USE_TCP;
+    }
+    int rc = 0;
+    if (!p->path) {
+        rc = make_path(p, &p->path);
+        if (rc == LARDER__UCX_USE_TCP) {
+            __atomic_store_n(&p->state, STATE_TCP, __ATOMIC_RELAXED);
+            p->retry_ms = now_ms() + TCP_RETRY_MS;
+        } else if (rc == 0) {
+            __atomic_store_n(&p->state, STATE_UCX, __ATOMIC_RELAXED);
+        }
+    }
+    struct path *path = p->path;
+    if (path) path->refs++;
+    pthread_mutex_unlock(&p->lock);
+    if (rc != 0) {
+        *fault = rc != LARDER__UCX_USE_TCP;
+        return rc;
+    }
+    rc = larder__ucx_link_read(path->link, read, buf, wait_ms, patience_ms, fault);
+    pthread_mutex_lock(&p->lock);
+    if (*fault && p->path == path) {
+        /* the UCX path failed, not necessarily the peer: this READ and those
+         * of the next UCX_RETRY_MS go over TCP, whose failure is the peer's */
+        larder__log(LARDER_LOG_WARN, "peer %s: the UCX path failed (%s): over TCP for %d s",
+                    larder__endpoint_address(p->endpoint), larder_strerror(rc),
+                    UCX_RETRY_MS / 1000);
+        path_release(path);
+        p->path = NULL;
+        p->retry_ms = now_ms() + UCX_RETRY_MS;
+        p->failed = true;
+    }
+    path_release(path);
+    pthread_mutex_unlock(&p->lock);
+    if (*fault) {
+        *fault = false;
+        return LARDER__UCX_USE_TCP;
+    }
+    return rc;
+}

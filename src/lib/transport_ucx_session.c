@@ -1,0 +1,397 @@
+/*
+ * transport_ucx_session.c - the two ends of a UCX data path
+ * (transport_ucx.h): a daemon's session (an authenticated connection's
+ * token, and the endpoint it answers on, made from the worker address
+ * that came over that connection) and a borrower's link (its endpoint to
+ * the daemon's worker, the token, and the READs it waits on).
+ */
+#include "transport_ucx_internal.h"
+#include "auth.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifdef LARDER_HAVE_UCX
+
+static bool conn_broken(const struct larder__ucx_conn *c)
+{
+    return __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);
+}
+
+/* UCX's error handler: every READ waiting on the endpoint fails now. */
+static void conn_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    struct larder__ucx_conn *c = arg;
+    struct larder__ucx *hub = c->hub;
+    (void)ep, (void)status;
+    __atomic_store_n(&c->broken, true, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&hub->lock);
+    for (struct larder__ucx_pending *p = hub->pending; p; p = p->next)
+        if (p->link->conn == c && p->state == PENDING_WAITING) {
+            p->rc = -ECONNRESET;
+            p->state = PENDING_DONE;
+        }
+    pthread_cond_broadcast(&hub->done);
+    pthread_mutex_unlock(&hub->lock);
+}
+
+/* An endpoint to the worker at `address` that reports its failures where
+ * every transport can (UCX's shared-memory transports cannot: then one
+ * that does not).  UCS_OK or UCX's status. */
+static ucs_status_t make_ep(struct larder__ucx *hub, const void *address,
+                            struct larder__ucx_conn *c, ucp_ep_h *ep)
+{
+    ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                            UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                              .address = address,
+                              .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                              .err_handler = {.cb = conn_failed, .arg = c}};
+    /* once refused (shared memory), not asked again: UCX logs each refusal */
+    if (!__atomic_load_n(&hub->no_peer_errors, __ATOMIC_RELAXED)) {
+        ucs_status_t status = ucp_ep_create(hub->worker, &params, ep);
+        if (status == UCS_OK) return status;
+        __atomic_store_n(&hub->no_peer_errors, true, __ATOMIC_RELAXED);
+    }
+    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    return ucp_ep_create(hub->worker, &params, ep);
+}
+
+#define MAX_CONNS 4096 /* remote workers this hub keeps an endpoint to */
+
+/* The live endpoint to the worker at `address`, made if there is none.  NULL with a message. */
+static struct larder__ucx_conn *conn_get(struct larder__ucx *hub, const void *address,
+                                         size_t length)
+{
+    pthread_mutex_lock(&hub->conns_lock);
+    struct larder__ucx_conn *c = hub->conns;
+    for (; c; c = c->next)
+        if (!conn_broken(c) && c->length == length && memcmp(c->address, address, length) == 0)
+            break;
+    if (!c && hub->num_conns >= MAX_CONNS) {
+        larder__fail(LARDER_EUSAGE, "UCX: endpoints to %d workers already", MAX_CONNS);
+    } else if (!c) {
+        c = calloc(1, sizeof *c);
+        uint8_t *copy = malloc(length);
+        ucs_status_t status = UCS_ERR_NO_MEMORY;
+        if (c && copy) {
+            memcpy(copy, address, length); /* aligned, and ours while UCX reads it */
+            c->hub = hub;
+            c->address = copy;
+            c->length = length;
+            status = make_ep(hub, copy, c, &c->ep);
+        }
+        if (status != UCS_OK) {
+            larder__fail(-ECONNREFUSED, "UCX: no endpoint to the peer's worker: %s",
+                         ucs_status_string(status));
+            free(copy);
+            free(c);
+            c = NULL;
+        } else {
+            c->next = hub->conns;
+            hub->conns = c;
+            hub->num_conns++;
+        }
+    }
+    pthread_mutex_unlock(&hub->conns_lock);
+    if (c) larder__ucx_kick(hub);
+    return c;
+}
+
+void larder__ucx_conns_close(struct larder__ucx *hub)
+{
+    pthread_mutex_lock(&hub->conns_lock);
+    while (hub->conns) {
+        struct larder__ucx_conn *c = hub->conns;
+        hub->conns = c->next;
+        ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                 .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &p);
+        while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+            ucp_worker_progress(hub->worker);
+        if (r && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+        free(c->address);
+        free(c);
+    }
+    hub->num_conns = 0;
+    pthread_mutex_unlock(&hub->conns_lock);
+}
+
+/* ---- sessions ------------------------------------------------------------------------- */
+
+int larder__ucx_session_new(struct larder__ucx *hub, void *owner, const void *address,
+                            size_t length, uint8_t token[LARDER__UCX_TOKEN],
+                            struct larder__ucx_session **out)
+{
+    if (length == 0 || length > LARDER__UCX_MAX_ADDRESS)
+        return larder__fail(LARDER_EPROTOCOL, "a UCX worker address of %zu bytes", length);
+    struct larder__ucx_session *s = calloc(1, sizeof *s);
+    if (!s) return -ENOMEM;
+    int rc = larder__auth_nonce(s->token);
+    if (rc < 0) {
+        free(s);
+        return larder__fail(rc, "no random session token");
+    }
+    s->hub = hub;
+    s->owner = owner;
+    s->refs = 1;
+    if (!(s->conn = conn_get(hub, address, length))) {
+        free(s);
+        return LARDER_EUNSUPPORTED;
+    }
+    memcpy(token, s->token, LARDER__UCX_TOKEN);
+    pthread_mutex_lock(&hub->lock);
+    s->live = true;
+    s->refs++; /* the table's */
+    s->next = hub->sessions;
+    hub->sessions = s;
+    pthread_mutex_unlock(&hub->lock);
+    larder__ucx_kick(hub);
+    *out = s;
+    return 0;
+}
+
+struct larder__ucx_session *larder__ucx_session_find(struct larder__ucx *hub,
+                                                     const uint8_t token[LARDER__UCX_TOKEN])
+{
+    struct larder__ucx_session *found = NULL;
+    pthread_mutex_lock(&hub->lock);
+    /* every live token compared whole, in constant time */
+    for (struct larder__ucx_session *s = hub->sessions; s; s = s->next)
+        if (larder__auth_equal(s->token, token) && !conn_broken(s->conn)) found = s;
+    if (found) found->refs++;
+    pthread_mutex_unlock(&hub->lock);
+    return found;
+}
+
+void larder__ucx_session_hold(struct larder__ucx_session *s)
+{
+    pthread_mutex_lock(&s->hub->lock);
+    s->refs++;
+    pthread_mutex_unlock(&s->hub->lock);
+}
+
+void larder__ucx_session_release(struct larder__ucx_session *s)
+{
+    if (!s) return;
+    struct larder__ucx *hub = s->hub;
+    pthread_mutex_lock(&hub->lock);
+    bool last = --s->refs == 0;
+    pthread_mutex_unlock(&hub->lock);
+    if (!last) return;
+    memset(s->token, 0, sizeof s->token);
+    free(s);
+}
+
+void larder__ucx_session_free(struct larder__ucx_session *s)
+{
+    if (!s) return;
+    struct larder__ucx *hub = s->hub;
+    pthread_mutex_lock(&hub->lock);
+    if (s->live) {
+        for (struct larder__ucx_session **p = &hub->sessions; *p; p = &(*p)->next)
+            if (*p == s) {
+                *p = s->next;
+                break;
+            }
+        s->live = false;
+        s->refs--; /* the table's */
+    }
+    pthread_mutex_unlock(&hub->lock);
+    larder__ucx_session_release(s);
+}
+
+int larder__ucx_answer(struct larder__ucx_session *s, uint64_t request, int code, const void *bytes,
+                       size_t length)
+{
+    uint8_t header[ANSWER_HEADER] = {0};
+    larder__put_le64(header, request);
+    larder__put_le32(header + 8, (uint32_t)(int32_t)code);
+    if (conn_broken(s->conn)) return -ECONNRESET;
+    return larder__ucx_send(s->hub, s->conn->ep, AM_ANSWER, header, sizeof header, bytes, length);
+}
+
+int larder__ucx_answer_file(struct larder__ucx_session *s, uint64_t request, int fd,
+                            uint64_t offset, size_t length)
+{
+    if (length == 0) return larder__ucx_answer(s, request, 0, "", 0);
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t start = offset - offset % (uint64_t)page;
+    size_t span = (size_t)(offset - start) + length;
+    void *map = mmap(NULL, span, PROT_READ, MAP_SHARED, fd, (off_t)start);
+    if (map == MAP_FAILED) {
+        int err = errno;
+        char message[128];
+        int n = snprintf(message, sizeof message, "cannot map the cache file: %s", strerror(err));
+        larder__ucx_answer(s, request, -err, message, (size_t)n);
+        return -err;
+    }
+    /* a cache file cut under us would fault the sender: the size is checked first */
+    off_t end = lseek(fd, 0, SEEK_END);
+    int rc;
+    if (end < 0 || (uint64_t)end < offset + length)
+        rc = larder__ucx_answer(s, request, -EIO, "the cache file ended early", 26);
+    else
+        rc = larder__ucx_answer(s, request, 0, (const uint8_t *)map + (offset - start), length);
+    munmap(map, span);
+    return rc;
+}
+
+/* ---- links ---------------------------------------------------------------------------- */
+
+int larder__ucx_link_new(struct larder__ucx *hub, const void *address, size_t length,
+                         const uint8_t token[LARDER__UCX_TOKEN], struct larder__ucx_link **out)
+{
+    if (length == 0 || length > LARDER__UCX_MAX_ADDRESS)
+        return larder__fail(LARDER_EPROTOCOL, "a UCX worker address of %zu bytes", length);
+    struct larder__ucx_link *l = calloc(1, sizeof *l);
+    if (!l) return -ENOMEM;
+    l->hub = hub;
+    memcpy(l->token, token, LARDER__UCX_TOKEN);
+    if (!(l->conn = conn_get(hub, address, length))) {
+        free(l);
+        return LARDER_EUNSUPPORTED;
+    }
+    *out = l;
+    return 0;
+}
+
+void larder__ucx_link_free(struct larder__ucx_link *l)
+{
+    if (!l) return;
+    memset(l->token, 0, sizeof l->token);
+    free(l);
+}
+
+bool larder__ucx_link_broken(const struct larder__ucx_link *l)
+{
+    return conn_broken(l->conn);
+}
+
+int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read *read, void *buf,
+                          int wait_ms, int patience_ms, bool *fault)
+{
+    struct larder__ucx *hub = l->hub;
+    *fault = true;
+    if (larder__ucx_link_broken(l)) return -ECONNRESET;
+    struct larder__ucx_pending p = {
+        .hub = hub, .link = l, .buf = buf, .length = read->length, .state = PENDING_WAITING};
+    uint8_t frame[LARDER__WIRE_HEADER + READ_PAYLOAD];
+    int n = larder__wire_encode_read(frame, sizeof frame, 0, read);
+    if (n != (int)sizeof frame) return n < 0 ? n : LARDER_EPROTOCOL;
+    pthread_mutex_lock(&hub->lock);
+    p.id = ++hub->next_id;
+    p.next = hub->pending;
+    hub->pending = &p;
+    pthread_mutex_unlock(&hub->lock);
+    uint8_t header[READ_HEADER];
+    memcpy(header, l->token, LARDER__UCX_TOKEN);
+    larder__put_le64(header + LARDER__UCX_TOKEN, p.id);
+    memcpy(header + LARDER__UCX_TOKEN + 8, frame + LARDER__WIRE_HEADER, READ_PAYLOAD);
+    int rc = larder__ucx_send(hub, l->conn->ep, AM_READ, header, sizeof header, NULL, 0);
+    int64_t started = larder__ucx_now_ms(), deadline = started + wait_ms;
+    pthread_mutex_lock(&hub->lock);
+    if (rc < 0 && p.state == PENDING_WAITING) p.state = PENDING_DONE, p.rc = rc;
+    while (p.state != PENDING_DONE) {
+        int64_t now = larder__ucx_now_ms();
+        if (now >= deadline && p.state == PENDING_WAITING) {
+            /* a daemon answering others meanwhile is busy, not gone */
+            int64_t answered = __atomic_load_n(&l->answered_ms, __ATOMIC_RELAXED);
+            if (now - answered < wait_ms && now - started < patience_ms) {
+                deadline = now + wait_ms;
+            } else {
+                p.state = PENDING_DONE;
+                p.rc = -ETIMEDOUT;
+                break;
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t left = deadline - now;
+        if (left < 1) left = 1;
+        if (left > 100) left = 100;
+        ts.tv_nsec += (long)(left % 1000) * 1000000;
+        ts.tv_sec += ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&hub->done, &hub->lock, &ts);
+    }
+    for (struct larder__ucx_pending **q = &hub->pending; *q; q = &(*q)->next)
+        if (*q == &p) {
+            *q = p.next;
+            break;
+        }
+    pthread_mutex_unlock(&hub->lock);
+    if (p.rc == 0) {
+        *fault = false;
+        return 0;
+    }
+    if (p.answered) { /* the daemon's answer, not the link's failure */
+        *fault = p.rc == LARDER_EPROTOCOL;
+        return larder__fail(p.rc, "larder daemon over UCX: %s", p.message);
+    }
+    if (p.rc == LARDER_EPROTOCOL)
+        return larder__fail(p.rc, "larder daemon over UCX: %s", p.message);
+    return p.rc;
+}
+
+#else /* built without UCX */
+
+int larder__ucx_session_new(struct larder__ucx *hub, void *owner, const void *address,
+                            size_t length, uint8_t token[LARDER__UCX_TOKEN],
+                            struct larder__ucx_session **out)
+{
+    (void)hub, (void)owner, (void)address, (void)length, (void)token, (void)out;
+    return -ENOTSUP;
+}
+void larder__ucx_session_free(struct larder__ucx_session *s)
+{
+    (void)s;
+}
+void larder__ucx_session_hold(struct larder__ucx_session *s)
+{
+    (void)s;
+}
+void larder__ucx_session_release(struct larder__ucx_session *s)
+{
+    (void)s;
+}
+int larder__ucx_answer(struct larder__ucx_session *s, uint64_t request, int code, const void *bytes,
+                       size_t length)
+{
+    (void)s, (void)request, (void)code, (void)bytes, (void)length;
+    return -ENOTSUP;
+}
+int larder__ucx_answer_file(struct larder__ucx_session *s, uint64_t request, int fd,
+                            uint64_t offset, size_t length)
+{
+    (void)s, (void)request, (void)fd, (void)offset, (void)length;
+    return -ENOTSUP;
+}
+int larder__ucx_link_new(struct larder__ucx *hub, const void *address, size_t length,
+                         const uint8_t token[LARDER__UCX_TOKEN], struct larder__ucx_link **out)
+{
+    (void)hub, (void)address, (void)length, (void)token, (void)out;
+    return -ENOTSUP;
+}
+void larder__ucx_link_free(struct larder__ucx_link *l)
+{
+    (void)l;
+}
+bool larder__ucx_link_broken(const struct larder__ucx_link *l)
+{
+    (void)l;
+    return true;
+}
+int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read *read, void *buf,
+                          int wait_ms, int patience_ms, bool *fault)
+{
+    (void)l, (void)read, (void)buf, (void)wait_ms, (void)patience_ms;
+    *fault = true;
+    return -ENOTSUP;
+}
+
+#endif
