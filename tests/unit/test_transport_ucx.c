@@ -1,0 +1,149 @@
+/*
+ * test_transport_ucx.c - the UCX data path's two ends (transport_ucx.h) in
+ * one process: a "daemon" hub serving READs with bytes the test computes
+ * itself (a formula of the offset), and a "borrower" hub reading them
+ * through a link.  A link whose token names no session gets nothing and
+ * the daemon's READ handler is never called; a freed session's token
+ * stops working; an error answer arrives as the daemon's code.
+ * Skipped when UCX has no usable transport here.
+ */
+#include "test.h"
+
+#include "transport_ucx.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+static int served;      /* READs the daemon side was handed */
+static int answer_code; /* 0: bytes; else this error */
+
+static uint8_t pattern(uint64_t at)
+{
+    return (uint8_t)((at * 7 + 3) % 251);
+}
+
+/* The daemon's side: answers on the progress thread (the hub sends from
+ * there without waiting). */
+static void serve(void *owner, struct larder__ucx_session *s, uint64_t request,
+                  const struct larder__read *read)
+{
+    (void)owner;
+    __atomic_add_fetch(&served, 1, __ATOMIC_RELAXED);
+    if (answer_code) {
+        larder__ucx_answer(s, request, answer_code, "no such shard", 13);
+        return;
+    }
+    uint8_t *bytes = malloc(read->length);
+    for (uint64_t i = 0; i < read->length; i++)
+        bytes[i] = pattern(read->offset + i);
+    larder__ucx_answer(s, request, 0, bytes, read->length);
+    free(bytes);
+}
+
+static void start_pair(struct larder__ucx **daemon, struct larder__ucx **borrower)
+{
+    served = 0;
+    answer_code = 0;
+    if (larder__ucx_start(daemon) < 0) SKIP("UCX has no usable transport here");
+    if (larder__ucx_start(borrower) < 0) SKIP("UCX has no usable transport here");
+    larder__ucx_serve(*daemon, serve);
+}
+
+/* A session for the borrower's worker on the daemon, and a link with its token. */
+static void connect_pair(struct larder__ucx *daemon, struct larder__ucx *borrower,
+                         struct larder__ucx_session **session, struct larder__ucx_link **link)
+{
+    const void *address;
+    size_t length;
+    uint8_t token[LARDER__UCX_TOKEN];
+    larder__ucx_address(borrower, &address, &length);
+    CHECK_EQ(larder__ucx_session_new(daemon, NULL, address, length, token, session), 0);
+    larder__ucx_address(daemon, &address, &length);
+    CHECK_EQ(larder__ucx_link_new(borrower, address, length, token, link), 0);
+}
+
+static int read_range(struct larder__ucx_link *link, uint64_t offset, uint64_t length, uint8_t *buf,
+                      int wait_ms, bool *fault)
+{
+    struct larder__read read = {
+        .id_low = 1, .id_high = 2, .shard = 3, .offset = offset, .length = length};
+    return larder__ucx_link_read(link, &read, buf, wait_ms, wait_ms, fault);
+}
+
+TEST(ucx_session_token_reads_bytes_small_and_rendezvous)
+{
+    struct larder__ucx *daemon, *borrower;
+    start_pair(&daemon, &borrower);
+    struct larder__ucx_session *session;
+    struct larder__ucx_link *link;
+    connect_pair(daemon, borrower, &session, &link);
+    /* 100 bytes (eager) and 3 MiB + 5 (rendezvous on every transport) */
+    uint64_t sizes[] = {100, (3u << 20) + 5};
+    for (int k = 0; k < 2; k++) {
+        uint8_t *buf = malloc(sizes[k]);
+        memset(buf, 0, sizes[k]);
+        bool fault = true;
+        CHECK_EQ(read_range(link, 1000 + k, sizes[k], buf, 10000, &fault), 0);
+        CHECK(!fault);
+        for (uint64_t i = 0; i < sizes[k]; i++)
+            if (buf[i] != pattern(1000 + k + i)) CHECK(!"the bytes differ from the formula");
+        free(buf);
+    }
+    CHECK_EQ(served, 2);
+    larder__ucx_link_free(link);
+    larder__ucx_session_free(session);
+    larder__ucx_stop(borrower);
+    larder__ucx_stop(daemon);
+}
+
+TEST(ucx_wrong_or_forgotten_token_gets_nothing)
+{
+    struct larder__ucx *daemon, *borrower;
+    start_pair(&daemon, &borrower);
+    const void *address;
+    size_t length;
+    larder__ucx_address(daemon, &address, &length);
+    /* a worker that never authenticated: a token of its own making */
+    uint8_t made_up[LARDER__UCX_TOKEN];
+    for (int i = 0; i < LARDER__UCX_TOKEN; i++)
+        made_up[i] = (uint8_t)(i * 13 + 1);
+    struct larder__ucx_link *stranger;
+    CHECK_EQ(larder__ucx_link_new(borrower, address, length, made_up, &stranger), 0);
+    uint8_t buf[64];
+    bool fault = false;
+    CHECK_EQ(read_range(stranger, 0, sizeof buf, buf, 700, &fault), -ETIMEDOUT);
+    CHECK(fault);
+    CHECK_EQ(served, 0);
+    /* a real session, then forgotten (its connection dropped): nothing more */
+    struct larder__ucx_session *session;
+    struct larder__ucx_link *link;
+    connect_pair(daemon, borrower, &session, &link);
+    CHECK_EQ(read_range(link, 0, sizeof buf, buf, 10000, &fault), 0);
+    CHECK_EQ(served, 1);
+    larder__ucx_session_free(session);
+    CHECK_EQ(read_range(link, 0, sizeof buf, buf, 700, &fault), -ETIMEDOUT);
+    CHECK_EQ(served, 1);
+    larder__ucx_link_free(stranger);
+    larder__ucx_link_free(link);
+    larder__ucx_stop(borrower);
+    larder__ucx_stop(daemon);
+}
+
+TEST(ucx_error_answer_is_the_daemons_code)
+{
+    struct larder__ucx *daemon, *borrower;
+    start_pair(&daemon, &borrower);
+    struct larder__ucx_session *session;
+    struct larder__ucx_link *link;
+    connect_pair(daemon, borrower, &session, &link);
+    answer_code = LARDER_ENOTFOUND;
+    uint8_t buf[64];
+    bool fault = true;
+    CHECK_EQ(read_range(link, 0, sizeof buf, buf, 10000, &fault), LARDER_ENOTFOUND);
+    CHECK(!fault); /* an answer, not the link's failure */
+    CHECK(strstr(larder_errmsg(), "no such shard") != NULL);
+    larder__ucx_link_free(link);
+    larder__ucx_session_free(session);
+    larder__ucx_stop(borrower);
+    larder__ucx_stop(daemon);
+}
