@@ -117,6 +117,16 @@ grep -q "dataset $A" dstat.txt || fail "stat --socket: $(cat dstat.txt)"
 "$LARDER" stat --socket "$WORK/sock0" --json | /usr/bin/python3 -c '
 import json, sys; d = json.load(sys.stdin); assert d["members"] == 3 and d["datasets"], d' ||
   fail "stat --socket --json"
+# which transport reads each member: what --transport asked for (tests/cli/ucx_*.sh)
+"$LARDER" stat --socket "$WORK/sock0" --json | /usr/bin/python3 -c '
+import json, os, sys
+d = json.load(sys.stdin)
+want = os.environ.get("LARDER_TEST_TRANSPORT") or "tcp"
+assert d["transport"].split(" ")[0] == want, d["transport"]
+assert len(d["peers"]) == 2 and all(p["transport"] == want for p in d["peers"]), d["peers"]' ||
+  fail "stat --socket --json: the transport: $("$LARDER" stat --socket "$WORK/sock0" --json)"
+grep -q "peers over $(echo "${LARDER_TEST_TRANSPORT:-tcp}" | tr a-z A-Z)" "$WORK/daemon0.log" ||
+  fail "no 'peers over ...' line at start: $(head -3 "$WORK/daemon0.log")"
 
 # 6. warm mode: a fourth, standalone daemon stages a dataset it is asked
 # for once, in the background, and serves metrics

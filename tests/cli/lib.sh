@@ -93,6 +93,26 @@ same_bytes() {
 # NODE (cache $WORK/cacheNODE, socket $WORK/sockNODE, log
 # $WORK/daemonNODE.log) and waits until it answers, not only until its
 # socket file exists (that appears before listen()).
+# transport_option: larderd's --transport for the cluster tests, from
+# LARDER_TEST_TRANSPORT (tcp, ucx or auto; unset: the default, TCP), so that
+# daemon.sh and stripe.sh run over UCX too (tests/cli/ucx_*.sh; UCX_TLS
+# passes through to the daemons).
+transport_option() {
+  [ -n "${LARDER_TEST_TRANSPORT:-}" ] && echo "--transport $LARDER_TEST_TRANSPORT"
+  return 0
+}
+# ucx_usable TLS: whether UCX has the transport TLS (tcp, shm) here; a UCX
+# test skips (77) with the reason when it has not.
+ucx_usable() {
+  command -v ucx_info >/dev/null || { echo "skip: no ucx_info (ucx-utils)"; exit 77; }
+  local want=$1 found
+  case $want in
+    tcp) found=$(ucx_info -d 2>/dev/null | grep -c "Transport: tcp") ;;
+    shm) found=$(ucx_info -d 2>/dev/null | grep -cE "Transport: (posix|sysv)") ;;
+    *) found=0 ;;
+  esac
+  [ "$found" -gt 0 ] || { echo "skip: UCX has no $want transport here"; exit 77; }
+}
 cluster_init() {
   # below Linux's ephemeral ports (32768 and up), which the daemons' own
   # outgoing connections take: a restarted member must find its port free
@@ -107,8 +127,8 @@ start_daemon() {
   shift
   rm -f "$WORK/sock$node"
   "$LARDERD" --cache "$WORK/cache$node" --socket "$WORK/sock$node" \
-    --listen "127.0.0.1:$((base + node))" --peers "$members" --secret-file secret "$@" \
-    2>>"$WORK/daemon$node.log" &
+    --listen "127.0.0.1:$((base + node))" --peers "$members" --secret-file secret \
+    $(transport_option) "$@" 2>>"$WORK/daemon$node.log" &
   pids[$node]=$!
   for _ in $(seq 100); do
     [ -S "$WORK/sock$node" ] && "$LARDER" names --socket "$WORK/sock$node" >/dev/null 2>&1 && return

@@ -79,7 +79,7 @@ printf 'stripe-secret\n' >secret
 pids=()
 start_daemon() { # node
   "$LARDERD" --cache "$WORK/cache$1" --socket "$WORK/sock$1" --listen "127.0.0.1:$((base + $1))" \
-    --peers "$members" --secret-file secret 2>>"$WORK/daemon$1.log" &
+    --peers "$members" --secret-file secret $(transport_option) 2>>"$WORK/daemon$1.log" &
   pids[$1]=$!
   for _ in $(seq 100); do [ -S "$WORK/sock$1" ] && return; sleep 0.05; done
   fail "daemon $1 did not start: $(cat "$WORK/daemon$1.log")"
