@@ -4,7 +4,11 @@
 #      the owners against a plain TCP copy of the same bytes (target >= 0.8x);
 #   2. origin bytes per epoch for 1, 2 and 4 nodes, each node reading the
 #      whole dataset at once (every shard from the origin once per cluster).
-# Writes bench/results/peer.md.  SAMPLES and SIZE (bytes) set the dataset.
+#   3. (issue 16) the same serving and end-to-end figures over UCX's tcp and
+#      shared-memory transports (larderd --transport ucx), against UCX's own
+#      ceiling in the same run (ucx_perftest ucp_am_bw, 1 MiB messages).
+# Writes bench/results/peer.md.  SAMPLES and SIZE (bytes) set the dataset;
+# --quick: a smaller one (under 5 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -12,7 +16,9 @@ build=${BUILD_DIR:-build}
 scripts/install-deps >/dev/null
 cmake -S . -B "$build" -G Ninja >/dev/null && ninja -C "$build" larder_cli larderd larder_bench_peer >/dev/null
 larder=$PWD/$build/larder larderd=$PWD/$build/larderd
-samples=${SAMPLES:-2000} size=${SIZE:-262144}
+quick=0
+[ "${1:-}" = --quick ] && quick=1
+samples=${SAMPLES:-$([ $quick = 1 ] && echo 600 || echo 2000)} size=${SIZE:-262144}
 work=$PWD/bench/work/peer
 out=bench/results/peer.md
 rm -rf "$work" && mkdir -p "$work/src"
@@ -32,7 +38,8 @@ start_cluster() { # nodes: start that many daemons with fresh caches
   for ((i = 0; i < n; i++)); do
     rm -rf "$work/cache$i" "$work/sock$i"
     "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
-      --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
+      --peers "$members" --secret-file "$work/secret" ${TRANSPORT:+--transport $TRANSPORT} \
+      2>>"$work/daemon.log" &
     pids+=($!)
   done
   for ((i = 0; i < n; i++)); do
@@ -100,6 +107,43 @@ PY
 )
 peer_rate=$(awk -v b="$peer_bytes" -v s="$(seconds "$t0" "$t1")" 'BEGIN { print b / s / 1e6 }')
 
+# ---- 3. over UCX: serving, end to end, and UCX's own ceiling -------------------
+# ucx_perftest's bandwidth is in MiB/s: converted to MB/s (1e6) like the rest
+ucx_rows="" ucx_notes=""
+ucx_ceiling() { # TLS: MB/s of ucp_am_bw, 1 MiB messages, one client
+  local port=$((base + 7))
+  UCX_TLS=$1 timeout 60 ucx_perftest -p "$port" >/dev/null 2>&1 &
+  local server=$!
+  sleep 1
+  UCX_TLS=$1 timeout 60 ucx_perftest 127.0.0.1 -p "$port" -t ucp_am_bw -s 1048576 -n 1000 2>/dev/null |
+    awk '/^Final:/ { printf "%.0f\n", $7 * 1.048576 }'
+  wait $server 2>/dev/null || true
+}
+for tls in tcp shm; do
+  if ! command -v ucx_perftest >/dev/null; then ucx_rows+="| UCX $tls | (ucx-utils missing) | | | | |"$'\n'; continue; fi
+  export UCX_TLS=$tls
+  TRANSPORT=ucx start_cluster 1
+  LARDER_SOCKET=$work/sock0 "$larder" warm "$index" --cache "$work/cache0" >/dev/null
+  read -r userved userve_rate < <(LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 8 1024 2>"$work/bench_ucx_$tls.err")
+  stop_cluster
+  TRANSPORT=ucx start_cluster 2
+  LARDER_SOCKET=$work/sock0 "$larder" warm "$index" --cache "$work/cache0" >/dev/null
+  t0=$(date +%s.%N)
+  LARDER_SOCKET=$work/sock1 "$larder" warm "$index" --cache "$work/cache1" >/dev/null
+  t1=$(date +%s.%N)
+  upeer=$(stat_of 1 peer_bytes)
+  fallbacks=$(grep -c "the UCX path failed" "$work/daemon.log" || true)
+  stop_cluster
+  ceiling=$(ucx_ceiling $tls)
+  unset UCX_TLS
+  ucx_rows+=$(awk -v t=$tls -v r="$userve_rate" -v b="$upeer" -v s="$(seconds "$t0" "$t1")" -v c="${ceiling:-0}" \
+    'BEGIN { e = b / s / 1e6;
+    printf "| UCX %s | %.0f | %.0f | %s | %.0f | %s |\n", t, c, r, c ? sprintf("%.2fx", r / c) : "?", e,
+      c ? sprintf("%.2fx", e / c) : "?" }')$'\n'
+  ucx_notes+="- UCX $tls: the serving client's READs went over $(tail -1 "$work/bench_ucx_$tls.err" | sed 's/transport: //'); end to end, UCX paths that failed and went over TCP for 10 s: $fallbacks"$'\n'
+  : >"$work/daemon.log"
+done
+
 # ---- 2. origin bytes per epoch for 1, 2 and 4 nodes ---------------------------------
 rows=""
 for n in 1 2 4; do
@@ -143,6 +187,18 @@ done
     printf "| larderd serving a peer | %.1f | %.0f | %.2fx |\n", s / 1e6, r, r / c
     printf "| plain TCP copy | %.1f | %.0f | 1.00x |\n", s / 1e6, c
     printf "| end to end: borrowed and staged by node 1 | %.1f | %.0f | %.2fx |\n", b / 1e6, p, p / c }'
+  echo
+  echo "## 3. Over UCX (larderd --transport ucx)"
+  echo
+  echo "The same serving and end-to-end runs with every daemon on UCX (UCX_TLS=tcp, then shm),"
+  echo "against UCX's own ceiling measured in the same run: \`ucx_perftest -t ucp_am_bw -s 1048576\`"
+  echo "(active messages of 1 MiB, one client; its MiB/s converted to MB/s)."
+  echo
+  echo "| transport | ceiling MB/s | serving MB/s | serving vs ceiling | end to end MB/s | end to end vs ceiling |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s' "$ucx_rows"
+  echo
+  printf '%s' "$ucx_notes"
   echo
   echo "## 2. Origin bytes per epoch"
   echo

@@ -6,11 +6,15 @@
  *
  *   larder_bench_peer HOST:PORT INDEX SECRET [THREADS] [CHUNK_KB]
  *
+ * With LARDER_BENCH_TRANSPORT=ucx the READs go over UCX (the daemon runs
+ * --transport ucx; UCX_TLS chooses UCX's transport), as a UCX peer's do;
+ * the transport the READs took is printed on stderr.
  * Prints bytes and MB/s.  bench/peer.sh compares it with a plain TCP copy.
  */
 #include "larder.h"
 
 #include "endpoint.h"
+#include "transport_ucx.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -87,6 +91,14 @@ int main(int argc, char **argv)
     if (!realpath(argv[2], absolute)) return 1;
     if (larder__endpoint_new(&endpoint, argv[1], LARDER__ROLE_PEER, argv[3], absolute, 30000) < 0)
         return 1;
+    struct larder__ucx *hub = NULL;
+    const char *transport = getenv("LARDER_BENCH_TRANSPORT");
+    if (transport && strcmp(transport, "ucx") == 0) {
+        if (larder__ucx_start(&hub) < 0 || larder__endpoint_use_ucx(endpoint, hub) < 0) {
+            fprintf(stderr, "UCX: %s\n", larder_errmsg());
+            return 77;
+        }
+    }
     pthread_t t[256];
     if (threads > 256) threads = 256;
     struct timespec a, b;
@@ -98,7 +110,9 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &b);
     double seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
     printf("%llu %.1f\n", (unsigned long long)total, (double)total / seconds / 1e6);
+    fprintf(stderr, "transport: %s\n", larder__endpoint_transport(endpoint));
     larder__endpoint_free(endpoint);
+    larder__ucx_stop(hub);
     larder_close(d);
     free(shard_sizes);
     return failures ? 1 : 0;
