@@ -345,7 +345,10 @@ train_run() { # label, then the background command (or nothing)
     LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
   fi
   sleep 0.5
-  "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  RESTART_TRACE=$work/train-$1.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  for ((i = 0; i < daemons; i++)); do # kept for a look afterwards
+    "$larder" stat --socket "$work/sock$i" --json >"$work/stat-train-$1-$i.json" 2>/dev/null || true
+  done
   for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   jobs_=()
   stop_cluster

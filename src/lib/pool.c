@@ -7,7 +7,15 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
+
+/* The nice value a worker runs HINTED and WARM tasks at: on a node whose
+ * cores are shared, background staging (checksums, copies, peer transfers)
+ * then takes CPU after the readers' work, not beside it. */
+#define BACKGROUND_NICE 10
 
 struct task {
     larder__task_fn fn;
@@ -98,6 +106,29 @@ static bool startable(const struct larder__pool *p)
     return false;
 }
 
+/* Whether a thread may go back from BACKGROUND_NICE to 0 (root, or an
+ * RLIMIT_NICE of 20 or more): only then are background tasks niced, for a
+ * worker niced for good would run the next DEMAND task niced too. */
+static bool may_renice(void)
+{
+    static int answer = -1; /* -1: not asked yet */
+    int known = __atomic_load_n(&answer, __ATOMIC_RELAXED);
+    if (known >= 0) return known;
+    struct rlimit limit;
+    bool may = geteuid() == 0 || (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20);
+    __atomic_store_n(&answer, may, __ATOMIC_RELAXED);
+    return may;
+}
+
+/* The calling worker's nice value for a task of class `priority`. */
+static void nice_for(int priority)
+{
+    static _Thread_local int current; /* this thread's, as set here */
+    int want = priority >= LARDER__HINTED ? BACKGROUND_NICE : 0;
+    if (want == current || !may_renice()) return;
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), want) == 0) current = want;
+}
+
 /* Run t outside the lock, then count it done; lock held on entry and return. */
 static void run_task(struct larder__pool *p, const struct task *t)
 {
@@ -117,6 +148,7 @@ static void *worker(void *arg)
             /* a slot this worker did not take (a lower class's, freed by the
              * task it ran last) goes to an idle worker */
             if (p->idle && startable(p)) pthread_cond_signal(&p->wake);
+            nice_for(t.priority); /* a worker's own thread only, never a caller's */
             run_task(p, &t);
             continue;
         }
