@@ -16,6 +16,7 @@
  * reading it, that it read and from where (take_source_reads).
  */
 #include "larderd.h"
+#include "cache.h"
 #include "fill.h"
 #include "source.h"
 
@@ -159,6 +160,12 @@ static int striped_source(void *context, uint32_t shard, struct larder__source *
     struct larder__source *stripe;
     rc = larder__source_stripe_open(&stripe, &c, origin); /* owns origin from now on */
     return rc < 0 ? rc : noted_open(stripe, out);
+}
+
+uint64_t dataset_pinned_bytes(larder_dataset *dataset)
+{
+    struct larder__cache *cache = larder__dataset_cache(dataset);
+    return cache ? larder__cache_pinned_bytes(cache) : 0;
 }
 
 size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)

@@ -86,6 +86,27 @@ TEST(larderd_hint_hot_all_and_keys)
     CHECK_EQ(s.resident_bytes, s.total_bytes);
     struct larder__cache *cache = larder__dataset_cache(e->dataset);
     CHECK(larder__cache_pinned_bytes(cache) >= total);
+    /* and STAT says so, per dataset, in whole blocks (what the capacity is
+     * charged): every block of every shard, as the index lays them out */
+    uint64_t shard_end[64] = {0}, blocks_bytes = 0;
+    uint32_t block = larder__cache_block_size(cache);
+    for (uint64_t i = 0; i < larder_num_samples(e->dataset); i++) {
+        larder_sample_info info;
+        CHECK_EQ(larder_sample_info_get(e->dataset, i, &info), 0);
+        CHECK(info.shard < 64);
+        if (info.offset + info.length > shard_end[info.shard])
+            shard_end[info.shard] = info.offset + info.length;
+    }
+    for (int i = 0; i < 64; i++)
+        blocks_bytes += (shard_end[i] + block - 1) / block * block;
+    uint8_t stat[LARDER__WIRE_HEADER];
+    larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 4);
+    CHECK(fixture_send(c, stat, sizeof stat));
+    o = fixture_answer(c, LARDER__STATS);
+    char want[64];
+    snprintf(want, sizeof want, "\"pinned_bytes\": %llu}", (unsigned long long)blocks_bytes);
+    CHECK(memmem(o->bytes, o->length, want, strlen(want)) != NULL);
+    free(o);
 
     /* two keys: their two samples */
     const char *keys[] = {"s0003", "s0017"};
