@@ -217,6 +217,7 @@ static void record_nice(void *arg)
  * submitting thread's own value never changes. */
 TEST(pool_background_tasks_run_niced)
 {
+    unsetenv("LARDER_BACKGROUND_NICE"); /* the default, 10 */
     struct rlimit limit;
     bool renice = geteuid() == 0 || (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20);
     int mine = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
