@@ -22,7 +22,8 @@
 # (READs in flight per reader; 16), CHUNK_KB (bytes per READ; 4096),
 # BASELINE_MAX_S (a direct-read run of N > 1 readers is stopped after
 # this; 300: one reader alone, the yardstick, always runs to the end), STEPS,
-# BATCH, COMPUTE_MS (the training reader: 150, 8, 40), TRAIN_SAMPLES (its
+# BATCH, COMPUTE_MS (the training reader: 150, 8, 40), ROUNDS (its runs
+# beside each kind of background work, interleaved: 3), TRAIN_SAMPLES (its
 # dataset: 2000 of 128 KiB), BUILD_DIR (build), RESULTS
 # (bench/results/restart.md; restart-measured.json and restart.png go
 # beside it), RESTART_WORK (scratch: bench/work/restart), HOW (which
@@ -52,6 +53,7 @@ origin_mbps=${ORIGIN_MBPS:-100}
 threads=${THREADS:-16} chunk_kb=${CHUNK_KB:-4096}
 baseline_max=${BASELINE_MAX_S:-300}
 steps=${STEPS:-150} batch=${BATCH:-8} compute_ms=${COMPUTE_MS:-40}
+train_rounds=${ROUNDS:-3}
 train_samples=${TRAIN_SAMPLES:-2000}
 out=${RESULTS:-bench/results/restart.md}
 results=$(dirname "$out")
@@ -345,7 +347,10 @@ train_run() { # label, then the background command (or nothing)
     LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
   fi
   sleep 0.5
-  "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  RESTART_TRACE=$work/train-$1.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  for ((i = 0; i < daemons; i++)); do # kept for a look afterwards
+    "$larder" stat --socket "$work/sock$i" --json >"$work/stat-train-$1-$i.json" 2>/dev/null || true
+  done
   for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   jobs_=()
   stop_cluster
@@ -354,9 +359,39 @@ skipped_part="not run (PARTS)"
 train_idle=$skipped_part train_warm=$skipped_part train_hinted=$skipped_part
 if wants "$parts" priorities; then
   echo "restart: priorities" >&2
-  train_idle=$(train_run idle)
-  train_warm=$(train_run warm)
-  if has hint hot; then train_hinted=$(train_run hinted); else train_hinted="$needs_hint"; fi
+  # ROUNDS rounds, the three runs interleaved in each, so that the load of a
+  # shared machine falls on all three alike; each figure is the median of
+  # its rounds, and the p99 ratio to idle is taken within each round
+  idle_runs=() warm_runs=() hinted_runs=()
+  for ((round = 1; round <= train_rounds; round++)); do
+    idle_runs+=("$(train_run idle)")
+    warm_runs+=("$(train_run warm)")
+    if has hint hot; then hinted_runs+=("$(train_run hinted)"); fi
+  done
+  medians() { # "mean p50 p99 max" lines -> the median of each column
+    printf '%s\n' "$@" | $py -c '
+import statistics, sys
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+print(" ".join("%.2f" % statistics.median(c) for c in zip(*rows)))'
+  }
+  ratios() { # the p99 of each run over the idle p99 of its round, and their median
+    $py - "$1" "$2" <<'PY'
+import statistics, sys
+idle = [float(l.split()[2]) for l in sys.argv[1].splitlines() if l.strip()]
+other = [float(l.split()[2]) for l in sys.argv[2].splitlines() if l.strip()]
+r = [o / i for o, i in zip(other, idle)]
+print("%.3f (rounds: %s)" % (statistics.median(r), ", ".join("%.3f" % x for x in r)) if r else "-")
+PY
+  }
+  train_idle=$(medians "${idle_runs[@]}")
+  train_warm=$(medians "${warm_runs[@]}")
+  warm_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${warm_runs[@]}")")
+  if has hint hot; then
+    train_hinted=$(medians "${hinted_runs[@]}")
+    hinted_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${hinted_runs[@]}")")
+  else
+    train_hinted="$needs_hint"
+  fi
 fi
 
 # ---- 3. predictive replication ------------------------------------------------------------
@@ -465,16 +500,19 @@ PY
   echo
   echo "One reader on daemon 0 (\`larder_bench_restart train\`): $steps steps of $batch samples of 128 KiB"
   echo "from a cold dataset on the same origin, $compute_ms ms of compute a step; per-step data wait in ms."
+  echo "$train_rounds rounds, idle, warm and hinted interleaved in each; each figure the median over the"
+  echo "rounds, and p99 / idle the median of each round's p99 over that round's idle p99 (target for"
+  echo "hinted: at most 1.10)."
   echo
-  echo "| beside it | mean | p50 | p99 | max |"
-  echo "|---|---|---|---|---|"
+  echo "| beside it | mean | p50 | p99 | max | p99 / idle |"
+  echo "|---|---|---|---|---|---|"
   for label in idle warm hinted; do
     case $label in
-      idle) v=$train_idle what="nothing (idle)" ;;
-      warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (BACKGROUND class, on main today)" ;;
-      hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ;;
+      idle) v=$train_idle what="nothing (idle)" ratio=1 ;;
+      warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (WARM class)" ratio=${warm_ratio:--} ;;
+      hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ratio=${hinted_ratio:--} ;;
     esac
-    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | |"; else echo "| $what | ${v// / | } |"; fi
+    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | | |"; else echo "| $what | ${v// / | } | $ratio |"; fi
   done
   echo
   echo "## 3. Predictive replication"

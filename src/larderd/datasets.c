@@ -16,6 +16,7 @@
  * reading it, that it read and from where (take_source_reads).
  */
 #include "larderd.h"
+#include "cache.h"
 #include "fill.h"
 #include "source.h"
 
@@ -142,6 +143,9 @@ static int striped_source(void *context, uint32_t shard, struct larder__source *
                           struct larder__source **out)
 {
     struct dataset_entry *e = context;
+    /* background reads of the origin yield to the readers' (source_gate.c) */
+    int rc = larder__source_gate_open(&origin, origin);
+    if (rc < 0) return rc;
     if (!e->members) return noted_open(origin, out);
     struct larder__stripe_config c = {.open_peer = open_peer,
                                       .peer_context = e,
@@ -154,8 +158,14 @@ static int striped_source(void *context, uint32_t shard, struct larder__source *
                                       .down_ms = OWNER_DOWN_MS,
                                       .borrow_ahead = true};
     struct larder__source *stripe;
-    int rc = larder__source_stripe_open(&stripe, &c, origin); /* owns origin from now on */
+    rc = larder__source_stripe_open(&stripe, &c, origin); /* owns origin from now on */
     return rc < 0 ? rc : noted_open(stripe, out);
+}
+
+uint64_t dataset_pinned_bytes(larder_dataset *dataset)
+{
+    struct larder__cache *cache = larder__dataset_cache(dataset);
+    return cache ? larder__cache_pinned_bytes(cache) : 0;
 }
 
 size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)

@@ -143,6 +143,24 @@ static void submit(struct larderd *d, struct stage_job *ready)
     }
 }
 
+/* A staging job waits this long at most for the readers' work to pause. */
+#define YIELD_MAX_MS 500
+
+/* Wait (YIELD_MAX_MS at most) while this daemon runs DEMAND or NEAR READs
+ * (its readers', or peers' for their readers): a staging job starts in the
+ * gaps between them, so its transfers and checksums do not take the CPU
+ * and the links beside a reader's read (docs/scale.md, "Priorities"). */
+static void yield_to_readers(struct larderd *d)
+{
+    for (int waited = 0; waited < YIELD_MAX_MS && !d->stopping; waited += 2) {
+        struct larder__pool_stats stats;
+        larderd_classes_get(d, &stats);
+        if (stats.running[LARDER__DEMAND] + stats.running[LARDER__NEAR] == 0) return;
+        struct timespec nap = {0, 2 * 1000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
 /* Stage one chunk of a hint: in the cache without a copy where it can,
  * else through a buffer (a cache that evicts).  The chain of the shard's
  * source reads it from its owner node before the origin. */
@@ -158,6 +176,7 @@ static void stage_job(void *arg)
     d->hints->running = job;
     pthread_mutex_unlock(&d->hints->lock);
     int rc = 0;
+    if (!skip && !d->stopping) yield_to_readers(d);
     if (!skip && !d->stopping) {
         int fd;
         struct larder__fill *fill = larder__dataset_fill(ds);

@@ -303,6 +303,8 @@ struct larder__stripe_loan *borrow_ahead_via(struct dataset_entry *e, uint32_t s
                                              uint64_t offset, uint64_t length, int priority,
                                              size_t relay, struct larder__source **stripe,
                                              bool *from_relay);
+/* Bytes of the dataset's node cache pinned by hints now (0: none, or no cache). */
+uint64_t dataset_pinned_bytes(larder_dataset *dataset);
 /* The member that owns chunk `chunk` of shard (this node's index alone). */
 size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk);
 /* Give back what borrow_ahead lent (NULL: nothing). */

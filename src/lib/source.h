@@ -248,6 +248,17 @@ LARDER__HIDDEN void larder__source_stripe_return(struct larder__source *stripe,
 LARDER__HIDDEN int larder__source_hedge_open(struct larder__source **out,
                                              struct larder__source *inner,
                                              struct larder__hedge_budget *budget);
+/*
+ * `inner` (owned from now on, even when this fails) behind the process's
+ * gate (source_gate.c): its HINTED and WARM reads go in pieces of 256 KiB,
+ * at most 2 in flight for all gated sources, and none while a DEMAND or
+ * NEAR read of a gated source is in flight or ended under 20 ms ago; so
+ * background staging leaves a shared origin to the readers.  0 or -ENOMEM.
+ */
+LARDER__HIDDEN int larder__source_gate_open(struct larder__source **out,
+                                            struct larder__source *inner);
+/* Background pieces that waited for foreground reads so far (this process). */
+LARDER__HIDDEN uint64_t larder__source_gate_waits(void);
 /* Hedged second requests sent so far by this process (all sources). */
 LARDER__HIDDEN uint64_t larder__source_hedges(void);
 

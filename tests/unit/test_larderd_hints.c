@@ -86,6 +86,27 @@ TEST(larderd_hint_hot_all_and_keys)
     CHECK_EQ(s.resident_bytes, s.total_bytes);
     struct larder__cache *cache = larder__dataset_cache(e->dataset);
     CHECK(larder__cache_pinned_bytes(cache) >= total);
+    /* and STAT says so, per dataset, in whole blocks (what the capacity is
+     * charged): every block of every shard, as the index lays them out */
+    uint64_t shard_end[64] = {0}, blocks_bytes = 0;
+    uint32_t block = larder__cache_block_size(cache);
+    for (uint64_t i = 0; i < larder_num_samples(e->dataset); i++) {
+        larder_sample_info info;
+        CHECK_EQ(larder_sample_info_get(e->dataset, i, &info), 0);
+        CHECK(info.shard < 64);
+        if (info.offset + info.length > shard_end[info.shard])
+            shard_end[info.shard] = info.offset + info.length;
+    }
+    for (int i = 0; i < 64; i++)
+        blocks_bytes += (shard_end[i] + block - 1) / block * block;
+    uint8_t stat[LARDER__WIRE_HEADER];
+    larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 4);
+    CHECK(fixture_send(c, stat, sizeof stat));
+    o = fixture_answer(c, LARDER__STATS);
+    char want[64];
+    snprintf(want, sizeof want, "\"pinned_bytes\": %llu}", (unsigned long long)blocks_bytes);
+    CHECK(memmem(o->bytes, o->length, want, strlen(want)) != NULL);
+    free(o);
 
     /* two keys: their two samples */
     const char *keys[] = {"s0003", "s0017"};
@@ -206,6 +227,19 @@ static char *wait_listed(struct larderd *d, int count)
     return NULL;
 }
 
+/* Wait (20 s at most) until no hint request's thread runs: whether none does. */
+static bool hint_threads_done(struct larderd *d)
+{
+    for (int i = 0; i < 2000; i++) {
+        pthread_mutex_lock(&d->hints->lock);
+        int running = d->hints->threads;
+        pthread_mutex_unlock(&d->hints->lock);
+        if (running == 0) return true;
+        sleep_ms(10);
+    }
+    return false;
+}
+
 TEST(larderd_hint_publish_policy)
 {
     const char *index = fixture_dataset("ckpt", 12, 16 * 1024);
@@ -229,7 +263,8 @@ TEST(larderd_hint_publish_policy)
     /* ckpt/ names this node (and a member that is none: the hint fails
      * there before anything is pinned, so nothing is listed) */
     hints_on_publish(&d, "ckpt/step-100", e);
-    sleep_ms(200);
+    CHECK(d.hints != NULL); /* the rule matched: a hint request was started */
+    CHECK(hint_threads_done(&d));
     list = hints_list_json(&d);
     CHECK(list && strcmp(list, "{\"hints\": []}") == 0);
     free(list);
