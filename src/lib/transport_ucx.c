@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 #define SEND_TIMEOUT_MS 30000 /* an answer the borrower does not take in time is cancelled */
@@ -282,9 +283,15 @@ static void *progress_main(void *arg)
         }
         start_receives(hub);
         pthread_mutex_lock(&hub->lock);
-        int busy = hub->busy;
+        bool busy = hub->busy > 0 || hub->pending;
         pthread_mutex_unlock(&hub->lock);
-        if (busy > 0) continue; /* transfers in flight: keep them moving */
+        /* transfers in flight, or READs waiting for their answers: keep
+         * them moving (the worker's event fd alone woke this thread late,
+         * up to its 100 ms timeout, at each step of a rendezvous) */
+        if (busy) {
+            sched_yield();
+            continue;
+        }
         if (ucp_worker_arm(hub->worker) == UCS_ERR_BUSY) continue;
         int n = epoll_wait(hub->epoll, events, 2, 100);
         for (int i = 0; i < n; i++) {
