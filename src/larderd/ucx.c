@@ -33,7 +33,9 @@ static void ucx_read(void *owner, struct larder__ucx_session *s, uint64_t reques
 {
     struct connection *c = owner;
     pthread_mutex_lock(&sessions_lock);
-    if (c->ucx != s) { /* forgotten meanwhile: its connection is being dropped */
+    /* c is alive while its session is: ucx_forget frees the session under
+     * this lock, before the loop lets go of c */
+    if (!larder__ucx_session_live(s)) {
         pthread_mutex_unlock(&sessions_lock);
         return;
     }
@@ -124,8 +126,8 @@ void ucx_forget(struct connection *c)
     pthread_mutex_lock(&sessions_lock);
     struct larder__ucx_session *s = c->ucx;
     c->ucx = NULL;
-    pthread_mutex_unlock(&sessions_lock);
     larder__ucx_session_free(s);
+    pthread_mutex_unlock(&sessions_lock);
 }
 
 bool ucx_recently_used(struct connection *c, int64_t now, int idle_ms)

@@ -283,17 +283,18 @@ static void *progress_main(void *arg)
         }
         start_receives(hub);
         pthread_mutex_lock(&hub->lock);
-        bool busy = hub->busy > 0 || hub->pending;
+        bool busy = hub->busy > 0, waiting = hub->pending != NULL;
         pthread_mutex_unlock(&hub->lock);
-        /* transfers in flight, or READs waiting for their answers: keep
-         * them moving (the worker's event fd alone woke this thread late,
-         * up to its 100 ms timeout, at each step of a rendezvous) */
+        /* transfers in flight: keep them moving */
         if (busy) {
             sched_yield();
             continue;
         }
         if (ucp_worker_arm(hub->worker) == UCS_ERR_BUSY) continue;
-        int n = epoll_wait(hub->epoll, events, 2, 100);
+        /* READs waiting for answers: look again within 1 ms (the worker's
+         * event fd alone woke this thread late, up to the timeout, at each
+         * step of a rendezvous); otherwise sleep until woken */
+        int n = epoll_wait(hub->epoll, events, 2, waiting ? 1 : 100);
         for (int i = 0; i < n; i++) {
             uint64_t count;
             if (events[i].data.fd == hub->wake && read(hub->wake, &count, sizeof count) < 0) {

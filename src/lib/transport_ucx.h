@@ -22,8 +22,9 @@
 #include "common.h"
 #include "wire.h"
 
-#define LARDER__UCX_TOKEN 32 /* bytes of a session token (as a proof: compared in constant time)   \
-                              */
+#define LARDER__UCX_TOKEN                                                                          \
+    32 /* bytes of a session token (as a proof: compared in constant time)                         \
+        */
 /* The largest worker address either side takes in a UCX_OFFER or UCX_ACCEPT. */
 #define LARDER__UCX_MAX_ADDRESS 4000
 
@@ -72,6 +73,8 @@ LARDER__HIDDEN int larder__ucx_session_new(struct larder__ucx *hub, void *owner,
 /* Forget the session: its token names nothing from now on; answers in
  * flight still go out.  Drops the caller's reference (NULL: nothing). */
 LARDER__HIDDEN void larder__ucx_session_free(struct larder__ucx_session *session);
+/* Whether the session's token is still honoured (not freed). */
+LARDER__HIDDEN bool larder__ucx_session_live(struct larder__ucx_session *session);
 LARDER__HIDDEN void larder__ucx_session_hold(struct larder__ucx_session *session);
 LARDER__HIDDEN void larder__ucx_session_release(struct larder__ucx_session *session);
 /*

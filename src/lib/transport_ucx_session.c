@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef LARDER_HAVE_UCX
@@ -168,6 +169,14 @@ struct larder__ucx_session *larder__ucx_session_find(struct larder__ucx *hub,
     return found;
 }
 
+bool larder__ucx_session_live(struct larder__ucx_session *s)
+{
+    pthread_mutex_lock(&s->hub->lock);
+    bool live = s->live;
+    pthread_mutex_unlock(&s->hub->lock);
+    return live;
+}
+
 void larder__ucx_session_hold(struct larder__ucx_session *s)
 {
     pthread_mutex_lock(&s->hub->lock);
@@ -231,9 +240,9 @@ int larder__ucx_answer_file(struct larder__ucx_session *s, uint64_t request, int
         return -err;
     }
     /* a cache file cut under us would fault the sender: the size is checked first */
-    off_t end = lseek(fd, 0, SEEK_END);
+    struct stat st;
     int rc;
-    if (end < 0 || (uint64_t)end < offset + length)
+    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < offset + length)
         rc = larder__ucx_answer(s, request, -EIO, "the cache file ended early", 26);
     else
         rc = larder__ucx_answer(s, request, 0, (const uint8_t *)map + (offset - start), length);
@@ -350,6 +359,11 @@ int larder__ucx_session_new(struct larder__ucx *hub, void *owner, const void *ad
 void larder__ucx_session_free(struct larder__ucx_session *s)
 {
     (void)s;
+}
+bool larder__ucx_session_live(struct larder__ucx_session *s)
+{
+    (void)s;
+    return false;
 }
 void larder__ucx_session_hold(struct larder__ucx_session *s)
 {
