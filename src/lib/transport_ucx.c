@@ -220,7 +220,7 @@ static int send_from_progress(ucp_ep_h ep, unsigned id, const void *header, size
 }
 
 int larder__ucx_send(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const void *header,
-                     size_t header_length, const void *bytes, size_t length)
+                     size_t header_length, const void *bytes, size_t length, const bool *live)
 {
     if (hub->running && pthread_equal(pthread_self(), hub->thread))
         return send_from_progress(ep, id, header, header_length, bytes, length);
@@ -257,7 +257,9 @@ int larder__ucx_send(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const vo
             ts.tv_sec += ts.tv_nsec / 1000000000;
             ts.tv_nsec %= 1000000000;
             pthread_cond_timedwait(&hub->done, &hub->lock, &ts);
-            if (!w.done && !cancelled && larder__ucx_now_ms() > deadline) {
+            /* or at once when its session was forgotten (the borrower's
+             * connection closed: it died, and shared memory cannot tell) */
+            if (!w.done && !cancelled && (larder__ucx_now_ms() > deadline || (live && !*live))) {
                 cancelled = true;
                 pthread_mutex_unlock(&hub->lock);
                 ucp_request_cancel(hub->worker, r);

@@ -99,9 +99,11 @@ struct larder__ucx_link {
 int64_t larder__ucx_now_ms(void);
 /* Wake the progress thread. */
 void larder__ucx_kick(struct larder__ucx *hub);
-/* Send an active message and wait until UCX is done with header and bytes: 0 or -ECONNRESET. */
+/* Send an active message and wait until UCX is done with header and bytes:
+ * 0 or -ECONNRESET.  Cancelled after SEND_TIMEOUT_MS, or once *live (read
+ * under hub->lock; NULL: none) turns false. */
 int larder__ucx_send(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const void *header,
-                     size_t header_length, const void *bytes, size_t length);
+                     size_t header_length, const void *bytes, size_t length, const bool *live);
 /* Close every endpoint (larder__ucx_stop). */
 void larder__ucx_conns_close(struct larder__ucx *hub);
 /* The live session with that token, with a reference taken; NULL: none. */

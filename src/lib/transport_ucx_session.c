@@ -221,7 +221,8 @@ int larder__ucx_answer(struct larder__ucx_session *s, uint64_t request, int code
     larder__put_le64(header, request);
     larder__put_le32(header + 8, (uint32_t)(int32_t)code);
     if (conn_broken(s->conn)) return -ECONNRESET;
-    return larder__ucx_send(s->hub, s->conn->ep, AM_ANSWER, header, sizeof header, bytes, length);
+    return larder__ucx_send(s->hub, s->conn->ep, AM_ANSWER, header, sizeof header, bytes, length,
+                            &s->live);
 }
 
 int larder__ucx_answer_file(struct larder__ucx_session *s, uint64_t request, int fd,
@@ -301,7 +302,7 @@ int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read 
     memcpy(header, l->token, LARDER__UCX_TOKEN);
     larder__put_le64(header + LARDER__UCX_TOKEN, p.id);
     memcpy(header + LARDER__UCX_TOKEN + 8, frame + LARDER__WIRE_HEADER, READ_PAYLOAD);
-    int rc = larder__ucx_send(hub, l->conn->ep, AM_READ, header, sizeof header, NULL, 0);
+    int rc = larder__ucx_send(hub, l->conn->ep, AM_READ, header, sizeof header, NULL, 0, NULL);
     int64_t started = larder__ucx_now_ms(), deadline = started + wait_ms;
     pthread_mutex_lock(&hub->lock);
     if (rc < 0 && p.state == PENDING_WAITING) p.state = PENDING_DONE, p.rc = rc;
