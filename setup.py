@@ -69,7 +69,7 @@ class BuildWithLibrary(build_py):
         build_temp = self.get_finalized_command("build").build_temp
         build_dir = os.path.abspath(os.path.join(build_temp, "cmake"))
         self.run_tool(["cmake", "-S", SOURCE, "-B", build_dir, "-G", "Ninja",
-                       "-DCMAKE_BUILD_TYPE=Release"])
+                       "-DCMAKE_BUILD_TYPE=Release", "-DLARDER_UCX=OFF"])
         # by its file: ninja's `larder` is the CLI, whose file has that name
         self.run_tool(["ninja", "-C", build_dir, LIBRARY])
         return os.path.realpath(os.path.join(build_dir, LIBRARY))

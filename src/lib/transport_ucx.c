@@ -421,6 +421,8 @@ void larder__ucx_serve(struct larder__ucx *hub, larder__ucx_read_fn *fn)
 
 #else /* built without UCX */
 
+#include <errno.h>
+
 int larder__ucx_start(struct larder__ucx **out)
 {
     (void)out;
