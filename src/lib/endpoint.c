@@ -35,14 +35,10 @@
 #define DENIED_DOWN_MS 60000 /* a daemon that refused us will refuse again */
 #define READER_TIMEOUT_MS 1000
 #define OPEN_TIMEOUT_MS 10000 /* opening an index may read it from a remote origin */
-/* How long a HINTED or WARM READ waits for its answer to start: the daemon
- * queues it behind every higher-class READ of its own (by design), so a
- * busy owner is not a dead one; giving up after the usual timeout would
- * send the read to the origin and leave the owner alone for all classes. */
+/* How long a HINTED or WARM READ waits for its answer to start (the daemon
+ * queues it behind its higher-class READs: busy, not dead), and a DEMAND or
+ * NEAR READ to a peer at most while the member shows life (await_answer). */
 #define QUEUED_TIMEOUT_MS 60000
-/* A DEMAND or NEAR READ to a peer waits e->timeout_ms for its answer to
- * start, and then longer (up to QUEUED_TIMEOUT_MS in all) while the member
- * sends PROGRESS for it or keeps answering other READs (await_answer). */
 
 /* Whether a negative code is -errno (larder's own range starts at -1000),
  * whose message is then worth adding the daemon's address to. */

@@ -42,7 +42,7 @@ static uint64_t expected_value(const struct metrics_row *r, int m)
     const uint64_t values[NUM_EXPECTED - 1] = {
         v->hits,       v->misses,         v->borrowed,        v->errors,       v->bytes,
         v->peer_reads, v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
-        s->peer_bytes, s->resident_bytes, s->total_bytes, r->pinned_bytes};
+        s->peer_bytes, s->resident_bytes, s->total_bytes,     r->pinned_bytes};
     return values[m];
 }
 
