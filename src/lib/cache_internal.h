@@ -71,6 +71,11 @@ struct larder__cache {
     size_t num_retired, cap_retired;
     bool warned_full;
     pthread_mutex_t evict_lock;
+    /* Eviction by next use (cache_plans.c, cache_nextuse.c). */
+    struct plans_file *plans;        /* DIR/plans, mapped on first use (c->lock) */
+    bool evict_clock;                /* LARDER_EVICT=clock: the clock even with plans */
+    int trace_fd;                    /* LARDER_EVICT_TRACE, or -1 */
+    struct larder__nextuse *nextuse; /* under evict_lock */
 };
 
 /* The bitmaps are shared by every process of the node: bits change
@@ -108,5 +113,16 @@ static inline void disturbed(struct larder__cache *c)
 {
     __atomic_fetch_add(&c->header->generation, 1, __ATOMIC_ACQ_REL);
 }
+
+/* Next use (cache_nextuse.c): pick and evict by it; false when there is
+ * no live plan (the caller runs the clock).  Call with evict_lock held. */
+LARDER__HIDDEN bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit,
+                                         bool pins);
+LARDER__HIDDEN void larder__nextuse_free(struct larder__nextuse *n);
+LARDER__HIDDEN void larder__cache_plans_detach(struct larder__cache *c);
+/* Evict block b (global) unless its fill lock is held; true when it did. */
+LARDER__HIDDEN bool larder__cache_evict_one(struct larder__cache *c, int lock_fd, uint64_t b);
+/* Shard of a global block number. */
+LARDER__HIDDEN uint32_t larder__cache_shard_of(const struct larder__cache *c, uint64_t global);
 
 #endif

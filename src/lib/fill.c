@@ -51,6 +51,8 @@ void larder__fill_free(struct larder__fill *f)
         for (uint64_t i = 0; i < f->ix->num_shards; i++)
             larder__source_close(f->sources[i]);
     free(f->sources);
+    if (f->cache && f->map)
+        larder__cache_set_layout(f->cache, NULL, NULL); /* before the map goes */
     larder__shard_map_free(f->map);
     larder__block_sums_free(f->sums);
     free(f->verified);
@@ -291,9 +293,10 @@ int larder__fill_shard_map(struct larder__fill *f, struct larder__shard_map **ou
     int rc = f->map_error;
     if (!f->map && rc == 0) {
         rc = larder__shard_map_new(&map, f->ix);
-        if (rc == 0)
+        if (rc == 0) {
             __atomic_store_n(&f->map, map, __ATOMIC_RELEASE);
-        else if (rc != -ENOMEM) { /* a bad index stays bad: say why on every fill */
+            if (f->cache) larder__cache_set_layout(f->cache, f->ix, map); /* for next use */
+        } else if (rc != -ENOMEM) { /* a bad index stays bad: say why on every fill */
             f->map_error = rc;
             snprintf(f->map_message, sizeof f->map_message, "%s", larder_errmsg());
         }
@@ -316,7 +319,8 @@ int larder__fill_checksum_failure(struct larder__fill *f, uint64_t id, const uin
 
 /* Store (or trust, when they were read from the cache) the blocks that may be kept. */
 static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct larder__fill_scope *p,
-                        const uint8_t *span, const uint8_t *fetched, const uint8_t *keep)
+                        const uint8_t *span, const uint8_t *fetched, const uint8_t *keep,
+                        int priority)
 {
     struct larder__cache *c = f->cache;
     uint64_t start = larder__cache_block_offset(c, p->first);
@@ -329,6 +333,8 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
         if (what == LARDER__KEEP_CHECKED && fetched[b - p->first] == BLOCK_CACHED)
             larder__cache_trust(c, shard, b, end);
         else if (what != LARDER__DISCARD && fetched[b - p->first] != BLOCK_CACHED &&
+                 /* admission: what would be the next to go is read through */
+                 larder__cache_admit(c, shard, b, end, priority == LARDER__DEMAND) &&
                  larder__cache_store(
                      c, shard, b, end, span + larder__cache_block_offset(c, b) - start,
                      fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0)
@@ -415,7 +421,7 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
     }
     if (rc == 0) {
         larder__fill_scope_keepable(f->ix, f->cache, map, shard, &p, ok, keep);
-        keep_blocks(f, shard, &p, span, fetched, keep);
+        keep_blocks(f, shard, &p, span, fetched, keep, priority);
         if (buf) memcpy(buf, span + (lo - span_start), (size_t)(hi - lo));
     }
     larder__cache_unlock(c, lock);
@@ -466,6 +472,7 @@ int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, 
     }
     uint64_t first, last;
     larder__cache_blocks(f->cache, s->offset, s->length, &first, &last);
+    larder__cache_trace(f->cache, s->shard, first, last);
     if (read_resident(f, s, id, first, last, buf)) {
         larder__cache_count(&k->hits, 1);
         return 0;

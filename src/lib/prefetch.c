@@ -10,7 +10,15 @@
  * most max_inflight fills queued or running (bounded memory: one sample
  * buffer per fill), stops at the end of the epoch, and on stop waits for
  * its fills to finish.
+ *
+ * With a capacity, the reader's plan is registered with the node cache
+ * (cache_plans.c) and its position published there too, so that every
+ * process evicts by next use (cache_nextuse.c).  Admission: a sample whose
+ * blocks would be the next to go is not staged (the reader reads it
+ * through), and the window is cut to a share of the capacity, so what is
+ * staged is not evicted before it is read.
  */
+#include "cache.h"
 #include "dataset.h"
 #include "fill.h"
 #include "pool.h"
@@ -33,6 +41,8 @@ struct larder_prefetch {
     int inflight;
     bool stopping;
     uint64_t fills, failures; /* counters, under lock */
+    int slot;                 /* the plan's slot in the cache's registry, or -1 */
+    uint64_t skipped;         /* samples not staged: they would be evicted first */
 };
 
 struct fill_task {
@@ -56,6 +66,52 @@ static void fill_task(void *arg)
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->lock);
     free(t);
+}
+
+/* Whether staging sample `id` now keeps it until it is read (admission). */
+static bool admitted(struct larder_prefetch *p, uint64_t id)
+{
+    struct larder__cache *c = larder__dataset_cache(p->dataset);
+    struct larder__sample s;
+    if (!c || p->slot < 0 ||
+        larder__index_sample_range(larder__dataset_index(p->dataset), id, &s) < 0)
+        return true;
+    uint64_t first, last;
+    larder__cache_blocks(c, s.offset, s.length, &first, &last);
+    return larder__cache_admit(c, s.shard, first, last, false);
+}
+
+/* Register the plan with the node cache, and cut the window to what the
+ * capacity holds for every live reader. */
+static void register_plan(struct larder_prefetch *p)
+{
+    p->slot = -1;
+    struct larder__cache *c = larder__dataset_cache(p->dataset);
+    struct larder__plan_params params;
+    if (!c || larder__plan_params_get(p->plan, &params) < 0) return;
+    int slot = larder__cache_plan_register(c, &params);
+    if (slot < 0) {
+        larder__log(LARDER_LOG_INFO, "%s; eviction ignores this reader's plan", larder_errmsg());
+        return;
+    }
+    p->slot = slot;
+    const struct larder__index *ix = larder__dataset_index(p->dataset);
+    struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
+    int readers = larder__cache_plans_live(c, ix->num_samples, live, LARDER__CACHE_PLAN_SLOTS);
+    uint64_t window_bytes = larder__cache_window_bytes(c, readers);
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < ix->num_shards; i++) {
+        struct larder__shard shard;
+        larder__index_shard(ix, i, &shard);
+        total += shard.size;
+    }
+    uint64_t step_bytes = ix->num_samples ? total / ix->num_samples : 0;
+    step_bytes *= params.global_batch / params.world;
+    if (window_bytes && step_bytes) {
+        uint64_t steps = window_bytes / step_bytes;
+        if (steps < 1) steps = 1;
+        if (steps < p->window) p->window = steps;
+    }
 }
 
 static void *prefetch_thread(void *arg)
@@ -83,6 +139,10 @@ static void *prefetch_thread(void *arg)
                 pthread_cond_wait(&p->changed, &p->lock);
             if (p->stopping) break;
             if (larder__dataset_staged(p->dataset, ids[i])) continue;
+            if (!admitted(p, ids[i])) {
+                p->skipped++;
+                continue;
+            }
             struct fill_task *t = malloc(sizeof *t);
             if (!t) break;
             *t = (struct fill_task){.p = p, .id = ids[i]};
@@ -123,9 +183,11 @@ int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const 
                                                            : larder__dataset_inflight(dataset);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->changed, NULL);
+    register_plan(p);
     if (pthread_create(&p->thread, NULL, prefetch_thread, p) != 0) {
         pthread_mutex_destroy(&p->lock);
         pthread_cond_destroy(&p->changed);
+        larder__cache_plan_unregister(larder__dataset_cache(dataset), p->slot);
         free(p);
         return larder__fail(-EAGAIN, "cannot start the prefetch thread");
     }
@@ -136,6 +198,7 @@ int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const 
 void larder_prefetch_advance(larder_prefetch *p, uint64_t consumed)
 {
     __atomic_store_n(&p->consumed, consumed, __ATOMIC_RELEASE);
+    larder__cache_plan_advance(larder__dataset_cache(p->dataset), p->slot, consumed);
     pthread_mutex_lock(&p->lock);
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->lock);
@@ -158,6 +221,7 @@ void larder_prefetch_stop(larder_prefetch *p)
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->thread, NULL);
+    larder__cache_plan_unregister(larder__dataset_cache(p->dataset), p->slot);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->changed);
     free(p);
