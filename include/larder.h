@@ -552,11 +552,17 @@ LARDER_API int larder_plan_default_deny(const char *index_url, char *path, size_
  */
 typedef struct larder_prefetch larder_prefetch;
 
-#define LARDER_PREFETCH_OPTIONS_VERSION 1
+#define LARDER_PREFETCH_OPTIONS_VERSION 2
 typedef struct larder_prefetch_options {
-    int version;           /* LARDER_PREFETCH_OPTIONS_VERSION */
-    uint64_t window_steps; /* the reader's steps to keep staged ahead; 0: 8 */
+    int version;           /* LARDER_PREFETCH_OPTIONS_VERSION (1: without start_after) */
+    uint64_t window_steps; /* the reader's steps to keep staged ahead; 0: 8 (with a cache
+                            * capacity, at most what a share of it holds: docs/cache.md) */
     int max_inflight;      /* fills queued or running at once; 0: the dataset's max_inflight */
+    /* Stage nothing until the reader has consumed this many steps.  The
+     * plan is registered with the node cache at once (its eviction by next
+     * use counts this reader from the start), so a reader can start the
+     * prefetcher with its first step without it competing with that step. */
+    uint64_t start_after;
 } larder_prefetch_options;
 
 /* Start prefetching `plan` (which must outlive the prefetcher) for `dataset`. */

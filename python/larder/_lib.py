@@ -219,10 +219,11 @@ class PrefetchOptions(ctypes.Structure):
         ("version", ctypes.c_int),
         ("window_steps", ctypes.c_uint64),
         ("max_inflight", ctypes.c_int),
+        ("start_after", ctypes.c_uint64),
     ]
 
 
-LARDER_PREFETCH_OPTIONS_VERSION = 1
+LARDER_PREFETCH_OPTIONS_VERSION = 2
 
 
 def _declare(name, restype, *argtypes):

@@ -213,12 +213,14 @@ class _Prefetcher:
     """larder's C prefetcher over one reader's plan, when the dataset has a
     cache to stage into (a no-op otherwise, or with window 0)."""
 
-    def __init__(self, dataset, plan, window):
+    def __init__(self, dataset, plan, window, start_after=0):
         self._handle = None
         if not window or not dataset.stats()["cached"]:
             return
+        # start_after: the plan counts for the cache's eviction at once,
+        # the staging begins once the reader has taken that many steps
         options = _lib.PrefetchOptions(version=_lib.LARDER_PREFETCH_OPTIONS_VERSION,
-                                       window_steps=int(window))
+                                       window_steps=int(window), start_after=int(start_after))
         out = ctypes.c_void_p()
         check(lib.larder_prefetch_start(ctypes.byref(out), dataset._ensure_open(),
                                         plan._handle(), ctypes.byref(options)),
@@ -535,9 +537,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
         handed out.
 
         The first step is read in this thread with nothing else of this
-        reader running: the read-ahead thread and the prefetcher start once
-        its samples are handed out, so that neither their start nor their
-        reads delay the first batch."""
+        reader running: the read-ahead thread starts, and the prefetcher
+        begins staging, once its samples are handed out, so that neither
+        delays the first batch.  The prefetcher itself (which registers the
+        plan with the node cache, for eviction by next use) starts at once."""
         dataset, decode, waits = self.dataset, self.decode, self._waits
         steps = plan.worker_steps()
         prefetcher = None
@@ -565,11 +568,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 pending.append((step, job, ids, offset, total))
 
         try:
+            prefetcher = _Prefetcher(dataset, plan, self.prefetch, start_after=1)
             while True:
                 if consumed:
-                    if prefetcher is None:
-                        prefetcher = _Prefetcher(dataset, plan, self.prefetch)
-                        prefetcher.advance(consumed)
                     if self.read_ahead:
                         queue(self.read_ahead, background=True)
                 if not pending:
@@ -581,10 +582,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 samples = job.result() if job is not None else dataset.get_many(ids)
                 waits.record(step, time.perf_counter() - started)
                 consumed += 1
-                if prefetcher is not None:
-                    prefetcher.advance(consumed)
-                    if self.read_ahead:  # the next reads run while this step is handed out
-                        queue(self.read_ahead, background=True)
+                prefetcher.advance(consumed)
+                if consumed > 1 and self.read_ahead:  # the next reads run while this step is handed out
+                    queue(self.read_ahead, background=True)
                 if decode is not None:
                     samples = [decode(s) for s in samples]
                 # in the main process steps run start, start+1, ...: having

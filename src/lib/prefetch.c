@@ -42,6 +42,7 @@ struct larder_prefetch {
     bool stopping;
     uint64_t fills, failures; /* counters, under lock */
     int slot;                 /* the plan's slot in the cache's registry, or -1 */
+    uint64_t start_after;     /* stage nothing before the reader consumed this many steps */
     uint64_t skipped;         /* samples not staged: they would be evicted first */
 };
 
@@ -125,7 +126,7 @@ static void *prefetch_thread(void *arg)
     while (ids && !p->stopping) {
         uint64_t consumed = __atomic_load_n(&p->consumed, __ATOMIC_ACQUIRE);
         if (p->staged_steps < consumed) p->staged_steps = consumed; /* behind: skip ahead */
-        if (p->staged_steps >= consumed + p->window) {
+        if (consumed < p->start_after || p->staged_steps >= consumed + p->window) {
             pthread_cond_wait(&p->changed, &p->lock);
             continue;
         }
@@ -165,7 +166,7 @@ int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const 
 {
     if (!out || !dataset || !plan)
         return larder__fail(LARDER_EUSAGE, "larder_prefetch_start: NULL");
-    if (options && options->version != LARDER_PREFETCH_OPTIONS_VERSION)
+    if (options && options->version != LARDER_PREFETCH_OPTIONS_VERSION && options->version != 1)
         return larder__fail(LARDER_EUSAGE, "larder_prefetch_start: options version %d, expected %d",
                             options->version, LARDER_PREFETCH_OPTIONS_VERSION);
     if (!larder__dataset_cached(dataset))
@@ -181,6 +182,7 @@ int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const 
     p->window = options && options->window_steps ? options->window_steps : 8;
     p->max_inflight = options && options->max_inflight > 0 ? options->max_inflight
                                                            : larder__dataset_inflight(dataset);
+    p->start_after = options && options->version >= 2 ? options->start_after : 0;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->changed, NULL);
     register_plan(p);
