@@ -226,12 +226,13 @@ LARDER__HIDDEN void larder__cache_set_layout(struct larder__cache *cache,
  * Admission: whether blocks [first, last] of `shard` should be kept when
  * stored now.  False only when the cache is full, plans are known, and
  * every one of the blocks is next read later than every resident block
- * (it would be the next to go: read it through instead).  `demand`: the
- * reader is reading these blocks now, so their use at its current step
- * is the one being served, and the next one counts.
+ * (it would be the next to go: read it through instead).  A use at a
+ * reader's current step counts as to come: the reader (or its prefetcher,
+ * racing it) may be reading the blocks now, and a block read through
+ * there would be fetched twice.
  */
 LARDER__HIDDEN bool larder__cache_admit(struct larder__cache *cache, uint32_t shard, uint64_t first,
-                                        uint64_t last, bool demand);
+                                        uint64_t last);
 /* Steps until block `block` of `shard` is read next by a live plan of the
  * node (0: in the current step), or UINT64_MAX when none reads it in this
  * epoch or the next.  For tests and the benchmark. */

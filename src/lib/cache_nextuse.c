@@ -36,6 +36,11 @@
 #define MAX_GROUPS 8
 #define BORROWED_WEIGHT 4
 #define NEVER UINT64_MAX
+/* All prefetch windows together hold at most 1/WINDOW_SHARE of the
+ * capacity (and each at least one step): a block staged ahead takes the
+ * place of a block kept for reuse until it is read, so windows cost
+ * refetches (measured: bench/results/eviction.md, docs/cache.md). */
+#define WINDOW_SHARE 8
 
 /* The order of one (seed, epoch, mode) that some reader reads now or next. */
 struct group {
@@ -205,14 +210,13 @@ static uint64_t look_at_positions(struct larder__cache *c, struct larder__nextus
 }
 
 /* Steps until reader r reads the sample at positions p_now / p_next (-1: not in that epoch). */
-static uint64_t reader_distance(const struct reader *r, int64_t p_now, int64_t p_next, bool demand)
+static uint64_t reader_distance(const struct reader *r, int64_t p_now, int64_t p_next)
 {
     uint64_t g = r->global_batch, b = r->local_batch;
     if (p_now >= 0) {
         uint64_t p = (uint64_t)p_now, t = p / g;
         if (t < r->steps && (p % g) / b == r->rank && t >= r->start_step &&
-            (t - r->start_step) % r->workers == r->worker &&
-            (t > r->cur || (t == r->cur && !demand)))
+            (t - r->start_step) % r->workers == r->worker && t >= r->cur)
             return t - r->cur;
     }
     if (p_next >= 0) {
@@ -223,7 +227,7 @@ static uint64_t reader_distance(const struct reader *r, int64_t p_now, int64_t p
     return NEVER;
 }
 
-static uint64_t sample_distance(const struct larder__nextuse *n, uint64_t id, bool demand)
+static uint64_t sample_distance(const struct larder__nextuse *n, uint64_t id)
 {
     int64_t position[MAX_GROUPS];
     for (int g = 0; g < MAX_GROUPS; g++)
@@ -232,7 +236,7 @@ static uint64_t sample_distance(const struct larder__nextuse *n, uint64_t id, bo
     for (int i = 0; i < n->num_readers; i++) {
         const struct reader *r = &n->readers[i];
         uint64_t d = reader_distance(r, r->now >= 0 ? position[r->now] : -1,
-                                     r->next >= 0 ? position[r->next] : -1, demand);
+                                     r->next >= 0 ? position[r->next] : -1);
         if (d < best) best = d;
     }
     return best;
@@ -240,7 +244,7 @@ static uint64_t sample_distance(const struct larder__nextuse *n, uint64_t id, bo
 
 /* Steps until global block b (of `shard`) is read next by any live reader. */
 static uint64_t block_distance(struct larder__cache *c, struct larder__nextuse *n, uint32_t shard,
-                               uint64_t block, bool demand)
+                               uint64_t block)
 {
     uint64_t start = block << c->block_shift;
     uint64_t end = start + larder__cache_span(c, shard, block, block);
@@ -248,7 +252,7 @@ static uint64_t block_distance(struct larder__cache *c, struct larder__nextuse *
     larder__shard_map_overlapping(n->map, shard, start, end, &first, &last);
     uint64_t best = NEVER;
     for (uint64_t i = first; i < last; i++) {
-        uint64_t d = sample_distance(n, larder__shard_map_id(n->map, i), demand);
+        uint64_t d = sample_distance(n, larder__shard_map_id(n->map, i));
         if (d < best) best = d;
     }
     return best;
@@ -314,7 +318,7 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
                 continue;
             }
             if (!(word & 1) || (pins && bit_get(c->pinned, b))) continue;
-            struct candidate x = {.use = weighed(c, b, block_distance(c, n, shard, block, false)),
+            struct candidate x = {.use = weighed(c, b, block_distance(c, n, shard, block)),
                                   .block = b};
             if (count < want) {
                 size_t i = count++;
@@ -372,8 +376,7 @@ bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit, 
     return true;
 }
 
-bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
-                         bool demand)
+bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
     uint64_t capacity = __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
     if (c->evict_clock || !capacity || shard >= c->num_shards) return true;
@@ -393,7 +396,7 @@ bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first
             }
         uint64_t nearest = NEVER;
         for (uint64_t b = first; b <= last && nearest >= farthest; b++) {
-            uint64_t d = block_distance(c, n, shard, b, demand);
+            uint64_t d = block_distance(c, n, shard, b);
             if (d < nearest) nearest = d;
         }
         admit = !found || nearest < farthest;
@@ -409,7 +412,7 @@ uint64_t larder__cache_next_use(struct larder__cache *c, uint32_t shard, uint64_
     struct larder__nextuse *n = c->nextuse;
     if (n && shard < c->num_shards && refresh_readers(c, n)) {
         look_at_positions(c, n);
-        d = block_distance(c, n, shard, block, false);
+        d = block_distance(c, n, shard, block);
     }
     pthread_mutex_unlock(&c->evict_lock);
     return d;
@@ -419,5 +422,5 @@ uint64_t larder__cache_window_bytes(struct larder__cache *c, int readers)
 {
     uint64_t capacity = __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
     if (c->evict_clock || !capacity) return 0;
-    return capacity / (2 * (uint64_t)(readers > 0 ? readers : 1));
+    return capacity / (WINDOW_SHARE * (uint64_t)(readers > 0 ? readers : 1));
 }

@@ -319,8 +319,7 @@ int larder__fill_checksum_failure(struct larder__fill *f, uint64_t id, const uin
 
 /* Store (or trust, when they were read from the cache) the blocks that may be kept. */
 static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct larder__fill_scope *p,
-                        const uint8_t *span, const uint8_t *fetched, const uint8_t *keep,
-                        int priority)
+                        const uint8_t *span, const uint8_t *fetched, const uint8_t *keep)
 {
     struct larder__cache *c = f->cache;
     uint64_t start = larder__cache_block_offset(c, p->first);
@@ -334,7 +333,7 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
             larder__cache_trust(c, shard, b, end);
         else if (what != LARDER__DISCARD && fetched[b - p->first] != BLOCK_CACHED &&
                  /* admission: what would be the next to go is read through */
-                 larder__cache_admit(c, shard, b, end, priority == LARDER__DEMAND) &&
+                 larder__cache_admit(c, shard, b, end) &&
                  larder__cache_store(
                      c, shard, b, end, span + larder__cache_block_offset(c, b) - start,
                      fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0)
@@ -421,7 +420,7 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
     }
     if (rc == 0) {
         larder__fill_scope_keepable(f->ix, f->cache, map, shard, &p, ok, keep);
-        keep_blocks(f, shard, &p, span, fetched, keep, priority);
+        keep_blocks(f, shard, &p, span, fetched, keep);
         if (buf) memcpy(buf, span + (lo - span_start), (size_t)(hi - lo));
     }
     larder__cache_unlock(c, lock);

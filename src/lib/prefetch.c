@@ -79,7 +79,7 @@ static bool admitted(struct larder_prefetch *p, uint64_t id)
         return true;
     uint64_t first, last;
     larder__cache_blocks(c, s.offset, s.length, &first, &last);
-    return larder__cache_admit(c, s.shard, first, last, false);
+    return larder__cache_admit(c, s.shard, first, last);
 }
 
 /* Register the plan with the node cache, and cut the window to what the
