@@ -357,3 +357,47 @@ TEST(nextuse_dead_readers_plans_are_dropped)
     unregister_all(r, 1);
     larder_close(dataset);
 }
+
+TEST(nextuse_hostile_registry_is_ignored)
+{
+    setup();
+    /* a live slot of ours, then its fields overwritten with nonsense, as a
+     * damaged (or written by someone else) file would hold */
+    struct reader r[] = {{.params = plan(3, 2, 0, 1, 0, 0), .consumed = 1}};
+    register_all(r, 1);
+    struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
+    CHECK_EQ(larder__cache_plans_live(cache, SAMPLES, live, LARDER__CACHE_PLAN_SLOTS), 1);
+    char path[4096];
+    larder_dataset_info info;
+    larder_dataset_info_get(dataset, &info);
+    snprintf(path, sizeof path, "%s/%s/plans", test_path("cache"), info.dataset_id);
+    size_t length;
+    uint8_t *bytes = test_read_file(path, &length);
+    CHECK(length >= 64 + 128);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    /* slot 0's world (offset 64 + 64 in the file) set to 0, then rank past world */
+    uint32_t bad[4] = {0, 5, 1, 0};
+    fseek(f, 64 + 8 * 8, SEEK_SET); /* world, rank, workers, worker follow 8 words */
+    CHECK_EQ(fwrite(bad, sizeof bad, 1, f), 1);
+    fflush(f);
+    CHECK_EQ(larder__cache_plans_live(cache, SAMPLES, live, LARDER__CACHE_PLAN_SLOTS), 0);
+    uint32_t big[4] = {1u << 31, 3, 0, 0}; /* a world that does not divide G, no workers */
+    fseek(f, 64 + 8 * 8, SEEK_SET);
+    CHECK_EQ(fwrite(big, sizeof big, 1, f), 1);
+    fflush(f);
+    CHECK_EQ(larder__cache_plans_live(cache, SAMPLES, live, LARDER__CACHE_PLAN_SLOTS), 0);
+    /* random bytes over every slot: nothing sane is listed, nothing breaks */
+    static uint8_t noise[64 * 128];
+    test_fill_random(noise, sizeof noise, 77);
+    fseek(f, 64, SEEK_SET);
+    CHECK_EQ(fwrite(noise, sizeof noise, 1, f), 1);
+    fclose(f);
+    int n = larder__cache_plans_live(cache, SAMPLES, live, LARDER__CACHE_PLAN_SLOTS);
+    CHECK(n >= 0 && n <= LARDER__CACHE_PLAN_SLOTS);
+    for (uint64_t b = 0; b < 4; b++)
+        larder__cache_next_use(cache, 0, b);
+    larder__cache_trim(cache);
+    free(bytes);
+    larder_close(dataset);
+}
