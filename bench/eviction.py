@@ -140,6 +140,30 @@ def report(args, total, results, optimum, full):
     return text, summary
 
 
+def cost_table(args, data_dir):
+    """What one decision costs (bench/nextuse_cost.c over the same data, read
+    locally, not through slowfs): the next use of one block, and one scan
+    of every resident block for candidates."""
+    tool = os.path.join(os.path.dirname(args.larder), "larder_bench_nextuse")
+    cache = os.path.join(args.work, "cost-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    rows = []
+    for readers in (1, 4, 16):
+        out = subprocess.run([tool, os.path.join(data_dir, "larder", "index.larder"), cache,
+                              "--readers", str(readers), "--repeat", "5"],
+                             check=True, capture_output=True, text=True).stdout
+        rows.append(out.strip())
+    shutil.rmtree(cache, ignore_errors=True)
+    return "\n".join(["", "## What a decision costs", "",
+                      "`larder_bench_nextuse` (bench/nextuse_cost.c) on the same dataset, "
+                      "every block resident, R plans registered (ranks of one world): the "
+                      "median over 5 runs of one block's next use (with the lock and the "
+                      "registry look it takes) and of one candidate scan (every resident block's "
+                      "next use, the farthest kept).", "",
+                      "| blocks | readers | ns per block | ms per scan |", "|---|---|---|---|"]
+                     + rows) + "\n"
+
+
 def plot(args, path, total, results, optimum):
     import matplotlib
 
@@ -224,6 +248,7 @@ def main():
         optimum[fraction] = belady(results[fraction, "plan"]["trace"], capacity // BLOCK,
                                    epoch_reads)
     text, summary = report(args, total, results, optimum, full)
+    text += cost_table(args, data_dir)
     os.makedirs(args.results, exist_ok=True)
     with open(os.path.join(args.results, args.name + ".md"), "w") as f:
         f.write(text)

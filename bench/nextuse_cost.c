@@ -92,11 +92,19 @@ int main(int argc, char **argv)
         struct larder__cache *limit;
         larder__cache_open(&limit, argv[2], larder__dataset_index(d), 0,
                            st.resident_bytes - larder__cache_block_size(c), 0);
-        /* a reader moves on: the next trim scans again */
+        /* a reader moves on, and long enough after the last scan that the
+         * rate limit (a scan waits 20x its cost) lets the next trim scan */
         larder__cache_plan_advance(c, slots[0], (uint64_t)k + 10);
+        nanosleep(&(struct timespec){.tv_sec = 1}, NULL);
         t0 = now_s();
         larder__cache_trim(c);
         per_scan[k] = (now_s() - t0) * 1e3;
+        larder_stats after;
+        larder_stats_get(d, &after);
+        if (getenv("NEXTUSE_DEBUG"))
+            fprintf(stderr, "resident %llu -> %llu bytes, evictions %llu\n",
+                    (unsigned long long)st.resident_bytes, (unsigned long long)after.resident_bytes,
+                    (unsigned long long)after.evictions);
         larder__cache_close(limit);
     }
     qsort(per_block, (size_t)repeat, sizeof *per_block, compare);
