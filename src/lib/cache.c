@@ -257,6 +257,7 @@ int larder__cache_open(struct larder__cache **out, const char *dir, const struct
      * process sharing this cache (the daemon's --cache-size); one that
      * sets none follows it */
     if (capacity) __atomic_store_n(&c->header->capacity, capacity, __ATOMIC_RELEASE);
+    larder__share_open(c, dir, ix->id_low, ix->id_high); /* LARDER_NODE_CACHE_SIZE */
     const char *trace = getenv("LARDER_EVICT_TRACE");
     if (trace && trace[0])
         c->trace_fd = larder__sys.open(trace, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
@@ -268,6 +269,7 @@ void larder__cache_close(struct larder__cache *c)
 {
     if (!c) return;
     larder__nextuse_free(c->nextuse);
+    larder__share_close(c->share);
     larder__cache_plans_detach(c);
     if (c->trace_fd >= 0) larder__sys.close(c->trace_fd);
     if (c->header) munmap(c->header, c->map_size);

@@ -114,7 +114,7 @@ void larder__cache_trim(struct larder__cache *c)
     uint64_t limit = capacity ? capacity >> c->block_shift : UINT64_MAX;
     uint64_t borrow_limit = c->borrow_capacity ? c->borrow_capacity >> c->block_shift : UINT64_MAX;
     if (total == 0 || (atomic_load64(&c->header->resident_blocks) <= limit &&
-                       atomic_load64(&c->header->borrowed_blocks) <= borrow_limit))
+                       atomic_load64(&c->header->borrowed_blocks) <= borrow_limit && !c->share))
         return;
     bool pins = pins_hold(c, larder__cache_clock_ms());
     pthread_mutex_lock(&c->evict_lock);
@@ -131,6 +131,15 @@ void larder__cache_trim(struct larder__cache *c)
             evict_block(c, fd,
                         __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
                         false, pins);
+        if (c->share && c->evict_clock) { /* the node's capacity: by the clock, from this dataset */
+            for (uint64_t steps = 0; steps < 2 * total && larder__share_over(c, 0); steps++)
+                evict_block(c, fd,
+                            __atomic_fetch_add(&c->header->clock_hand, 1, __ATOMIC_RELAXED) % total,
+                            false, pins);
+        } else if (c->share) {                /* by next use, across the datasets (cache_share.c) */
+            larder__nextuse_refresh(c, pins); /* keeps what it publishes fresh */
+            larder__share_trim(c, fd, pins);
+        }
         larder__sys.close(fd);
     }
     pthread_mutex_unlock(&c->evict_lock);

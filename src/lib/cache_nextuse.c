@@ -76,6 +76,7 @@ struct larder__nextuse {
     size_t num_candidates, next_candidate, cap_candidates;
     bool candidates_valid;
     uint64_t last_scan_ns, scan_cost_ns;
+    uint64_t resident_at_pick; /* with a node capacity, blocks stored since count too */
 };
 
 static uint64_t now_ns(void)
@@ -336,11 +337,19 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
         }
     }
     qsort(h, count, sizeof *h, compare_candidates);
+    if (c->share) { /* what the other datasets of the node may take from this one */
+        uint64_t blocks[LARDER__SHARE_VICTIMS], uses[LARDER__SHARE_VICTIMS];
+        size_t k = 0;
+        for (; k < count && k < LARDER__SHARE_VICTIMS; k++)
+            blocks[k] = h[k].block, uses[k] = h[k].use;
+        larder__share_publish(c, blocks, uses, k);
+    }
     n->num_candidates = count;
     n->next_candidate = 0;
     n->candidates_valid = true;
     n->last_scan_ns = now_ns();
     n->scan_cost_ns = n->last_scan_ns - started;
+    n->resident_at_pick = atomic_load64(&c->header->resident_blocks);
     return true;
 }
 
@@ -349,7 +358,10 @@ static bool current(struct larder__cache *c, struct larder__nextuse *n, bool pin
 {
     if (!refresh_readers(c, n)) return false;
     uint64_t positions = look_at_positions(c, n);
-    bool moved = positions != n->positions;
+    /* with a node capacity, other datasets take from what this one
+     * publishes: blocks stored since the last pick may be farther */
+    bool moved = positions != n->positions ||
+                 (c->share && atomic_load64(&c->header->resident_blocks) != n->resident_at_pick);
     /* a reader moved on: rescan, unless the last scan's cost says wait */
     bool due = !n->candidates_valid || n->next_candidate >= n->num_candidates ||
                (moved && now_ns() - n->last_scan_ns >= 20 * n->scan_cost_ns);
@@ -376,12 +388,48 @@ bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit, 
     return true;
 }
 
+uint64_t larder__nextuse_farthest(struct larder__cache *c, bool pins, uint64_t *use)
+{
+    struct larder__nextuse *n = c->nextuse;
+    if (!n || !current(c, n, pins)) return UINT64_MAX;
+    for (int round = 0; round < 2; round++) {
+        for (; n->next_candidate < n->num_candidates; n->next_candidate++) {
+            const struct candidate *x = &n->candidates[n->next_candidate];
+            if (bit_get(c->resident, x->block) && !(pins && bit_get(c->pinned, x->block))) {
+                *use = x->use;
+                return x->block;
+            }
+        }
+        if (round == 0 && !pick(c, n, pins)) break;
+    }
+    return UINT64_MAX;
+}
+
+bool larder__nextuse_evict_farthest(struct larder__cache *c, int lock_fd, uint64_t block)
+{
+    struct larder__nextuse *n = c->nextuse;
+    if (!n || n->next_candidate >= n->num_candidates ||
+        n->candidates[n->next_candidate].block != block)
+        return false;
+    n->next_candidate++; /* gone, or being filled: either way not next any more */
+    larder__cache_evict_one(c, lock_fd, block);
+    return true;
+}
+
+void larder__nextuse_refresh(struct larder__cache *c, bool pins)
+{
+    if (c->nextuse) current(c, c->nextuse, pins);
+}
+
 bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
 {
     uint64_t capacity = __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
-    if (c->evict_clock || !capacity || shard >= c->num_shards) return true;
-    uint64_t limit = capacity >> c->block_shift;
-    if (atomic_load64(&c->header->resident_blocks) + (last - first + 1) <= limit) return true;
+    if (c->evict_clock || shard >= c->num_shards) return true;
+    uint64_t more = last - first + 1;
+    bool full =
+        capacity && atomic_load64(&c->header->resident_blocks) + more > capacity >> c->block_shift;
+    bool node_full = larder__share_over(c, more << c->block_shift);
+    if (!full && !node_full) return true;
     bool admit = true;
     pthread_mutex_lock(&c->evict_lock);
     struct larder__nextuse *n = c->nextuse;
@@ -394,6 +442,11 @@ bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first
                 farthest = n->candidates[i].use;
                 found = true;
             }
+        uint64_t other; /* with a node capacity, another dataset's may go instead */
+        if (node_full && larder__share_farthest(c, &other) && (!found || other > farthest)) {
+            farthest = other;
+            found = true;
+        }
         uint64_t nearest = NEVER;
         for (uint64_t b = first; b <= last && nearest >= farthest; b++) {
             uint64_t d = block_distance(c, n, shard, b);

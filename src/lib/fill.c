@@ -331,13 +331,18 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
         uint8_t what = keep[b - p->first];
         if (what == LARDER__KEEP_CHECKED && fetched[b - p->first] == BLOCK_CACHED)
             larder__cache_trust(c, shard, b, end);
-        else if (what != LARDER__DISCARD && fetched[b - p->first] != BLOCK_CACHED &&
-                 /* admission: what would be the next to go is read through */
-                 larder__cache_admit(c, shard, b, end) &&
-                 larder__cache_store(
-                     c, shard, b, end, span + larder__cache_block_offset(c, b) - start,
-                     fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0)
-            return; /* disk full: served uncached (the cache counts it and warns once) */
+        else if (what != LARDER__DISCARD && fetched[b - p->first] != BLOCK_CACHED)
+            /* admission, block by block: what would be the next to go is read through */
+            for (uint64_t x = b, y; x <= end; x = y + 1) {
+                y = x;
+                if (!larder__cache_admit(c, shard, x, x)) continue;
+                while (y < end && larder__cache_admit(c, shard, y + 1, y + 1))
+                    y++;
+                if (larder__cache_store(
+                        c, shard, x, y, span + larder__cache_block_offset(c, x) - start,
+                        fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0)
+                    return; /* disk full: served uncached (the cache counts it and warns once) */
+            }
         b = end + 1;
     }
 }
