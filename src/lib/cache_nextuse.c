@@ -41,6 +41,8 @@
  * place of a block kept for reuse until it is read, so windows cost
  * refetches (measured: bench/results/eviction.md, docs/cache.md). */
 #define WINDOW_SHARE 8
+/* Scans cheaper than this are never put off (small caches stay exact). */
+#define CHEAP_SCAN_NS 1000000
 
 /* The order of one (seed, epoch, mode) that some reader reads now or next. */
 struct group {
@@ -83,6 +85,15 @@ static uint64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* This thread's CPU time: what a scan costs, without the time the
+ * thread waited to run on a busy machine. */
+static uint64_t cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -160,8 +171,23 @@ static bool refresh_readers(struct larder__cache *c, struct larder__nextuse *n)
     if (n->known && generation == n->generation) return n->num_readers > 0;
     struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
     int count = larder__cache_plans_live(c, n->ix->num_samples, live, LARDER__CACHE_PLAN_SLOTS);
-    for (int g = 0; g < MAX_GROUPS; g++)
-        n->groups[g].used = false;
+    /* first free the orders no live plan needs any more, so that they
+     * cannot keep out the ones that are needed now */
+    for (int g = 0; g < MAX_GROUPS; g++) {
+        struct group *x = &n->groups[g];
+        bool needed = false;
+        for (int i = 0; i < count && x->plan && !needed; i++) {
+            const struct larder__plan_params *p = &live[i].params;
+            needed = x->seed == p->seed && x->mode == p->mode &&
+                     x->window == p->locality_window &&
+                     (x->epoch == p->epoch || x->epoch == p->epoch + 1);
+        }
+        if (x->plan && !needed) {
+            larder_plan_destroy(x->plan);
+            x->plan = NULL;
+        }
+        x->used = false;
+    }
     n->num_readers = 0;
     for (int i = 0; i < count; i++) {
         const struct larder__plan_params *p = &live[i].params;
@@ -295,7 +321,7 @@ static int compare_candidates(const void *x, const void *y)
 /* Pick the resident blocks to go first: the farthest `want` of them, in order. */
 static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
 {
-    uint64_t started = now_ns();
+    uint64_t started = cpu_ns();
     uint64_t resident = atomic_load64(&c->header->resident_blocks);
     size_t want = (size_t)(resident / 32);
     if (want < 64) want = 64;
@@ -348,7 +374,7 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
     n->next_candidate = 0;
     n->candidates_valid = true;
     n->last_scan_ns = now_ns();
-    n->scan_cost_ns = n->last_scan_ns - started;
+    n->scan_cost_ns = cpu_ns() - started;
     n->resident_at_pick = atomic_load64(&c->header->resident_blocks);
     return true;
 }
@@ -362,9 +388,11 @@ static bool current(struct larder__cache *c, struct larder__nextuse *n, bool pin
      * publishes: blocks stored since the last pick may be farther */
     bool moved = positions != n->positions ||
                  (c->share && atomic_load64(&c->header->resident_blocks) != n->resident_at_pick);
-    /* a reader moved on: rescan, unless the last scan's cost says wait */
+    /* a reader moved on: rescan, unless the last scan cost more than
+     * CHEAP_SCAN_NS and a twentieth of the time since it */
     bool due = !n->candidates_valid || n->next_candidate >= n->num_candidates ||
-               (moved && now_ns() - n->last_scan_ns >= 20 * n->scan_cost_ns);
+               (moved && (n->scan_cost_ns < CHEAP_SCAN_NS ||
+                          now_ns() - n->last_scan_ns >= 20 * n->scan_cost_ns));
     if (due) {
         n->positions = positions;
         if (!pick(c, n, pins)) return false;
