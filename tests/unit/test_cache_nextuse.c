@@ -401,3 +401,47 @@ TEST(nextuse_hostile_registry_is_ignored)
     free(bytes);
     larder_close(dataset);
 }
+
+TEST(nextuse_prefers_dropping_borrowed_blocks)
+{
+    setup();
+    /* one reader of the whole order: every block has a next use */
+    struct reader r[] = {{.params = plan(3, 1, 0, 1, 0, 0), .consumed = 2}};
+    register_all(r, 1);
+    long long use[1024], evict[1024];
+    reference(r, 1, 0, use, evict);
+    uint64_t total = total_blocks(), present = 0, farthest = 0;
+    for (uint64_t b = 0; b < total; b++)
+        if (resident(b)) {
+            present++;
+            CHECK(use[b] >= 0);
+            if (use[b] > use[farthest] || !resident(farthest)) farthest = b;
+        }
+    /* a block nearer than the farthest, but farther than a quarter of it,
+     * kept again as borrowed from a peer */
+    uint64_t borrowed = UINT64_MAX;
+    for (uint64_t b = 0; b < total && borrowed == UINT64_MAX; b++)
+        if (resident(b) && use[b] < use[farthest] && 4 * use[b] > use[farthest]) borrowed = b;
+    CHECK(borrowed != UINT64_MAX);
+    uint32_t shard;
+    uint64_t block;
+    locate(borrowed, &shard, &block);
+    static uint8_t bytes[BLOCK];
+    uint64_t length = larder__cache_span(cache, shard, block, block);
+    CHECK_EQ(larder__cache_pread(cache, shard, bytes, (size_t)length, block * BLOCK), 0);
+    int lock = larder__cache_lock(cache, shard, block, block);
+    CHECK(lock >= 0);
+    CHECK_EQ(larder__cache_store(cache, shard, block, block, bytes, true, true), 0);
+    larder__cache_unlock(cache, lock);
+    /* room for one block less: the borrowed one goes, not the farthest */
+    struct larder__cache *other;
+    CHECK_EQ(larder__cache_open(&other, test_path("cache"), larder__dataset_index(dataset), BLOCK,
+                                (present - 1) * BLOCK, 0),
+             0);
+    larder__cache_trim(cache);
+    CHECK(!resident(borrowed));
+    CHECK(resident(farthest));
+    larder__cache_close(other);
+    unregister_all(r, 1);
+    larder_close(dataset);
+}
