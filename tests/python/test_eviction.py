@@ -58,9 +58,9 @@ def shard_bytes(log):
     return total
 
 
-def epochs_of(url, log, shards, cache, policy, monkeypatch):
-    """Origin bytes of each of 3 epochs, as multiples of the shards' size."""
-    monkeypatch.setenv("LARDER_EVICT", policy)
+def run_epochs(url, log, shards, cache):
+    """Origin bytes of each of 3 epochs, as multiples of the shards' size
+    (in this process: LARDER_EVICT is what it was started with)."""
     ds = larder.torch.IterableDataset(url, cache=str(cache), cache_size=shards // 2,
                                       block_size=4096, batch_size=BATCH, seed=5,
                                       yield_batches=True, prefetch=2)
@@ -76,10 +76,20 @@ def epochs_of(url, log, shards, cache, policy, monkeypatch):
     return fetched
 
 
-def test_next_use_fetches_half_of_what_the_clock_does(origin, tmp_path, monkeypatch):
+def epochs_of(url, log, shards, cache, policy):
+    """run_epochs in a process of its own started with LARDER_EVICT=policy,
+    so that its DataLoader workers (forked, or from a fork server) have it."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), url, str(log), str(shards),
+                          str(cache)], env={**os.environ, "LARDER_EVICT": policy},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_next_use_fetches_half_of_what_the_clock_does(origin, tmp_path):
     url, log, shards = origin
-    clock = epochs_of(url, log, shards, tmp_path / "cache-clock", "clock", monkeypatch)
-    plan = epochs_of(url, log, shards, tmp_path / "cache-plan", "plan", monkeypatch)
+    clock = epochs_of(url, log, shards, tmp_path / "cache-clock", "clock")
+    plan = epochs_of(url, log, shards, tmp_path / "cache-plan", "plan")
     print("origin bytes per epoch, clock", clock, "next use", plan)
     # the first epoch reads everything once either way
     assert 0.95 < plan[0] < 1.15, plan
@@ -88,3 +98,11 @@ def test_next_use_fetches_half_of_what_the_clock_does(origin, tmp_path, monkeypa
         assert plan[e] <= 0.62, plan
         assert clock[e] >= 0.75, clock
         assert plan[e] < 0.7 * clock[e], (plan, clock)
+
+
+if __name__ == "__main__":
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):  # as conftest.py does, for the same reason
+        import multiprocessing
+
+        multiprocessing.set_start_method("forkserver", force=True)
+    print(json.dumps(run_epochs(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])))
