@@ -178,8 +178,7 @@ static bool refresh_readers(struct larder__cache *c, struct larder__nextuse *n)
         bool needed = false;
         for (int i = 0; i < count && x->plan && !needed; i++) {
             const struct larder__plan_params *p = &live[i].params;
-            needed = x->seed == p->seed && x->mode == p->mode &&
-                     x->window == p->locality_window &&
+            needed = x->seed == p->seed && x->mode == p->mode && x->window == p->locality_window &&
                      (x->epoch == p->epoch || x->epoch == p->epoch + 1);
         }
         if (x->plan && !needed) {
