@@ -21,12 +21,12 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* long options without a letter (transforms) */
+/* long options without a letter: the transforms' (OPT_TF_*) */
 enum {
-    OPTION_TRANSFORM_DIR = 1000,
-    OPTION_TRANSFORM_JOBS,
-    OPTION_TRANSFORM_CPU,
-    OPTION_TRANSFORM_CACHE,
+    OPT_TF_DIR = 1000,
+    OPT_TF_JOBS,
+    OPT_TF_CPU,
+    OPT_TF_CACHE,
 };
 
 const char larderd_help[] =
@@ -145,12 +145,12 @@ static int take_number(struct larderd_config *config, int option, const char *va
                                 value);
         config->idle_timeout_ms = (int)(number * 1000);
         return 0;
-    case OPTION_TRANSFORM_JOBS:
+    case OPT_TF_JOBS:
         if (args_parse_u64(value, &number) < 0 || number < 1 || number > 256)
             return config_error(error, size, "bad --transform-jobs '%s' (1-256)", value);
         config->transform_jobs = (int)number;
         return 0;
-    case OPTION_TRANSFORM_CPU:
+    case OPT_TF_CPU:
         if (args_parse_u64(value, &number) < 0 || number > 100)
             return config_error(error, size, "bad --transform-cpu-limit '%s' (percent, 0-100)",
                                 value);
@@ -184,7 +184,7 @@ static int take_size(struct larderd_config *config, int option, const char *valu
         if (args_parse_size(value, &config->cache_capacity) < 0)
             return config_error(error, size, "bad --cache-size '%s'", value);
         return 0;
-    case OPTION_TRANSFORM_CACHE:
+    case OPT_TF_CACHE:
         if (args_parse_size(value, &config->transform_cache_bytes) < 0)
             return config_error(error, size, "bad --transform-cache '%s'", value);
         return 0;
@@ -253,49 +253,48 @@ static int take_option(struct larderd_config *config, int option, const char *va
         config->replicate[config->num_replicate] = NULL;
         return 0;
     }
-    case OPTION_TRANSFORM_DIR:
+    case OPT_TF_DIR:
         config->transform_dir = value;
         return 0;
     case 'b':
     case 'C':
     case 'B':
-    case OPTION_TRANSFORM_CACHE:
+    case OPT_TF_CACHE:
         return take_size(config, option, value, error, size);
     default:
         return take_number(config, option, value, error, size);
     }
 }
 
-static const struct option options[] = {
-    {"config", required_argument, 0, 'F'},
-    {"cache", required_argument, 0, 'c'},
-    {"socket", required_argument, 0, 's'},
-    {"listen", required_argument, 0, 'l'},
-    {"peers", required_argument, 0, 'p'},
-    {"hostfile", required_argument, 0, 'H'},
-    {"slurm", no_argument, 0, 'S'},
-    {"self", required_argument, 0, 'n'},
-    {"secret-file", required_argument, 0, 'k'},
-    {"jobs", required_argument, 0, 'j'},
-    {"metrics", required_argument, 0, 'm'},
-    {"warm", no_argument, 0, 'w'},
-    {"warm-rate", required_argument, 0, 'r'},
-    {"borrow-size", required_argument, 0, 'b'},
-    {"cache-size", required_argument, 0, 'C'},
-    {"allow", required_argument, 0, 'a'},
-    {"allow-uid", required_argument, 0, 'U'},
-    {"allow-gid", required_argument, 0, 'G'},
-    {"insecure-peers", no_argument, 0, 'I'},
-    {"max-connections", required_argument, 0, 'M'},
-    {"idle-timeout", required_argument, 0, 'T'},
-    {"connection-memory", required_argument, 0, 'B'},
-    {"replicate-prefix", required_argument, 0, 'R'},
-    {"transform-dir", required_argument, 0, OPTION_TRANSFORM_DIR},
-    {"transform-jobs", required_argument, 0, OPTION_TRANSFORM_JOBS},
-    {"transform-cpu-limit", required_argument, 0, OPTION_TRANSFORM_CPU},
-    {"transform-cache", required_argument, 0, OPTION_TRANSFORM_CACHE},
-    {"help", no_argument, 0, 'h'},
-    {0, 0, 0, 0}};
+static const struct option options[] = {{"config", required_argument, 0, 'F'},
+                                        {"cache", required_argument, 0, 'c'},
+                                        {"socket", required_argument, 0, 's'},
+                                        {"listen", required_argument, 0, 'l'},
+                                        {"peers", required_argument, 0, 'p'},
+                                        {"hostfile", required_argument, 0, 'H'},
+                                        {"slurm", no_argument, 0, 'S'},
+                                        {"self", required_argument, 0, 'n'},
+                                        {"secret-file", required_argument, 0, 'k'},
+                                        {"jobs", required_argument, 0, 'j'},
+                                        {"metrics", required_argument, 0, 'm'},
+                                        {"warm", no_argument, 0, 'w'},
+                                        {"warm-rate", required_argument, 0, 'r'},
+                                        {"borrow-size", required_argument, 0, 'b'},
+                                        {"cache-size", required_argument, 0, 'C'},
+                                        {"allow", required_argument, 0, 'a'},
+                                        {"allow-uid", required_argument, 0, 'U'},
+                                        {"allow-gid", required_argument, 0, 'G'},
+                                        {"insecure-peers", no_argument, 0, 'I'},
+                                        {"max-connections", required_argument, 0, 'M'},
+                                        {"idle-timeout", required_argument, 0, 'T'},
+                                        {"connection-memory", required_argument, 0, 'B'},
+                                        {"replicate-prefix", required_argument, 0, 'R'},
+                                        {"transform-dir", required_argument, 0, OPT_TF_DIR},
+                                        {"transform-jobs", required_argument, 0, OPT_TF_JOBS},
+                                        {"transform-cpu-limit", required_argument, 0, OPT_TF_CPU},
+                                        {"transform-cache", required_argument, 0, OPT_TF_CACHE},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
 
 int larderd_config_parse(struct larderd_config *config, int argc, char **argv, char *error,
                          size_t error_size)
