@@ -3,17 +3,19 @@
  * ending in .zst (WebDataset: "KEY.bin.zst" is the field "bin.zst")
  * decompressed by libzstd into the field without its ".zst", plain bytes.
  *
- * The output is bounded: a frame must state its content size in its
- * header (zstd's default), and a frame that claims more than
- * LARDER_TRANSFORM_MAX_OUTPUT, or whose data decompress to other than it
- * claims, is refused with an error, so a hostile frame cannot make the
- * decompressor allocate or write what the claim says.
+ * The output is bounded before anything is decompressed: by the frames'
+ * content sizes where their headers state them (the zstd tool does for
+ * files), else by their blocks (at most 128 KiB each: a stream's frames),
+ * libzstd's ZSTD_decompressBound.  Data that could decompress to more than
+ * LARDER_TRANSFORM_MAX_OUTPUT is refused with an error (a zstd bomb), and
+ * decompression writes into that bound and no further.
  */
 #include "transform.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <strings.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_decompressBound: exported by libzstd 1.4+ */
 #include <zstd.h>
 
 static int zstd_parse(const char *params, void *state, char *canonical, char *error,
@@ -39,16 +41,13 @@ static int64_t zstd_bound(const void *state, const larder_field_info *f, const v
                           char *error, size_t error_size)
 {
     (void)state;
-    unsigned long long size = ZSTD_getFrameContentSize(data, (size_t)f->length);
+    unsigned long long size = ZSTD_decompressBound(data, (size_t)f->length);
     if (size == ZSTD_CONTENTSIZE_ERROR)
-        return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED, "not a zstd frame");
-    if (size == ZSTD_CONTENTSIZE_UNKNOWN)
         return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
-                                       "zstd frame without its content size (compress with "
-                                       "the size known, as the zstd tool does for files)");
+                                       "not zstd data, or a corrupt frame");
     if (size > LARDER_TRANSFORM_MAX_OUTPUT)
         return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
-                                       "zstd frame claims %llu bytes: at most %u", size,
+                                       "zstd data may decompress to %llu bytes: at most %u", size,
                                        LARDER_TRANSFORM_MAX_OUTPUT);
     return (int64_t)size;
 }
@@ -61,15 +60,12 @@ static int64_t zstd_run(const void *state, const larder_field_info *f, const voi
     if (bound < 0) return bound;
     if ((uint64_t)bound > capacity)
         return larder__transform_error(error, error_size, LARDER_ETOOSMALL, "no room");
-    /* into exactly the claimed size: more would not fit, less is caught below */
+    /* into the bound and no further; a frame that holds other than its
+     * header's content size is an error of libzstd's */
     size_t n = ZSTD_decompress(out, (size_t)bound, data, (size_t)f->length);
     if (ZSTD_isError(n))
         return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
                                        "corrupt zstd data: %s", ZSTD_getErrorName(n));
-    if (n != (size_t)bound)
-        return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
-                                       "zstd frame claims %lld bytes and holds %zu",
-                                       (long long)bound, n);
     size_t length = strlen(name);
     if (length >= 4 && strcasecmp(name + length - 4, ".zst") == 0)
         name[length - 4] = '\0';
