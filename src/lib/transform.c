@@ -205,7 +205,11 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
         return larder__fail(LARDER_EUNSUPPORTED, "sample %llu: %u fields, at most %d",
                             (unsigned long long)id, num_fields, LARDER__TRANSFORM_MAX_FIELDS);
     struct out_field *out = calloc(num_fields ? num_fields : 1, sizeof *out);
-    if (!out) return -ENOMEM;
+    uint64_t *bounds = calloc(num_fields ? num_fields : 1, sizeof *bounds);
+    if (!out || !bounds) {
+        free(out), free(bounds);
+        return -ENOMEM;
+    }
     char error[256];
     uint64_t data_bound = 0;
     bool any = false;
@@ -224,6 +228,7 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
             any = true;
             bound = ops->bound(t->state, f, sample + f->offset, error, sizeof error);
         }
+        if (bound >= 0) bounds[i] = (uint64_t)bound;
         if (bound < 0)
             rc = larder__fail((int)bound, "sample %llu field '%s': transform %s: %s",
                               (unsigned long long)id, f->name, t->canonical, error);
@@ -257,8 +262,8 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
                                   error[0] ? error : larder_strerror((int)n));
                 break;
             }
-            if ((uint64_t)n > data_bound - used || o->info.ndim > LARDER_MAX_DIMS ||
-                o->info.dtype < 0 || o->info.dtype >= LARDER_DTYPE_COUNT) {
+            if ((uint64_t)n > bounds[i] || o->info.ndim > LARDER_MAX_DIMS || o->info.dtype < 0 ||
+                o->info.dtype >= LARDER_DTYPE_COUNT) {
                 rc = larder__fail(LARDER_EUNSUPPORTED,
                                   "sample %llu field '%s': transform %s broke its contract "
                                   "(size past its bound, or a bad dtype or shape)",
@@ -273,6 +278,7 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
         memset(data + used + n, 0, (size_t)(align8((uint64_t)n) - (uint64_t)n));
         used += align8((uint64_t)n);
     }
+    free(bounds);
     if (rc < 0) {
         free(data), free(out);
         return rc;

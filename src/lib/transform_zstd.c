@@ -41,7 +41,9 @@ static int64_t zstd_bound(const void *state, const larder_field_info *f, const v
                           char *error, size_t error_size)
 {
     (void)state;
-    unsigned long long size = ZSTD_decompressBound(data, (size_t)f->length);
+    /* no frame at all (empty) is not zstd data either */
+    unsigned long long size =
+        f->length < 4 ? ZSTD_CONTENTSIZE_ERROR : ZSTD_decompressBound(data, (size_t)f->length);
     if (size == ZSTD_CONTENTSIZE_ERROR)
         return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
                                        "not zstd data, or a corrupt frame");
