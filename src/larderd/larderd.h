@@ -316,6 +316,9 @@ bool transform_request(struct connection *c, const struct larder__frame *f, cons
 /* The transforms' placement, inputs and counters as a JSON object (STATS), and as metrics. */
 size_t transforms_json(struct larderd *d, char *out, size_t capacity);
 size_t transforms_metrics(struct larderd *d, char *out, size_t capacity);
+/* Set up the transforms and the sampler of their placement (main.c): 0 or -errno.
+ * Without it (unit tests), they are set up on the first request, unsampled. */
+int transforms_start(struct larderd *d);
 /* Finish the transforms in flight and free them (after the READ pool stopped). */
 void transforms_free(struct larderd *d);
 

@@ -104,7 +104,7 @@ int main(int argc, char **argv)
         say("loaded %d transform%s from %s", loaded, loaded == 1 ? "" : "s",
             d->config.transform_dir);
     }
-    if ((rc = larderd_start(d)) < 0) {
+    if ((rc = larderd_start(d)) < 0 || (rc = transforms_start(d)) < 0) {
         say("cannot start: %s", larder_strerror(rc));
         return 1;
     }

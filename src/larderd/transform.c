@@ -32,11 +32,17 @@ struct transforms {
     struct transform_cache *cache;
     struct placement place;
     uint64_t queued; /* transforms queued or running (atomic) */
+    /* the sampler (transforms_start): placement's inputs measured every
+     * PLACE_SAMPLE_MS, requests or not, so a decision is ready when one comes */
+    pthread_t sampler;
+    bool sampling, stopping;
+    pthread_mutex_t stop_lock;
+    pthread_cond_t stop;
     /* counters (atomic) */
     uint64_t transformed, cached, raw_reader, raw_shed, raw_unknown, errors;
 };
 
-enum job_kind { JOB_TRANSFORM, JOB_RAW };
+enum job_kind { JOB_TRANSFORM, JOB_RAW, JOB_RAW_AT_READER };
 
 struct transform_job {
     struct connection *connection;
@@ -74,6 +80,8 @@ static struct transforms *transforms_of(struct larderd *d)
             if (jobs > 16) jobs = 16;
         }
         t->jobs = jobs;
+        pthread_mutex_init(&t->stop_lock, NULL);
+        pthread_cond_init(&t->stop, NULL);
         t->cache = transform_cache_new(d->config.transform_cache_bytes);
         placement_init(&t->place, d->config.transform_cpu_limit, now_ms());
         if (!t->cache || larder__pool_new(&t->pool, jobs) < 0) {
@@ -88,10 +96,46 @@ static struct transforms *transforms_of(struct larderd *d)
     return t;
 }
 
+static void *sampler(void *arg)
+{
+    struct transforms *t = arg;
+    pthread_mutex_lock(&t->stop_lock);
+    while (!t->stopping) {
+        pthread_mutex_unlock(&t->stop_lock);
+        placement_tick(&t->place, now_ms());
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += PLACE_SAMPLE_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_mutex_lock(&t->stop_lock);
+        if (!t->stopping) pthread_cond_timedwait(&t->stop, &t->stop_lock, &until);
+    }
+    pthread_mutex_unlock(&t->stop_lock);
+    return NULL;
+}
+
+int transforms_start(struct larderd *d)
+{
+    struct transforms *t = transforms_of(d);
+    if (!t) return -ENOMEM;
+    if (pthread_create(&t->sampler, NULL, sampler, t) != 0) return -EAGAIN;
+    t->sampling = true;
+    return 0;
+}
+
 void transforms_free(struct larderd *d)
 {
     struct transforms *t = d->transforms;
     if (!t) return;
+    if (t->sampling) {
+        pthread_mutex_lock(&t->stop_lock);
+        t->stopping = true;
+        pthread_cond_signal(&t->stop);
+        pthread_mutex_unlock(&t->stop_lock);
+        pthread_join(t->sampler, NULL);
+    }
+    pthread_mutex_destroy(&t->stop_lock);
+    pthread_cond_destroy(&t->stop);
     larder__pool_free(t->pool); /* runs what is queued */
     transform_cache_free(t->cache);
     placement_free(&t->place);
@@ -164,9 +208,10 @@ static void transform_job(void *arg)
     uint64_t length = 0;
     size_t result_length = 0;
     int rc = read_sample(job, &fields, &num_fields, &bytes, &length);
-    if (rc == 0 && job->kind == JOB_RAW) {
-        answer(c, job->request_id, LARDER__TRANSFORMED_RAW, bytes, (size_t)length,
-               job->request.priority);
+    if (rc == 0 && job->kind != JOB_TRANSFORM) {
+        uint32_t flags = LARDER__TRANSFORMED_RAW;
+        if (job->kind == JOB_RAW_AT_READER) flags |= LARDER__TRANSFORMED_AT_READER;
+        answer(c, job->request_id, flags, bytes, (size_t)length, job->request.priority);
     } else if (rc == 0) {
         rc = larder__transform_run(&job->transform, job->request.sample, fields, num_fields, bytes,
                                    length, &result, &result_length);
@@ -245,7 +290,7 @@ bool transform_request(struct connection *c, const struct larder__frame *f, cons
         uint64_t queued = __atomic_load_n(&t->queued, __ATOMIC_RELAXED);
         if (!placement_admit(&t->place, now_ms(), request.wait_us, request.budget_us, queued,
                              t->jobs, &shed)) {
-            job->kind = JOB_RAW;
+            job->kind = shed ? JOB_RAW : JOB_RAW_AT_READER;
             count(shed ? &t->raw_shed : &t->raw_reader);
         }
     }

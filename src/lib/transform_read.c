@@ -6,7 +6,11 @@
  * index's checksum and the transform runs here: the same code as in the
  * daemon (transform.c), so the same bytes.  Each read reports the
  * process's recent wait for transformed samples and its budget, what the
- * daemon places work by (docs/transforms.md).
+ * daemon places work by (docs/transforms.md): the budget set, else twice
+ * what a transform costs this process (its CPU time, measured on the
+ * first transformed read, which runs here, and whenever one runs here).
+ * A daemon that says it leaves transforms to its readers is not asked
+ * again for AT_READER_BACKOFF_US: the process transforms what it reads.
  */
 #include "dataset_internal.h"
 #include "endpoint.h"
@@ -22,7 +26,13 @@
 
 #define TRANSFORM_TIMEOUT_MS 30000 /* the daemon answers raw bytes well before, when busy */
 
-static uint32_t wait_ewma_us;           /* the process's wait per transformed sample, smoothed */
+#define AT_READER_BACKOFF_US 500000
+
+static uint32_t wait_ewma_us; /* the process's wait per transformed sample, smoothed */
+static uint32_t cost_ewma_us; /* CPU time of a transform run here, smoothed; 0: none yet */
+/* per daemon (by its address's hash; a collision only delays): now_us()
+ * before which it is not asked */
+static uint64_t daemon_busy_until[64];
 static uint64_t budget_us = UINT64_MAX; /* UINT64_MAX: not set, read LARDER_TRANSFORM_BUDGET_MS */
 static pthread_once_t dir_once = PTHREAD_ONCE_INIT;
 
@@ -39,15 +49,33 @@ void larder__transform_reader_load(uint32_t *wait_us, uint32_t *budget)
         b = text && *text ? strtoull(text, NULL, 10) * 1000 : 0;
         __atomic_store_n(&budget_us, b, __ATOMIC_RELAXED);
     }
+    if (!b) b = 2 * (uint64_t)__atomic_load_n(&cost_ewma_us, __ATOMIC_RELAXED);
     *budget = b > UINT32_MAX ? UINT32_MAX : (uint32_t)b;
     *wait_us = __atomic_load_n(&wait_ewma_us, __ATOMIC_RELAXED);
 }
 
-static void note_wait(uint64_t us)
+static uint64_t *busy_until(larder_dataset *d)
 {
-    uint32_t old = __atomic_load_n(&wait_ewma_us, __ATOMIC_RELAXED);
-    uint64_t next = (7 * (uint64_t)old + (us > UINT32_MAX ? UINT32_MAX : us)) / 8;
-    __atomic_store_n(&wait_ewma_us, (uint32_t)next, __ATOMIC_RELAXED);
+    uint64_t h = 1469598103934665603u;
+    for (const char *c = larder__endpoint_address(d->daemon); *c; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211u;
+    return &daemon_busy_until[h % 64];
+}
+
+/* Smooth a measurement into *ewma (the first one is taken as it is). */
+static void note(uint32_t *ewma, uint64_t us)
+{
+    uint32_t old = __atomic_load_n(ewma, __ATOMIC_RELAXED);
+    if (us > UINT32_MAX) us = UINT32_MAX;
+    uint64_t next = old ? (7 * (uint64_t)old + us) / 8 : (us ? us : 1);
+    __atomic_store_n(ewma, (uint32_t)next, __ATOMIC_RELAXED);
+}
+
+static uint64_t thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 static uint64_t now_us(void)
@@ -82,9 +110,11 @@ static int run_here(larder_dataset *d, const struct larder__transform *t, uint64
     }
     uint8_t *result = NULL;
     size_t length = 0;
+    uint64_t cpu = thread_cpu_us();
     if (rc >= 0)
         rc = larder__transform_run(t, id, fields, info.num_fields, raw ? raw : bytes, info.length,
                                    &result, &length);
+    if (rc >= 0) note(&cost_ewma_us, thread_cpu_us() - cpu);
     if (rc == 0) rc = larder__transform_decode(result, length, out);
     free(result), free(bytes), free(fields);
     return rc;
@@ -139,6 +169,8 @@ static int ask_daemon(larder_dataset *d, const struct larder__transform *t, uint
     }
     const uint8_t *body = payload + LARDER__TRANSFORMED_FIXED;
     size_t body_length = answer.length - LARDER__TRANSFORMED_FIXED;
+    if (flags & LARDER__TRANSFORMED_AT_READER)
+        __atomic_store_n(busy_until(d), now_us() + AT_READER_BACKOFF_US, __ATOMIC_RELAXED);
     if (flags & LARDER__TRANSFORMED_RAW) {
         if (body_length != s.length)
             rc =
@@ -168,12 +200,17 @@ int larder_read_transformed(larder_dataset *d, uint64_t id, const char *spec,
     int rc = larder__transform_parse(spec, strlen(spec), &t);
     if (rc < 0) return rc;
     rc = 1;
-    if (d->daemon && !larder__endpoint_down(d->daemon))
-        rc = ask_daemon(d, &t, id, t.canonical, out);
+    uint32_t wait, budget;
+    larder__transform_reader_load(&wait, &budget);
+    /* a first transform runs here, to know what one costs (the budget's
+     * default); a daemon that leaves transforms to readers is not asked */
+    bool ask = d->daemon && budget && !larder__endpoint_down(d->daemon) &&
+               now_us() >= __atomic_load_n(busy_until(d), __ATOMIC_RELAXED);
+    if (ask) rc = ask_daemon(d, &t, id, t.canonical, out);
     if (rc == 1) {
         rc = run_here(d, &t, id, NULL, out);
         if (rc == 0) (*out)->placement = LARDER_PLACED_LOCAL;
     }
-    if (rc == 0) note_wait(now_us() - started);
+    if (rc == 0) note(&wait_ewma_us, now_us() - started);
     return rc;
 }

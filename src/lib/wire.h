@@ -301,7 +301,10 @@ LARDER__HIDDEN int larder__wire_encode_publication(uint8_t *out, size_t capacity
 #define LARDER__TRANSFORMED_FIXED 8   /* TRANSFORMED's bytes before its body */
 #define LARDER__TRANSFORMED_RAW 1u    /* the body is the sample's raw bytes: run it yourself */
 #define LARDER__TRANSFORMED_CACHED 2u /* the result came from the daemon's result cache */
-#define LARDER__TRANSFORMED_FLAGS 3u
+/* with RAW: the daemon leaves transforms to its readers for now (its CPUs
+ * are busy): transform here without asking for a while */
+#define LARDER__TRANSFORMED_AT_READER 4u
+#define LARDER__TRANSFORMED_FLAGS 7u
 
 /* TRANSFORM (reader -> its daemon): sample `sample` with the transform `spec`. */
 struct larder__transform_request {

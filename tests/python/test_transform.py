@@ -12,6 +12,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -91,6 +92,16 @@ def tdata(tmp_path_factory, larder_bin):
         inputs[i] = dict(jpeg=jpeg, arrays=arrays, payload=payload)
     larder_cli("pack", src, "-o", root / "ds", "--no-shuffle")
     return str(root / "ds" / "index.larder"), inputs
+
+
+@pytest.fixture(autouse=True)
+def budget():
+    """A reader's budget of 1 s: asked, the daemon takes every request
+    (without one, a process runs its first transform itself, to know
+    what one costs; test_default_budget)."""
+    larder.transform.set_budget(1.0)
+    yield
+    larder.transform.set_budget(0)
 
 
 @pytest.fixture
@@ -255,17 +266,24 @@ def test_daemon_cache_in_process_and_fallback_are_byte_identical(tdata, daemons,
     at_daemon = open_with(index, monkeypatch, normal, cache="")
     at_busy = open_with(index, monkeypatch, busy, cache="")
     for spec in ("jpeg_decode_resize:48", "npy_cast:float16", "zstd_decompress"):
+        time.sleep(0.6)  # past the back-off of the busy daemon's last "at the readers"
+        fell_back = 0
         for i in range(CORRUPT):
             local = here.get(i, transform=spec)
             first = at_daemon.get(i, transform=spec)
             again = at_daemon.get(i, transform=spec)
             fallback = at_busy.get(i, transform=spec)
-            assert (local["__placement__"], first["__placement__"], again["__placement__"],
-                    fallback["__placement__"]) == ("local", "daemon", "cached", "fallback")
+            assert (local["__placement__"], first["__placement__"],
+                    again["__placement__"]) == ("local", "daemon", "cached")
+            # the busy daemon sends raw bytes and says it leaves transforms to
+            # its readers: they are not asked again for 0.5 s, and run here
+            assert fallback["__placement__"] == ("fallback" if i == 0 else "local")
+            fell_back += fallback["__placement__"] == "fallback"
             a, b, c, d = map(fields, (local, first, again, fallback))
             assert a.keys() == b.keys() == c.keys() == d.keys()
             for k in a:
                 assert same(a[k], b[k]) and same(a[k], c[k]) and same(a[k], d[k]), (spec, i, k)
+        assert fell_back == 1
     stat = larder_cli("stat", "--socket", busy)
     assert "run by the readers" in stat, stat
     stat = larder_cli("stat", "--socket", normal, "--json")
@@ -479,3 +497,21 @@ def test_torch_iterable_dataset_yields_transformed_arrays(tdata, daemons, monkey
                 inputs[i]["jpeg"], 24).tobytes()
             seen += 1
     assert seen == 6
+
+
+def test_default_budget_is_what_a_transform_costs_here(tdata, daemons, monkeypatch):
+    """Without a budget, a fresh process runs its first transform itself (to
+    know its cost), then asks the daemon with twice that as its budget."""
+    index, _ = tdata
+    normal, _, _ = daemons
+    script = ("import larder; ds = larder.Dataset(%r, cache='');"
+              "print([ds.get(i, transform='jpeg_decode_resize:48')['__placement__']"
+              " for i in range(3)])" % index)
+    env = {**os.environ, "LARDER_SOCKET": normal}
+    env.pop("LARDER_TRANSFORM_BUDGET_MS", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "['local', 'daemon', 'daemon']", out
+    stat = larder_cli("stat", "--socket", normal, "--json")
+    budget = int(stat.split('"reader_budget_us": ')[1].split(",")[0])
+    assert 0 < budget < 1000000, stat
