@@ -167,7 +167,7 @@ static void answer(struct connection *c, uint64_t request, uint32_t flags, const
     }
     larder__wire_encode_transformed(o->bytes, LARDER__WIRE_HEADER + LARDER__TRANSFORMED_FIXED,
                                     request, flags, length);
-    memcpy(o->bytes + LARDER__WIRE_HEADER + LARDER__TRANSFORMED_FIXED, body, length);
+    if (length) memcpy(o->bytes + LARDER__WIRE_HEADER + LARDER__TRANSFORMED_FIXED, body, length);
     o->priority = (uint8_t)priority;
     enqueue_output(c, o);
 }
@@ -293,6 +293,14 @@ bool transform_request(struct connection *c, const struct larder__frame *f, cons
             job->kind = shed ? JOB_RAW : JOB_RAW_AT_READER;
             count(shed ? &t->raw_shed : &t->raw_reader);
         }
+    }
+    if (job->kind != JOB_TRANSFORM && (request.flags & LARDER__TRANSFORM_RESIDENT)) {
+        /* the reader holds the bytes: "run it yourself" needs no read here */
+        uint32_t flags = LARDER__TRANSFORMED_RAW;
+        if (job->kind == JOB_RAW_AT_READER) flags |= LARDER__TRANSFORMED_AT_READER;
+        answer(c, f->request, flags, NULL, 0, request.priority);
+        free(job);
+        return true;
     }
     job->charge = info.length + REQUEST_OVERHEAD;
     pthread_mutex_lock(&c->lock);

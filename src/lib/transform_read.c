@@ -12,6 +12,7 @@
  * A daemon that says it leaves transforms to its readers is not asked
  * again for AT_READER_BACKOFF_US: the process transforms what it reads.
  */
+#include "cache.h"
 #include "dataset_internal.h"
 #include "endpoint.h"
 #include "fill.h"
@@ -141,6 +142,12 @@ static int ask_daemon(larder_dataset *d, const struct larder__transform *t, uint
         .spec = spec,
     };
     larder__transform_reader_load(&request.wait_us, &request.budget_us);
+    if (d->cache) { /* held here: raw bytes would only travel for nothing */
+        uint64_t first, last;
+        larder__cache_blocks(d->cache, s.offset, s.length, &first, &last);
+        if (larder__cache_present(d->cache, s.shard, first, last))
+            request.flags = LARDER__TRANSFORM_RESIDENT;
+    }
     uint8_t frame[LARDER__WIRE_HEADER + LARDER__TRANSFORM_FIXED + LARDER_TRANSFORM_MAX_SPEC];
     int n = larder__wire_encode_transform(frame, sizeof frame, 1, &request);
     if (n < 0) return 1;
@@ -171,7 +178,11 @@ static int ask_daemon(larder_dataset *d, const struct larder__transform *t, uint
     size_t body_length = answer.length - LARDER__TRANSFORMED_FIXED;
     if (flags & LARDER__TRANSFORMED_AT_READER)
         __atomic_store_n(busy_until(d), now_us() + AT_READER_BACKOFF_US, __ATOMIC_RELAXED);
-    if (flags & LARDER__TRANSFORMED_RAW) {
+    if ((flags & LARDER__TRANSFORMED_RAW) && body_length == 0 && s.length &&
+        (request.flags & LARDER__TRANSFORM_RESIDENT)) {
+        rc = run_here(d, t, id, NULL, out); /* read here, from the node cache */
+        if (rc == 0) (*out)->placement = LARDER_PLACED_FALLBACK;
+    } else if (flags & LARDER__TRANSFORMED_RAW) {
         if (body_length != s.length)
             rc =
                 larder__fail(LARDER_EPROTOCOL, "daemon sent %zu raw bytes of sample %llu, not %llu",

@@ -306,11 +306,16 @@ LARDER__HIDDEN int larder__wire_encode_publication(uint8_t *out, size_t capacity
 #define LARDER__TRANSFORMED_AT_READER 4u
 #define LARDER__TRANSFORMED_FLAGS 7u
 
+/* TRANSFORM flags: the reader holds the sample in its node cache, so an
+ * answer of raw bytes needs no body (it reads them there itself) */
+#define LARDER__TRANSFORM_RESIDENT 1u
+
 /* TRANSFORM (reader -> its daemon): sample `sample` with the transform `spec`. */
 struct larder__transform_request {
     uint64_t id_low, id_high; /* dataset id (opened on this connection) */
     uint64_t sample;
     uint8_t priority;     /* priority.h class, 0-3 */
+    uint8_t flags;        /* LARDER__TRANSFORM_* */
     uint32_t version;     /* the reader's version of the transform: the daemon's must match */
     uint32_t wait_us;     /* the reader's recent wait per transformed sample */
     uint32_t budget_us;   /* what the reader can wait per sample (0: unknown) */

@@ -15,15 +15,15 @@ int larder__wire_transform(const uint8_t *p, uint32_t length, struct larder__tra
     out->id_high = larder__le64(p + 8);
     out->sample = larder__le64(p + 16);
     out->priority = p[24];
-    uint8_t reserved = p[25];
+    out->flags = p[25];
     out->spec_length = larder__le16(p + 26);
     out->version = larder__le32(p + 28);
     out->wait_us = larder__le32(p + 32);
     out->budget_us = larder__le32(p + 36);
     out->spec = (const char *)p + LARDER__TRANSFORM_FIXED;
-    if (out->priority > 3 || reserved)
-        return larder__fail(LARDER_EPROTOCOL, "TRANSFORM: priority %u, reserved %u", out->priority,
-                            reserved);
+    if (out->priority > 3 || (out->flags & ~LARDER__TRANSFORM_RESIDENT))
+        return larder__fail(LARDER_EPROTOCOL, "TRANSFORM: priority %u, flags 0x%x", out->priority,
+                            out->flags);
     if (out->spec_length == 0 || out->spec_length >= LARDER_TRANSFORM_MAX_SPEC ||
         length != LARDER__TRANSFORM_FIXED + (uint32_t)out->spec_length)
         return larder__fail(LARDER_EPROTOCOL, "TRANSFORM: spec of %u bytes in a frame of %u",
@@ -55,6 +55,7 @@ int larder__wire_encode_transform(uint8_t *out, size_t capacity, uint64_t reques
     larder__put_le64(p + 8, t->id_high);
     larder__put_le64(p + 16, t->sample);
     p[24] = t->priority;
+    p[25] = t->flags;
     larder__put_le16(p + 26, t->spec_length);
     larder__put_le32(p + 28, t->version);
     larder__put_le32(p + 32, t->wait_us);

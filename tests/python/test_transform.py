@@ -515,3 +515,21 @@ def test_default_budget_is_what_a_transform_costs_here(tdata, daemons, monkeypat
     stat = larder_cli("stat", "--socket", normal, "--json")
     budget = int(stat.split('"reader_budget_us": ')[1].split(",")[0])
     assert 0 < budget < 1000000, stat
+
+
+def test_fallback_with_the_bytes_in_the_node_cache(tdata, daemons, monkeypatch):
+    """A reader sharing the daemon's node cache says it holds the sample:
+    the busy daemon answers "run it yourself" without the bytes, and the
+    reader reads them from the cache; the same result again."""
+    index, _ = tdata
+    _, busy, _ = daemons
+    node_cache = os.path.join(os.path.dirname(busy), "busy-cache")
+    expected = open_with(index, monkeypatch).get(1, transform="jpeg_decode_resize:48")
+    ds = open_with(index, monkeypatch, busy, cache=node_cache)
+    for _ in range(2):  # the first fills the node cache, the second finds it there
+        time.sleep(0.6)  # past the back-off
+        got = ds.get(1, transform="jpeg_decode_resize:48")
+        assert got["__placement__"] == "fallback"
+        assert same(got["jpg"], expected["jpg"]) and same(got["f64"], expected["f64"])
+    stat = larder_cli("stat", "--socket", busy, "--json")
+    assert '"raw_reader": 2' in stat, stat
