@@ -124,7 +124,9 @@ bool placement_admit(struct placement *p, int64_t now, uint32_t reader_wait_us,
     p->reader_budget_us = reader_budget_us;
     *shed = false;
     bool here = !p->at_reader;
-    if (here) {
+    /* an idle worker takes it whatever the estimate: its CPU would idle,
+     * and the estimate would never be measured again */
+    if (here && queued >= (uint64_t)(jobs > 0 ? jobs : 1)) {
         double budget = reader_budget_us ? reader_budget_us : PLACE_DEFAULT_BUDGET_US;
         double predicted = (double)queued * p->run_us / (jobs > 0 ? jobs : 1) + p->run_us;
         if (predicted > budget) here = false, *shed = true;

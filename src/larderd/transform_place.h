@@ -10,9 +10,9 @@
  *   daemon -> reader when contention stays above the limit for 1 s (a
  *   limit of 0: always the reader);
  *   reader -> daemon when it stays below (limit - 20 points) for 3 s;
- *   and while at the daemon, one request whose predicted queue wait plus
- *   run time exceeds its reader's budget is answered raw (shed), without
- *   changing the mode.
+ *   and while at the daemon, one request that finds every worker busy and
+ *   whose predicted queue wait plus run time exceeds its reader's budget
+ *   is answered raw (shed), without changing the mode.
  *
  * Measuring the others' share of what the daemon leaves, not the total,
  * keeps the daemon's own transforms from switching it off (which would

@@ -7,7 +7,7 @@
  * daemon (transform.c), so the same bytes.  Each read reports the
  * process's recent wait for transformed samples and its budget, what the
  * daemon places work by (docs/transforms.md): the budget set, else twice
- * what a transform costs this process (its CPU time, measured on the
+ * what a transform takes this process (its wall time, measured on the
  * first transformed read, which runs here, and whenever one runs here).
  * A daemon that says it leaves transforms to its readers is not asked
  * again for AT_READER_BACKOFF_US: the process transforms what it reads.
@@ -72,12 +72,6 @@ static void note(uint32_t *ewma, uint64_t us)
     __atomic_store_n(ewma, (uint32_t)next, __ATOMIC_RELAXED);
 }
 
-static uint64_t thread_cpu_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 static uint64_t now_us(void)
 {
@@ -111,11 +105,11 @@ static int run_here(larder_dataset *d, const struct larder__transform *t, uint64
     }
     uint8_t *result = NULL;
     size_t length = 0;
-    uint64_t cpu = thread_cpu_us();
+    uint64_t began = now_us(); /* wall time, as the daemon measures its own */
     if (rc >= 0)
         rc = larder__transform_run(t, id, fields, info.num_fields, raw ? raw : bytes, info.length,
                                    &result, &length);
-    if (rc >= 0) note(&cost_ewma_us, thread_cpu_us() - cpu);
+    if (rc >= 0) note(&cost_ewma_us, now_us() - began);
     if (rc == 0) rc = larder__transform_decode(result, length, out);
     free(result), free(bytes), free(fields);
     return rc;
