@@ -98,6 +98,7 @@ for run in $(seq "$RUNS"); do
   start_larderd --transform-cpu-limit 100
   train client "$run" ""
   train offload "$run" "$WORK/sock"
+  "$LARDER" stat --socket "$WORK/sock" | grep -A2 '^transforms' | sed 's/^/  offload: /' >&2
   stop_larderd
   # the placement as shipped (limit 80%) with a burner on larderd's core
   start_larderd
@@ -105,6 +106,7 @@ for run in $(seq "$RUNS"); do
   sleep 1
   train burner-client "$run" ""
   train burner-fallback "$run" "$WORK/sock"
+  "$LARDER" stat --socket "$WORK/sock" | grep -A2 '^transforms' | sed 's/^/  fallback: /' >&2
   stop_burner
   stop_larderd
 done
@@ -141,8 +143,8 @@ note="$(date -u +%Y-%m-%d) at $(git rev-parse --short HEAD), \`bench/transform.s
 $IMAGES JPEGs of 800 x 600 ($(du -sh "$WORK/ds-$IMAGES" | cut -f1) packed), $SPEC, global batch $BATCH, \
 $WORKERS DataLoader workers, a compute sleep of $SLEEP_MS ms per step; the training process and its \
 workers on CPU 0, larderd (--transform-jobs 1, result cache off; --transform-cpu-limit 100 for the \
-offloaded run, the default 80 for the others) on CPU 1; the readers' budget their default (twice a \
-transform's cost to them); a warm node cache; \
+offloaded run, the default 80 for the others) on CPU 1; the readers' budget their default (what a \
+transform takes them); a warm node cache; \
 $CPUS CPUs on the machine, shared with other work (absolute figures are noise, ratios are the result)."
 $PY bench/transform.py report "$RESULTS" "$PNG" "$WORK"/runs/*.json -- \
   "$WORK/timeline.json" "$WORK/events.json" "$note"

@@ -6,8 +6,8 @@
  * index's checksum and the transform runs here: the same code as in the
  * daemon (transform.c), so the same bytes.  Each read reports the
  * process's recent wait for transformed samples and its budget, what the
- * daemon places work by (docs/transforms.md): the budget set, else twice
- * what a transform takes this process (its wall time, measured on the
+ * daemon places work by (docs/transforms.md): the budget set, else what
+ * a transform takes this process (its wall time, measured on the
  * first transformed read, which runs here, and whenever one runs here).
  * A daemon that says it leaves transforms to its readers is not asked
  * again for AT_READER_BACKOFF_US: the process transforms what it reads.
@@ -50,7 +50,7 @@ void larder__transform_reader_load(uint32_t *wait_us, uint32_t *budget)
         b = text && *text ? strtoull(text, NULL, 10) * 1000 : 0;
         __atomic_store_n(&budget_us, b, __ATOMIC_RELAXED);
     }
-    if (!b) b = 2 * (uint64_t)__atomic_load_n(&cost_ewma_us, __ATOMIC_RELAXED);
+    if (!b) b = __atomic_load_n(&cost_ewma_us, __ATOMIC_RELAXED);
     *budget = b > UINT32_MAX ? UINT32_MAX : (uint32_t)b;
     *wait_us = __atomic_load_n(&wait_ewma_us, __ATOMIC_RELAXED);
 }
@@ -71,7 +71,6 @@ static void note(uint32_t *ewma, uint64_t us)
     uint64_t next = old ? (7 * (uint64_t)old + us) / 8 : (us ? us : 1);
     __atomic_store_n(ewma, (uint32_t)next, __ATOMIC_RELAXED);
 }
-
 
 static uint64_t now_us(void)
 {

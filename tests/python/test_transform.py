@@ -501,7 +501,7 @@ def test_torch_iterable_dataset_yields_transformed_arrays(tdata, daemons, monkey
 
 def test_default_budget_is_what_a_transform_costs_here(tdata, daemons, monkeypatch):
     """Without a budget, a fresh process runs its first transform itself (to
-    know its cost), then asks the daemon with twice that as its budget."""
+    know its cost), then asks the daemon with that as its budget."""
     index, _ = tdata
     normal, _, _ = daemons
     script = ("import larder; ds = larder.Dataset(%r, cache='');"
