@@ -189,8 +189,15 @@ static int read_sample(struct transform_job *job, larder_field_info **fields, ui
     if (!*fields || !*bytes) return -ENOMEM;
     rc = larder_sample_layout_get(ds, info.id, NULL, *fields, info.num_fields);
     if (rc < 0) return rc;
+    /* as a READ's worker does: other owners' chunks borrowed before the fill locks */
+    struct larder__source *stripe = NULL;
+    struct larder__stripe_loan *loan = borrow_ahead(job->entry, info.shard, info.offset,
+                                                    info.length, job->request.priority, &stripe);
+    take_source_reads();
     rc = larder__fill_range_at(larder__dataset_fill(ds), info.shard, info.offset, info.length,
                                job->request.priority, *bytes);
+    take_source_reads();
+    borrow_return(stripe, loan);
     *num_fields = info.num_fields;
     *length = info.length;
     return rc;
@@ -240,6 +247,10 @@ bool transform_request(struct connection *c, const struct larder__frame *f, cons
 {
     struct larder__transform_request request;
     if (larder__wire_transform(payload, f->length, &request) < 0) return false;
+    if (c->tcp) { /* a node's own readers' work, not its peers' */
+        send_error(c, f->request, LARDER_EDENIED, "TRANSFORM is for local readers");
+        return true;
+    }
     int slot = -1;
     struct dataset_entry *e = find_dataset(c->daemon, request.id_low, request.id_high, &slot);
     if (!e || !(c->opened & (UINT64_C(1) << slot))) {
