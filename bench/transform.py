@@ -115,6 +115,9 @@ def report(results, png, run_files, timeline_file, events_file, note):
     def first(pred, after):
         return next((r["t"] - after for r in rows if r["t"] >= after and pred(r)), None)
 
+    before = [r for r in rows if 2 <= r["t"] < on]  # past the start, before the burner
+    before_contention = statistics.median(r["contention"] for r in before) if before else 0
+    at_reader_before = sum(r["placement"] == "reader" for r in before) / max(len(before), 1)
     to_reader = first(lambda r: r["placement"] == "reader", on)
     to_daemon = first(lambda r: r["placement"] == "daemon", off)
     switches = rows[-1]["switches"] - rows[0]["switches"] if rows else 0
@@ -155,6 +158,9 @@ def report(results, png, run_files, timeline_file, events_file, note):
     lines += ["", "Placement over one run of %.0f s (a burner on larderd's core from %.1f s "
               "to %.1f s; the daemon's state polled every 0.25 s):" % (end, on, off), "",
               "| measure | value |", "|---|---|",
+              f"| before the burner: contention (median) / share of polls at the readers | "
+              f"{100 * before_contention:.0f}% / {100 * at_reader_before:.0f}% "
+              "(other work on larderd's core counts as much as the burner) |",
               f"| burner on -> transforms at the readers | {fmt(to_reader)} |",
               f"| burner off -> transforms back at larderd | {fmt(to_daemon)} |",
               f"| switches in the run | {switches} ({extra} beyond the two load changes) |",

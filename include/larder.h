@@ -421,10 +421,12 @@ LARDER_API int larder_read_transformed(larder_dataset *dataset, uint64_t id, con
 LARDER_API void larder_transformed_free(larder_transformed *result);
 /*
  * Tell the daemon how long this process's readers can wait for one
- * transformed sample without stalling a step (microseconds; 0: unknown,
- * the default; the LARDER_TRANSFORM_BUDGET_MS environment variable sets
- * it too).  It goes with every transformed read, with the process's
- * measured wait for them, for the daemon's placement (docs/transforms.md).
+ * transformed sample without stalling a step (microseconds; the
+ * LARDER_TRANSFORM_BUDGET_MS environment variable sets it too).  0, the
+ * default: what a transform takes this process itself (measured: a
+ * process runs its first transform here).  It goes with every
+ * transformed read, with the process's measured wait for them, for the
+ * daemon's placement (docs/transforms.md).
  */
 LARDER_API void larder_transform_set_budget(uint64_t budget_us);
 
