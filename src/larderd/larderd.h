@@ -319,6 +319,8 @@ size_t transforms_metrics(struct larderd *d, char *out, size_t capacity);
 /* Set up the transforms and the sampler of their placement (main.c): 0 or -errno.
  * Without it (unit tests), they are set up on the first request, unsampled. */
 int transforms_start(struct larderd *d);
+/* The pool transforms run on (made on first use; NULL when out of memory). */
+struct larder__pool *transforms_pool(struct larderd *d);
 /* Finish the transforms in flight and free them (after the READ pool stopped). */
 void transforms_free(struct larderd *d);
 

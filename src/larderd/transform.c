@@ -96,6 +96,12 @@ static struct transforms *transforms_of(struct larderd *d)
     return t;
 }
 
+struct larder__pool *transforms_pool(struct larderd *d)
+{
+    struct transforms *t = transforms_of(d);
+    return t ? t->pool : NULL;
+}
+
 static void *sampler(void *arg)
 {
     struct transforms *t = arg;

@@ -4,11 +4,17 @@
  * parameters and keeps to its capacity; placement switches after load
  * held for its time, returns with hysteresis, does not oscillate on load
  * that flickers or on its own work, and sheds requests its queue would
- * keep past their budget.
+ * keep past their budget; a DEMAND transform runs before NEAR ones
+ * queued earlier.
  */
+#include "daemon_fixture.h"
+#include "pool.h"
 #include "test.h"
 #include "transform_cache.h"
 #include "transform_place.h"
+#include "wire.h"
+
+#include <pthread.h>
 
 TEST(larderd_transform_cache_keys)
 {
@@ -135,4 +141,126 @@ TEST(larderd_transform_placement_sheds_past_the_budget)
     CHECK(placement_admit(&p, 0, 0, 0, 40, 2, &shed)); /* no budget: the default, 1 s */
     CHECK_EQ(p.switches, 0);                           /* shedding is not a switch */
     placement_free(&p);
+}
+
+/* A task that holds a pool's one worker until the test opens it. */
+struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    bool holding, open;
+};
+
+static void gate_task(void *arg)
+{
+    struct gate *g = arg;
+    pthread_mutex_lock(&g->lock);
+    g->holding = true;
+    pthread_cond_broadcast(&g->changed);
+    while (!g->open)
+        pthread_cond_wait(&g->changed, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_hold(struct larder__pool *pool, struct gate *g, bool wait)
+{
+    memset(g, 0, sizeof *g);
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->changed, NULL);
+    CHECK_EQ(larder__pool_submit(pool, gate_task, g, LARDER__DEMAND), 0);
+    pthread_mutex_lock(&g->lock);
+    while (wait && !g->holding)
+        pthread_cond_wait(&g->changed, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_wait(struct gate *g)
+{
+    pthread_mutex_lock(&g->lock);
+    while (!g->holding)
+        pthread_cond_wait(&g->changed, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_open(struct gate *g)
+{
+    pthread_mutex_lock(&g->lock);
+    g->open = true;
+    pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void send_transform(struct connection *c, const struct larder__opened *ds, uint64_t sample,
+                           int priority)
+{
+    struct larder__transform_request r = {.id_low = ds->id_low,
+                                          .id_high = ds->id_high,
+                                          .sample = sample,
+                                          .priority = (uint8_t)priority,
+                                          .version = 1,
+                                          .spec = "zstd_decompress",
+                                          .spec_length = 15};
+    uint8_t frame[LARDER__WIRE_HEADER + 128];
+    int n = larder__wire_encode_transform(frame, sizeof frame, sample, &r);
+    CHECK(n > 0);
+    CHECK(fixture_send(c, frame, (size_t)n));
+}
+
+static int jobs_of(struct connection *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int n = c->jobs;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+/* Three NEAR transforms wait behind a held worker, then a DEMAND one: it
+ * runs first.  The order is seen by a second gate queued behind the DEMAND
+ * transform: when the worker holds it, the NEAR ones have not run. */
+TEST(larderd_transform_demand_runs_before_prefetch)
+{
+    const char *index = fixture_dataset("ds", 8, 1 << 20);
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    d.config.transform_jobs = 1;
+    d.config.transform_cpu_limit = 100; /* placement by CPU off: the machine's load is not ours */
+    struct connection *near = fixture_connection(&d, false),
+                      *demand = fixture_connection(&d, false);
+    fixture_hello(near, false);
+    fixture_hello(demand, false);
+    uint8_t open[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL];
+    struct larder__opened opened;
+    struct connection *both[2] = {near, demand};
+    for (int i = 0; i < 2; i++) {
+        int n = larder__wire_encode_open(open, sizeof open, 7, index);
+        CHECK(fixture_send(both[i], open, (size_t)n));
+        struct output *o = fixture_answer(both[i], LARDER__OPENED);
+        CHECK_EQ(larder__wire_opened(o->bytes + LARDER__WIRE_HEADER,
+                                     (uint32_t)(o->length - LARDER__WIRE_HEADER), &opened),
+                 0);
+        free(o);
+    }
+    struct larder__pool *pool = transforms_pool(&d);
+    CHECK(pool != NULL);
+    struct gate first, second;
+    gate_hold(pool, &first, true);
+    for (uint64_t i = 0; i < 3; i++)
+        send_transform(near, &opened, i, LARDER__NEAR);
+    send_transform(demand, &opened, 5, LARDER__DEMAND);
+    gate_hold(pool, &second, false); /* DEMAND, after the DEMAND transform */
+    CHECK_EQ(larder__pool_queued(pool, LARDER__NEAR), 3);
+    gate_open(&first);
+    gate_wait(&second);
+    CHECK_EQ(jobs_of(demand), 0); /* done */
+    CHECK_EQ(jobs_of(near), 3);   /* not started */
+    gate_open(&second);
+    fixture_wait_jobs(near);
+    /* each answered with its sample's own error: no field is zstd */
+    char message[512];
+    CHECK_EQ(fixture_error(demand, message, sizeof message), LARDER_ENOTFOUND);
+    CHECK(strstr(message, "sample 5: transform zstd_decompress applies to none") != NULL);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(fixture_error(near, message, sizeof message), LARDER_ENOTFOUND);
+    connection_release(near);
+    connection_release(demand);
+    larderd_free(&d);
 }
