@@ -32,8 +32,9 @@ echo "not a shared object" >plugins/junk.so
 expect_error 2 "plugins/junk.so" "$LARDERD" --cache c --socket s --transform-dir plugins
 
 mport=$((20000 + RANDOM % 12000))
+# --transform-cpu-limit 100: other load on this machine must not send the work back
 "$LARDERD" --cache "$WORK/cache" --socket "$WORK/sock" --metrics "127.0.0.1:$mport" \
-  2>>"$WORK/daemon.log" &
+  --transform-cpu-limit 100 2>>"$WORK/daemon.log" &
 daemon=$!
 cleanup_hooks+=("kill $daemon 2>/dev/null; wait $daemon 2>/dev/null")
 for _ in $(seq 100); do
@@ -41,7 +42,7 @@ for _ in $(seq 100); do
   sleep 0.05
 done
 
-LARDER_SOCKET=$WORK/sock LARDER_TRANSFORM_BUDGET_MS=1000 "${sanitized_python[@]}" \
+LARDER_SOCKET=$WORK/sock LARDER_TRANSFORM_BUDGET_MS=1000 env "${sanitized_python[@]}" \
   /usr/bin/python3 - "$WORK/ds/index.larder" <<'PY'
 import sys
 import larder
