@@ -129,7 +129,9 @@ bool placement_admit(struct placement *p, int64_t now, uint32_t reader_wait_us,
     if (here && queued >= (uint64_t)(jobs > 0 ? jobs : 1)) {
         double budget = reader_budget_us ? reader_budget_us : PLACE_DEFAULT_BUDGET_US;
         double predicted = (double)queued * p->run_us / (jobs > 0 ? jobs : 1) + p->run_us;
-        if (predicted > budget) here = false, *shed = true;
+        /* or the reader already waits twice its budget: the queue is not keeping up */
+        if (predicted > budget || (reader_budget_us && reader_wait_us > 2.0 * budget))
+            here = false, *shed = true;
     }
     pthread_mutex_unlock(&p->lock);
     return here;

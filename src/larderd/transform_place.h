@@ -11,8 +11,9 @@
  *   limit of 0: always the reader);
  *   reader -> daemon when it stays below (limit - 20 points) for 3 s;
  *   and while at the daemon, one request that finds every worker busy and
- *   whose predicted queue wait plus run time exceeds its reader's budget
- *   is answered raw (shed), without changing the mode.
+ *   whose predicted queue wait plus run time exceeds its reader's budget,
+ *   or whose reader reports waiting more than twice its budget, is
+ *   answered raw (shed), without changing the mode.
  *
  * Measuring the others' share of what the daemon leaves, not the total,
  * keeps the daemon's own transforms from switching it off (which would

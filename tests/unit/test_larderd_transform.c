@@ -139,7 +139,16 @@ TEST(larderd_transform_placement_sheds_past_the_budget)
     CHECK(placement_admit(&p, 0, 0, 100000, 10, 2, &shed) && !shed); /* 60 ms < 100 */
     CHECK(!placement_admit(&p, 0, 0, 100000, 40, 2, &shed) && shed); /* 210 ms > 100 */
     CHECK(placement_admit(&p, 0, 0, 0, 40, 2, &shed)); /* no budget: the default, 1 s */
-    CHECK_EQ(p.switches, 0);                           /* shedding is not a switch */
+    placement_note(&p, 0, 10000);
+    CHECK(placement_admit(&p, 0, 150000, 100000, 2, 2, &shed) && !shed); /* waits 1.5x */
+    CHECK(!placement_admit(&p, 0, 250000, 100000, 2, 2, &shed) && shed); /* 2.5x */
+    CHECK(placement_admit(&p, 0, 250000, 100000, 1, 2, &shed) && !shed); /* a worker idles */
+    for (int i = 0; i < 50; i++) /* very slow now: an idle worker still takes one */
+        placement_note(&p, 0, 10000000);
+    CHECK(placement_admit(&p, 0, 0, 100000, 0, 2, &shed) && !shed);
+    CHECK(placement_admit(&p, 0, 0, 100000, 1, 2, &shed) && !shed);
+    CHECK(!placement_admit(&p, 0, 0, 100000, 2, 2, &shed) && shed);
+    CHECK_EQ(p.switches, 0); /* shedding is not a switch */
     placement_free(&p);
 }
 
