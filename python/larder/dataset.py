@@ -375,9 +375,12 @@ class Dataset:
 
     def get_many(self, ids, transform=None):
         """[self[i] for i in ids], read like read_many(): one batched read;
-        with a transform, [self.get(i, transform) for i in ids]."""
+        with a transform, [self.get(i, transform) for i in ids], read on
+        up to 8 threads at once (the daemon's queue stays fed)."""
         if transform is not None:
-            return [self.get(i, transform=transform) for i in ids]
+            from .transform import map_threads
+
+            return map_threads(lambda i: self.get(i, transform=transform), ids)
         layouts, buf, starts = self._read_batch(ids, with_fields=True)
         view = memoryview(buf)
         return [self._sample_dict(layout, view[s:s + layout[2]])

@@ -9,6 +9,8 @@ process does, with the same code (byte-identical results).
 """
 
 import ctypes
+import os
+import threading
 
 from . import _lib
 from ._lib import check, lib
@@ -63,6 +65,26 @@ def set_budget(seconds):
     """How long this process's readers can wait for one transformed sample
     (the daemon leaves work to the reader beyond it); None or 0: unknown."""
     lib.larder_transform_set_budget(int((seconds or 0) * 1e6))
+
+
+_pool = None  # (pid, ThreadPoolExecutor): a DataLoader worker makes its own
+_pool_lock = threading.Lock()
+
+
+def map_threads(fn, items, threads=8):
+    """[fn(x) for x in items], on up to `threads` threads of a pool kept per
+    process (liblarder releases the GIL while it waits or transforms)."""
+    items = list(items)
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            from concurrent.futures import ThreadPoolExecutor
+
+            _pool = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix="larder-transform"))
+        pool = _pool[1]
+    return list(pool.map(fn, items))
 
 
 def read_transformed(dataset, handle, i, spec, key=""):

@@ -536,3 +536,13 @@ def test_fallback_with_the_bytes_in_the_node_cache(tdata, daemons, monkeypatch):
         assert same(got["jpg"], expected["jpg"]) and same(got["f64"], expected["f64"])
     stat = larder_cli("stat", "--socket", busy, "--json")
     assert '"raw_reader": 2' in stat, stat
+
+
+def test_get_many_keeps_the_order(tdata, no_daemon):
+    index, inputs = tdata
+    ds = larder.Dataset(index, cache="")
+    ids = [4, 0, 5, 2, 1, 3, 0]
+    many = ds.get_many(ids, transform="jpeg_decode_resize:16")
+    assert [s["__index__"] for s in many] == ids
+    for i, s in zip(ids, many):
+        assert same(s["jpg"], jpeg_reference(inputs[i]["jpeg"], 16))
