@@ -144,6 +144,7 @@ struct larderd {
     volatile sig_atomic_t stopping;
     struct hints *hints; /* hints.c: pins and their expiry; NULL until the first hint */
     struct publications *publications; /* publish.c's name registry; NULL: none yet */
+    struct transforms *transforms;     /* transform.c: made on the first TRANSFORM; NULL: none */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -307,6 +308,21 @@ void hints_free(struct larderd *d);
 /* Whether connection c may open an index not open here (requests.c): 1
  * yes, 0 only those open already, or a negative code with a message. */
 int may_open(const struct connection *c);
+
+/* transform.c (docs/transforms.md) */
+/* A TRANSFORM frame from c: answered from the result cache, run on the
+ * transform pool, or answered raw for the reader to run.  false: malformed. */
+bool transform_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+/* The transforms' placement, inputs and counters as a JSON object (STATS), and as metrics. */
+size_t transforms_json(struct larderd *d, char *out, size_t capacity);
+size_t transforms_metrics(struct larderd *d, char *out, size_t capacity);
+/* Set up the transforms and the sampler of their placement (main.c): 0 or -errno.
+ * Without it (unit tests), they are set up on the first request, unsampled. */
+int transforms_start(struct larderd *d);
+/* The pool transforms run on (made on first use; NULL when out of memory). */
+struct larder__pool *transforms_pool(struct larderd *d);
+/* Finish the transforms in flight and free them (after the READ pool stopped). */
+void transforms_free(struct larderd *d);
 
 /* metrics.c */
 /* The Prometheus text of every open dataset's counters (metrics.h formats it). */

@@ -248,6 +248,7 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
     struct larder__pool_stats classes;
     larder__pool_stats_get(d->pool, &classes);
     metrics_format_classes(&classes, out, capacity, &used);
+    if (used < capacity) used += transforms_metrics(d, out + used, capacity - used);
     return used;
 }
 

@@ -191,6 +191,8 @@ static void stats_frame(struct connection *c, uint64_t request)
     used += (size_t)snprintf(p + used, capacity - used, "], \"classes\": ");
     size_t n = metrics_classes_json(&classes, p + used, capacity - used);
     used += n ? n : (size_t)snprintf(p + used, capacity - used, "{}");
+    used += (size_t)snprintf(p + used, capacity - used, ", \"transforms\": ");
+    used += transforms_json(d, p + used, capacity - used);
     used += (size_t)snprintf(p + used, capacity - used, "}");
     larder__wire_encode_header((uint8_t *)text, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
                                request);
@@ -364,6 +366,8 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
         return resolve_request(c, f, payload);
     case LARDER__ANNOUNCE:
         return announce_request(c, f, payload);
+    case LARDER__TRANSFORM:
+        return transform_request(c, f, payload);
     default:
         return false; /* answers are not requests */
     }

@@ -46,7 +46,8 @@ void larderd_free(struct larderd *d)
     hints_stop(d);              /* no more hint threads queueing staging */
     larder__pool_free(d->pool); /* finishes the reads in flight */
     d->pool = NULL;
-    hints_free(d); /* after the pool: its staging jobs hold hints */
+    hints_free(d);      /* after the pool: its staging jobs hold hints */
+    transforms_free(d); /* its raw answers ran on the pool; now its own workers */
     /* d->hints left: a hint thread still waits on a member (hints_free
      * gave it 10 s); the datasets, their member endpoints and the members
      * it uses stay, for the process is ending */

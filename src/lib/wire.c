@@ -40,6 +40,10 @@ uint64_t larder__wire_max_payload(uint8_t type)
     case LARDER__RESOLVED:
         return 40 + LARDER__WIRE_MAX_PUBLICATION + LARDER__WIRE_MAX_NAME +
                2 * LARDER__WIRE_MAX_URL + LARDER__WIRE_MAX_INDEX;
+    case LARDER__TRANSFORM:
+        return LARDER__TRANSFORM_FIXED + LARDER_TRANSFORM_MAX_SPEC - 1;
+    case LARDER__TRANSFORMED:
+        return LARDER__TRANSFORMED_FIXED + LARDER__WIRE_MAX_READ;
     default:
         return 0;
     }
@@ -48,7 +52,8 @@ uint64_t larder__wire_max_payload(uint8_t type)
 /* Types 11 and 12 are the hints' (HINT, HINTED): unknown to this build. */
 static bool known_type(uint8_t type)
 {
-    return type >= LARDER__HELLO && type <= LARDER__ANNOUNCE; /* 1 .. 16, no gaps */
+    return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) || /* 1 .. 16, no gaps */
+           (type >= LARDER__TRANSFORM && type <= LARDER__TRANSFORMED);
 }
 
 int larder__wire_header(const uint8_t *buf, size_t available, struct larder__frame *frame)
