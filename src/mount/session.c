@@ -212,6 +212,10 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
                 o->mountpoint);
         fuse_remove_signal_handlers(se);
     } else {
+        if (!o->foreground) {
+            tell_parent(ready, 0);
+            detach(o);
+        }
         uint64_t nodes, files, bytes;
         larder__mount_tree_counts(m->tree, &nodes, &files, &bytes);
         larder__mount_log(LARDER_LOG_INFO, "%s mounted at %s: %llu files, %llu bytes (%s)",
@@ -221,10 +225,6 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
                           : m->cached            ? "node cache"
                           : m->daemon            ? "through the node daemon"
                                                  : "no cache");
-        if (!o->foreground) {
-            tell_parent(ready, 0);
-            detach(o);
-        }
         struct fuse_loop_config *config = fuse_loop_cfg_create();
         fuse_loop_cfg_set_max_threads(config, (unsigned)(o->threads > 0 ? o->threads : 16));
         fuse_loop_cfg_set_idle_threads(config, 4);
