@@ -20,11 +20,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <syslog.h>
 #include <time.h>
@@ -65,14 +67,53 @@ static void library_log(void *userdata, int level, const char *message)
     larder__mount_log(level, "%s", message);
 }
 
+/* Whether a FUSE file system is mounted at `path` (absolute), per /proc/self/mounts. */
+static bool fuse_mounted_at(const char *path)
+{
+    char escaped[8192];
+    size_t n = 0;
+    for (const char *p = path; *p && n + 5 < sizeof escaped; p++)
+        if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\\')
+            n += (size_t)snprintf(escaped + n, sizeof escaped - n, "\\%03o", (unsigned char)*p);
+        else
+            escaped[n++] = *p;
+    escaped[n] = '\0';
+    FILE *f = fopen("/proc/self/mounts", "r");
+    if (!f) return false;
+    char line[16384];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        char *point = strchr(line, ' ');
+        if (!point) continue;
+        point++;
+        size_t length = strcspn(point, " ");
+        found = length == n && memcmp(point, escaped, n) == 0 &&
+                strncmp(point + length, " fuse", 5) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
 /* 0 when `path` is a directory to mount on; else 1 after saying why. */
 static int check_mountpoint(const struct larder__mount_options *o)
 {
     struct stat st;
-    if (stat(o->mountpoint, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) return 0;
-        fprintf(stderr, "larder: %s: not a directory\n", o->mountpoint);
-        return 1;
+    struct statfs sf;
+    /* statfs asks the file system every time: a dead FUSE mount answers
+     * ENOTCONN, where stat may be answered from attributes the kernel kept */
+    if (statfs(o->mountpoint, &sf) == 0 && stat(o->mountpoint, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "larder: %s: not a directory\n", o->mountpoint);
+            return 1;
+        }
+        if (fuse_mounted_at(o->mountpoint)) {
+            fprintf(stderr,
+                    "larder: %s: a FUSE file system is mounted there already; unmount it first "
+                    "(fusermount3 -u %s)\n",
+                    o->mountpoint, o->mountpoint);
+            return 1;
+        }
+        return 0;
     }
     if (errno != ENOTCONN) {
         fprintf(stderr, "larder: %s: %s\n", o->mountpoint, strerror(errno));
@@ -98,7 +139,8 @@ static int check_mountpoint(const struct larder__mount_options *o)
         }
         int status = 0;
         if (pid > 0) waitpid(pid, &status, 0);
-        if (stat(o->mountpoint, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (statfs(o->mountpoint, &sf) == 0 && stat(o->mountpoint, &st) == 0 &&
+            S_ISDIR(st.st_mode) && !fuse_mounted_at(o->mountpoint)) {
             fprintf(stderr, "larder: %s: cleared a stale mount\n", o->mountpoint);
             return 0;
         }
@@ -190,6 +232,28 @@ static void detach(const struct larder__mount_options *o)
     if (chdir("/") < 0) larder__mount_log(LARDER_LOG_WARN, "chdir /: %s", strerror(errno));
 }
 
+static struct fuse_session *active; /* what a signal ends */
+
+static void on_signal(int signum)
+{
+    (void)signum;
+    if (active) fuse_session_exit(active);
+}
+
+/* SIGTERM, SIGINT and SIGHUP unmount, even where the shell that started the
+ * mount left them ignored (a background job's SIGINT); SIGPIPE is ignored. */
+static void set_signals(struct fuse_session *se, bool on)
+{
+    active = on ? se : NULL;
+    struct sigaction sa = {.sa_handler = on ? on_signal : SIG_DFL};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    struct sigaction ignore = {.sa_handler = on ? SIG_IGN : SIG_DFL};
+    sigaction(SIGPIPE, &ignore, NULL);
+}
+
 static int serve(struct larder__mount *m, const struct larder__mount_options *o, int *ready)
 {
     char options[512];
@@ -205,12 +269,10 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
         return 1;
     }
     int status = 1;
-    if (fuse_set_signal_handlers(se) != 0) {
-        fprintf(stderr, "larder: could not set the signal handlers\n");
-    } else if (fuse_session_mount(se, o->mountpoint) != 0) {
+    set_signals(se, true);
+    if (fuse_session_mount(se, o->mountpoint) != 0) {
         fprintf(stderr, "larder: %s: the mount failed (is /dev/fuse there, and may you mount?)\n",
                 o->mountpoint);
-        fuse_remove_signal_handlers(se);
     } else {
         if (!o->foreground) {
             tell_parent(ready, 0);
@@ -231,7 +293,6 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
         int rc = fuse_session_loop_mt(se, config);
         fuse_loop_cfg_destroy(config);
         fuse_session_unmount(se);
-        fuse_remove_signal_handlers(se);
         status = rc < 0 ? 1 : 0;
         larder__mount_log(LARDER_LOG_INFO,
                           "%s unmounted: %llu reads, %llu bytes, %llu failed, %llu bytes staged "
@@ -241,6 +302,7 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
                           (unsigned long long)atomic_load(&m->read_errors),
                           (unsigned long long)atomic_load(&m->readahead_bytes));
     }
+    set_signals(se, false);
     fuse_session_destroy(se);
     fuse_opt_free_args(&args);
     return status;
