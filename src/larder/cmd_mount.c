@@ -19,7 +19,7 @@
 static const char mount_help[] =
     "usage: larder mount SOURCE MOUNTPOINT [--cache DIR] [--socket PATH] [--foreground]\n"
     "                    [--log FILE] [--force-unmount-stale] [--allow-other] [--plain]\n"
-    "                    [--threads N] [--readahead SIZE]\n"
+    "                    [--threads N] [--readahead SIZE] [--stage-on-open]\n"
     "\n"
     "Show SOURCE read-only at MOUNTPOINT, every read going through larder:\n"
     "the node cache, the node daemon, peers and the origin, with checksums.\n"
@@ -42,6 +42,9 @@ static const char mount_help[] =
     "  --plain                take SOURCE as plain files even if it is an index file\n"
     "  --threads N            FUSE worker threads at most (default 16)\n"
     "  --readahead SIZE       the largest sequential read-ahead window (default 32M)\n"
+    "  --stage-on-open        stage a whole file in the background (below every\n"
+    "                         reader) when it is first opened: for files read whole\n"
+    "                         in random order, such as one HDF5 file per dataset\n"
     "\n"
     "Unmount with 'fusermount3 -u MOUNTPOINT' or by sending the mount SIGTERM.\n"
     "A reader may register its sample order by writing\n"
@@ -58,10 +61,12 @@ int cmd_mount(int argc, char **argv)
                                             {"plain", no_argument, 0, 'p'},
                                             {"threads", required_argument, 0, 't'},
                                             {"readahead", required_argument, 0, 'r'},
+                                            {"stage-on-open", no_argument, 0, 'O'},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
     const char *cache = NULL, *socket = NULL, *log = NULL;
     bool foreground = false, force = false, allow_other = false, plain = false;
+    bool stage_on_open = false;
     uint64_t threads = 0, readahead = 0;
     int c;
     while ((c = getopt_long(argc, argv, "fh", options, NULL)) != -1) {
@@ -86,6 +91,9 @@ int cmd_mount(int argc, char **argv)
             break;
         case 'p':
             plain = true;
+            break;
+        case 'O':
+            stage_on_open = true;
             break;
         case 't':
             if (args_parse_u64(optarg, &threads) < 0 || threads == 0 || threads > 256)
@@ -116,11 +124,12 @@ int cmd_mount(int argc, char **argv)
                                       .trust_index = cli_trust_index,
                                       .plain = plain,
                                       .threads = (int)threads,
-                                      .readahead_max = readahead};
+                                      .readahead_max = readahead,
+                                      .stage_on_open = stage_on_open};
     return larder__mount_run(&o);
 #else
     (void)cache, (void)socket, (void)log, (void)foreground, (void)force, (void)allow_other;
-    (void)plain;
+    (void)plain, (void)stage_on_open;
     fprintf(stderr,
             "%s: mount: this larder was built without libfuse3 (scripts/install-deps "
             "installs libfuse3-dev; then rebuild)\n",

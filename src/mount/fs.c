@@ -15,6 +15,8 @@
 #include "mount.h"
 
 #include "dataset.h"
+#include "fill.h"
+#include "priority.h"
 #include "npy.h"
 
 #include <errno.h>
@@ -204,6 +206,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     f->shard = s.shard;
     f->base = s.offset + field.offset;
+    uint64_t length = n->size - n->header_length;
+    if (m->staged_on_open && !atomic_exchange(&m->staged_on_open[ino - 1], 1) &&
+        larder__mount_stage(m, f->shard, f->base, length, LARDER__WARM))
+        larder__mount_log(LARDER_LOG_INFO, "staging sample %llu (%llu bytes) on its first open",
+                          (unsigned long long)n->sample, (unsigned long long)length);
     larder__mount_stream_init(&f->stream);
     fi->fh = (uint64_t)(uintptr_t)f;
     fi->keep_cache = 1; /* immutable: what the kernel cached stays right */
@@ -228,6 +235,46 @@ static void read_control(fuse_req_t req, size_t size, off_t offset)
     fuse_reply_buf(req, text + offset, n);
 }
 
+/*
+ * A read of data bytes [at, at + n) of the file that the node cache holds
+ * whole: answered straight from the cache's data file, with no request to
+ * anyone and no copy here (the kernel splices the file's pages into the
+ * answer) when the node's cache evicts nothing, else with one pread of it.
+ * true when answered; false leaves the read to larder_file_pread (a miss,
+ * no cache, or a range the engine must check first).
+ */
+static bool read_resident(struct larder__mount *m, struct open_file *f, fuse_req_t req, uint64_t at,
+                          uint64_t n)
+{
+    if (!m->cached) return false;
+    larder_dataset *d = m->dataset;
+    uint64_t offset = f->base + at;
+    if (!larder__fill_resident(larder__dataset_fill(d), f->shard, offset, n)) return false;
+    larder__mount_readahead(m, &f->stream, f->shard, f->base, f->node->header_length, f->node->size,
+                            at + f->node->header_length, n);
+    int fd = -1;
+    if (larder__dataset_stage_range(d, f->shard, offset, n, &fd) == 0) {
+        struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)n);
+        bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+        bv.buf[0].fd = fd;
+        bv.buf[0].pos = (off_t)offset;
+        fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE); /* answers, or frees req on failure */
+    } else {
+        uint8_t *buf = malloc((size_t)n);
+        if (!buf) return false;
+        if (larder__dataset_read_range(d, f->shard, offset, n, buf) < 0) {
+            free(buf);
+            return false; /* larder_file_pread says why */
+        }
+        fuse_reply_buf(req, (const char *)buf, (size_t)n);
+        free(buf);
+    }
+    atomic_fetch_add(&m->reads, 1);
+    atomic_fetch_add(&m->read_bytes, n);
+    larder__mount_order_read(m, f->node->sample);
+    return true;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
                     struct fuse_file_info *fi)
 {
@@ -243,12 +290,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
         return;
     }
     uint64_t n = file_size - at < size ? file_size - at : size;
+    uint64_t header = f->node->header_length;
+    if (at >= header && read_resident(m, f, req, at - header, n)) return;
     uint8_t *buf = malloc((size_t)n);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    uint64_t header = f->node->header_length, done = 0;
+    uint64_t done = 0;
     if (at < header) { /* the .npy header, made at open */
         done = header - at < n ? header - at : n;
         memcpy(buf, f->header + at, (size_t)done);

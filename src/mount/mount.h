@@ -41,6 +41,7 @@ struct larder__mount_options {
     bool plain;               /* SOURCE is a tree of plain files even if it looks like an index */
     int threads;              /* FUSE worker threads at most; 0: 16 */
     uint64_t readahead_max;   /* the sequential window's largest size; 0: 32 MiB */
+    bool stage_on_open;       /* a file's first open stages all of it in the background */
 };
 
 /* What one mount keeps: set up by session.c, read by every FUSE thread. */
@@ -50,7 +51,9 @@ struct larder__mount {
     bool cached;            /* the dataset reads through a node cache */
     bool daemon;            /* ... and/or a node daemon */
     uint64_t readahead_max; /* bytes */
-    uint32_t uid, gid;      /* the owner shown on every file */
+    /* --stage-on-open: one flag per node, set by the open that staged the file */
+    _Atomic unsigned char *staged_on_open;
+    uint32_t uid, gid; /* the owner shown on every file */
     /* staging tasks queued or running (readahead, order prefetch): waited for at unmount */
     pthread_mutex_t lock;
     pthread_cond_t idle;

@@ -344,11 +344,15 @@ int larder__mount_run(const struct larder__mount_options *given)
     struct larder__plain *plain = NULL;
     int status = open_source(&m, o, &plain);
     if (status == 0 && larder__mount_order_new(&m.order) < 0) status = 1;
+    uint64_t nodes = 0;
+    if (status == 0) larder__mount_tree_counts(m.tree, &nodes, NULL, NULL);
+    if (status == 0 && o->stage_on_open && !(m.staged_on_open = calloc(nodes, 1))) status = 1;
     if (status == 0) status = serve(&m, o, &ready);
     tell_parent(&ready, (unsigned char)status);
     larder__mount_order_free(m.order);
     larder__mount_stage_wait(&m);
     larder__mount_tree_free(m.tree);
+    free((void *)m.staged_on_open);
     larder_close(m.dataset);
     larder__plain_close(plain);
     pthread_cond_destroy(&m.idle);
