@@ -154,7 +154,9 @@ static int check_mountpoint(const struct larder__mount_options *o)
 static int open_source(struct larder__mount *m, const struct larder__mount_options *o,
                        struct larder__plain **plain)
 {
+    /* verify_checksums: without a cache too, every byte handed out is checked */
     larder_open_options lo = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                              .verify_checksums = 1,
                               .cache_dir = o->cache_dir,
                               .daemon_socket = o->socket,
                               .trust_index = o->trust_index};

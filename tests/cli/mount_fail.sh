@@ -53,6 +53,12 @@ ls mnt-bad >/dev/null || fail "readdir after origin errors"
 stat mnt-bad/sample00003.jpg >/dev/null || fail "stat after origin errors"
 cmp src/sample00001.jpg mnt-bad/sample00001.jpg || fail "a good sample after the errors"
 umount_larder bad
+# with no cache at all, reads are checked too
+LARDER_CACHE= mount_larder nocache damaged/index.larder --cache ""
+cat mnt-nocache/sample00007.jpg >/dev/null 2>err.txt && fail "no cache: a damaged sample read"
+grep -q "Input/output error" err.txt || fail "no cache, damaged sample: $(cat err.txt), want EIO"
+cmp src/sample00001.jpg mnt-nocache/sample00001.jpg || fail "no cache: a good sample"
+umount_larder nocache
 echo "origin errors: EIO, logged, the mount stayed up"
 
 # 2. kill -9: a stale mount point, reported, then cleared by the flag
