@@ -373,7 +373,8 @@ def draw(rows, setup, path):
                color="tab:cyan", label="kernel cache kept")
         ax.axhline(0.8, color="grey", linestyle="--", label="target 0.8x")
         ax.set_xticks(range(len(t)))
-        ax.set_xticklabels([f"{x['pattern']}\n{x['threads']} thr" for x in t], fontsize=7)
+        ax.set_xticklabels([f"{x['pattern']}, {x['threads']} thr" for x in t], fontsize=7,
+                           rotation=30, ha="right")
         ax.set_ylabel("mount / cache file throughput")
         ax.set_title("cached reads through the mount")
         ax.legend()
