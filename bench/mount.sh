@@ -8,12 +8,15 @@
 # against the same reads of the cache's data file.  Writes
 # bench/results/mount.md and mount.png.
 #
-#   bench/mount.sh            # the full benchmark (about 15 minutes on 2 cores)
+#   bench/mount.sh            # the full benchmark (about 15 minutes on 2 cores; the
+#                             # first run also generates the seed benchmark's dataset,
+#                             # 3 x 3.7 GB under bench/work/mount, reused afterwards)
 #   bench/mount.sh --quick    # a cut of 2-4 minutes: prints the table, writes only
 #                             # under bench/work/mount-quick
 #
-# Environment (defaults; the quick cut in brackets): SAMPLES (3200 [960]),
-# BATCH (64), RANKS (2), WORKERS (2), COMPUTE (150 ms), EPOCHS (3),
+# Environment (defaults; the quick cut in brackets): SAMPLES (12800, the
+# seed benchmark's file [960]), DIRECT_STEPS (50 [all]: the emulator's
+# epoch is cut there), BATCH (64), RANKS (2), WORKERS (2), COMPUTE (150 ms), EPOCHS (3),
 # PROFILE (lustre-contended), FS_SEED (7), SEED (1), REPEATS (3 [1]),
 # SECONDS (2 [1]), BUILD_DIR (build), MOUNT_WORK (bench/work/mount
 # [bench/work/mount-quick]).  Needs root (or fusermount3 rights) and
@@ -40,8 +43,9 @@ if [ "$quick" = 1 ]; then
 else
   work=${MOUNT_WORK:-$PWD/bench/work/mount}
   results=$PWD/bench/results
-  samples=${SAMPLES:-3200}
-  extra=(--command "bench/mount.sh" --repeats "${REPEATS:-3}" --seconds "${SECONDS_EACH:-2}")
+  samples=${SAMPLES:-12800}
+  extra=(--command "bench/mount.sh" --repeats "${REPEATS:-3}" --seconds "${SECONDS_EACH:-2}"
+    --direct-steps "${DIRECT_STEPS:-50}")
 fi
 mkdir -p "$work"
 work=$(cd "$work" && pwd)

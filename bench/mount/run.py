@@ -67,21 +67,21 @@ class LarderMount:
             time.sleep(0.05)
 
 
-def run_ranks(args, config, data, mount, epochs, groups, out):
+def run_ranks(args, config, data, mount, epochs, groups, out, max_steps=0):
     """The ranks' result; a start that fails within 20 s (another process
     took the rendezvous port between free_port() and the bind, on a machine
     shared with other runs) is tried again, twice at most."""
     for attempt in range(3):
         started = time.time()
         try:
-            return run_ranks_once(args, config, data, mount, epochs, groups, out)
+            return run_ranks_once(args, config, data, mount, epochs, groups, out, max_steps)
         except RuntimeError:
             if attempt == 2 or time.time() - started > 20:
                 raise
             log(f"mount bench: {config}: the ranks failed at start; again on another port")
 
 
-def run_ranks_once(args, config, data, mount, epochs, groups, out):
+def run_ranks_once(args, config, data, mount, epochs, groups, out, max_steps):
     port = seed_run.free_port()
     ranks = []
     try:
@@ -93,6 +93,8 @@ def run_ranks_once(args, config, data, mount, epochs, groups, out):
                    "--epochs", str(epochs), "--seed", str(args.seed)]
             if mount:
                 cmd += ["--mount", mount]
+            if max_steps:
+                cmd += ["--max-steps", str(max_steps)]
             if rank == 0:
                 cmd += ["--out", out]
             env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -133,7 +135,7 @@ def training(args, data_dir, groups):
         try:
             if config == "emulator":
                 results.append(run_ranks(args, config, slow, slow, args.direct_epochs, groups,
-                                         out))
+                                         out, args.direct_steps))
                 continue
             # mount: the HDF5 file's --files index, made once from the emulator's
             # directory (the one read that checksums need), then the mount
@@ -267,6 +269,8 @@ def au_rows(results):
                 label += f", epoch {e['epoch']}" + (" (cold)" if e["epoch"] == 1 else " (warm)")
             elif len(r["epochs"]) > 1:
                 label += f", epoch {e['epoch']}"
+            if len(waits) < e.get("epoch_steps", len(waits)):
+                label += f" (first {len(waits)} of {e['epoch_steps']} steps)"
             out.append({"config": r["config"], "epoch": e["epoch"], "label": label,
                         "au": e["compute_s"] / e["wall_s"], "wall": e["wall_s"],
                         "steps": len(waits), "mean": sum(waits) / len(waits),
@@ -396,13 +400,15 @@ def main():
     p.add_argument("--work", required=True)
     p.add_argument("--results", required=True)
     p.add_argument("--name", default="mount")
-    p.add_argument("--samples", type=int, default=3200)
+    p.add_argument("--samples", type=int, default=12800)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--compute-ms", type=float, default=150)
     p.add_argument("--epochs", type=int, default=3, help="epochs through the mount")
     p.add_argument("--direct-epochs", type=int, default=1, help="epochs on the emulator")
+    p.add_argument("--direct-steps", type=int, default=0,
+                   help="stop the emulator's epoch after this many steps (0: whole)")
     p.add_argument("--local-epochs", type=int, default=2, help="epochs from local disk")
     p.add_argument("--configs", default="emulator,mount,staged,local")
     p.add_argument("--profile", default="lustre-contended")
