@@ -253,25 +253,29 @@ static bool read_resident(struct larder__mount *m, struct open_file *f, fuse_req
     larder__mount_readahead(m, &f->stream, f->shard, f->base, f->node->header_length, f->node->size,
                             at + f->node->header_length, n);
     int fd = -1;
-    if (larder__dataset_stage_range(d, f->shard, offset, n, &fd) == 0) {
+    uint8_t *buf = NULL;
+    if (larder__dataset_stage_range(d, f->shard, offset, n, &fd) != 0) {
+        fd = -1;
+        if (!(buf = malloc((size_t)n))) return false;
+        if (larder__dataset_read_range(d, f->shard, offset, n, buf) < 0) {
+            free(buf);
+            return false; /* larder_file_pread says why */
+        }
+    }
+    atomic_fetch_add(&m->reads, 1);
+    atomic_fetch_add(&m->read_bytes, n);
+    larder__mount_order_read(m, f->node->sample);
+    /* nothing of f after the answer: the file may be released at once */
+    if (fd >= 0) {
         struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)n);
         bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
         bv.buf[0].fd = fd;
         bv.buf[0].pos = (off_t)offset;
         fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE); /* answers, or frees req on failure */
     } else {
-        uint8_t *buf = malloc((size_t)n);
-        if (!buf) return false;
-        if (larder__dataset_read_range(d, f->shard, offset, n, buf) < 0) {
-            free(buf);
-            return false; /* larder_file_pread says why */
-        }
         fuse_reply_buf(req, (const char *)buf, (size_t)n);
         free(buf);
     }
-    atomic_fetch_add(&m->reads, 1);
-    atomic_fetch_add(&m->read_bytes, n);
-    larder__mount_order_read(m, f->node->sample);
     return true;
 }
 
