@@ -119,7 +119,12 @@ served=$(daemon_stat served_bytes)
 for f in src/*; do cmp "$f" "mnt-d2/${f#src/}" || fail "through the daemon (no cache): $f"; done
 [ "$(daemon_stat served_bytes)" -gt "$served" ] || fail "the daemon served nothing to the cacheless mount"
 umount_larder d2
-echo "through larderd: right bytes with its cache and without one"
+# a plain directory through the daemon: it opens the listing's index too
+mount_larder d3 src --socket "$sock" --cache "$WORK/dcache"
+for f in src/*; do cmp "$f" "mnt-d3/${f#src/}" || fail "plain directory through the daemon: $f"; done
+grep -q "opened .*larder-mount-" daemon.log || fail "the daemon did not open the listing's index"
+umount_larder d3
+echo "through larderd: right bytes with its cache and without one, and of a plain directory"
 
 # 5. a registered order: the plan's prefetcher stages the rank's next steps
 mount_larder o "$INDEX" --cache "$WORK/cache-o"
