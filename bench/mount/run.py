@@ -335,9 +335,9 @@ def write(meta, results, setup, results_dir, name, plots):
                   "|---|---|---|---|---|---|---|"]
         for t in setup["throughput"]:
             lines.append(f"| {t['pattern']} | {t['threads']} | {t['file'] / 1e6:.0f} | "
-                         f"{t['mount'] / 1e6:.0f} | {t['ratio']:.2f}x"
+                         f"{t['mount'] / 1e6:.0f} | {t['ratio']:.3f}x"
                          f"{'' if t['ratio'] >= 0.8 else ' (below 0.8x)'} | "
-                         f"{t['kept'] / 1e6:.0f} | {t['kept_ratio']:.2f}x"
+                         f"{t['kept'] / 1e6:.0f} | {t['kept_ratio']:.3f}x"
                          f"{'' if t['kept_ratio'] >= 0.8 else ' (below 0.8x)'} |")
         lines.append("")
     lines.append("AU = compute time / epoch wall time. Figures from one run on a shared "
