@@ -485,6 +485,11 @@ typedef struct larder_index_files_options {
     larder_progress_fn progress; /* bytes read and to read (may be NULL) */
     void *userdata;              /* for progress */
     const char *files_from;      /* NULL, or a file of names relative to root, one a line */
+    /* Nonzero: sizes from the listing only, no file read (local roots and
+     * s3:// prefixes): the index has no checksums and reads of it are not
+     * checked (what `larder mount` of plain files makes).  After files_from:
+     * older callers' struct_size leaves it 0. */
+    int listing_only;
 } larder_index_files_options;
 LARDER_API int larder_index_files(const char *root, const char *index_path,
                                   const larder_index_files_options *options,
