@@ -114,6 +114,30 @@ static void print_daemon_dataset(const char *at)
     if (json_number(at, "peer_requests"))
         printf("  peers         %" PRIu64 " requests, %s borrowed\n",
                json_number(at, "peer_requests"), human_bytes(json_number(at, "peer_bytes"), a));
+    if (json_number(at, "pinned_bytes"))
+        printf("  pinned        %s (hints, until their TTL)\n",
+               human_bytes(json_number(at, "pinned_bytes"), b));
+}
+
+/* The daemon's work queues by class ("classes" in its STATS), one line each. */
+static void print_daemon_classes(const char *text)
+{
+    const char *classes = strstr(text, "\"classes\": {");
+    if (!classes) return;
+    printf("queues (READs and staging, by class)\n");
+    static const char *const names[] = {"demand", "near", "hinted", "warm"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "\"%s\": {", names[i]);
+        const char *at = strstr(classes, key);
+        if (!at) continue;
+        uint64_t started = json_number(at, "started");
+        printf("  %-7s %" PRIu64 " started, %" PRIu64 " queued now, %" PRIu64
+               " running; queue wait mean %.1f ms, max %.1f ms\n",
+               names[i], started, json_number(at, "queued") - started, json_number(at, "running"),
+               started ? (double)json_number(at, "wait_us") / (double)started / 1000.0 : 0.0,
+               (double)json_number(at, "wait_max_us") / 1000.0);
+    }
 }
 
 /* A number of the transforms' object (0 when absent). */
@@ -161,6 +185,7 @@ static int stat_daemon(const char *socket, int json)
     } else {
         /* the daemon's JSON is flat: pick each dataset's figures out of it */
         printf("daemon at %s\n", socket);
+        print_daemon_classes(text); /* before the walk below cuts the text up */
         char *transforms = strstr(text, "\"transforms\": {");
         if (transforms) print_daemon_transforms(transforms);
         for (char *at = strstr(text, "{\"dataset_id\""); at;

@@ -53,7 +53,8 @@ uint64_t larder__wire_max_payload(uint8_t type)
 static bool known_type(uint8_t type)
 {
     return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) || /* 1 .. 16, no gaps */
-           (type >= LARDER__TRANSFORM && type <= LARDER__TRANSFORMED);
+           (type >= LARDER__TRANSFORM && type <= LARDER__TRANSFORMED) || /* 17, 18 */
+           type == LARDER__PROGRESS;                                    /* 20, no payload */
 }
 
 int larder__wire_header(const uint8_t *buf, size_t available, struct larder__frame *frame)
@@ -130,7 +131,8 @@ int larder__wire_read(const uint8_t *p, uint32_t length, struct larder__read *ou
     out->offset = larder__le64(p + 24);
     out->length = larder__le64(p + 32);
     uint64_t end;
-    if (p[21] || p[22] || p[23])
+    out->flags = p[21];
+    if ((p[21] & ~LARDER__READ_CACHED) || p[22] || p[23])
         return larder__fail(LARDER_EPROTOCOL, "READ with nonzero reserved bytes");
     if (out->priority > 3)
         return larder__fail(LARDER_EPROTOCOL, "READ with priority %u", out->priority);
@@ -214,6 +216,7 @@ int larder__wire_encode_read(uint8_t *out, size_t capacity, uint64_t request,
     larder__put_le64(p + 8, read->id_high);
     larder__put_le32(p + 16, read->shard);
     p[20] = read->priority;
+    p[21] = read->flags;
     larder__put_le64(p + 24, read->offset);
     larder__put_le64(p + 32, read->length);
     return LARDER__WIRE_HEADER + 40;

@@ -41,6 +41,10 @@ enum larder__frame_type {
     /* transforms: the block "transforms" at the end of this file */
     LARDER__TRANSFORM = 17,
     LARDER__TRANSFORMED = 18,
+    /* storm: a daemon tells a peer that its READs on this connection are
+     * queued or being filled, not lost (docs/protocol.md, "PROGRESS");
+     * no payload, request id 0 */
+    LARDER__PROGRESS = 20,
 };
 
 /* Roles a HELLO may claim (their values are the wire's). */
@@ -86,8 +90,12 @@ struct larder__read {
     uint64_t id_low, id_high; /* dataset id */
     uint32_t shard;
     uint8_t priority;
+    uint8_t flags; /* LARDER__READ_CACHED (storm: relays), else 0 */
     uint64_t offset, length;
 };
+/* READ flags (byte 21): answer from the cache only, an ERROR (not found)
+ * when any byte would need a fill: a peer asked as a relay (docs/protocol.md) */
+#define LARDER__READ_CACHED 1u
 
 /* OPENED: the dataset a daemon opened for an OPEN (index URL as payload). */
 struct larder__opened {
