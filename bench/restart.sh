@@ -20,11 +20,16 @@
 # Environment: SIZE (checkpoint bytes; 2 GiB, quick 256 MiB), READERS
 # ("1 4 16 64"), ORIGIN_MBPS (slowfs's link, 10^6 bytes/s; 100), THREADS
 # (READs in flight per reader; 16), CHUNK_KB (bytes per READ; 4096),
-# BASELINE_MAX_S (a direct-read run is stopped after this; 300), STEPS,
-# BATCH, COMPUTE_MS (the training reader: 150, 8, 40), TRAIN_SAMPLES (its
+# BASELINE_MAX_S (a direct-read run of N > 1 readers is stopped after
+# this; 300: one reader alone, the yardstick, always runs to the end), STEPS,
+# BATCH, COMPUTE_MS (the training reader: 150, 8, 40), ROUNDS (its runs
+# beside each kind of background work, interleaved: 3), TRAIN_SAMPLES (its
 # dataset: 2000 of 128 KiB), BUILD_DIR (build), RESULTS
 # (bench/results/restart.md; restart-measured.json and restart.png go
-# beside it), RESTART_WORK (scratch: bench/work/restart).  Needs root (or fusermount3 rights)
+# beside it), RESTART_WORK (scratch: bench/work/restart), HOW (which
+# storms of part 1: "direct unhinted hinted"), PARTS (what else runs:
+# "priorities replicate"; empty: part 1 and the simulation only).  Any
+# READERS list works: the per-node figures come from the first storm.  Needs root (or fusermount3 rights)
 # and /dev/fuse: the origin is tools/slowfs with a bandwidth cap.
 #
 # A part whose command is not on this branch yet (`larder index --files`,
@@ -41,10 +46,14 @@ quick=${QUICK:-0}
 build=${BUILD_DIR:-build}
 if [ "$quick" = 1 ]; then size=${SIZE:-268435456}; else size=${SIZE:-2147483648}; fi
 readers=${READERS:-"1 4 16 64"}
+hows=${HOW:-"direct unhinted hinted"}
+parts=${PARTS-"priorities replicate"}
+wants() { [[ " $1 " == *" $2 "* ]]; }
 origin_mbps=${ORIGIN_MBPS:-100}
 threads=${THREADS:-16} chunk_kb=${CHUNK_KB:-4096}
 baseline_max=${BASELINE_MAX_S:-300}
 steps=${STEPS:-150} batch=${BATCH:-8} compute_ms=${COMPUTE_MS:-40}
+train_rounds=${ROUNDS:-3}
 train_samples=${TRAIN_SAMPLES:-2000}
 out=${RESULTS:-bench/results/restart.md}
 results=$(dirname "$out")
@@ -230,6 +239,8 @@ storm() {
   local peer=() served=()
   for ((i = 0; i < daemons; i++)); do
     peer+=("$(stat_value $i peer_served_bytes)") served+=("$(stat_value $i served_bytes)")
+    # kept for a look afterwards: queue waits by class, what each served
+    "$larder" stat --socket "$work/sock$i" --json >"$work/stat-$n-$i.json" 2>/dev/null || true
   done
   $py - "$(seconds "$t0" "$t1")" "$((o1 - o0))" "${peer[*]}" "${served[*]}" "$(($(skipped) - s0)) $(hedges)" <<'PY'
 import sys
@@ -271,25 +282,37 @@ direct() {
 echo "restart: checkpoint $((ckpt_bytes / 1048576)) MiB, $layout; origin slowfs at $origin_mbps MB/s" >&2
 # ---- 1. the storm ---------------------------------------------------------------------
 declare -A row
+# one reader alone, the yardstick: never stopped
+baseline_keep=$baseline_max baseline_max=1000000000
 read -r alone_s alone_bytes < <(direct 1)
+baseline_max=$baseline_keep
+# node_figures: per-node figures for the simulation, while node 0 holds the
+# whole checkpoint (after a storm: reader 0 reads through daemon 0): what a
+# daemon serves a peer, and what 16 local readers of a warm node read
+node_figures() {
+  [ -z "${serve_mbs:-}" ] || return 0
+  read -r _ serve_mbs < <("$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 16 4096)
+  local t0=$EPOCHREALTIME r
+  for r in $(seq 16); do "$reader" read "$work/sock0" "$index" "$threads" "$chunk_kb" >/dev/null & jobs_+=($!); done
+  for p in "${jobs_[@]}"; do wait "$p"; done
+  jobs_=()
+  local_s=$(seconds "$t0" "$EPOCHREALTIME")
+}
 for n in $readers; do
-  echo "restart: $n readers from the origin" >&2
-  if [ "$n" = 1 ]; then row[direct,$n]="$alone_s $alone_bytes"; else row[direct,$n]=$(direct "$n"); fi
-  echo "restart: $n readers through the daemons, unhinted" >&2
-  start_cluster
-  row[unhinted,$n]=$(storm "$n")
-  if [ "$n" = 1 ]; then
-    # per-node figures for the simulation, while node 0 holds the whole checkpoint:
-    # what a daemon serves a peer, and what 16 local readers of a warm node read
-    read -r _ serve_mbs < <("$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 16 4096)
-    t0=$EPOCHREALTIME
-    for r in $(seq 16); do "$reader" read "$work/sock0" "$index" "$threads" "$chunk_kb" >/dev/null & jobs_+=($!); done
-    for p in "${jobs_[@]}"; do wait "$p"; done
-    jobs_=()
-    local_s=$(seconds "$t0" "$EPOCHREALTIME")
+  if wants "$hows" direct; then
+    echo "restart: $n readers from the origin" >&2
+    if [ "$n" = 1 ]; then row[direct,$n]="$alone_s $alone_bytes"; else row[direct,$n]=$(direct "$n"); fi
   fi
-  stop_cluster
-  if has hint hot; then
+  if wants "$hows" unhinted; then
+    echo "restart: $n readers through the daemons, unhinted" >&2
+    start_cluster
+    row[unhinted,$n]=$(storm "$n")
+    node_figures
+    stop_cluster
+  fi
+  if ! wants "$hows" hinted; then
+    :
+  elif has hint hot; then
     echo "restart: $n readers through the daemons, hinted" >&2
     start_cluster
     o0=$(origin_now) t0=$EPOCHREALTIME
@@ -298,11 +321,18 @@ for n in $readers; do
     replication_s=$(seconds "$t0" "$EPOCHREALTIME") o_hint=$(($(origin_now) - o0))
     read -r t o ps ss sk hg < <(storm "$n")
     row[hinted,$n]="$t $((o + o_hint)) $ps $ss $sk $hg $replication_s"
+    node_figures
     stop_cluster
   else
     row[hinted,$n]="$needs_hint"
   fi
 done
+if [ -z "${serve_mbs:-}" ]; then # no storm through the daemons ran: one reader for the figures
+  start_cluster
+  storm 1 >/dev/null
+  node_figures
+  stop_cluster
+fi
 
 # ---- 2. priorities: a training reader beside background staging ---------------------
 train_run() { # label, then the background command (or nothing)
@@ -317,18 +347,57 @@ train_run() { # label, then the background command (or nothing)
     LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
   fi
   sleep 0.5
-  "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  RESTART_TRACE=$work/train-$1.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  for ((i = 0; i < daemons; i++)); do # kept for a look afterwards
+    "$larder" stat --socket "$work/sock$i" --json >"$work/stat-train-$1-$i.json" 2>/dev/null || true
+  done
   for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   jobs_=()
   stop_cluster
 }
-echo "restart: priorities" >&2
-train_idle=$(train_run idle)
-train_warm=$(train_run warm)
-if has hint hot; then train_hinted=$(train_run hinted); else train_hinted="$needs_hint"; fi
+skipped_part="not run (PARTS)"
+train_idle=$skipped_part train_warm=$skipped_part train_hinted=$skipped_part
+if wants "$parts" priorities; then
+  echo "restart: priorities" >&2
+  # ROUNDS rounds, the three runs interleaved in each, so that the load of a
+  # shared machine falls on all three alike; each figure is the median of
+  # its rounds, and the p99 ratio to idle is taken within each round
+  idle_runs=() warm_runs=() hinted_runs=()
+  for ((round = 1; round <= train_rounds; round++)); do
+    idle_runs+=("$(train_run idle)")
+    warm_runs+=("$(train_run warm)")
+    if has hint hot; then hinted_runs+=("$(train_run hinted)"); fi
+  done
+  medians() { # "mean p50 p99 max" lines -> the median of each column
+    printf '%s\n' "$@" | $py -c '
+import statistics, sys
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+print(" ".join("%.2f" % statistics.median(c) for c in zip(*rows)))'
+  }
+  ratios() { # the p99 of each run over the idle p99 of its round, and their median
+    $py - "$1" "$2" <<'PY'
+import statistics, sys
+idle = [float(l.split()[2]) for l in sys.argv[1].splitlines() if l.strip()]
+other = [float(l.split()[2]) for l in sys.argv[2].splitlines() if l.strip()]
+r = [o / i for o, i in zip(other, idle)]
+print("%.3f (rounds: %s)" % (statistics.median(r), ", ".join("%.3f" % x for x in r)) if r else "-")
+PY
+  }
+  train_idle=$(medians "${idle_runs[@]}")
+  train_warm=$(medians "${warm_runs[@]}")
+  warm_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${warm_runs[@]}")")
+  if has hint hot; then
+    train_hinted=$(medians "${hinted_runs[@]}")
+    hinted_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${hinted_runs[@]}")")
+  else
+    train_hinted="$needs_hint"
+  fi
+fi
 
 # ---- 3. predictive replication ------------------------------------------------------------
-if has hint replicate; then
+if ! wants "$parts" replicate; then
+  replicate=$skipped_part
+elif has hint replicate; then
   echo "restart: predictive replication" >&2
   start_cluster
   target=$((daemons - 1))
@@ -348,9 +417,10 @@ fi
 
 # ---- 4. the figures the simulation needs, and the simulation ---------------------------
 # the origin's link: the most bytes/s the direct readers drew from it together
-# (one reader alone draws less: slowfs's per-read overhead, about 1 ms)
-origin_bw=$(for k in "${!row[@]}"; do [[ $k == direct,* ]] && echo "${k#direct,} ${row[$k]}"; done |
-  awk -v b="$ckpt_bytes" '$2 !~ /^>/ { r = $1 * b / $2; if (r > m) m = r } END { printf "%.0f", m }')
+# (one reader alone draws less: slowfs's per-read overhead, about 1 ms);
+# with no direct run of several readers, what one reader alone drew
+origin_bw=$({ echo "1 $alone_s"; for k in "${!row[@]}"; do if [[ $k == direct,* ]]; then echo "${k#direct,} ${row[$k]}"; fi; done; } |
+  awk -v b="$ckpt_bytes" '$2 !~ /^>/ && $2 > 0 { r = $1 * b / $2; if (r > m) m = r } END { printf "%.0f", m }')
 local_bw=$(awk -v b="$ckpt_bytes" -v s="$local_s" 'BEGIN { printf "%.0f", 16 * b / s }')
 cat >"$results/restart-measured.json" <<JSON
 {
@@ -382,7 +452,9 @@ size, alone = int(sys.argv[1]), float(sys.argv[2])
 rows = dict(line.split("=", 1) for line in sys.argv[4].splitlines() if line)
 for n in sys.argv[3].split():
     for kind in ("direct", "unhinted", "hinted"):
-        v = rows.get(f"{kind},{n}", "").split()
+        if f"{kind},{n}" not in rows:
+            continue  # not run (HOW)
+        v = rows[f"{kind},{n}"].split()
         if not v or not v[0].lstrip(">").replace(".", "").isdigit():
             print(f"| {n} | {kind} | {' '.join(v)} | | | | | | |")
             continue
@@ -428,16 +500,19 @@ PY
   echo
   echo "One reader on daemon 0 (\`larder_bench_restart train\`): $steps steps of $batch samples of 128 KiB"
   echo "from a cold dataset on the same origin, $compute_ms ms of compute a step; per-step data wait in ms."
+  echo "$train_rounds rounds, idle, warm and hinted interleaved in each; each figure the median over the"
+  echo "rounds, and p99 / idle the median of each round's p99 over that round's idle p99 (target for"
+  echo "hinted: at most 1.10)."
   echo
-  echo "| beside it | mean | p50 | p99 | max |"
-  echo "|---|---|---|---|---|"
+  echo "| beside it | mean | p50 | p99 | max | p99 / idle |"
+  echo "|---|---|---|---|---|---|"
   for label in idle warm hinted; do
     case $label in
-      idle) v=$train_idle what="nothing (idle)" ;;
-      warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (BACKGROUND class, on main today)" ;;
-      hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ;;
+      idle) v=$train_idle what="nothing (idle)" ratio=1 ;;
+      warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (WARM class)" ratio=${warm_ratio:--} ;;
+      hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ratio=${hinted_ratio:--} ;;
     esac
-    if [[ $v == needs* ]]; then echo "| $what | $v | | | |"; else echo "| $what | ${v// / | } |"; fi
+    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | | |"; else echo "| $what | ${v// / | } | $ratio |"; fi
   done
   echo
   echo "## 3. Predictive replication"

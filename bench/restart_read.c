@@ -158,7 +158,10 @@ static int train(int argc, char **argv)
         return 1;
     }
     uint64_t samples = larder_num_samples(d), id = 0;
-    double *waits = calloc((size_t)steps, sizeof *waits), sum = 0;
+    double *waits = calloc((size_t)steps, sizeof *waits), sum = 0, began = now();
+    /* RESTART_TRACE=FILE: each step's start (s from the first) and wait (ms), for a look */
+    const char *trace_path = getenv("RESTART_TRACE");
+    FILE *trace = trace_path && *trace_path ? fopen(trace_path, "w") : NULL;
     void *buf = NULL;
     size_t cap = 0;
     for (long s = 0; waits && s < steps; s++) {
@@ -179,9 +182,11 @@ static int train(int argc, char **argv)
         }
         waits[s] = (now() - start) * 1000;
         sum += waits[s];
+        if (trace) fprintf(trace, "%.3f %.2f\n", start - began, waits[s]);
         struct timespec nap = {(time_t)compute, (long)((compute - (double)(time_t)compute) * 1e9)};
         nanosleep(&nap, NULL);
     }
+    if (trace) fclose(trace);
     if (!waits) return 1;
     qsort(waits, (size_t)steps, sizeof *waits, compare);
     printf("%.2f %.2f %.2f %.2f\n", sum / (double)steps, waits[(steps - 1) / 2],

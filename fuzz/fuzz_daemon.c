@@ -287,10 +287,12 @@ int larder_fuzz_daemon(const uint8_t *data, size_t size)
     if (d->num_datasets >= MAX_KEPT) {
         /* hints hold datasets: their staging ends with the pool, then they go */
         hints_stop(d);
+        larder__pool_free(d->peer_pool);
         larder__pool_free(d->pool);
         hints_free(d);
         close_datasets(d);
         if (larder__pool_new(&d->pool, d->config.jobs) < 0) abort();
+        if (larder__pool_new(&d->peer_pool, d->config.jobs) < 0) abort();
     }
     if (fchdir(home) < 0) abort();
     close(home);

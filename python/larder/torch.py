@@ -244,7 +244,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                     drop_last=True, decode=None, mode="global",
                     locality_window=8, deny=None, rank=None, world=None,
                     yield_batches=False, read_ahead=1, prefetch=8,
-                    block_size=0, cache_size=0, max_inflight=0, verify=False)
+                    block_size=0, cache_size=0, max_inflight=0, verify=False,
+                    transform=None)
 
     batch_size is the GLOBAL batch G (samples per step over all ranks); a
     rank yields G/world samples per step, so give its DataLoader
@@ -260,6 +261,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 with the epoch's first samples (False)
     decode:     called on each sample dict in the worker; its result is
                 yielded instead
+    transform:  a transform spec ("jpeg_decode_resize:224", docs/transforms.md):
+                samples come transformed, by the node daemon or in the
+                worker (array fields as numpy arrays of its dtype and shape)
     mode:       "global" or "locality" (shuffle shards, then samples within
                 windows of locality_window shards; for cold object stores)
     deny:       None: INDEX.deny beside the index when it exists; False:
@@ -282,7 +286,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def __init__(self, url, cache=None, seed=0, shuffle=True, batch_size=1, drop_last=True,
                  decode=None, mode="global", locality_window=8, deny=None, rank=None,
                  world=None, yield_batches=False, read_ahead=1, prefetch=8, block_size=0,
-                 cache_size=0, max_inflight=0, verify=False):
+                 cache_size=0, max_inflight=0, verify=False, transform=None):
         super().__init__()
         if isinstance(url, Dataset):
             self.dataset = url
@@ -298,6 +302,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.pad = not drop_last
         self.locality_window = int(locality_window)
         self.decode = decode
+        # a transform spec (docs/transforms.md), run by the node daemon or in the worker
+        self.transform = transform
+        if transform is not None:
+            from .transform import check_spec
+
+            check_spec(transform)
         self.yield_batches = bool(yield_batches)
         self.read_ahead = max(0, int(read_ahead))
         self.prefetch = max(0, int(prefetch))
@@ -564,7 +574,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
                         from concurrent.futures import ThreadPoolExecutor
 
                         executor = ThreadPoolExecutor(1, thread_name_prefix="larder-read")
-                    job = executor.submit(dataset.get_many, ids)
+                    job = executor.submit(dataset.get_many, ids, self.transform)
                 pending.append((step, job, ids, offset, total))
 
         try:
@@ -579,7 +589,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                     return
                 step, job, ids, offset, total = pending.popleft()
                 started = time.perf_counter()
-                samples = job.result() if job is not None else dataset.get_many(ids)
+                samples = (job.result() if job is not None
+                           else dataset.get_many(ids, self.transform))
                 waits.record(step, time.perf_counter() - started)
                 consumed += 1
                 prefetcher.advance(consumed)

@@ -54,6 +54,11 @@ struct larderd_config {
     /* --replicate-prefix PREFIX=MEMBERS rules (src/larderd/hints.c), NULL-terminated */
     const char *replicate[MAX_REPLICATE_RULES + 1];
     int num_replicate;
+    /* transforms (src/larderd/transform*.c, docs/transforms.md) */
+    const char *transform_dir;      /* --transform-dir: loadable transforms; NULL: none */
+    int transform_cpu_limit;        /* --transform-cpu-limit PERCENT (default 80; 0: never) */
+    int transform_jobs;             /* --transform-jobs: transforms run at once (0: the CPUs) */
+    uint64_t transform_cache_bytes; /* --transform-cache SIZE: the result cache (default 256M) */
 };
 
 /* The usage text, for --help (stdout) and for a usage error (stderr). */

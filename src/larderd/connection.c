@@ -75,6 +75,26 @@ void enqueue(struct connection *c, const void *bytes, size_t length)
     enqueue_output(c, o);
 }
 
+#define PROGRESS_MS 1000
+
+bool connection_progress(struct connection *c, int64_t now_ms)
+{
+    if (!c->peer || c->closing) return false;
+    pthread_mutex_lock(&c->lock);
+    /* an answer queued or being sent tells the peer as much; last_active_ms
+     * (the READ's arrival, or the last answer sent) keeps a PROGRESS from
+     * following an answer its job has not yet counted as ended */
+    bool due = c->reads > 0 && !c->head && now_ms - c->last_active_ms >= PROGRESS_MS &&
+               now_ms - c->progress_ms >= PROGRESS_MS;
+    if (due) c->progress_ms = now_ms;
+    pthread_mutex_unlock(&c->lock);
+    if (!due) return false;
+    uint8_t frame[LARDER__WIRE_HEADER];
+    larder__wire_encode_header(frame, sizeof frame, LARDER__PROGRESS, 0, 0);
+    enqueue(c, frame, sizeof frame); /* a control frame: DEMAND, before any answer queued */
+    return true;
+}
+
 void send_error(struct connection *c, uint64_t request, int code, const char *message)
 {
     uint8_t frame[LARDER__WIRE_HEADER + 4 + LARDER__WIRE_MAX_MESSAGE];

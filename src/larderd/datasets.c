@@ -16,6 +16,7 @@
  * reading it, that it read and from where (take_source_reads).
  */
 #include "larderd.h"
+#include "cache.h"
 #include "fill.h"
 #include "source.h"
 
@@ -142,6 +143,9 @@ static int striped_source(void *context, uint32_t shard, struct larder__source *
                           struct larder__source **out)
 {
     struct dataset_entry *e = context;
+    /* background reads of the origin yield to the readers' (source_gate.c) */
+    int rc = larder__source_gate_open(&origin, origin);
+    if (rc < 0) return rc;
     if (!e->members) return noted_open(origin, out);
     struct larder__stripe_config c = {.open_peer = open_peer,
                                       .peer_context = e,
@@ -154,14 +158,35 @@ static int striped_source(void *context, uint32_t shard, struct larder__source *
                                       .down_ms = OWNER_DOWN_MS,
                                       .borrow_ahead = true};
     struct larder__source *stripe;
-    int rc = larder__source_stripe_open(&stripe, &c, origin); /* owns origin from now on */
+    rc = larder__source_stripe_open(&stripe, &c, origin); /* owns origin from now on */
     return rc < 0 ? rc : noted_open(stripe, out);
+}
+
+uint64_t dataset_pinned_bytes(larder_dataset *dataset)
+{
+    struct larder__cache *cache = larder__dataset_cache(dataset);
+    return cache ? larder__cache_pinned_bytes(cache) : 0;
+}
+
+size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    return e->daemon->members.count <= 1 ? e->daemon->self : chunk_owner(e, shard, chunk);
 }
 
 struct larder__stripe_loan *borrow_ahead(struct dataset_entry *e, uint32_t shard, uint64_t offset,
                                          uint64_t length, int priority,
                                          struct larder__source **stripe)
 {
+    bool from_relay;
+    return borrow_ahead_via(e, shard, offset, length, priority, SIZE_MAX, stripe, &from_relay);
+}
+
+struct larder__stripe_loan *borrow_ahead_via(struct dataset_entry *e, uint32_t shard,
+                                             uint64_t offset, uint64_t length, int priority,
+                                             size_t relay, struct larder__source **stripe,
+                                             bool *from_relay)
+{
+    *from_relay = false;
     *stripe = NULL;
     if (!e->members || shard >= larder__dataset_num_shards(e->dataset)) return NULL;
     struct larder__fill *fill = larder__dataset_fill(e->dataset);
@@ -173,7 +198,8 @@ struct larder__stripe_loan *borrow_ahead(struct dataset_entry *e, uint32_t shard
     struct larder__source *inner = ((struct noted_source *)source)->inner;
     struct larder__stripe_loan *loan = NULL;
     /* a failure leaves no loan: the fill reads those chunks from the origin */
-    if (larder__source_stripe_borrow(inner, lo, hi - lo, larder__read_at(priority), &loan) == 0 &&
+    if (larder__source_stripe_borrow_via(inner, lo, hi - lo, larder__read_at(priority), relay,
+                                         &loan, from_relay) == 0 &&
         loan)
         *stripe = inner;
     return loan;

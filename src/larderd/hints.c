@@ -189,13 +189,15 @@ static void forward_all(struct hint_request *r, const size_t *members, size_t co
     if (!count) return;
     uint8_t *frame = malloc(LARDER__WIRE_HEADER + LARDER__WIRE_MAX_HINT);
     struct forward *f = calloc(count, sizeof *f);
-    struct larder__hint h = {.kind = LARDER__HINT_HOT,
-                             .flags = (uint8_t)(LARDER__HINT_HERE | (r->flags & LARDER__HINT_WAIT)),
-                             .ttl_ms = r->ttl_ms,
-                             .url_length = (uint32_t)strlen(r->entry->url),
-                             .url = r->entry->url,
-                             .num_keys = r->num_keys,
-                             .key_list = (const char *const *)r->keys};
+    struct larder__hint h = {
+        .kind = LARDER__HINT_HOT,
+        .flags = (uint8_t)(LARDER__HINT_HERE |
+                           (r->flags & (LARDER__HINT_WAIT | LARDER__HINT_ALL_NODES))),
+        .ttl_ms = r->ttl_ms,
+        .url_length = (uint32_t)strlen(r->entry->url),
+        .url = r->entry->url,
+        .num_keys = r->num_keys,
+        .key_list = (const char *const *)r->keys};
     int n =
         frame && f
             ? larder__wire_encode_hint(frame, LARDER__WIRE_HEADER + LARDER__WIRE_MAX_HINT, 7, &h)
@@ -239,7 +241,9 @@ static void *hint_run(void *arg)
     char message[LARDER__WIRE_MAX_MESSAGE] = "";
     struct hint *h = NULL;
     int rc = members ? choose(d, r, &here, members, &count) : -ENOMEM;
-    if (rc == 0 && here) rc = hint_here(d, r->entry, r->keys, r->num_keys, r->ttl_ms, &h);
+    /* every member staging it: they pass chunks on to each other (hints_pins.c) */
+    bool everyone = r->kind == LARDER__HINT_HOT && (r->flags & LARDER__HINT_ALL_NODES);
+    if (rc == 0 && here) rc = hint_here(d, r->entry, r->keys, r->num_keys, r->ttl_ms, everyone, &h);
     if (rc < 0) snprintf(message, sizeof message, "%s", larder_errmsg());
     if (rc == 0) forward_all(r, members, count, &sum);
     free(members);

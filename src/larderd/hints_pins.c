@@ -111,14 +111,6 @@ static void pin_ranges(struct hint *h, struct larder__cache *cache)
     h->num_ranges = kept;
 }
 
-struct stage_job {
-    struct stage_job *next; /* hints->pending */
-    struct larderd *daemon;
-    struct hint *hint;
-    uint32_t shard;
-    uint64_t offset, length;
-};
-
 static void stage_job(void *arg);
 
 /* Take the pending staging jobs that may start now (while fewer than
@@ -151,6 +143,24 @@ static void submit(struct larderd *d, struct stage_job *ready)
     }
 }
 
+/* A staging job waits this long at most for the readers' work to pause. */
+#define YIELD_MAX_MS 500
+
+/* Wait (YIELD_MAX_MS at most) while this daemon runs DEMAND or NEAR READs
+ * (its readers', or peers' for their readers): a staging job starts in the
+ * gaps between them, so its transfers and checksums do not take the CPU
+ * and the links beside a reader's read (docs/scale.md, "Priorities"). */
+static void yield_to_readers(struct larderd *d)
+{
+    for (int waited = 0; waited < YIELD_MAX_MS && !d->stopping; waited += 2) {
+        struct larder__pool_stats stats;
+        larderd_classes_get(d, &stats);
+        if (stats.running[LARDER__DEMAND] + stats.running[LARDER__NEAR] == 0) return;
+        struct timespec nap = {0, 2 * 1000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
 /* Stage one chunk of a hint: in the cache without a copy where it can,
  * else through a buffer (a cache that evicts).  The chain of the shard's
  * source reads it from its owner node before the origin. */
@@ -162,8 +172,11 @@ static void stage_job(void *arg)
     larder_dataset *ds = h->entry->dataset;
     pthread_mutex_lock(&d->hints->lock);
     bool skip = d->hints->stopping || !h->live; /* stopping, or its time is up */
+    job->next = d->hints->running; /* a relay's READ for it waits for it (hints_staging_wait) */
+    d->hints->running = job;
     pthread_mutex_unlock(&d->hints->lock);
     int rc = 0;
+    if (!skip && !d->stopping) yield_to_readers(d);
     if (!skip && !d->stopping) {
         int fd;
         struct larder__fill *fill = larder__dataset_fill(ds);
@@ -171,8 +184,10 @@ static void stage_job(void *arg)
          * for a READ: every node staging at once must not wait on each
          * other's fill locks */
         struct larder__source *stripe;
+        bool from_relay;
         struct larder__stripe_loan *loan =
-            borrow_ahead(h->entry, job->shard, job->offset, job->length, LARDER__HINTED, &stripe);
+            borrow_ahead_via(h->entry, job->shard, job->offset, job->length, LARDER__HINTED,
+                             job->relay, &stripe, &from_relay);
         rc = larder__fill_stage_range_at(fill, job->shard, job->offset, job->length, LARDER__HINTED,
                                          &fd);
         if (rc == 1) {
@@ -191,7 +206,13 @@ static void stage_job(void *arg)
     pthread_mutex_lock(&d->hints->lock);
     if (rc < 0) h->failed = true;
     if (rc >= 0 && !skip) h->staged_bytes += job->length;
-    if (--h->jobs_left == 0) pthread_cond_broadcast(&d->hints->changed);
+    for (struct stage_job **at = &d->hints->running; *at; at = &(*at)->next)
+        if (*at == job) {
+            *at = job->next;
+            break;
+        }
+    --h->jobs_left;
+    pthread_cond_broadcast(&d->hints->changed); /* its waiters, and a relay's READs */
     put_locked(h);
     d->hints->staging--;
     struct stage_job *ready = take_ready(d);
@@ -200,38 +221,108 @@ static void stage_job(void *arg)
     submit(d, ready);
 }
 
-/* Queue the staging of h's ranges in chunks; call with hints->lock held. */
-static void queue_staging(struct larderd *d, struct hint *h)
+static int by_phase(const void *a, const void *b)
 {
+    const struct stage_job *x = *(struct stage_job *const *)a, *y = *(struct stage_job *const *)b;
+    if (x->phase != y->phase) return x->phase < y->phase ? -1 : 1;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+unsigned hint_stage_phase(size_t members, size_t self, size_t owner)
+{
+    if (members <= 1 || self >= members || owner >= members) return 0;
+    return (unsigned)((self + members - owner) % members);
+}
+
+/*
+ * Queue the staging of h's ranges in jobs of at most one owner chunk; call
+ * with hints->lock held.  Not in the same order on every node (which had
+ * every node ask the same owners at the same moment): this node's own
+ * chunks first (phase 0, from the origin), then those of the member before
+ * it (phase 1, from their owner), then of the one before that, and so on
+ * (hint_stage_phase), each phase in file order.  With `relay` (every member
+ * stages the hint), a chunk of phase 2 or later is asked first of the
+ * member just before this one, which staged it one phase earlier: so each
+ * owner serves its chunks once and the members pass them on in a ring, and
+ * no member serves much more than another however lumpy the ownership
+ * (docs/scale.md, "Balance").  A relay that does not hold it (yet) declines
+ * and the owner is asked.
+ */
+static void queue_staging(struct larderd *d, struct hint *h, bool relay)
+{
+    size_t count = 0, members = d->members.count, self = d->self;
     for (size_t i = 0; i < h->num_ranges; i++) {
         const struct pin_range *r = &h->ranges[i];
-        for (uint64_t at = 0; at < r->length; at += WARM_CHUNK) {
+        if (r->length)
+            count += (r->offset + r->length - 1) / WARM_CHUNK - r->offset / WARM_CHUNK + 1;
+    }
+    struct stage_job **jobs = malloc((count ? count : 1) * sizeof *jobs);
+    size_t n = 0;
+    for (size_t i = 0; jobs && i < h->num_ranges; i++) {
+        const struct pin_range *r = &h->ranges[i];
+        for (uint64_t at = r->offset, end = r->offset + r->length; at < end && n < count;) {
+            uint64_t stop = (at / WARM_CHUNK + 1) * WARM_CHUNK; /* the chunk's end */
+            if (stop > end) stop = end;
             struct stage_job *job = malloc(sizeof *job);
-            if (!job) {
-                h->failed = true;
-                return;
-            }
+            if (!job) break;
+            size_t owner = owner_of_chunk(h->entry, r->shard, at / WARM_CHUNK);
+            unsigned phase = hint_stage_phase(members, self, owner);
             *job = (struct stage_job){.daemon = d,
                                       .hint = h,
                                       .shard = r->shard,
-                                      .offset = r->offset + at,
-                                      .length = r->length - at < WARM_CHUNK ? r->length - at
-                                                                            : WARM_CHUNK};
-            h->refs++;
-            h->jobs_left++;
-            if (d->hints->pending_tail)
-                d->hints->pending_tail->next = job;
-            else
-                d->hints->pending = job;
-            d->hints->pending_tail = job;
+                                      .offset = at,
+                                      .length = stop - at,
+                                      .phase = phase,
+                                      .relay = relay && phase >= 2 ? (self + members - 1) % members
+                                                                   : SIZE_MAX};
+            jobs[n++] = job;
+            at = stop;
         }
     }
+    if (!jobs || n < count) h->failed = true; /* out of memory: what was made is staged */
+    if (jobs) qsort(jobs, n, sizeof *jobs, by_phase);
+    for (size_t i = 0; i < n; i++) {
+        h->refs++;
+        h->jobs_left++;
+        if (d->hints->pending_tail)
+            d->hints->pending_tail->next = jobs[i];
+        else
+            d->hints->pending = jobs[i];
+        d->hints->pending_tail = jobs[i];
+    }
+    free(jobs);
+}
+
+bool hints_staging_wait(struct larderd *d, const struct dataset_entry *e, uint32_t shard,
+                        uint64_t offset, uint64_t length, int timeout_ms)
+{
+    struct hints *hints = d->hints;
+    if (!hints) return false;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) deadline.tv_sec++, deadline.tv_nsec -= 1000000000;
+    bool waited = false;
+    pthread_mutex_lock(&hints->lock);
+    for (;;) {
+        bool staging = false;
+        for (const struct stage_job *j = hints->running; j && !staging; j = j->next)
+            staging = j->hint->entry == e && j->shard == shard && j->offset < offset + length &&
+                      offset < j->offset + j->length;
+        if (!staging || hints->stopping) break;
+        waited = true;
+        if (pthread_cond_timedwait(&hints->changed, &hints->lock, &deadline) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&hints->lock);
+    return waited;
 }
 
 static void *reaper(void *arg);
 
 int hint_here(struct larderd *d, struct dataset_entry *e, char *const *keys, uint32_t num_keys,
-              uint64_t ttl_ms, struct hint **out)
+              uint64_t ttl_ms, bool relay, struct hint **out)
 {
     struct hints *hints = hints_of(d);
     struct larder__cache *cache = larder__dataset_cache(e->dataset);
@@ -271,7 +362,7 @@ int hint_here(struct larderd *d, struct dataset_entry *e, char *const *keys, uin
     hints->list = h;
     if (!hints->reaper_running && pthread_create(&hints->reaper, NULL, reaper, d) == 0)
         hints->reaper_running = true;
-    queue_staging(d, h);
+    queue_staging(d, h, relay);
     struct stage_job *ready = take_ready(d);
     pthread_cond_broadcast(&hints->changed); /* the reaper's next time may be sooner */
     pthread_mutex_unlock(&hints->lock);

@@ -94,9 +94,11 @@ struct connection {
     struct connection *prev, *next; /* the loop's list */
     pthread_mutex_t lock;           /* guards the output queue, charged, jobs and refs */
     struct output *head, *tail;
-    size_t charged; /* READ lengths in flight plus queued output, in bytes */
-    int jobs;       /* READs in flight */
-    int refs;       /* the loop's, plus one per job in flight */
+    size_t charged;      /* READ lengths in flight plus queued output, in bytes */
+    int jobs;            /* READs in flight */
+    int reads;           /* of those, READs (the rest: HINTs, RESOLVEs waiting) */
+    int64_t progress_ms; /* when a PROGRESS was last queued (connection_progress) */
+    int refs;            /* the loop's, plus one per job in flight */
 };
 
 struct larder__stripe_loan;
@@ -129,6 +131,11 @@ struct larderd {
     /* run time (larderd_start) */
     int epoll, wake; /* the loop's epoll; an eventfd that wakes it; -1: none */
     struct larder__pool *pool;
+    /* peers' READs (requests.c), on workers of their own: they read only the
+     * origin, so they always finish, while this node's readers' READs may
+     * wait on other members; in one queue, a member's READs would wait
+     * behind those of its readers that wait on the member (docs/scale.md) */
+    struct larder__pool *peer_pool;
     pthread_mutex_t lock; /* datasets[] */
     struct dataset_entry datasets[MAX_DATASETS];
     int num_datasets;
@@ -144,6 +151,7 @@ struct larderd {
     volatile sig_atomic_t stopping;
     struct hints *hints; /* hints.c: pins and their expiry; NULL until the first hint */
     struct publications *publications; /* publish.c's name registry; NULL: none yet */
+    struct transforms *transforms;     /* transform.c: made on the first TRANSFORM; NULL: none */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -155,6 +163,8 @@ extern struct larderd daemon_state;
 void larderd_init(struct larderd *d);
 /* The loop's epoll and wake eventfd, and the pool of config.jobs workers: 0 or -errno. */
 int larderd_start(struct larderd *d);
+/* Both pools' counters by class, summed (STAT's and the metrics' "classes"). */
+void larderd_classes_get(struct larderd *d, struct larder__pool_stats *out);
 /* Finish the reads in flight, close the datasets, free the members and
  * the secret, close the fds.  d can be init'ed again after. */
 void larderd_free(struct larderd *d);
@@ -181,6 +191,12 @@ struct output *output_new(size_t length);
 void enqueue_output(struct connection *c, struct output *o);
 /* Queue a copy of a whole frame. */
 void enqueue(struct connection *c, const void *bytes, size_t length);
+/* A peer's connection with READs in flight (not a HINT or RESOLVE, whose
+ * answers their callers wait for as such) and nothing sent on it for
+ * PROGRESS_MS (1 s): queue a PROGRESS frame, so that the peer, which gives
+ * up on a member that sends nothing for its timeout (5 s), waits on for an
+ * answer that a busy origin delays (docs/protocol.md).  Whether one was queued. */
+bool connection_progress(struct connection *c, int64_t now_ms);
 /* Queue an ERROR frame. */
 void send_error(struct connection *c, uint64_t request, int code, const char *message);
 /* Queue an ERROR frame, then close the connection once it is sent. */
@@ -276,6 +292,17 @@ void serving_peer(bool on);
 struct larder__stripe_loan *borrow_ahead(struct dataset_entry *e, uint32_t shard, uint64_t offset,
                                          uint64_t length, int priority,
                                          struct larder__source **stripe);
+/* The same, asking member `relay` first for what it holds in its cache
+ * (storm: hint staging on every node, hints_pins.c), then the owners;
+ * relay SIZE_MAX: the owners only.  *from_relay: the relay lent it. */
+struct larder__stripe_loan *borrow_ahead_via(struct dataset_entry *e, uint32_t shard,
+                                             uint64_t offset, uint64_t length, int priority,
+                                             size_t relay, struct larder__source **stripe,
+                                             bool *from_relay);
+/* Bytes of the dataset's node cache pinned by hints now (0: none, or no cache). */
+uint64_t dataset_pinned_bytes(larder_dataset *dataset);
+/* The member that owns chunk `chunk` of shard (this node's index alone). */
+size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk);
 /* Give back what borrow_ahead lent (NULL: nothing). */
 void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan);
 
@@ -303,10 +330,30 @@ char *hints_list_json(struct larderd *d);
  * thread and forgets the hints (their pins stay in the cache until the
  * latest one's time). */
 void hints_stop(struct larderd *d);
+/* Wait (timeout_ms at most) while this node stages bytes of e's shard that
+ * overlap [offset, offset + length) for a hint; whether it waited.  For a
+ * relay's READ (requests.c): the bytes it asks for are on their way. */
+bool hints_staging_wait(struct larderd *d, const struct dataset_entry *e, uint32_t shard,
+                        uint64_t offset, uint64_t length, int timeout_ms);
 void hints_free(struct larderd *d);
 /* Whether connection c may open an index not open here (requests.c): 1
  * yes, 0 only those open already, or a negative code with a message. */
 int may_open(const struct connection *c);
+
+/* transform.c (docs/transforms.md) */
+/* A TRANSFORM frame from c: answered from the result cache, run on the
+ * transform pool, or answered raw for the reader to run.  false: malformed. */
+bool transform_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+/* The transforms' placement, inputs and counters as a JSON object (STATS), and as metrics. */
+size_t transforms_json(struct larderd *d, char *out, size_t capacity);
+size_t transforms_metrics(struct larderd *d, char *out, size_t capacity);
+/* Set up the transforms and the sampler of their placement (main.c): 0 or -errno.
+ * Without it (unit tests), they are set up on the first request, unsampled. */
+int transforms_start(struct larderd *d);
+/* The pool transforms run on (made on first use; NULL when out of memory). */
+struct larder__pool *transforms_pool(struct larderd *d);
+/* Finish the transforms in flight and free them (after the READ pool stopped). */
+void transforms_free(struct larderd *d);
 
 /* metrics.c */
 /* The Prometheus text of every open dataset's counters (metrics.h formats it). */

@@ -351,7 +351,10 @@ static void sweep(struct larderd *d)
     for (struct connection *c = d->connections, *next; c; c = next) {
         next = c->next;
         const char *why = sweep_reason(c, now);
-        if (!why) continue;
+        if (!why) {
+            connection_progress(c, now); /* queued output wakes the loop, which sends it */
+            continue;
+        }
         if (why[0]) say("dropping a connection: %s", why);
         drop(c);
     }

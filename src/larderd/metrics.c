@@ -89,6 +89,7 @@ static const struct {
     {"larder_peer_bytes_total", "counter", "Bytes the node cache borrowed from owner nodes."},
     {"larder_resident_bytes", "gauge", "Bytes staged in the node cache."},
     {"larder_dataset_bytes", "gauge", "Bytes of the dataset's shards."},
+    {"larder_pinned_bytes", "gauge", "Bytes of the node cache pinned by hints until their TTL."},
 };
 
 enum { NUM_METRICS = sizeof metrics / sizeof *metrics };
@@ -101,7 +102,7 @@ static uint64_t value_of(const struct metrics_row *r, size_t m)
     const uint64_t values[NUM_METRICS] = {
         v->hits,       v->misses,         v->borrowed,        v->errors,       v->bytes,
         v->peer_reads, v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
-        s->peer_bytes, s->resident_bytes, s->total_bytes};
+        s->peer_bytes, s->resident_bytes, s->total_bytes,     r->pinned_bytes};
     return values[m];
 }
 
@@ -240,14 +241,16 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
         larder_dataset_info info;
         larder_stats_get(d->datasets[i].dataset, &rows[i].stats);
         served_copy(&d->datasets[i].served, &rows[i].served);
+        rows[i].pinned_bytes = dataset_pinned_bytes(d->datasets[i].dataset);
         larder_dataset_info_get(d->datasets[i].dataset, &info);
         memcpy(rows[i].dataset_id, info.dataset_id, sizeof rows[i].dataset_id);
     }
     pthread_mutex_unlock(&d->lock);
     size_t used = metrics_format(rows, count, out, capacity);
     struct larder__pool_stats classes;
-    larder__pool_stats_get(d->pool, &classes);
+    larderd_classes_get(d, &classes);
     metrics_format_classes(&classes, out, capacity, &used);
+    if (used < capacity) used += transforms_metrics(d, out + used, capacity - used);
     return used;
 }
 

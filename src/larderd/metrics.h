@@ -51,9 +51,10 @@ uint64_t served_percentile(const struct served *s, double fraction);
 
 /* One dataset's figures. */
 struct metrics_row {
-    char dataset_id[33];  /* 32 hex digits */
-    larder_stats stats;   /* the node cache's */
-    struct served served; /* this daemon's answers */
+    char dataset_id[33];   /* 32 hex digits */
+    larder_stats stats;    /* the node cache's */
+    struct served served;  /* this daemon's answers */
+    uint64_t pinned_bytes; /* the node cache's bytes pinned by hints now (cache_pin.c) */
 };
 
 /*

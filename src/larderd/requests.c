@@ -38,6 +38,10 @@ struct read_job {
     struct larder__stripe_loan *loan;
 };
 
+/* How long a relay's READ waits for this node's staging of its bytes
+ * (under the borrower's 60 s: it hears PROGRESS meanwhile). */
+#define RELAY_WAIT_MS 20000
+
 static uint64_t now_us(void)
 {
     struct timespec ts;
@@ -80,6 +84,7 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     pthread_mutex_lock(&c->lock);
     c->charged -= (size_t)job->read.length + REQUEST_OVERHEAD;
     c->jobs--;
+    c->reads--;
     pthread_mutex_unlock(&c->lock);
     struct larderd *d = c->daemon;
     connection_release(c);
@@ -98,6 +103,21 @@ static void read_job(void *arg)
      * the origin's transfers see it too */
     struct larder__fill *fill = larder__dataset_fill(job->entry->dataset);
     int priority = job->read.priority;
+    uint64_t lo, hi;
+    /* a relay's READ (storm): from the cache, or declined, never filled;
+     * bytes this node is staging for a hint right now are waited for */
+    if (job->read.flags & LARDER__READ_CACHED &&
+        larder__fill_range_scope(fill, job->read.shard, job->read.offset, job->read.length, &lo,
+                                 &hi) != 1 &&
+        (!hints_staging_wait(job->connection->daemon, job->entry, job->read.shard, job->read.offset,
+                             job->read.length, RELAY_WAIT_MS) ||
+         larder__fill_range_scope(fill, job->read.shard, job->read.offset, job->read.length, &lo,
+                                  &hi) != 1)) {
+        send_error(job->connection, job->request, LARDER_ENOTFOUND,
+                   "not in this node's cache (a READ for what it holds)");
+        read_job_end(job, 0);
+        return;
+    }
     /* a reader's READ: other owners' chunks borrowed before the fill takes its locks */
     if (!job->connection->peer)
         job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset, job->read.length,
@@ -173,7 +193,8 @@ static void stats_frame(struct connection *c, uint64_t request)
             "\"peer_served_reads\": %llu, \"peer_served_bytes\": %llu, "
             "\"read_p50_us\": %llu, \"read_p99_us\": %llu, "
             "\"origin_requests\": %llu, \"origin_bytes\": %llu, \"peer_requests\": %llu, "
-            "\"peer_bytes\": %llu, \"resident_bytes\": %llu, \"total_bytes\": %llu}",
+            "\"peer_bytes\": %llu, \"resident_bytes\": %llu, \"total_bytes\": %llu, "
+            "\"pinned_bytes\": %llu}",
             i ? ", " : "", info.dataset_id, (unsigned long long)v.hits,
             (unsigned long long)v.misses, (unsigned long long)v.borrowed,
             (unsigned long long)v.errors, (unsigned long long)v.bytes,
@@ -182,15 +203,18 @@ static void stats_frame(struct connection *c, uint64_t request)
             (unsigned long long)served_percentile(&v, 0.99), (unsigned long long)s.origin_requests,
             (unsigned long long)s.origin_bytes, (unsigned long long)s.peer_requests,
             (unsigned long long)s.peer_bytes, (unsigned long long)s.resident_bytes,
-            (unsigned long long)s.total_bytes);
+            (unsigned long long)s.total_bytes,
+            (unsigned long long)dataset_pinned_bytes(d->datasets[i].dataset));
     }
     pthread_mutex_unlock(&d->lock);
     /* the work queue by class (priority.h), after the datasets */
     struct larder__pool_stats classes;
-    larder__pool_stats_get(d->pool, &classes);
+    larderd_classes_get(d, &classes);
     used += (size_t)snprintf(p + used, capacity - used, "], \"classes\": ");
     size_t n = metrics_classes_json(&classes, p + used, capacity - used);
     used += n ? n : (size_t)snprintf(p + used, capacity - used, "{}");
+    used += (size_t)snprintf(p + used, capacity - used, ", \"transforms\": ");
+    used += transforms_json(d, p + used, capacity - used);
     used += (size_t)snprintf(p + used, capacity - used, "}");
     larder__wire_encode_header((uint8_t *)text, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
                                request);
@@ -328,11 +352,15 @@ static bool read_request(struct connection *c, const struct larder__frame *f,
     pthread_mutex_lock(&c->lock);
     c->refs++;
     c->jobs++;
+    c->reads++;
     c->charged += (size_t)read.length + REQUEST_OVERHEAD;
     pthread_mutex_unlock(&c->lock);
     /* queued by its class (wire.c took 0-3 only): a worker takes DEMAND
-     * first and keeps slots free for it while lower classes run */
-    larder__pool_submit(c->daemon->pool, read_job, job, read.priority);
+     * first and keeps slots free for it while lower classes run; a peer's
+     * READ on the peers' workers (larderd.h, peer_pool) */
+    struct larder__pool *pool =
+        c->peer && c->daemon->peer_pool ? c->daemon->peer_pool : c->daemon->pool;
+    larder__pool_submit(pool, read_job, job, read.priority);
     return true;
 }
 
@@ -364,6 +392,8 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
         return resolve_request(c, f, payload);
     case LARDER__ANNOUNCE:
         return announce_request(c, f, payload);
+    case LARDER__TRANSFORM:
+        return transform_request(c, f, payload);
     default:
         return false; /* answers are not requests */
     }

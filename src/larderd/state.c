@@ -38,15 +38,33 @@ int larderd_start(struct larderd *d)
     if (d->epoll < 0) return -errno;
     d->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (d->wake < 0) return -errno;
-    return larder__pool_new(&d->pool, d->config.jobs);
+    int rc = larder__pool_new(&d->pool, d->config.jobs);
+    return rc < 0 ? rc : larder__pool_new(&d->peer_pool, d->config.jobs);
+}
+
+void larderd_classes_get(struct larderd *d, struct larder__pool_stats *out)
+{
+    struct larder__pool_stats peers;
+    larder__pool_stats_get(d->pool, out);
+    larder__pool_stats_get(d->peer_pool, &peers);
+    for (int c = 0; c < LARDER__CLASSES; c++) {
+        out->submitted[c] += peers.submitted[c];
+        out->started[c] += peers.started[c];
+        out->running[c] += peers.running[c];
+        out->wait_us[c] += peers.wait_us[c];
+        if (peers.wait_max_us[c] > out->wait_max_us[c]) out->wait_max_us[c] = peers.wait_max_us[c];
+    }
 }
 
 void larderd_free(struct larderd *d)
 {
-    hints_stop(d);              /* no more hint threads queueing staging */
-    larder__pool_free(d->pool); /* finishes the reads in flight */
+    hints_stop(d);                   /* no more hint threads queueing staging */
+    larder__pool_free(d->peer_pool); /* finishes the reads in flight */
+    d->peer_pool = NULL;
+    larder__pool_free(d->pool);
     d->pool = NULL;
-    hints_free(d); /* after the pool: its staging jobs hold hints */
+    hints_free(d);      /* after the pool: its staging jobs hold hints */
+    transforms_free(d); /* its raw answers ran on the pool; now its own workers */
     /* d->hints left: a hint thread still waits on a member (hints_free
      * gave it 10 s); the datasets, their member endpoints and the members
      * it uses stay, for the process is ending */

@@ -34,17 +34,10 @@
 #define DENIED_DOWN_MS 60000 /* a daemon that refused us will refuse again */
 #define READER_TIMEOUT_MS 1000
 #define OPEN_TIMEOUT_MS 10000 /* opening an index may read it from a remote origin */
-/* How long a HINTED or WARM READ waits for its answer to start: the daemon
- * queues it behind every higher-class READ of its own (by design), so a
- * busy owner is not a dead one; giving up after the usual timeout would
- * send the read to the origin and leave the owner alone for all classes. */
+/* How long a HINTED or WARM READ waits for its answer to start (the daemon
+ * queues it behind its higher-class READs: busy, not dead), and a DEMAND or
+ * NEAR READ to a peer at most while the member shows life (await_answer). */
 #define QUEUED_TIMEOUT_MS 60000
-/* A DEMAND or NEAR READ to a peer waits e->timeout_ms for its answer to
- * start, and then longer (up to QUEUED_TIMEOUT_MS in all) while the same
- * member keeps answering other READs: a busy owner (a restart storm queues
- * a thousand READs at each) is not a hung one, and reading the origin
- * instead costs the origin a second copy of the chunk.  A member that
- * answers nothing for e->timeout_ms is given up on as before. */
 
 /* Whether a negative code is -errno (larder's own range starts at -1000),
  * whose message is then worth adding the daemon's address to. */
@@ -383,6 +376,42 @@ static int take_idle(struct larder__endpoint *e, int group)
 }
 
 /*
+ * Wait for the answer to a READ at `priority` to start, and take its
+ * header into *frame: 0, or a negative code (-ETIMEDOUT: none in time).
+ * A peer's answer may be late for good reasons (the member queues it, or
+ * fills it from a busy origin), and reading the origin instead costs the
+ * origin a second copy of the chunk: so a READ to a peer waits on, up to
+ * QUEUED_TIMEOUT_MS in all, while the member sends PROGRESS frames for it
+ * (docs/protocol.md) or answers other READs; it gives up after
+ * e->timeout_ms in which the member sent nothing at all.
+ */
+static int await_answer(struct larder__endpoint *e, int fd, int priority,
+                        struct larder__frame *frame, bool *answered)
+{
+    uint8_t header[LARDER__WIRE_HEADER];
+    bool peer = e->role == LARDER__ROLE_PEER;
+    int wait_ms = e->timeout_ms;
+    if (priority >= LARDER__HINTED && wait_ms < QUEUED_TIMEOUT_MS) wait_ms = QUEUED_TIMEOUT_MS;
+    int64_t started = now_ms();
+    for (;;) {
+        int rc = recv_header(fd, header, wait_ms, answered);
+        /* a peer that answers others meanwhile is busy, not hung: wait on */
+        while (rc == -ETIMEDOUT && peer &&
+               now_ms() - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) < e->timeout_ms &&
+               now_ms() - started < QUEUED_TIMEOUT_MS)
+            rc = recv_header(fd, header, e->timeout_ms, answered);
+        if (rc == 0) __atomic_store_n(&e->answered_ms, now_ms(), __ATOMIC_RELAXED);
+        if (rc == 0) rc = larder__wire_header(header, sizeof header, frame);
+        if (rc < 0 || frame->type != LARDER__PROGRESS || !peer) return rc;
+        /* the member has it in hand: wait on, within the limit */
+        *answered = false;
+        int64_t left = QUEUED_TIMEOUT_MS - (now_ms() - started);
+        if (left <= 0) return -ETIMEDOUT;
+        wait_ms = priority >= LARDER__HINTED || left < e->timeout_ms ? (int)left : e->timeout_ms;
+    }
+}
+
+/*
  * One READ on fd.  0, or a negative code with a message; *connection_fault
  * says the failure was the connection's (close it), *unanswered that it
  * ended before any byte of an answer (EOF, EPIPE or ECONNRESET).
@@ -393,22 +422,10 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
     uint8_t request[LARDER__WIRE_HEADER + 40];
     int n = larder__wire_encode_read(request, sizeof request, 2, read);
     int rc = n < 0 ? n : send_all(fd, request, (size_t)n);
-    uint8_t header[LARDER__WIRE_HEADER];
     struct larder__frame frame;
     bool answered = false;
-    int wait_ms = e->timeout_ms;
-    if (read->priority >= LARDER__HINTED && wait_ms < QUEUED_TIMEOUT_MS)
-        wait_ms = QUEUED_TIMEOUT_MS;
-    int64_t started = now_ms();
-    if (rc == 0) rc = recv_header(fd, header, wait_ms, &answered);
-    /* a peer that answers others meanwhile is busy, not hung: wait on */
-    while (rc == -ETIMEDOUT && e->role == LARDER__ROLE_PEER &&
-           now_ms() - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) < e->timeout_ms &&
-           now_ms() - started < QUEUED_TIMEOUT_MS)
-        rc = recv_header(fd, header, e->timeout_ms, &answered);
-    if (rc == 0) __atomic_store_n(&e->answered_ms, now_ms(), __ATOMIC_RELAXED);
+    if (rc == 0) rc = await_answer(e, fd, read->priority, &frame, &answered);
     *unanswered = !answered && (rc == -EPIPE || rc == -ECONNRESET);
-    if (rc == 0) rc = larder__wire_header(header, sizeof header, &frame);
     *connection_fault = rc < 0;
     if (rc < 0) return rc;
     if (frame.type == LARDER__DATA && frame.length == read->length) {
@@ -434,10 +451,19 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
 int larder__endpoint_read(struct larder__endpoint *e, uint64_t id_low, uint64_t id_high,
                           uint32_t shard, int priority, uint64_t offset, uint64_t length, void *buf)
 {
+    return larder__endpoint_read_flagged(e, id_low, id_high, shard, priority, 0, offset, length,
+                                         buf);
+}
+
+int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, uint64_t id_high,
+                                  uint32_t shard, int priority, unsigned flags, uint64_t offset,
+                                  uint64_t length, void *buf)
+{
     struct larder__read read = {.id_low = id_low,
                                 .id_high = id_high,
                                 .shard = shard,
                                 .priority = (uint8_t)priority,
+                                .flags = (uint8_t)flags,
                                 .offset = offset,
                                 .length = length};
     int group = group_of(priority);

@@ -46,6 +46,14 @@ LARDER__HIDDEN int larder__endpoint_read(struct larder__endpoint *endpoint, uint
                                          uint64_t id_high, uint32_t shard, int priority,
                                          uint64_t offset, uint64_t length, void *buf);
 
+/* The same READ with the wire's READ flags (wire.h: LARDER__READ_CACHED asks
+ * a relay for what its cache holds; it answers an ERROR, LARDER_ENOTFOUND,
+ * otherwise, which is an answer and leaves the endpoint up). */
+LARDER__HIDDEN int larder__endpoint_read_flagged(struct larder__endpoint *endpoint, uint64_t id_low,
+                                                 uint64_t id_high, uint32_t shard, int priority,
+                                                 unsigned flags, uint64_t offset, uint64_t length,
+                                                 void *buf);
+
 /*
  * Send one whole request frame (header included) and receive its answer
  * on a pooled connection: 0 with the answer's header in *frame and its

@@ -118,6 +118,7 @@ int larder__fill_direct(struct larder__fill *f, const struct larder__sample *s, 
 static int check_sample(const struct larder__fill *f, const struct larder__sample *s, uint64_t id,
                         const void *data)
 {
+    if (f->ix->unchecked) return 0; /* a listing-only index: nothing to check against */
     uint64_t got = XXH3_64bits(data, (size_t)s->length);
     if (got != s->checksum)
         return larder__fail(LARDER_ECHECKSUM,
@@ -181,7 +182,7 @@ static bool read_resident(struct larder__fill *f, const struct larder__sample *s
     bool steady = larder__cache_generation(c) == generation &&
                   larder__cache_present(c, s->shard, first, last);
     if (!steady || !trusted || !verified(f, id, generation)) {
-        if (!larder__checksum_ok(s, buf) || !larder__cache_present(c, s->shard, first, last))
+        if (!larder__checksum_ok(f->ix, s, buf) || !larder__cache_present(c, s->shard, first, last))
             return false;
         if (steady && trusted) mark_verified(f, id, generation);
     }
@@ -460,7 +461,7 @@ static int fill(struct larder__fill *f, const struct larder__sample *s, uint64_t
 int larder__fill_check(const struct larder__fill *f, const struct larder__sample *s, uint64_t id,
                        const void *buf)
 {
-    return larder__checksum_ok(s, buf) ? 0 : check_sample(f, s, id, buf);
+    return larder__checksum_ok(f->ix, s, buf) ? 0 : check_sample(f, s, id, buf);
 }
 
 int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, uint64_t id,

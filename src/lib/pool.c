@@ -7,7 +7,15 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
+
+/* The nice value a worker runs HINTED and WARM tasks at: on a node whose
+ * cores are shared, background staging (checksums, copies, peer transfers)
+ * then takes CPU after the readers' work, not beside it. */
+#define BACKGROUND_NICE 10
 
 struct task {
     larder__task_fn fn;
@@ -98,6 +106,45 @@ static bool startable(const struct larder__pool *p)
     return false;
 }
 
+/* How much nicer background tasks run: BACKGROUND_NICE, or
+ * LARDER_BACKGROUND_NICE (0 to 19; 0: not at all); 0 where a thread could
+ * not go back (neither root nor an RLIMIT_NICE of 20 or more), for a worker
+ * niced for good would run the next DEMAND task niced too. */
+static int background_nice(void)
+{
+    static int answer = -1; /* -1: not asked yet */
+    int known = __atomic_load_n(&answer, __ATOMIC_RELAXED);
+    if (known >= 0) return known;
+    struct rlimit limit;
+    bool may = geteuid() == 0 || (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20);
+    const char *text = getenv("LARDER_BACKGROUND_NICE");
+    char *end;
+    long value = text ? strtol(text, &end, 10) : BACKGROUND_NICE;
+    if (text && (*end || value < 0 || value > 19)) value = BACKGROUND_NICE;
+    int n = may ? (int)value : 0;
+    __atomic_store_n(&answer, n, __ATOMIC_RELAXED);
+    return n;
+}
+
+/* The calling worker's nice value for a task of class `priority`: its own
+ * first value (the process's), plus background_nice() for HINTED and WARM. */
+static void nice_for(int priority)
+{
+    static _Thread_local int base = INT32_MIN, current; /* this thread's, as set here */
+    int extra = background_nice();
+    if (extra == 0) return;
+    if (base == INT32_MIN) {
+        errno = 0;
+        int now = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+        if (errno) return;
+        base = current = now;
+    }
+    int want = priority >= LARDER__HINTED ? base + extra : base;
+    if (want > 19) want = 19;
+    if (want != current && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), want) == 0)
+        current = want;
+}
+
 /* Run t outside the lock, then count it done; lock held on entry and return. */
 static void run_task(struct larder__pool *p, const struct task *t)
 {
@@ -117,6 +164,7 @@ static void *worker(void *arg)
             /* a slot this worker did not take (a lower class's, freed by the
              * task it ran last) goes to an idle worker */
             if (p->idle && startable(p)) pthread_cond_signal(&p->wake);
+            nice_for(t.priority); /* a worker's own thread only, never a caller's */
             run_task(p, &t);
             continue;
         }

@@ -50,6 +50,7 @@ enum larder__from {
  */
 enum {
     LARDER__READ_ORIGIN_ONLY = 1u << 0, /* skip peers: a refetch after wrong bytes */
+    LARDER__READ_CACHED_ONLY = 1u << 3, /* a peer answers from its cache or declines (a relay) */
     LARDER__READ_CLASS_SHIFT = 1,
     LARDER__READ_CLASS_MASK = 3u << 1, /* enum larder__priority << LARDER__READ_CLASS_SHIFT */
 };
@@ -223,6 +224,18 @@ struct larder__stripe_loan;
 LARDER__HIDDEN int larder__source_stripe_borrow(struct larder__source *stripe, uint64_t offset,
                                                 uint64_t length, unsigned flags,
                                                 struct larder__stripe_loan **out);
+/*
+ * The same, through a relay (storm: staging a hot file on every node): when
+ * [offset, offset + length) lies in one chunk that neither this node nor
+ * `relay` owns, first ask member `relay` for it from its cache
+ * (LARDER__READ_CACHED_ONLY; a relay that declines, or fails, is not
+ * marked down), and only then its owner, as larder__source_stripe_borrow.
+ * relay SIZE_MAX: the owners only.  *from_relay says the relay lent it.
+ */
+LARDER__HIDDEN int larder__source_stripe_borrow_via(struct larder__source *stripe, uint64_t offset,
+                                                    uint64_t length, unsigned flags, size_t relay,
+                                                    struct larder__stripe_loan **out,
+                                                    bool *from_relay);
 /* Give a loan back (NULL: nothing); its bytes are freed. */
 LARDER__HIDDEN void larder__source_stripe_return(struct larder__source *stripe,
                                                  struct larder__stripe_loan *loan);
@@ -235,6 +248,17 @@ LARDER__HIDDEN void larder__source_stripe_return(struct larder__source *stripe,
 LARDER__HIDDEN int larder__source_hedge_open(struct larder__source **out,
                                              struct larder__source *inner,
                                              struct larder__hedge_budget *budget);
+/*
+ * `inner` (owned from now on, even when this fails) behind the process's
+ * gate (source_gate.c): its HINTED and WARM reads go in pieces of 256 KiB,
+ * at most 2 in flight for all gated sources, and none while a DEMAND or
+ * NEAR read of a gated source is in flight or ended under 20 ms ago; so
+ * background staging leaves a shared origin to the readers.  0 or -ENOMEM.
+ */
+LARDER__HIDDEN int larder__source_gate_open(struct larder__source **out,
+                                            struct larder__source *inner);
+/* Background pieces that waited for foreground reads so far (this process). */
+LARDER__HIDDEN uint64_t larder__source_gate_waits(void);
 /* Hedged second requests sent so far by this process (all sources). */
 LARDER__HIDDEN uint64_t larder__source_hedges(void);
 

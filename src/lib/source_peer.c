@@ -45,8 +45,10 @@ static int peer_read(struct larder__source *source, const struct larder__extent 
         for (size_t done = 0; done < e->length;) {
             size_t n = e->length - done;
             if (n > LARDER__WIRE_MAX_READ) n = LARDER__WIRE_MAX_READ;
-            int rc = larder__endpoint_read(p->endpoint, p->id_low, p->id_high, p->shard, priority,
-                                           e->offset + done, n, (uint8_t *)e->buf + done);
+            int rc = larder__endpoint_read_flagged(
+                p->endpoint, p->id_low, p->id_high, p->shard, priority,
+                flags & LARDER__READ_CACHED_ONLY ? LARDER__READ_CACHED : 0, e->offset + done, n,
+                (uint8_t *)e->buf + done);
             if (rc < 0) return larder__fail_context(rc, "%s", p->name);
             done += n;
         }

@@ -5,6 +5,7 @@
  * there (the rest from the origin) instead of asking a peer under the
  * fill's locks.  source_stripe.c says why.
  */
+#include "source_hedge.h"
 #include "source_stripe.h"
 
 #include <errno.h>
@@ -169,6 +170,47 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
     free(joined);
     *out = loan;
     return rc;
+}
+
+int larder__source_stripe_borrow_via(struct larder__source *source, uint64_t offset,
+                                     uint64_t length, unsigned flags, size_t relay,
+                                     struct larder__stripe_loan **out, bool *from_relay)
+{
+    *out = NULL;
+    *from_relay = false;
+    struct larder__stripe *s = (struct larder__stripe *)source;
+    bool striped = strcmp(source->ops->kind, "stripe") == 0 && length > 0 &&
+                   offset + length > offset && relay < s->members;
+    uint64_t chunk = striped ? offset / s->chunk_size : 0;
+    size_t owner = striped ? s->owner(s->owner_context, s->shard, chunk) : 0;
+    struct larder__source *peer = NULL, *by_owner = NULL;
+    if (striped && (offset + length - 1) / s->chunk_size == chunk && owner != relay &&
+        (by_owner = larder__stripe_owner_peer(s, owner)) != NULL && /* not this node's */
+        s->links[owner].down_until_ms <= (int64_t)larder__now_ms())
+        peer = larder__stripe_owner_peer(s, relay);
+    if (peer && s->links[relay].down_until_ms <= (int64_t)larder__now_ms() && length <= SIZE_MAX) {
+        struct larder__stripe_loan *loan = malloc(sizeof *loan + sizeof *loan->kept);
+        uint8_t *bytes = loan ? malloc((size_t)length) : NULL;
+        struct larder__extent piece = {bytes, offset, (size_t)length};
+        /* declined (not there yet) or failed: the owner is asked below */
+        if (bytes && larder__source_readv(peer, &piece, 1,
+                                          (flags & ~LARDER__READ_ORIGIN_ONLY) |
+                                              LARDER__READ_CACHED_ONLY) >= 0) {
+            loan->bytes = bytes;
+            loan->count = 1;
+            loan->kept[0] = piece;
+            pthread_mutex_lock(&s->loans_lock);
+            loan->next = s->loans;
+            __atomic_store_n(&s->loans, loan, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&s->loans_lock);
+            *out = loan;
+            *from_relay = true;
+            return 0;
+        }
+        free(bytes);
+        free(loan);
+    }
+    return larder__source_stripe_borrow(source, offset, length, flags, out);
 }
 
 void larder__source_stripe_return(struct larder__source *source, struct larder__stripe_loan *loan)

@@ -40,6 +40,10 @@ uint64_t larder__wire_max_payload(uint8_t type)
     case LARDER__RESOLVED:
         return 40 + LARDER__WIRE_MAX_PUBLICATION + LARDER__WIRE_MAX_NAME +
                2 * LARDER__WIRE_MAX_URL + LARDER__WIRE_MAX_INDEX;
+    case LARDER__TRANSFORM:
+        return LARDER__TRANSFORM_FIXED + LARDER_TRANSFORM_MAX_SPEC - 1;
+    case LARDER__TRANSFORMED:
+        return LARDER__TRANSFORMED_FIXED + LARDER__WIRE_MAX_READ;
     default:
         return 0;
     }
@@ -48,7 +52,9 @@ uint64_t larder__wire_max_payload(uint8_t type)
 /* Types 11 and 12 are the hints' (HINT, HINTED): unknown to this build. */
 static bool known_type(uint8_t type)
 {
-    return type >= LARDER__HELLO && type <= LARDER__ANNOUNCE; /* 1 .. 16, no gaps */
+    return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) || /* 1 .. 16, no gaps */
+           (type >= LARDER__TRANSFORM && type <= LARDER__TRANSFORMED) || /* 17, 18 */
+           type == LARDER__PROGRESS;                                    /* 20, no payload */
 }
 
 int larder__wire_header(const uint8_t *buf, size_t available, struct larder__frame *frame)
@@ -125,7 +131,8 @@ int larder__wire_read(const uint8_t *p, uint32_t length, struct larder__read *ou
     out->offset = larder__le64(p + 24);
     out->length = larder__le64(p + 32);
     uint64_t end;
-    if (p[21] || p[22] || p[23])
+    out->flags = p[21];
+    if ((p[21] & ~LARDER__READ_CACHED) || p[22] || p[23])
         return larder__fail(LARDER_EPROTOCOL, "READ with nonzero reserved bytes");
     if (out->priority > 3)
         return larder__fail(LARDER_EPROTOCOL, "READ with priority %u", out->priority);
@@ -209,6 +216,7 @@ int larder__wire_encode_read(uint8_t *out, size_t capacity, uint64_t request,
     larder__put_le64(p + 8, read->id_high);
     larder__put_le32(p + 16, read->shard);
     p[20] = read->priority;
+    p[21] = read->flags;
     larder__put_le64(p + 24, read->offset);
     larder__put_le64(p + 32, read->length);
     return LARDER__WIRE_HEADER + 40;

@@ -117,6 +117,13 @@ grep -q "dataset $A" dstat.txt || fail "stat --socket: $(cat dstat.txt)"
 "$LARDER" stat --socket "$WORK/sock0" --json | /usr/bin/python3 -c '
 import json, sys; d = json.load(sys.stdin); assert d["members"] == 3 and d["datasets"], d' ||
   fail "stat --socket --json"
+# the queues by class in the text, as the JSON counts them (nothing ran between)
+demand=$("$LARDER" stat --socket "$WORK/sock0" --json | /usr/bin/python3 -c '
+import json, sys; print(json.load(sys.stdin)["classes"]["demand"]["started"])')
+grep -q "^queues (READs and staging, by class)$" dstat.txt || fail "no queues: $(cat dstat.txt)"
+grep -q "^  demand  $demand started, 0 queued now, 0 running; queue wait mean [0-9.]* ms, max " \
+  dstat.txt || fail "demand queue line (JSON: $demand started): $(cat dstat.txt)"
+grep -q "^  warm    0 started" dstat.txt || fail "warm queue line: $(cat dstat.txt)"
 
 # 6. warm mode: a fourth, standalone daemon stages a dataset it is asked
 # for once, in the background, and serves metrics

@@ -65,6 +65,14 @@ awk -v o="$origin" -v s="$size" 'BEGIN { exit !(o >= 0.9 * s && o <= 1.05 * s) }
 "$LARDER" hint list --socket "$WORK/sock1" --json | grep -q "\"url\": \"$WORK/origin/A/index.larder\"" ||
   fail "node 1 does not list the hint: $("$LARDER" hint list --socket "$WORK/sock1" --json)"
 "$LARDER" hint list --socket "$WORK/sock1" | grep -q "index.larder .* pinned" || fail "hint list's text"
+# each daemon's STAT counts A's pinned bytes (whole blocks: at least the shards), and says so
+for n in 0 1 2; do
+  pinned=$("$LARDER" stat --socket "$WORK/sock$n" --json | /usr/bin/python3 -c '
+import json, sys
+print([d for d in json.load(sys.stdin)["datasets"] if d["dataset_id"] == sys.argv[1]][0]["pinned_bytes"])' "$A")
+  [ "$pinned" -ge "$size" ] || fail "node $n's STAT: $pinned bytes of A pinned, of $size"
+  "$LARDER" stat --socket "$WORK/sock$n" | grep -q "^  pinned        " || fail "node $n's stat text: no pinned line"
+done
 # the origin's shards gone: every node still serves every sample
 hide A
 for n in 0 1 2; do

@@ -10,6 +10,7 @@
  */
 #include "cache.h"
 #include "daemon_fixture.h"
+#include "hints.h"
 #include "test.h"
 
 #include <time.h>
@@ -85,6 +86,27 @@ TEST(larderd_hint_hot_all_and_keys)
     CHECK_EQ(s.resident_bytes, s.total_bytes);
     struct larder__cache *cache = larder__dataset_cache(e->dataset);
     CHECK(larder__cache_pinned_bytes(cache) >= total);
+    /* and STAT says so, per dataset, in whole blocks (what the capacity is
+     * charged): every block of every shard, as the index lays them out */
+    uint64_t shard_end[64] = {0}, blocks_bytes = 0;
+    uint32_t block = larder__cache_block_size(cache);
+    for (uint64_t i = 0; i < larder_num_samples(e->dataset); i++) {
+        larder_sample_info info;
+        CHECK_EQ(larder_sample_info_get(e->dataset, i, &info), 0);
+        CHECK(info.shard < 64);
+        if (info.offset + info.length > shard_end[info.shard])
+            shard_end[info.shard] = info.offset + info.length;
+    }
+    for (int i = 0; i < 64; i++)
+        blocks_bytes += (shard_end[i] + block - 1) / block * block;
+    uint8_t stat[LARDER__WIRE_HEADER];
+    larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 4);
+    CHECK(fixture_send(c, stat, sizeof stat));
+    o = fixture_answer(c, LARDER__STATS);
+    char want[64];
+    snprintf(want, sizeof want, "\"pinned_bytes\": %llu}", (unsigned long long)blocks_bytes);
+    CHECK(memmem(o->bytes, o->length, want, strlen(want)) != NULL);
+    free(o);
 
     /* two keys: their two samples */
     const char *keys[] = {"s0003", "s0017"};
@@ -205,6 +227,19 @@ static char *wait_listed(struct larderd *d, int count)
     return NULL;
 }
 
+/* Wait (20 s at most) until no hint request's thread runs: whether none does. */
+static bool hint_threads_done(struct larderd *d)
+{
+    for (int i = 0; i < 2000; i++) {
+        pthread_mutex_lock(&d->hints->lock);
+        int running = d->hints->threads;
+        pthread_mutex_unlock(&d->hints->lock);
+        if (running == 0) return true;
+        sleep_ms(10);
+    }
+    return false;
+}
+
 TEST(larderd_hint_publish_policy)
 {
     const char *index = fixture_dataset("ckpt", 12, 16 * 1024);
@@ -228,7 +263,8 @@ TEST(larderd_hint_publish_policy)
     /* ckpt/ names this node (and a member that is none: the hint fails
      * there before anything is pinned, so nothing is listed) */
     hints_on_publish(&d, "ckpt/step-100", e);
-    sleep_ms(200);
+    CHECK(d.hints != NULL); /* the rule matched: a hint request was started */
+    CHECK(hint_threads_done(&d));
     list = hints_list_json(&d);
     CHECK(list && strcmp(list, "{\"hints\": []}") == 0);
     free(list);
@@ -286,5 +322,83 @@ TEST(larderd_hint_short_beside_long)
     CHECK(list && strstr(list, "\"samples\": 1,") && !strstr(list, "\"samples\": 30"));
     free(list);
     connection_release(c);
+    larderd_free(&d);
+}
+
+/*
+ * The staging order of a hot hint on member 1 of 4 (hints_pins.c,
+ * queue_staging), against one computed here: jobs of one 4 MiB chunk each
+ * (cut at chunk boundaries), this member's own chunks first, then those of
+ * member 0 (the one before it), then 3, then 2, each in file order; with
+ * every member staging, the chunks of the last two are asked first of
+ * member 0 (which staged them a phase earlier), the rest of their owners.
+ * Owners come from larder__owner_chunk (checked against the reference of
+ * docs/protocol.md in test_cluster.c).
+ */
+TEST(larderd_hint_staging_order_is_staggered_by_member)
+{
+    const char *index = fixture_dataset("big", 12000, 8 << 20);
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    CHECK_EQ(larder__members_parse_list(&d.members,
+                                        "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,"
+                                        "127.0.0.1:7004",
+                                        7461),
+             0);
+    d.self = 1;
+    struct dataset_entry *e;
+    int slot;
+    CHECK_EQ(open_dataset(&d, index, true, &e, &slot), 0);
+    struct hints *hints = hints_of(&d);
+    CHECK(hints != NULL);
+    hints->staging = 1 << 20; /* none may start: the whole order stays pending */
+    struct hint *h;
+    CHECK_EQ(hint_here(&d, e, NULL, 0, 60000, true, &h), 0);
+
+    /* expected: (shard, chunk) by phase (1 - owner) mod 4, then file order */
+    uint32_t shards = larder__dataset_num_shards(e->dataset);
+    struct {
+        uint32_t shard;
+        uint64_t chunk;
+        unsigned phase;
+    } want[64];
+    size_t n = 0;
+    bool seen[4] = {false};
+    for (unsigned phase = 0; phase < 4; phase++)
+        for (uint32_t s = 0; s < shards; s++) {
+            uint64_t size = 0;
+            for (uint64_t i = 0; i < larder_num_samples(e->dataset); i++) {
+                larder_sample_info info;
+                CHECK_EQ(larder_sample_info_get(e->dataset, i, &info), 0);
+                if (info.shard == s && info.offset + info.length > size)
+                    size = info.offset + info.length;
+            }
+            for (uint64_t c = 0; c * (4 << 20) < size; c++) {
+                size_t owner = larder__owner_chunk(&d.members, e->id_low, e->id_high, s, c);
+                if ((1 + 4 - owner) % 4 != phase) continue;
+                CHECK(n < 64);
+                want[n].shard = s, want[n].chunk = c, want[n].phase = phase;
+                seen[phase] = true;
+                n++;
+            }
+        }
+    CHECK(n >= 5);
+    CHECK(seen[0] && (seen[2] || seen[3])); /* own chunks, and some passed on by a relay */
+    size_t i = 0;
+    pthread_mutex_lock(&hints->lock);
+    for (const struct stage_job *j = hints->pending; j; j = j->next, i++) {
+        CHECK(i < n);
+        CHECK_EQ(j->shard, want[i].shard);
+        CHECK_EQ(j->offset / (4 << 20), want[i].chunk);
+        CHECK(j->length <= (4 << 20) && j->offset % (4 << 20) == 0);
+        CHECK_EQ(j->phase, want[i].phase);
+        CHECK_EQ(j->relay, want[i].phase >= 2 ? (size_t)0 : SIZE_MAX);
+    }
+    pthread_mutex_unlock(&hints->lock);
+    CHECK_EQ(i, n);
+    CHECK_EQ(hint_stage_phase(4, 1, 1), 0);
+    CHECK_EQ(hint_stage_phase(4, 1, 2), 3);
+    CHECK_EQ(hint_stage_phase(1, 0, 0), 0);
+    hint_put(&d, h);
     larderd_free(&d);
 }

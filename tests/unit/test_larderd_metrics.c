@@ -30,6 +30,7 @@ static const struct {
     {"larder_peer_bytes_total", "counter"},
     {"larder_resident_bytes", "gauge"},
     {"larder_dataset_bytes", "gauge"},
+    {"larder_pinned_bytes", "gauge"},
     {"larder_read_duration_seconds", "histogram"},
 };
 enum { NUM_EXPECTED = sizeof expected / sizeof *expected, HISTOGRAM = NUM_EXPECTED - 1 };
@@ -41,7 +42,7 @@ static uint64_t expected_value(const struct metrics_row *r, int m)
     const uint64_t values[NUM_EXPECTED - 1] = {
         v->hits,       v->misses,         v->borrowed,        v->errors,       v->bytes,
         v->peer_reads, v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
-        s->peer_bytes, s->resident_bytes, s->total_bytes};
+        s->peer_bytes, s->resident_bytes, s->total_bytes,     r->pinned_bytes};
     return values[m];
 }
 
@@ -148,6 +149,7 @@ TEST(larderd_metrics_text)
         v->hits = base + 11, v->misses = base + 12, v->borrowed = base + 13;
         v->errors = base + 14, v->bytes = base + 15, v->peer_reads = base + 16;
         v->peer_bytes = base + 17, v->latency_sum_us = base * 1000 + 123456;
+        rows[i].pinned_bytes = base + 18;
         for (int b = 0; b <= READ_LATENCY_BUCKETS; b++)
             v->latency[b] = (uint64_t)(b * (i + 1));
     }
@@ -156,6 +158,8 @@ TEST(larderd_metrics_text)
     CHECK(length > 0 && length == strlen(text));
     CHECK(strstr(text, "larder_dataset_bytes{dataset=\"0123456789abcdef0123456789abcdef\"} "
                        "18446744073709551615\n") != NULL);
+    CHECK(strstr(text, "larder_pinned_bytes{dataset=\"fedcba9876543210fedcba9876543210\"} "
+                       "2018\n") != NULL);
     CHECK(strstr(text,
                  "larder_read_duration_seconds_bucket{dataset=\"0123456789abcdef0123456789abcdef"
                  "\",le=\"0.00025\"} 1\n") != NULL);

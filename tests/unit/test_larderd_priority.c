@@ -7,6 +7,7 @@
  * a frame already begun.  Order is checked, never time.
  */
 #include "daemon_fixture.h"
+#include "fill.h"
 #include "test.h"
 
 #include <pthread.h>
@@ -29,13 +30,13 @@ static void gate_task(void *arg)
     pthread_mutex_unlock(&g->lock);
 }
 
-/* Queue a gate at DEMAND; gate_wait: until a worker holds it. */
-static void gate_queue(struct larderd *d, struct gate *g)
+/* Queue a gate at DEMAND on a pool; gate_wait: until a worker holds it. */
+static void gate_queue(struct larder__pool *pool, struct gate *g)
 {
     memset(g, 0, sizeof *g);
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->changed, NULL);
-    CHECK_EQ(larder__pool_submit(d->pool, gate_task, g, LARDER__DEMAND), 0);
+    CHECK_EQ(larder__pool_submit(pool, gate_task, g, LARDER__DEMAND), 0);
 }
 
 static void gate_wait(struct gate *g)
@@ -46,9 +47,9 @@ static void gate_wait(struct gate *g)
     pthread_mutex_unlock(&g->lock);
 }
 
-static void gate_close(struct larderd *d, struct gate *g)
+static void gate_close(struct larder__pool *pool, struct gate *g)
 {
-    gate_queue(d, g);
+    gate_queue(pool, g);
     gate_wait(g);
 }
 
@@ -115,19 +116,21 @@ static void demand_overtakes(bool peer)
         fixture_hello(c, true);
         open_dataset_on(c, index);
     }
+    /* a peer's READs run on the peers' own workers (larderd.h, peer_pool) */
+    struct larder__pool *pool = peer ? d.peer_pool : d.pool;
     struct gate g;
-    gate_close(&d, &g);
+    gate_close(pool, &g);
     for (uint64_t i = 0; i < 8; i++)
         send_read_at(c, &opened, 10 + i, LARDER__HINTED, i * 4000);
     send_read_at(c, &opened, 99, LARDER__DEMAND, 50000);
-    CHECK_EQ(larder__pool_queued(d.pool, LARDER__HINTED), 8);
+    CHECK_EQ(larder__pool_queued(pool, LARDER__HINTED), 8);
     gate_open(&g);
     fixture_wait_jobs(c);
     CHECK_EQ(next_data(c), 99); /* first, though sent last */
     for (uint64_t i = 0; i < 8; i++)
         CHECK_EQ(next_data(c), 10 + i); /* the HINTED ones in their order */
     struct larder__pool_stats stats;
-    larder__pool_stats_get(d.pool, &stats);
+    larder__pool_stats_get(pool, &stats);
     CHECK_EQ(stats.started[LARDER__HINTED], 8);
     CHECK_EQ(stats.started[LARDER__DEMAND], 2); /* the gate and the READ */
     CHECK_EQ(stats.running[LARDER__HINTED] + stats.running[LARDER__DEMAND], 0);
@@ -143,7 +146,7 @@ static void demand_overtakes(bool peer)
                        "\"running\": 0, \"wait_us\": ") != NULL);
     CHECK(strstr(text, "\"hinted\": {\"queued\": 8, \"started\": 8, \"running\": 0, ") != NULL);
     CHECK(strstr(text, "\"warm\": {\"queued\": 0, \"started\": 0, \"running\": 0, "
-                       "\"wait_us\": 0, \"wait_max_us\": 0}}}") != NULL);
+                       "\"wait_us\": 0, \"wait_max_us\": 0}}, \"transforms\": {") != NULL);
     free(text);
     char metrics[64 * 1024];
     CHECK(metrics_text(&d, metrics, sizeof metrics) > 0);
@@ -227,14 +230,14 @@ TEST(larderd_priority_warm_staging_is_warm_and_goes_after_a_read)
     fixture_hello(c, false);
     struct larder__opened opened = open_dataset_on(c, index);
     struct gate first, second;
-    gate_close(&d, &first);
+    gate_close(d.pool, &first);
     size_t jobs = warm_owned(&d, &d.datasets[0]);
     CHECK(jobs >= 3);
     CHECK_EQ(larder__pool_queued(d.pool, LARDER__WARM), jobs);
     send_read_at(c, &opened, 99, LARDER__DEMAND, 0);
     /* a second gate queued at DEMAND after the READ: when the one worker
      * holds it, it has run the READ and nothing else */
-    gate_queue(&d, &second);
+    gate_queue(d.pool, &second);
     gate_open(&first);
     gate_wait(&second);
     struct larder__pool_stats stats;
@@ -249,4 +252,139 @@ TEST(larderd_priority_warm_staging_is_warm_and_goes_after_a_read)
     larderd_free(&d); /* runs the warm jobs */
     larder__pool_stats_get(NULL, &stats);
     CHECK_EQ(stats.started[LARDER__WARM], 0); /* a NULL pool: zeros */
+}
+
+/*
+ * A peer's READ is never queued behind this node's readers' READs: those
+ * may wait on other members (borrowing ahead), and in a restart storm every
+ * member's readers wait on the others' answers, so one queue made each
+ * member's READs wait behind READs that wait on them (seconds of queue,
+ * owners passed over for the origin: docs/scale.md).  With every worker of
+ * the readers' pool held, a peer's DEMAND READ is answered, and a reader's
+ * waits for the held worker.
+ */
+TEST(larderd_priority_peer_read_not_queued_behind_local_reads)
+{
+    const char *index = fixture_dataset("ds", 40, 1 << 20);
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    struct connection *local = fixture_connection(&d, false);
+    fixture_hello(local, false);
+    struct larder__opened opened = open_dataset_on(local, index);
+    struct connection *peer = fixture_connection(&d, true);
+    fixture_hello(peer, true);
+    open_dataset_on(peer, index);
+    struct gate a, b; /* both workers of the readers' pool, held */
+    gate_close(d.pool, &a);
+    gate_close(d.pool, &b);
+    send_read_at(local, &opened, 5, LARDER__DEMAND, 0);
+    send_read_at(peer, &opened, 6, LARDER__DEMAND, 4000);
+    fixture_wait_jobs(peer);
+    CHECK_EQ(next_data(peer), 6);
+    CHECK_EQ(larder__pool_queued(d.pool, LARDER__DEMAND), 1); /* the reader's, still held */
+    gate_open(&a);
+    gate_open(&b);
+    fixture_wait_jobs(local);
+    CHECK_EQ(next_data(local), 5);
+    connection_release(peer);
+    connection_release(local);
+    larderd_free(&d);
+}
+
+/* A peer's connection with a READ in flight and nothing sent for 1 s gets a
+ * PROGRESS frame (no payload, request 0), then no other for 1 s; a reader's
+ * connection, or one with no READ in flight, gets none. */
+TEST(larderd_priority_progress_for_a_peer_read_in_hand)
+{
+    const char *index = fixture_dataset("ds", 40, 1 << 20);
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    struct connection *local = fixture_connection(&d, false);
+    fixture_hello(local, false);
+    struct larder__opened opened = open_dataset_on(local, index);
+    struct connection *peer = fixture_connection(&d, true);
+    fixture_hello(peer, true);
+    open_dataset_on(peer, index);
+    struct gate a, b;
+    gate_close(d.pool, &a);
+    gate_close(d.peer_pool, &b);
+    int64_t t = peer->last_active_ms;
+    CHECK(!connection_progress(peer, t + 5000)); /* nothing in flight */
+    /* a job that is not a READ (a HINT that waits, as hints.c counts one):
+     * its caller waits for the HINT's own answer, and gets nothing else */
+    pthread_mutex_lock(&peer->lock);
+    peer->jobs++;
+    pthread_mutex_unlock(&peer->lock);
+    CHECK(!connection_progress(peer, t + 5000));
+    pthread_mutex_lock(&peer->lock);
+    peer->jobs--;
+    pthread_mutex_unlock(&peer->lock);
+    send_read_at(local, &opened, 5, LARDER__DEMAND, 0);
+    send_read_at(peer, &opened, 6, LARDER__DEMAND, 4000);
+    t = peer->last_active_ms > local->last_active_ms ? peer->last_active_ms : local->last_active_ms;
+    CHECK(!connection_progress(peer, t + 999));
+    CHECK(!connection_progress(local, t + 1000));
+    CHECK(connection_progress(peer, t + 1000));
+    struct output *o = fixture_answer(peer, LARDER__PROGRESS);
+    struct larder__frame f;
+    CHECK_EQ(larder__wire_header(o->bytes, o->length, &f), 0);
+    CHECK_EQ(f.length, 0);
+    CHECK_EQ(f.request, 0);
+    CHECK_EQ(o->length, LARDER__WIRE_HEADER);
+    free(o);
+    CHECK(!connection_progress(peer, t + 1999));
+    CHECK(connection_progress(peer, t + 2000));
+    free(fixture_answer(peer, LARDER__PROGRESS));
+    gate_open(&a);
+    gate_open(&b);
+    fixture_wait_jobs(peer);
+    fixture_wait_jobs(local);
+    CHECK_EQ(next_data(peer), 6);
+    CHECK_EQ(next_data(local), 5);
+    CHECK(!connection_progress(peer, t + 10000)); /* answered: nothing in flight */
+    connection_release(peer);
+    connection_release(local);
+    larderd_free(&d);
+}
+
+/* A relay's READ (flag CACHED, docs/protocol.md): what the node holds is
+ * answered; what it does not is declined (ERROR, not found) without a
+ * fill, so a relay never reads the origin for another node. */
+TEST(larderd_priority_relay_read_answers_only_from_the_cache)
+{
+    const char *index = fixture_dataset("ds", 40, 1 << 20);
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    struct connection *local = fixture_connection(&d, false);
+    fixture_hello(local, false);
+    struct larder__opened opened = open_dataset_on(local, index);
+    struct connection *peer = fixture_connection(&d, true);
+    fixture_hello(peer, true);
+    open_dataset_on(peer, index);
+    struct larder__read r = {.id_low = opened.id_low,
+                             .id_high = opened.id_high,
+                             .priority = LARDER__HINTED,
+                             .flags = LARDER__READ_CACHED,
+                             .offset = 0,
+                             .length = 500};
+    uint8_t frame[LARDER__WIRE_HEADER + 64];
+    int n = larder__wire_encode_read(frame, sizeof frame, 8, &r);
+    CHECK(fixture_send(peer, frame, (size_t)n));
+    fixture_wait_jobs(peer);
+    char message[256];
+    CHECK_EQ(fixture_error(peer, message, sizeof message), LARDER_ENOTFOUND);
+    CHECK(strstr(message, "not in this node's cache") != NULL);
+    uint64_t lo, hi; /* still to be filled: the decline read nothing */
+    CHECK_EQ(
+        larder__fill_range_scope(larder__dataset_fill(d.datasets[0].dataset), 0, 0, 500, &lo, &hi),
+        0);
+    send_read_at(local, &opened, 9, LARDER__DEMAND, 0); /* the node stages it */
+    fixture_wait_jobs(local);
+    CHECK_EQ(next_data(local), 9);
+    CHECK(fixture_send(peer, frame, (size_t)n));
+    fixture_wait_jobs(peer);
+    CHECK_EQ(next_data(peer), 8);
+    connection_release(peer);
+    connection_release(local);
+    larderd_free(&d);
 }

@@ -8,7 +8,11 @@
 #include "pool.h"
 #include "test.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* A gate tasks wait at, and the log of what ran in which order. */
 struct bench {
@@ -191,4 +195,43 @@ TEST(pool_class_limits)
     CHECK_EQ(larder__priority_limit(1, LARDER__WARM), 1);
     CHECK_EQ(larder__priority_limit(5, LARDER__HINTED), 2);
     CHECK(strcmp(larder__priority_name(LARDER__HINTED), "hinted") == 0);
+}
+
+/* The nice value a task of each class runs at, on a pool's worker. */
+struct nice_seen {
+    struct larder__latch *done;
+    int nice;
+};
+
+static void record_nice(void *arg)
+{
+    struct nice_seen *s = arg;
+    errno = 0;
+    s->nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    larder__latch_arrive(s->done);
+}
+
+/* HINTED and WARM tasks run at nice 10, DEMAND and NEAR at 0, on the same
+ * worker one after another, where the process may lower a nice value again
+ * (root, or RLIMIT_NICE of 20 or more); elsewhere every task at 0.  The
+ * submitting thread's own value never changes. */
+TEST(pool_background_tasks_run_niced)
+{
+    unsetenv("LARDER_BACKGROUND_NICE"); /* the default, 10 */
+    struct rlimit limit;
+    bool renice = geteuid() == 0 || (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20);
+    int mine = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    struct larder__pool *pool;
+    CHECK_EQ(larder__pool_new(&pool, 1), 0);
+    int classes[] = {LARDER__HINTED, LARDER__DEMAND, LARDER__WARM, LARDER__NEAR};
+    for (int i = 0; i < 4; i++) {
+        struct larder__latch done;
+        larder__latch_init(&done, 1);
+        struct nice_seen seen = {&done, -100};
+        CHECK_EQ(larder__pool_submit(pool, record_nice, &seen, classes[i]), 0);
+        larder__latch_wait(&done);
+        CHECK_EQ(seen.nice, renice && classes[i] >= LARDER__HINTED ? 10 : 0);
+    }
+    CHECK_EQ(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)), mine);
+    larder__pool_free(pool);
 }

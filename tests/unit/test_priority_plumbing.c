@@ -151,6 +151,7 @@ struct fake_peer {
     pthread_cond_t changed;
     bool hold;          /* READs wait to be answered until released... */
     uint64_t hold_only; /* ...only those at this offset, when nonzero */
+    bool progress;      /* while holding one, a PROGRESS frame every 50 ms */
     int accepted;
     int priority[32], connection[32]; /* of each READ, in order */
     int reads;
@@ -197,8 +198,21 @@ static void *serve_connection(void *arg)
             }
             pthread_cond_broadcast(&pc->peer->changed);
             uint64_t offset = larder__le64(payload + 24);
-            while (pc->peer->hold && (!pc->peer->hold_only || offset == pc->peer->hold_only))
-                pthread_cond_wait(&pc->peer->changed, &pc->peer->lock);
+            while (pc->peer->hold && (!pc->peer->hold_only || offset == pc->peer->hold_only)) {
+                if (!pc->peer->progress) {
+                    pthread_cond_wait(&pc->peer->changed, &pc->peer->lock);
+                    continue;
+                }
+                struct timespec at;
+                clock_gettime(CLOCK_REALTIME, &at);
+                at.tv_nsec += 50 * 1000000L;
+                if (at.tv_nsec >= 1000000000L) at.tv_sec++, at.tv_nsec -= 1000000000L;
+                if (pthread_cond_timedwait(&pc->peer->changed, &pc->peer->lock, &at) != ETIMEDOUT)
+                    continue;
+                uint8_t progress[24]; /* docs/protocol.md: no payload, request 0 */
+                larder__wire_encode_header(progress, 24, LARDER__PROGRESS, 0, 0);
+                CHECK(send(pc->fd, progress, 24, MSG_NOSIGNAL) == 24);
+            }
             pthread_mutex_unlock(&pc->peer->lock);
             uint64_t asked = larder__le64(payload + 32);
             uint8_t frame[24 + 4096];
@@ -390,6 +404,38 @@ TEST(priority_demand_waits_on_a_peer_that_answers_others)
     CHECK_EQ(r.rc, LARDER__FROM_PEER);
     CHECK(r.buf[0] == 'a' + LARDER__DEMAND);
     CHECK(!larder__endpoint_down(endpoint));
+    larder__source_close(source);
+    larder__endpoint_free(endpoint);
+    shutdown(peer.listener, SHUT_RDWR);
+    close(peer.listener);
+}
+
+/* A DEMAND READ that the member holds for 3 times the endpoint's timeout
+ * while sending PROGRESS for it (its origin is slow) is waited for: the
+ * member is not passed over and nothing is read elsewhere.  The same hold
+ * without PROGRESS gives up and marks the member down (above). */
+TEST(priority_demand_waits_on_a_peer_that_sends_progress)
+{
+    static struct fake_peer peer;
+    char address[64];
+    fake_peer_start(&peer, address, sizeof address);
+    struct larder__endpoint *endpoint;
+    CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 200), 0);
+    struct larder__source *source;
+    CHECK_EQ(larder__source_peer_open(&source, endpoint, 1, 2, 7), 0);
+    pthread_mutex_lock(&peer.lock);
+    peer.progress = true;
+    pthread_mutex_unlock(&peer.lock);
+    CHECK_EQ(held_read(&peer, source, LARDER__DEMAND), LARDER__FROM_PEER);
+    CHECK(!larder__endpoint_down(endpoint));
+    /* and the connection is in step after it: the next READ is answered */
+    char buf[100];
+    CHECK_EQ(larder__source_read(source, buf, sizeof buf, 0, 0), LARDER__FROM_PEER);
+    pthread_mutex_lock(&peer.lock);
+    peer.progress = false;
+    pthread_mutex_unlock(&peer.lock);
+    CHECK_EQ(held_read(&peer, source, LARDER__DEMAND), -ETIMEDOUT); /* silent: given up on */
+    CHECK(larder__endpoint_down(endpoint));
     larder__source_close(source);
     larder__endpoint_free(endpoint);
     shutdown(peer.listener, SHUT_RDWR);

@@ -109,7 +109,8 @@ TEST(wire_refuses_bad_frames)
     expect_refused(8, 41, "payload bytes"); /* READ longer than 40 */
     expect_refused(8, 39, "not 40");
     expect_refused(LARDER__WIRE_HEADER + 20, 4, "priority 4");
-    expect_refused(LARDER__WIRE_HEADER + 21, 1, "reserved");
+    expect_refused(LARDER__WIRE_HEADER + 21, 2, "reserved"); /* 1 is CACHED, 2 nobody's */
+    expect_refused(LARDER__WIRE_HEADER + 22, 1, "reserved");
     expect_refused(LARDER__WIRE_HEADER + 32, 0, "READ of 0 bytes");
     expect_refused(LARDER__WIRE_HEADER + 39, 0xff, "READ of"); /* huge length */
     /* a DATA frame over the limit, an offset that overflows */
@@ -120,6 +121,22 @@ TEST(wire_refuses_bad_frames)
     struct larder__read read = {.offset = UINT64_MAX - 5, .length = 10};
     larder__wire_encode_read(buf, sizeof buf, 1, &read);
     CHECK_EQ(larder__wire_read(buf + LARDER__WIRE_HEADER, 40, &read), LARDER_EPROTOCOL);
+    /* READ's flag byte (21): CACHED goes and comes back at its place */
+    struct larder__read cached = {
+        .shard = 3, .priority = 2, .flags = LARDER__READ_CACHED, .offset = 7, .length = 9};
+    CHECK_EQ(larder__wire_encode_read(buf, sizeof buf, 1, &cached), LARDER__WIRE_HEADER + 40);
+    CHECK_EQ(buf[LARDER__WIRE_HEADER + 21], 1);
+    CHECK_EQ(larder__wire_read(buf + LARDER__WIRE_HEADER, 40, &read), 0);
+    CHECK_EQ(read.flags, LARDER__READ_CACHED);
+    CHECK_EQ(read.priority, 2);
+    /* PROGRESS (20) carries nothing: a payload is refused; 21 is nobody's yet */
+    larder__wire_encode_header(buf, sizeof buf, LARDER__PROGRESS, 0, 0);
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), 0);
+    CHECK_EQ(frame.type, 20);
+    larder__wire_encode_header(buf, sizeof buf, LARDER__PROGRESS, 1, 0);
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), LARDER_EPROTOCOL);
+    larder__wire_encode_header(buf, sizeof buf, 21, 0, 0);
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), LARDER_EPROTOCOL);
     /* HELLO with nonzero reserved bytes, an unknown role, a wrong size */
     struct larder__hello hello = {.role = 1};
     int n = larder__wire_encode_hello(buf, sizeof buf, 1, &hello);
