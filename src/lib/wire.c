@@ -52,9 +52,9 @@ uint64_t larder__wire_max_payload(uint8_t type)
 /* Types 11 and 12 are the hints' (HINT, HINTED): unknown to this build. */
 static bool known_type(uint8_t type)
 {
-    return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) || /* 1 .. 16, no gaps */
+    return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) ||        /* 1 .. 16, no gaps */
            (type >= LARDER__TRANSFORM && type <= LARDER__TRANSFORMED) || /* 17, 18 */
-           type == LARDER__PROGRESS;                                    /* 20, no payload */
+           type == LARDER__PROGRESS;                                     /* 20, no payload */
 }
 
 int larder__wire_header(const uint8_t *buf, size_t available, struct larder__frame *frame)
