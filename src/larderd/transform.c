@@ -235,11 +235,12 @@ static void transform_job(void *arg)
             transform_cache_put(t->cache, &key, result, result_length);
             answer(c, job->request_id, 0, result, result_length, job->request.priority);
             count(&t->transformed);
-        } else {
-            count(&t->errors);
         }
     }
-    if (rc < 0) send_error(c, job->request_id, rc, larder_errmsg());
+    if (rc < 0) { /* the transform's, or the read's (a checksum that failed, an origin gone) */
+        count(&t->errors);
+        send_error(c, job->request_id, rc, larder_errmsg());
+    }
     if (job->kind == JOB_TRANSFORM) {
         placement_note(&t->place, (uint64_t)(started - job->arrived_us),
                        (uint64_t)(now_us() - started));
