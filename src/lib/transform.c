@@ -195,10 +195,40 @@ static size_t description_size(const struct out_field *f)
     return (size_t)align8(24 + 8 * (uint64_t)f->info.ndim + strlen(f->name));
 }
 
+/* A field's description at most: its dims all used, the longest name. */
+#define MAX_DESCRIPTION (24 + 8 * LARDER_MAX_DIMS + LARDER_TRANSFORM_MAX_NAME + 8)
+
+uint64_t larder__transform_result_max(const struct larder__transform *t, uint32_t num_fields,
+                                      uint64_t sample_length)
+{
+    /* what the built-ins can write, known from their parameters; an
+     * untransformed field is copied (at most the sample's bytes) */
+    uint64_t data = LARDER_TRANSFORM_MAX_OUTPUT;
+    if (t->ops == larder__transform_jpeg_ops())
+        data = sample_length + num_fields * align8(larder__transform_jpeg_max_output(t->state)) +
+               8 * num_fields;
+    else if (t->ops == larder__transform_cast_ops()) /* elements of >= 1 byte to <= 8 */
+        data = 8 * sample_length + 8 * (uint64_t)num_fields;
+    if (data > LARDER_TRANSFORM_MAX_OUTPUT) data = LARDER_TRANSFORM_MAX_OUTPUT;
+    uint64_t head = 16 + (uint64_t)num_fields * MAX_DESCRIPTION;
+    if (head > LARDER__TRANSFORM_MAX_RESULT - LARDER_TRANSFORM_MAX_OUTPUT)
+        head = LARDER__TRANSFORM_MAX_RESULT - LARDER_TRANSFORM_MAX_OUTPUT;
+    return head + data;
+}
+
 int larder__transform_run(const struct larder__transform *t, uint64_t id,
                           const larder_field_info *fields, uint32_t num_fields,
                           const uint8_t *sample, uint64_t sample_length, uint8_t **result,
                           size_t *result_length)
+{
+    return larder__transform_run_at(t, id, fields, num_fields, sample, sample_length, 0, result,
+                                    result_length);
+}
+
+int larder__transform_run_at(const struct larder__transform *t, uint64_t id,
+                             const larder_field_info *fields, uint32_t num_fields,
+                             const uint8_t *sample, uint64_t sample_length, size_t headroom,
+                             uint8_t **buffer, size_t *result_length)
 {
     const larder_transform_ops *ops = t->ops;
     if (num_fields > LARDER__TRANSFORM_MAX_FIELDS)
@@ -242,8 +272,13 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
         rc = larder__fail(LARDER_ENOTFOUND,
                           "sample %llu: transform %s applies to none of its %u fields",
                           (unsigned long long)id, t->canonical, num_fields);
-    uint8_t *data = rc == 0 ? malloc(data_bound ? (size_t)data_bound : 1) : NULL;
-    if (rc == 0 && !data) rc = -ENOMEM;
+    /* one buffer: headroom, then room for the longest descriptions, then
+     * the data; the descriptions' real size is known only after the run,
+     * and the data moves down to meet them (no second copy of it) */
+    uint64_t head_max = 16 + (uint64_t)num_fields * MAX_DESCRIPTION;
+    uint8_t *r = rc == 0 ? malloc(headroom + (size_t)head_max + (size_t)data_bound) : NULL;
+    if (rc == 0 && !r) rc = -ENOMEM;
+    uint8_t *data = r ? r + headroom + head_max : NULL;
     uint64_t used = 0;
     for (uint32_t i = 0; i < num_fields && rc == 0; i++) {
         const larder_field_info *f = &fields[i];
@@ -280,21 +315,18 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
     }
     free(bounds);
     if (rc < 0) {
-        free(data), free(out);
+        free(r), free(out);
         return rc;
     }
     size_t head = 16;
     for (uint32_t i = 0; i < num_fields; i++)
         head += description_size(&out[i]);
-    uint8_t *r = calloc(1, head + (size_t)used);
-    if (!r) {
-        free(data), free(out);
-        return -ENOMEM;
-    }
-    larder__put_le32(r, LARDER__TRANSFORM_MAGIC);
-    larder__put_le32(r + 4, num_fields);
-    larder__put_le64(r + 8, used);
-    uint8_t *p = r + 16;
+    uint8_t *start = r + headroom;
+    memset(start, 0, head);
+    larder__put_le32(start, LARDER__TRANSFORM_MAGIC);
+    larder__put_le32(start + 4, num_fields);
+    larder__put_le64(start + 8, used);
+    uint8_t *p = start + 16;
     for (uint32_t i = 0; i < num_fields; i++) {
         const struct out_field *o = &out[i];
         size_t name_length = strlen(o->name);
@@ -308,9 +340,12 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
         memcpy(p + 24 + 8 * o->info.ndim, o->name, name_length);
         p += description_size(o);
     }
-    memcpy(p, data, (size_t)used);
-    free(data), free(out);
-    *result = r;
+    memmove(p, data, (size_t)used);
+    free(out);
+    /* give back what the bound held beyond the result */
+    size_t total = headroom + head + (size_t)used;
+    uint8_t *shrunk = realloc(r, total ? total : 1);
+    *buffer = shrunk ? shrunk : r;
     *result_length = head + (size_t)used;
     return 0;
 }

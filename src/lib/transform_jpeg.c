@@ -164,6 +164,12 @@ static int64_t jpeg_run(const void *state_, const larder_field_info *f, const vo
     return rc;
 }
 
+uint64_t larder__transform_jpeg_max_output(const void *state_)
+{
+    const struct jpeg_state *state = state_;
+    return (uint64_t)state->side * state->side * 3;
+}
+
 static const larder_transform_ops jpeg_ops = {
     .abi = LARDER_TRANSFORM_ABI,
     .name = "jpeg_decode_resize",
