@@ -21,6 +21,9 @@
 #define LARDER__TRANSFORM_MAGIC UINT32_C(0x3152544c) /* "LTR1" */
 #define LARDER__TRANSFORM_MAX_FIELDS 1024
 #define LARDER__TRANSFORM_MAX_LOADED 64
+/* bytes of a field's name in a result, with its NUL: a tar member's (a
+ * packed HDF5 dataset's path can be long), not an op's 64 */
+#define LARDER__TRANSFORM_MAX_FIELD_NAME 4096
 /* a result's bytes at most: fields' outputs plus their descriptions */
 #define LARDER__TRANSFORM_MAX_RESULT (LARDER_TRANSFORM_MAX_OUTPUT + (1u << 20))
 
