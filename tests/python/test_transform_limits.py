@@ -153,3 +153,41 @@ def test_two_fields_of_one_name_after_a_transform_are_an_error(tmp_path, daemons
             ds.get(0, transform="zstd_decompress")
         message = str(e.value)
         assert "'bin'" in message and "'bin.zst'" in message and "one name" in message, message
+
+
+# ---- JPEG decoding's memory ----------------------------------------------------------
+
+
+def test_jpegs_whose_decode_would_take_too_much_memory_are_refused(tmp_path, monkeypatch,
+                                                                   larder_bin):
+    """docs/transforms.md: the rows' pass of the resize (height x N x 3)
+    is bounded like the scaled decode (96 MiB): a 1 x 65500 JPEG to 4096
+    would take 65500 * 4096 * 3 = 768 MiB.  A progressive JPEG's
+    coefficients (width x height x components x 2) are bounded by 96 MiB:
+    4200 x 4200 x 3 x 2 = 101 MiB is refused, and the same picture as a
+    baseline JPEG (decoded at 1/8) is not."""
+    PIL = pytest.importorskip("PIL.Image")
+    monkeypatch.delenv("LARDER_SOCKET", raising=False)
+    monkeypatch.delenv("LARDER_CACHE", raising=False)
+    src = tmp_path / "src"
+    src.mkdir()
+    PIL.new("RGB", (1, 65500), (10, 200, 30)).save(src / "s0.jpg", quality=90)
+    assert 65500 * 4096 * 3 > 96 << 20 and 4200 * 4200 * 3 * 2 > 96 << 20
+    y, x = np.mgrid[0:4200, 0:4200]
+    big = PIL.fromarray(np.stack([x % 256, y % 256, (x + y) % 256], -1).astype(np.uint8))
+    big.save(src / "s1.jpg", quality=80, progressive=True)
+    big.save(src / "s2.jpg", quality=80)
+    larder_cli("pack", src, "-o", tmp_path / "ds", "--no-shuffle")
+    ds = larder.Dataset(str(tmp_path / "ds" / "index.larder"), cache="")
+    with pytest.raises(larder.LarderError) as e:
+        ds.get(0, transform="jpeg_decode_resize:4096")
+    message = str(e.value)
+    assert "sample 0" in message and "1 x 65500" in message and "rows' pass" in message, message
+    assert f"at most {96 << 20}" in message, message
+    assert ds.get(0, transform="jpeg_decode_resize:16")["jpg"].shape == (16, 16, 3)
+    with pytest.raises(larder.LarderError) as e:
+        ds.get(1, transform="jpeg_decode_resize:48")
+    message = str(e.value)
+    assert "sample 1" in message and "progressive" in message, message
+    assert str(4200 * 4200 * 3 * 2) in message and f"at most {96 << 20}" in message, message
+    assert ds.get(2, transform="jpeg_decode_resize:48")["jpg"].shape == (48, 48, 3)
