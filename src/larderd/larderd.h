@@ -231,6 +231,9 @@ void run_loop(struct larderd *d, int unix_fd, int tcp_fd, int metrics_fd);
  * answer alone always fits); give them back. */
 void uncached_take(struct larderd *d, uint64_t length);
 void uncached_give(struct larderd *d, uint64_t length);
+/* Take length bytes of it without waiting: false, and nothing taken, when
+ * it would go past the budget (a transform's answer: the reader runs it). */
+bool uncached_try_take(struct larderd *d, uint64_t length);
 /* Handle one whole frame from c (of c->daemon): the answers go to c's
  * output queue, at once or from a worker (READ).  false closes the
  * connection at once (malformed input). */

@@ -58,6 +58,15 @@ void uncached_take(struct larderd *d, uint64_t length)
     pthread_mutex_unlock(&d->uncached_lock);
 }
 
+bool uncached_try_take(struct larderd *d, uint64_t length)
+{
+    pthread_mutex_lock(&d->uncached_lock);
+    bool room = d->uncached_bytes + length <= UNCACHED_BUDGET;
+    if (room) d->uncached_bytes += length;
+    pthread_mutex_unlock(&d->uncached_lock);
+    return room;
+}
+
 void uncached_give(struct larderd *d, uint64_t length)
 {
     if (!length) return;

@@ -20,6 +20,7 @@
 #include "transform_place.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,20 +163,57 @@ static void job_end(struct transform_job *job)
     larderd_wake(d);
 }
 
+#define FRAME_HEAD (LARDER__WIRE_HEADER + LARDER__TRANSFORMED_FIXED)
+
+/* What an answer costs when the node-wide budget of answers in memory is
+ * spent: an ERROR, and the reader runs the transform itself. */
+static void refuse_memory(struct connection *c, uint64_t request, size_t length)
+{
+    char message[160];
+    snprintf(message, sizeof message,
+             "an answer of %zu bytes: the daemon's answers in memory are at their node-wide "
+             "limit (%u MiB); transform it here",
+             length, UNCACHED_BUDGET >> 20);
+    send_error(c, request, -EAGAIN, message);
+}
+
+/* An output for a TRANSFORMED frame with a body of `length` bytes, that
+ * holds its share of the node-wide budget of answers in memory until it
+ * is sent: NULL, with an ERROR answered, when that is spent. */
+static struct output *answer_new(struct connection *c, uint64_t request, size_t length)
+{
+    size_t frame = FRAME_HEAD + length;
+    if (!uncached_try_take(c->daemon, frame)) {
+        refuse_memory(c, request, frame);
+        return NULL;
+    }
+    struct output *o = output_new(frame);
+    if (!o) {
+        uncached_give(c->daemon, frame);
+        send_error(c, request, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    o->uncached = frame;
+    return o;
+}
+
+/* Queue o, a TRANSFORMED frame of `flags` whose body is in place. */
+static void answer_send(struct connection *c, struct output *o, uint64_t request, uint32_t flags,
+                        int priority)
+{
+    larder__wire_encode_transformed(o->bytes, FRAME_HEAD, request, flags, o->length - FRAME_HEAD);
+    o->priority = (uint8_t)priority;
+    enqueue_output(c, o);
+}
+
 /* Queue a TRANSFORMED frame of `flags` with body[0..length). */
 static void answer(struct connection *c, uint64_t request, uint32_t flags, const void *body,
                    size_t length, int priority)
 {
-    struct output *o = output_new(LARDER__WIRE_HEADER + LARDER__TRANSFORMED_FIXED + length);
-    if (!o) {
-        send_error(c, request, -ENOMEM, "out of memory");
-        return;
-    }
-    larder__wire_encode_transformed(o->bytes, LARDER__WIRE_HEADER + LARDER__TRANSFORMED_FIXED,
-                                    request, flags, length);
-    if (length) memcpy(o->bytes + LARDER__WIRE_HEADER + LARDER__TRANSFORMED_FIXED, body, length);
-    o->priority = (uint8_t)priority;
-    enqueue_output(c, o);
+    struct output *o = answer_new(c, request, length);
+    if (!o) return;
+    if (length) memcpy(o->bytes + FRAME_HEAD, body, length);
+    answer_send(c, o, request, flags, priority);
 }
 
 /* The sample's layout and its bytes, checked, read at the request's class. */
@@ -216,7 +254,7 @@ static void transform_job(void *arg)
     struct transforms *t = c->daemon->transforms;
     int64_t started = now_us();
     larder_field_info *fields = NULL;
-    uint8_t *bytes = NULL, *result = NULL;
+    uint8_t *bytes = NULL;
     uint32_t num_fields = 0;
     uint64_t length = 0;
     size_t result_length = 0;
@@ -226,26 +264,42 @@ static void transform_job(void *arg)
         if (job->kind == JOB_RAW_AT_READER) flags |= LARDER__TRANSFORMED_AT_READER;
         answer(c, job->request_id, flags, bytes, (size_t)length, job->request.priority);
     } else if (rc == 0) {
-        rc = larder__transform_run(&job->transform, job->request.sample, fields, num_fields, bytes,
-                                   length, &result, &result_length);
+        /* the result lands in the frame that is sent: one copy of it here,
+         * besides the result cache's */
+        uint8_t *buffer = NULL;
+        rc = larder__transform_run_at(&job->transform, job->request.sample, fields, num_fields,
+                                      bytes, length, offsetof(struct output, bytes) + FRAME_HEAD,
+                                      &buffer, &result_length);
+        free(bytes), bytes = NULL;
         if (rc == 0) {
+            struct output *o = (struct output *)buffer;
+            const uint8_t *result = buffer + offsetof(struct output, bytes) + FRAME_HEAD;
             struct transform_key key = {job->entry->id_low, job->entry->id_high,
                                         job->request.sample, job->transform.ops->version,
                                         job->transform.canonical};
             transform_cache_put(t->cache, &key, result, result_length);
-            answer(c, job->request_id, 0, result, result_length, job->request.priority);
-            count(&t->transformed);
-        } else {
-            count(&t->errors);
+            size_t frame = FRAME_HEAD + result_length;
+            if (uncached_try_take(c->daemon, frame)) {
+                *o = (struct output){.length = frame, .file = -1, .uncached = frame};
+                answer_send(c, o, job->request_id, 0, job->request.priority);
+                count(&t->transformed);
+            } else {
+                free(buffer);
+                refuse_memory(c, job->request_id, frame);
+                count(&t->errors);
+            }
         }
     }
-    if (rc < 0) send_error(c, job->request_id, rc, larder_errmsg());
+    if (rc < 0) { /* the transform's, or the read's (a checksum that failed, an origin gone) */
+        count(&t->errors);
+        send_error(c, job->request_id, rc, larder_errmsg());
+    }
     if (job->kind == JOB_TRANSFORM) {
         placement_note(&t->place, (uint64_t)(started - job->arrived_us),
                        (uint64_t)(now_us() - started));
         __atomic_fetch_sub(&t->queued, 1, __ATOMIC_RELAXED);
     }
-    free(fields), free(bytes), free(result);
+    free(fields), free(bytes);
     job_end(job);
 }
 
@@ -295,14 +349,22 @@ bool transform_request(struct connection *c, const struct larder__frame *f, cons
         struct transform_key key = {e->id_low, e->id_high, request.sample,
                                     job->transform.ops->version, job->transform.canonical};
         size_t n = transform_cache_length(t->cache, &key);
-        uint8_t *hit = n ? malloc(n) : NULL;
-        if (hit && (n = transform_cache_get(t->cache, &key, hit, n)) > 0) {
-            answer(c, f->request, LARDER__TRANSFORMED_CACHED, hit, n, request.priority);
-            count(&t->cached);
-            free(hit), free(job);
-            return true;
+        if (n) { /* a hit: read from the cache into the frame that is sent */
+            struct output *o = answer_new(c, f->request, n);
+            if (!o) {
+                free(job);
+                return true;
+            }
+            if (transform_cache_get(t->cache, &key, o->bytes + FRAME_HEAD, n) == n) {
+                answer_send(c, o, f->request, LARDER__TRANSFORMED_CACHED, request.priority);
+                count(&t->cached);
+                free(job);
+                return true;
+            }
+            /* evicted meanwhile: run it */
+            uncached_give(c->daemon, o->uncached);
+            free(o);
         }
-        free(hit);
         bool shed;
         uint64_t queued = __atomic_load_n(&t->queued, __ATOMIC_RELAXED);
         if (!placement_admit(&t->place, now_ms(), request.wait_us, request.budget_us, queued,
@@ -319,7 +381,12 @@ bool transform_request(struct connection *c, const struct larder__frame *f, cons
         free(job);
         return true;
     }
+    /* charged while it runs: its bytes and what it can answer, so that a
+     * reader that does not read its answers stops being read before the
+     * answers its queued transforms will make pass its budget */
     job->charge = info.length + REQUEST_OVERHEAD;
+    if (job->kind == JOB_TRANSFORM)
+        job->charge += larder__transform_result_max(&job->transform, info.num_fields, info.length);
     pthread_mutex_lock(&c->lock);
     c->refs++;
     c->jobs++;

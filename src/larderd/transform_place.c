@@ -4,6 +4,8 @@
  */
 #include "transform_place.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +57,26 @@ void placement_decide(struct placement *p, int64_t now, const struct place_sampl
     }
 }
 
+bool placement_cpu_line(const char *line, const cpu_set_t *set, uint64_t *busy, uint64_t *total)
+{
+    /* "cpuN ..." only: the aggregate line "cpu  2255 ..." has no digit at
+     * line[3], and %d would read its first tick count as a CPU number */
+    if (strncmp(line, "cpu", 3) != 0 || !isdigit((unsigned char)line[3])) return false;
+    char *end;
+    errno = 0;
+    unsigned long cpu = strtoul(line + 3, &end, 10);
+    if (errno || cpu >= CPU_SETSIZE || !CPU_ISSET((int)cpu, set)) return false;
+    unsigned long long v[8] = {0};
+    if (sscanf(end, " %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+               &v[5], &v[6], &v[7]) < 8)
+        return false;
+    uint64_t idle = v[3] + v[4]; /* idle, iowait */
+    uint64_t all = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+    *busy += all - idle;
+    *total += all;
+    return true;
+}
+
 /* Busy and total ticks of the CPUs in `set`, from /proc/stat: 0 or -1. */
 static int cpu_ticks(const cpu_set_t *set, uint64_t *busy, uint64_t *total)
 {
@@ -62,18 +84,8 @@ static int cpu_ticks(const cpu_set_t *set, uint64_t *busy, uint64_t *total)
     if (!f) return -1;
     char line[512];
     *busy = *total = 0;
-    while (fgets(line, sizeof line, f)) {
-        int cpu;
-        unsigned long long v[10] = {0};
-        if (sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2],
-                   &v[3], &v[4], &v[5], &v[6], &v[7]) < 9)
-            continue;
-        if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, set)) continue;
-        uint64_t idle = v[3] + v[4]; /* idle, iowait */
-        uint64_t all = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
-        *busy += all - idle;
-        *total += all;
-    }
+    while (fgets(line, sizeof line, f))
+        placement_cpu_line(line, set, busy, total);
     fclose(f);
     return 0;
 }

@@ -24,6 +24,7 @@
 #define LARDERD_TRANSFORM_PLACE_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -73,6 +74,12 @@ void placement_tick(struct placement *p, int64_t now_ms);
  */
 bool placement_admit(struct placement *p, int64_t now_ms, uint32_t reader_wait_us,
                      uint32_t reader_budget_us, uint64_t queued, int jobs, bool *shed);
+/*
+ * One line of /proc/stat: when it is a "cpuN" line of a CPU in `set`, add
+ * its busy and total ticks to *busy and *total and return true; any other
+ * line (the aggregate "cpu ", intr, ...) is false and adds nothing.
+ */
+bool placement_cpu_line(const char *line, const cpu_set_t *set, uint64_t *busy, uint64_t *total);
 /* A transform's queue wait and run time, microseconds. */
 void placement_note(struct placement *p, uint64_t wait_us, uint64_t run_us);
 

@@ -186,19 +186,79 @@ static uint64_t align8(uint64_t n)
 
 /* One output field of a run, before the result is laid out. */
 struct out_field {
-    larder_field_info info; /* offset: into the data area */
-    char name[LARDER_TRANSFORM_MAX_NAME];
+    larder_field_info info;                  /* offset: into the data area */
+    const char *name;                        /* the input's name, or renamed */
+    size_t name_length;                      /* of name: may keep a prefix of the input's */
+    char renamed[LARDER_TRANSFORM_MAX_NAME]; /* the op's name buffer (the ABI's size) */
 };
 
 static size_t description_size(const struct out_field *f)
 {
-    return (size_t)align8(24 + 8 * (uint64_t)f->info.ndim + strlen(f->name));
+    return (size_t)align8(24 + 8 * (uint64_t)f->info.ndim + f->name_length);
+}
+
+/*
+ * The op's name buffer holds 63 bytes, the ABI's; a field name from an
+ * index can be longer (a packed HDF5 dataset's path).  A long name is
+ * shown to the op as its last 63 bytes (where a suffix is); the op
+ * leaving them alone keeps the whole name, cutting a suffix from them
+ * cuts it from the whole name, and any other name replaces it.
+ */
+static void name_preset(struct out_field *o, const char *name)
+{
+    size_t length = strlen(name), keep = sizeof o->renamed - 1;
+    o->name = name;
+    o->name_length = length;
+    snprintf(o->renamed, sizeof o->renamed, "%s", length > keep ? name + length - keep : name);
+}
+
+static void name_after_run(struct out_field *o)
+{
+    size_t keep = sizeof o->renamed - 1, length = strlen(o->renamed);
+    const char *preset = o->name_length > keep ? o->name + o->name_length - keep : o->name;
+    size_t preset_length = o->name_length > keep ? keep : o->name_length;
+    if (length <= preset_length && memcmp(o->renamed, preset, length) == 0)
+        o->name_length -= preset_length - length; /* the same, or a suffix cut */
+    else
+        o->name = o->renamed, o->name_length = length;
+}
+
+/* A field's description at most: its dims all used, a name of an op's. */
+#define MAX_DESCRIPTION (24 + 8 * LARDER_MAX_DIMS + LARDER_TRANSFORM_MAX_NAME + 8)
+/* The descriptions of a result at most: LARDER__TRANSFORM_MAX_RESULT's room
+ * beside the data (long field names take it, not the data's). */
+#define MAX_HEAD (LARDER__TRANSFORM_MAX_RESULT - LARDER_TRANSFORM_MAX_OUTPUT)
+
+uint64_t larder__transform_result_max(const struct larder__transform *t, uint32_t num_fields,
+                                      uint64_t sample_length)
+{
+    /* what the built-ins can write, known from their parameters; an
+     * untransformed field is copied (at most the sample's bytes) */
+    uint64_t data = LARDER_TRANSFORM_MAX_OUTPUT;
+    if (t->ops == larder__transform_jpeg_ops())
+        data = sample_length + num_fields * align8(larder__transform_jpeg_max_output(t->state)) +
+               8 * num_fields;
+    else if (t->ops == larder__transform_cast_ops()) /* elements of >= 1 byte to <= 8 */
+        data = 8 * sample_length + 8 * (uint64_t)num_fields;
+    if (data > LARDER_TRANSFORM_MAX_OUTPUT) data = LARDER_TRANSFORM_MAX_OUTPUT;
+    uint64_t head = 16 + (uint64_t)num_fields * MAX_DESCRIPTION;
+    if (head > MAX_HEAD) head = MAX_HEAD; /* run_at refuses more */
+    return head + data;
 }
 
 int larder__transform_run(const struct larder__transform *t, uint64_t id,
                           const larder_field_info *fields, uint32_t num_fields,
                           const uint8_t *sample, uint64_t sample_length, uint8_t **result,
                           size_t *result_length)
+{
+    return larder__transform_run_at(t, id, fields, num_fields, sample, sample_length, 0, result,
+                                    result_length);
+}
+
+int larder__transform_run_at(const struct larder__transform *t, uint64_t id,
+                             const larder_field_info *fields, uint32_t num_fields,
+                             const uint8_t *sample, uint64_t sample_length, size_t headroom,
+                             uint8_t **buffer, size_t *result_length)
 {
     const larder_transform_ops *ops = t->ops;
     if (num_fields > LARDER__TRANSFORM_MAX_FIELDS)
@@ -211,7 +271,7 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
         return -ENOMEM;
     }
     char error[256];
-    uint64_t data_bound = 0;
+    uint64_t data_bound = 0, head_max = 16;
     bool any = false;
     int rc = 0;
     /* the bound of every field first: one allocation, checked against the limit */
@@ -222,6 +282,17 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
                               (unsigned long long)id, i);
             break;
         }
+        size_t name_length = f->name ? strlen(f->name) : 0;
+        if (name_length >= LARDER__TRANSFORM_MAX_FIELD_NAME) {
+            rc = larder__fail(LARDER_EUNSUPPORTED,
+                              "sample %llu field '%.60s...': a name of %zu bytes, at most %d",
+                              (unsigned long long)id, f->name, name_length,
+                              LARDER__TRANSFORM_MAX_FIELD_NAME - 1);
+            break;
+        }
+        head_max += align8(
+            24 + 8 * LARDER_MAX_DIMS +
+            (name_length > LARDER_TRANSFORM_MAX_NAME ? name_length : LARDER_TRANSFORM_MAX_NAME));
         int64_t bound = (int64_t)f->length;
         error[0] = '\0';
         if (ops->applies(t->state, f)) {
@@ -242,20 +313,25 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
         rc = larder__fail(LARDER_ENOTFOUND,
                           "sample %llu: transform %s applies to none of its %u fields",
                           (unsigned long long)id, t->canonical, num_fields);
-    uint8_t *data = rc == 0 ? malloc(data_bound ? (size_t)data_bound : 1) : NULL;
-    if (rc == 0 && !data) rc = -ENOMEM;
+    /* one buffer: headroom, then room for the longest descriptions, then
+     * the data; the descriptions' real size is known only after the run,
+     * and the data moves down to meet them (no second copy of it) */
+    uint8_t *r = rc == 0 ? malloc(headroom + (size_t)head_max + (size_t)data_bound) : NULL;
+    if (rc == 0 && !r) rc = -ENOMEM;
+    uint8_t *data = r ? r + headroom + head_max : NULL;
     uint64_t used = 0;
     for (uint32_t i = 0; i < num_fields && rc == 0; i++) {
         const larder_field_info *f = &fields[i];
         struct out_field *o = &out[i];
         o->info = *f;
-        snprintf(o->name, sizeof o->name, "%s", f->name ? f->name : "");
+        name_preset(o, f->name ? f->name : "");
         int64_t n = (int64_t)f->length;
         if (ops->applies(t->state, f)) {
             error[0] = '\0';
             n = ops->run(t->state, f, sample + f->offset, data + used, (size_t)(data_bound - used),
-                         &o->info, o->name, error, sizeof error);
-            o->name[sizeof o->name - 1] = '\0';
+                         &o->info, o->renamed, error, sizeof error);
+            o->renamed[sizeof o->renamed - 1] = '\0';
+            name_after_run(o);
             if (n < 0) {
                 rc = larder__fail((int)n, "sample %llu field '%s': transform %s: %s",
                                   (unsigned long long)id, f->name, t->canonical,
@@ -279,25 +355,39 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
         used += align8((uint64_t)n);
     }
     free(bounds);
+    /* two fields of one name would come back as one (bin beside bin.zst) */
+    for (uint32_t i = 0; i < num_fields && rc == 0; i++)
+        for (uint32_t k = 0; k < i && rc == 0; k++)
+            if (out[i].name_length == out[k].name_length &&
+                memcmp(out[i].name, out[k].name, out[i].name_length) == 0)
+                rc = larder__fail(LARDER_EUNSUPPORTED,
+                                  "sample %llu: transform %s gives fields '%s' and '%s' one name, "
+                                  "'%.*s'",
+                                  (unsigned long long)id, t->canonical, fields[k].name,
+                                  fields[i].name, (int)out[i].name_length, out[i].name);
     if (rc < 0) {
-        free(data), free(out);
+        free(r), free(out);
         return rc;
     }
     size_t head = 16;
     for (uint32_t i = 0; i < num_fields; i++)
         head += description_size(&out[i]);
-    uint8_t *r = calloc(1, head + (size_t)used);
-    if (!r) {
-        free(data), free(out);
-        return -ENOMEM;
+    if (head > MAX_HEAD) { /* what a reader takes: LARDER__TRANSFORM_MAX_RESULT */
+        free(r), free(out);
+        return larder__fail(LARDER_EUNSUPPORTED,
+                            "sample %llu: its %u fields' names and shapes take %zu bytes, "
+                            "at most %u",
+                            (unsigned long long)id, num_fields, head, (unsigned)MAX_HEAD);
     }
-    larder__put_le32(r, LARDER__TRANSFORM_MAGIC);
-    larder__put_le32(r + 4, num_fields);
-    larder__put_le64(r + 8, used);
-    uint8_t *p = r + 16;
+    uint8_t *start = r + headroom;
+    memset(start, 0, head);
+    larder__put_le32(start, LARDER__TRANSFORM_MAGIC);
+    larder__put_le32(start + 4, num_fields);
+    larder__put_le64(start + 8, used);
+    uint8_t *p = start + 16;
     for (uint32_t i = 0; i < num_fields; i++) {
         const struct out_field *o = &out[i];
-        size_t name_length = strlen(o->name);
+        size_t name_length = o->name_length;
         larder__put_le16(p, (uint16_t)name_length);
         p[2] = (uint8_t)o->info.dtype;
         p[3] = (uint8_t)o->info.ndim;
@@ -308,9 +398,12 @@ int larder__transform_run(const struct larder__transform *t, uint64_t id,
         memcpy(p + 24 + 8 * o->info.ndim, o->name, name_length);
         p += description_size(o);
     }
-    memcpy(p, data, (size_t)used);
-    free(data), free(out);
-    *result = r;
+    memmove(p, data, (size_t)used);
+    free(out);
+    /* give back what the bound held beyond the result */
+    size_t total = headroom + head + (size_t)used;
+    uint8_t *shrunk = realloc(r, total ? total : 1);
+    *buffer = shrunk ? shrunk : r;
     *result_length = head + (size_t)used;
     return 0;
 }
@@ -336,7 +429,8 @@ int larder__transform_decode(const uint8_t *b, size_t length, larder_transformed
         uint32_t ndim = p[3];
         if (p[2] >= LARDER_DTYPE_COUNT || ndim > LARDER_MAX_DIMS || larder__le32(p + 4))
             return BAD("field %u: dtype %u, ndim %u", i, p[2], ndim);
-        if (name_length >= LARDER_TRANSFORM_MAX_NAME) return BAD("field %u: name too long", i);
+        if (name_length >= LARDER__TRANSFORM_MAX_FIELD_NAME)
+            return BAD("field %u: name too long", i);
         uint64_t size = align8(24 + 8 * (uint64_t)ndim + name_length);
         if (size > head_end - pos) return BAD("field %u's description past the end", i);
         uint64_t offset = larder__le64(p + 8), field_length = larder__le64(p + 16);

@@ -21,6 +21,9 @@
 #define LARDER__TRANSFORM_MAGIC UINT32_C(0x3152544c) /* "LTR1" */
 #define LARDER__TRANSFORM_MAX_FIELDS 1024
 #define LARDER__TRANSFORM_MAX_LOADED 64
+/* bytes of a field's name in a result, with its NUL: a tar member's (a
+ * packed HDF5 dataset's path can be long), not an op's 64 */
+#define LARDER__TRANSFORM_MAX_FIELD_NAME 4096
 /* a result's bytes at most: fields' outputs plus their descriptions */
 #define LARDER__TRANSFORM_MAX_RESULT (LARDER_TRANSFORM_MAX_OUTPUT + (1u << 20))
 
@@ -52,6 +55,28 @@ LARDER__HIDDEN int larder__transform_run(const struct larder__transform *t, uint
                                          uint8_t **result, size_t *result_length);
 
 /*
+ * As larder__transform_run, with the result at (*buffer + headroom) of
+ * one malloc'd buffer (the caller frees *buffer): room before it for a
+ * frame's header, so that the daemon sends the buffer as it is.
+ */
+LARDER__HIDDEN int larder__transform_run_at(const struct larder__transform *t, uint64_t sample_id,
+                                            const larder_field_info *fields, uint32_t num_fields,
+                                            const uint8_t *sample, uint64_t sample_length,
+                                            size_t headroom, uint8_t **buffer,
+                                            size_t *result_length);
+
+/*
+ * The most bytes a result of t over a sample of num_fields fields and
+ * sample_length bytes can take, before its bytes are read: what the
+ * daemon charges a TRANSFORM while it runs.  From the built-ins'
+ * parameters where they bound their output (jpeg_decode_resize:N, N*N*3
+ * a field; npy_cast, 8 bytes an input byte), else the limit.  At most
+ * LARDER__TRANSFORM_MAX_RESULT.
+ */
+LARDER__HIDDEN uint64_t larder__transform_result_max(const struct larder__transform *t,
+                                                     uint32_t num_fields, uint64_t sample_length);
+
+/*
  * Check a result and describe it: 0 and *out (malloc'd, with a copy of
  * the bytes: larder_transformed_free frees it), or LARDER_EPROTOCOL with
  * a message naming what is wrong.
@@ -63,6 +88,8 @@ LARDER__HIDDEN int larder__transform_decode(const uint8_t *result, size_t length
 LARDER__HIDDEN const larder_transform_ops *larder__transform_jpeg_ops(void);
 LARDER__HIDDEN const larder_transform_ops *larder__transform_cast_ops(void);
 LARDER__HIDDEN const larder_transform_ops *larder__transform_zstd_ops(void);
+/* jpeg_decode_resize:N's output of one field, N*N*3 bytes, from its state. */
+LARDER__HIDDEN uint64_t larder__transform_jpeg_max_output(const void *state);
 
 /* transform_cast.c: IEEE half from single / double bits, rounding to
  * nearest even, NaN and infinity kept (as numpy's astype does). */

@@ -27,7 +27,51 @@
 
 #define MAX_SIDE 4096                          /* N at most */
 #define MAX_SOURCE_PIXELS (UINT64_C(1) << 28)  /* of the JPEG as stored */
-#define MAX_DECODED_BYTES (UINT64_C(96) << 20) /* of the scaled decode */
+#define MAX_DECODED_BYTES (UINT64_C(96) << 20) /* of the scaled decode, and of the rows' pass */
+/* libjpeg holds a progressive (or multi-scan) JPEG's DCT coefficients
+ * whole, whatever the output scale, 2 bytes a sample: width x height x
+ * components x 2 (less with chroma subsampling).  TurboJPEG 2.1 has no
+ * memory cap (TJPARAM_MAXMEMORY is 3.0's), so such JPEGs are bounded by
+ * that size before libjpeg sees them. */
+#define MAX_COEFFICIENT_BYTES (UINT64_C(96) << 20)
+
+/*
+ * Whether libjpeg will buffer the whole image's coefficients: a
+ * progressive frame (SOF2, 6, 10, 14), or a sequential one whose first
+ * scan has fewer components than the frame.  Walks the markers up to the
+ * first SOS; *components is the frame's.  0, or -1 when they cannot be
+ * walked (the decoder then fails on its own).
+ */
+static int jpeg_buffers_whole(const void *data, size_t length, bool *whole, int *components)
+{
+    const uint8_t *b = data;
+    *whole = false;
+    *components = 0;
+    bool progressive = false;
+    size_t at = 2; /* after SOI */
+    while (at + 4 <= length) {
+        if (b[at] != 0xFF) return -1;
+        uint8_t marker = b[at + 1];
+        if (marker == 0xFF) { /* fill */
+            at++;
+            continue;
+        }
+        size_t segment = ((size_t)b[at + 2] << 8) | b[at + 3];
+        if (segment < 2 || at + 2 + segment > length) return -1;
+        const uint8_t *p = b + at + 4;
+        bool sof =
+            marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+        if (sof && segment >= 8) {
+            progressive = marker == 0xC2 || marker == 0xC6 || marker == 0xCA || marker == 0xCE;
+            *components = p[5];
+        } else if (marker == 0xDA && segment >= 3) {
+            *whole = progressive || p[0] < *components;
+            return 0;
+        }
+        at += 2 + segment;
+    }
+    return -1;
+}
 
 struct jpeg_state {
     uint32_t side;
@@ -76,6 +120,17 @@ static int jpeg_header(tjhandle tj, const struct jpeg_state *state, const larder
         return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
                                        "JPEG of %d x %d pixels: at most %llu", *width, *height,
                                        (unsigned long long)MAX_SOURCE_PIXELS);
+    bool whole;
+    int components;
+    if (jpeg_buffers_whole(data, (size_t)f->length, &whole, &components) == 0 && whole &&
+        (uint64_t)*width * (uint64_t)*height * (uint64_t)components * 2 > MAX_COEFFICIENT_BYTES)
+        return larder__transform_error(
+            error, error_size, LARDER_EUNSUPPORTED,
+            "progressive (or multi-scan) JPEG of %d x %d pixels, %d components: its "
+            "coefficients would take %llu bytes, at most %llu",
+            *width, *height, components,
+            (unsigned long long)((uint64_t)*width * (uint64_t)*height * (uint64_t)components * 2),
+            (unsigned long long)MAX_COEFFICIENT_BYTES);
     *divisor = 1;
     for (int d = 8; d >= 2; d /= 2)
         if ((uint64_t)((*width + d - 1) / d) >= state->side &&
@@ -83,6 +138,20 @@ static int jpeg_header(tjhandle tj, const struct jpeg_state *state, const larder
             *divisor = d;
             break;
         }
+    uint64_t w = (uint64_t)((*width + *divisor - 1) / *divisor);
+    uint64_t h = (uint64_t)((*height + *divisor - 1) / *divisor);
+    if (w * h * 3 > MAX_DECODED_BYTES)
+        return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
+                                       "JPEG of %d x %d pixels decodes to too many bytes", *width,
+                                       *height);
+    /* the rows' pass: h rows of N pixels (a 1 x 65500 JPEG to 4096: 768 MiB) */
+    if (h * state->side * 3 > MAX_DECODED_BYTES)
+        return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
+                                       "JPEG of %d x %d pixels resized to %u: its rows' pass "
+                                       "takes %llu bytes, at most %llu",
+                                       *width, *height, state->side,
+                                       (unsigned long long)(h * state->side * 3),
+                                       (unsigned long long)MAX_DECODED_BYTES);
     return 0;
 }
 
@@ -136,10 +205,6 @@ static int64_t jpeg_run(const void *state_, const larder_field_info *f, const vo
     int64_t rc = jpeg_header(tj, state, f, data, &width, &height, &divisor, error, error_size);
     uint32_t w = (uint32_t)((width + divisor - 1) / divisor);
     uint32_t h = (uint32_t)((height + divisor - 1) / divisor);
-    if (rc == 0 && (uint64_t)w * h * 3 > MAX_DECODED_BYTES)
-        rc = larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
-                                     "JPEG of %d x %d pixels decodes to too many bytes", width,
-                                     height);
     uint8_t *decoded = rc == 0 ? malloc((size_t)w * h * 3) : NULL;
     uint8_t *rows = rc == 0 ? malloc((size_t)h * n * 3) : NULL;
     if (rc == 0 && (!decoded || !rows))
@@ -162,6 +227,12 @@ static int64_t jpeg_run(const void *state_, const larder_field_info *f, const vo
     free(rows);
     tjDestroy(tj);
     return rc;
+}
+
+uint64_t larder__transform_jpeg_max_output(const void *state_)
+{
+    const struct jpeg_state *state = state_;
+    return (uint64_t)state->side * state->side * 3;
 }
 
 static const larder_transform_ops jpeg_ops = {

@@ -5,7 +5,8 @@
 # TRANSFORM frames on the socket (a spec longer than the frame, a
 # malformed spec, a spec of 255 bytes, a sample past the end, a dataset
 # not opened): the connection is closed or answered with an error, and the
-# daemon goes on serving.
+# daemon goes on serving.  A sample whose bytes fail the index's checksum
+# answers an error that `larder stat` counts.
 source "$(dirname "$0")/lib.sh"
 LARDERD=${LARDER%/larder}/larderd
 [ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
@@ -22,6 +23,21 @@ for i in range(4):
     Image.fromarray(a).save(f"src/s{i}.jpg", quality=90)
 PY
 "$LARDER" pack src -o ds >/dev/null
+# another dataset (not the same id: a daemon keeps one entry per id) with
+# every JPEG's bytes changed in its shard after packing
+mkdir -p src2 && cp src/*.jpg src2/ && echo other >src2/s9.txt
+"$LARDER" pack src2 -o bad >/dev/null
+/usr/bin/python3 - <<'PY'
+import glob
+shard = glob.glob("bad/*.tar")[0]
+data = bytearray(open(shard, "rb").read())
+for name in glob.glob("src/*.jpg"):
+    jpeg = open(name, "rb").read()
+    at = data.find(jpeg)
+    assert at >= 0, name
+    data[at + len(jpeg) // 2] ^= 0xFF
+open(shard, "wb").write(data)
+PY
 
 # options: checked before anything starts
 expect_error 2 "bad --transform-cpu-limit '101'" "$LARDERD" --cache c --socket s \
@@ -122,6 +138,31 @@ for bad in (transform(ids, 0, "zstd_decompress", spec_length=200),
     kind, _ = answer(t)
     assert kind is None, kind
 PY
+
+# a sample whose bytes fail their checksum: an ERROR naming it, counted
+/usr/bin/python3 - "$WORK/sock" "$WORK/bad/index.larder" <<'PY'
+import os, socket, struct, sys
+def frame(kind, payload, request=1):
+    return struct.pack("<IBBHIIQ", 0x5244524C, 2, kind, 0, len(payload), 0, request) + payload
+def answer(s):
+    head = s.recv(24, socket.MSG_WAITALL)
+    body = s.recv(struct.unpack("<I", head[8:12])[0], socket.MSG_WAITALL)
+    return head[5], body
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.settimeout(5)
+s.sendall(frame(1, struct.pack("<II", 1, 0) + os.urandom(32)))
+answer(s)
+s.sendall(frame(8, sys.argv[2].encode()))
+kind, body = answer(s)
+assert kind == 9, (kind, body)
+spec = b"jpeg_decode_resize:16"
+s.sendall(frame(17, body[:16] + struct.pack("<QBBHIII", 1, 0, 0, len(spec), 1, 0, 0) + spec))
+kind, body = answer(s)
+assert kind == 5 and b"checksum" in body, (kind, body)
+PY
+"$LARDER" stat --socket "$WORK/sock" --json >stat.json
+grep -q '"errors": 1[,}]' stat.json || fail "the failed read is not counted: $(cat stat.json)"
 
 "$LARDER" stat --socket "$WORK/sock" >/dev/null || fail "the daemon stopped answering"
 kill -0 "$daemon" || fail "the daemon died: $(cat "$WORK/daemon.log")"

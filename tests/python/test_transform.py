@@ -546,3 +546,4 @@ def test_get_many_keeps_the_order(tdata, no_daemon):
     assert [s["__index__"] for s in many] == ids
     for i, s in zip(ids, many):
         assert same(s["jpg"], jpeg_reference(inputs[i]["jpeg"], 16))
+

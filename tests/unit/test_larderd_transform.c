@@ -129,6 +129,28 @@ TEST(larderd_transform_placement_hysteresis)
     placement_free(&p);
 }
 
+TEST(larderd_transform_placement_proc_stat_lines)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    CPU_SET(3, &set);
+    uint64_t busy = 0, total = 0;
+    /* the aggregate line: its first number (user ticks) is no CPU, whether
+     * it would name a CPU of the set or overflow an int */
+    CHECK(!placement_cpu_line("cpu  3 0 0 0 0 0 0 0 0 0\n", &set, &busy, &total));
+    CHECK(!placement_cpu_line("cpu  99999999999 1 2 3 4 5 6 7 0 0\n", &set, &busy, &total));
+    CHECK_EQ(total, 0);
+    /* cpu1 is not larderd's; intr is not a CPU */
+    CHECK(!placement_cpu_line("cpu1 10 10 10 10 10 10 10 10 0 0\n", &set, &busy, &total));
+    CHECK(!placement_cpu_line("intr 1 2 3 4 5 6 7 8 9\n", &set, &busy, &total));
+    /* user nice system idle iowait irq softirq steal: busy is all but idle+iowait */
+    CHECK(placement_cpu_line("cpu0 100 2 30 500 20 1 3 4 0 0\n", &set, &busy, &total));
+    CHECK(placement_cpu_line("cpu3 1 1 1 1 1 1 1 1 0 0\n", &set, &busy, &total));
+    CHECK_EQ(busy, 140 + 6);
+    CHECK_EQ(total, 660 + 8);
+}
+
 TEST(larderd_transform_placement_sheds_past_the_budget)
 {
     struct placement p;
