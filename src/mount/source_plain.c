@@ -52,7 +52,12 @@ int larder__plain_open(struct larder__plain **out, larder_dataset **dataset, con
     snprintf(p->index, sizeof p->index, "%s/index.larder", p->dir);
     larder_index_files_options io = {.struct_size = sizeof io, .listing_only = 1};
     int rc = larder_index_files(source, p->index, &io, NULL);
-    if (rc == 0) rc = larder_open(dataset, p->index, options);
+    /* this index is our own, made just now from the listing: the one
+     * unchecked index an opener may take */
+    larder_open_options own = *options;
+    own.version = LARDER_OPEN_OPTIONS_VERSION;
+    own.allow_unchecked = 1;
+    if (rc == 0) rc = larder_open(dataset, p->index, &own);
     if (rc < 0) {
         larder__plain_close(p);
         return rc;

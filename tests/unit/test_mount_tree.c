@@ -27,6 +27,20 @@ static larder_dataset *open_index(const char *path)
     return d;
 }
 
+/* Open our own listing-only index, as the mount does (allow_unchecked). */
+static larder_dataset *open_listed(const char *path, const char *cache_dir, int verify)
+{
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                             .verify_checksums = verify,
+                             .cache_dir = cache_dir,
+                             .allow_unchecked = 1};
+    larder_dataset *d = NULL;
+    int rc = larder_open(&d, path, &o);
+    if (rc < 0) fprintf(stderr, "    %s\n", larder_errmsg());
+    CHECK_EQ(rc, 0);
+    return d;
+}
+
 static const struct larder__mount_node *file_at(const struct larder__mount_tree *t,
                                                 const char *path)
 {
@@ -196,7 +210,7 @@ TEST(mount_listing_only_index_reads_files_unchecked)
     test_write_file(test_path("tree/sub/b.txt"), "0123456789ab", 12);
     larder_index_files_options o = {.struct_size = sizeof o, .listing_only = 1};
     CHECK_EQ(larder_index_files(test_path("tree"), test_path("listed.larder"), &o, NULL), 0);
-    larder_dataset *d = open_index(test_path("listed.larder"));
+    larder_dataset *d = open_listed(test_path("listed.larder"), "", 0);
     larder_dataset_info info;
     CHECK_EQ(larder_dataset_info_get(d, &info), 0);
     CHECK_EQ(info.version, 3);
@@ -214,10 +228,7 @@ TEST(mount_listing_only_index_reads_files_unchecked)
     CHECK_EQ(larder_read_sample(d, (uint64_t)id, buf, sizeof buf), 12);
     CHECK(memcmp(buf, "ZYXWVUTSRQPO", 12) == 0);
     larder_close(d);
-    larder_open_options co = {.version = LARDER_OPEN_OPTIONS_VERSION,
-                              .verify_checksums = 1,
-                              .cache_dir = test_path("cache")};
-    CHECK_EQ(larder_open(&d, test_path("listed.larder"), &co), 0);
+    d = open_listed(test_path("listed.larder"), test_path("cache"), 1);
     CHECK_EQ(larder_read_sample(d, (uint64_t)id, buf, sizeof buf), 12);
     CHECK(memcmp(buf, "ZYXWVUTSRQPO", 12) == 0);
     CHECK_EQ(larder_read_sample(d, (uint64_t)id, buf, sizeof buf), 12); /* from the cache */
@@ -244,4 +255,31 @@ TEST(mount_listing_only_index_reads_files_unchecked)
     o.files_from = test_path("names");
     CHECK_EQ(larder_index_files("http://127.0.0.1:9/", test_path("net.larder"), &o, NULL),
              LARDER_EUNSUPPORTED);
+}
+
+/* Flag 4 turns off every checksum check: an index that merely carries it
+ * is refused unless the opener asked for it (the mount, for its own). */
+TEST(unchecked_index_refused_without_the_openers_consent)
+{
+    test_write_file(test_path("tree/a.bin"), "abcdefgh", 8);
+    larder_index_files_options io = {.struct_size = sizeof io, .listing_only = 1};
+    CHECK_EQ(larder_index_files(test_path("tree"), test_path("listed.larder"), &io, NULL), 0);
+    larder_dataset *d = (larder_dataset *)1;
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION, .cache_dir = ""};
+    CHECK_EQ(larder_open(&d, test_path("listed.larder"), &o), LARDER_EBADINDEX);
+    CHECK(strstr(larder_errmsg(), "unchecked") != NULL);
+    CHECK_EQ(larder_open(&d, test_path("listed.larder"), NULL), LARDER_EBADINDEX);
+    o.version = 2; /* a caller built before allow_unchecked: refused too */
+    o.allow_unchecked = 1;
+    CHECK_EQ(larder_open(&d, test_path("listed.larder"), &o), LARDER_EBADINDEX);
+    o.version = LARDER_OPEN_OPTIONS_VERSION;
+    CHECK_EQ(larder_open(&d, test_path("listed.larder"), &o), 0);
+    larder_close(d);
+    /* an index with checksums opens as before, with or without the opt-in */
+    io.listing_only = 0;
+    CHECK_EQ(larder_index_files(test_path("tree"), test_path("summed.larder"), &io, NULL), 0);
+    d = open_index(test_path("summed.larder"));
+    larder_close(d);
+    CHECK_EQ(larder_open(&d, test_path("summed.larder"), &o), 0);
+    larder_close(d);
 }
