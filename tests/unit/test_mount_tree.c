@@ -14,8 +14,12 @@
 #include "larder_pack.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 static larder_dataset *open_index(const char *path)
 {
@@ -220,7 +224,7 @@ TEST(mount_listing_only_index_reads_files_unchecked)
     larder_sample_info s;
     CHECK_EQ(larder_sample_info_get(d, (uint64_t)id, &s), 0);
     CHECK_EQ(s.length, 12);
-    CHECK_EQ(s.checksum, 0);
+    CHECK(s.checksum != XXH3_64bits("0123456789ab", 12)); /* a stamp, not the bytes' */
     /* no checksum to hold the bytes to: what the file holds now is read,
      * with verification asked for, from the origin and through a cache */
     test_write_file(test_path("tree/sub/b.txt"), "ZYXWVUTSRQPO", 12);
@@ -282,4 +286,46 @@ TEST(unchecked_index_refused_without_the_openers_consent)
     larder_close(d);
     CHECK_EQ(larder_open(&d, test_path("summed.larder"), &o), 0);
     larder_close(d);
+}
+
+/* A listing-only index records each file's version (times, inode): a
+ * file rewritten in place at the same size, even with its modification
+ * time put back, gives another dataset id, so another cache; an
+ * unchanged tree gives the same one. */
+TEST(listing_only_index_id_follows_file_versions)
+{
+    test_write_file(test_path("tree/a.bin"), "abcdefgh", 8);
+    test_write_file(test_path("tree/b.bin"), "01234567", 8);
+    larder_index_files_options o = {.struct_size = sizeof o, .listing_only = 1};
+    char ids[4][33];
+    char paths[4][PATH_MAX];
+    for (int i = 0; i < 4; i++)
+        snprintf(paths[i], sizeof paths[i], "%s/l%d.larder", test_dir(), i);
+    struct stat before;
+    CHECK_EQ(stat(test_path("tree/a.bin"), &before), 0);
+    for (int i = 0; i < 4; i++) {
+        if (i == 2) { /* in place, same size, same inode */
+            FILE *f = fopen(test_path("tree/a.bin"), "r+");
+            CHECK(f != NULL);
+            CHECK_EQ(fwrite("ABCDEFGH", 1, 8, f), 8);
+            CHECK_EQ(fclose(f), 0);
+        }
+        if (i == 3) { /* and its modification time put back */
+            struct timespec times[2] = {before.st_atim, before.st_mtim};
+            CHECK_EQ(utimensat(AT_FDCWD, test_path("tree/a.bin"), times, 0), 0);
+            struct stat now;
+            CHECK_EQ(stat(test_path("tree/a.bin"), &now), 0);
+            CHECK_EQ(now.st_ino, before.st_ino);
+            CHECK_EQ(now.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+        }
+        CHECK_EQ(larder_index_files(test_path("tree"), paths[i], &o, NULL), 0);
+        larder_dataset *d = open_listed(paths[i], "", 0);
+        larder_dataset_info info;
+        CHECK_EQ(larder_dataset_info_get(d, &info), 0);
+        memcpy(ids[i], info.dataset_id, sizeof ids[i]);
+        larder_close(d);
+    }
+    CHECK(strcmp(ids[0], ids[1]) == 0); /* nothing changed */
+    CHECK(strcmp(ids[1], ids[2]) != 0); /* rewritten */
+    CHECK(strcmp(ids[2], ids[3]) != 0); /* its mtime put back: its change time moved */
 }
