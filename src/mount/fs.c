@@ -279,6 +279,18 @@ static bool read_resident(struct larder__mount *m, struct open_file *f, fuse_req
     return true;
 }
 
+/* Whether a read of f must fail because the cache holds its sample wrong
+ * (cache_check.c; answered with EIO here). */
+static bool cached_sample_bad(struct larder__mount *m, struct open_file *f, fuse_req_t req)
+{
+    if (!m->cached || larder__mount_check_cached(m, f->node->sample) == 0) return false;
+    atomic_fetch_add(&m->read_errors, 1);
+    larder__mount_log(LARDER_LOG_ERROR, "read of sample %llu: %s",
+                      (unsigned long long)f->node->sample, larder_errmsg());
+    fuse_reply_err(req, EIO);
+    return true;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
                     struct fuse_file_info *fi)
 {
@@ -295,6 +307,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     }
     uint64_t n = file_size - at < size ? file_size - at : size;
     uint64_t header = f->node->header_length;
+    if (cached_sample_bad(m, f, req)) return;
     if (at >= header && read_resident(m, f, req, at - header, n)) return;
     uint8_t *buf = malloc((size_t)n);
     if (!buf) {

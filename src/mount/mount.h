@@ -59,6 +59,9 @@ struct larder__mount {
     pthread_cond_t idle;
     uint64_t staging;
     struct larder__mount_order *order; /* the registered sample orders (order.c) */
+    /* one bit per sample that passed larder__mount_check_cached; made on
+     * first use, freed with the mount */
+    _Atomic uint64_t *_Atomic checked;
     /* counters, for the log line at unmount */
     _Atomic uint64_t reads, read_bytes, read_errors, readahead_bytes;
 };
@@ -70,6 +73,17 @@ int larder__mount_run(const struct larder__mount_options *options);
 /* The mount's log: stderr in the foreground, the --log file or syslog
  * in the background; one line, with the time. */
 void larder__mount_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * cache_check.c: before the mount hands out sample `id`'s bytes from the
+ * node cache, the first time in this process that the cache holds it
+ * whole, check them against its checksum (what larder_read_sample does
+ * on its first read of a sample); bytes that fail are fetched again,
+ * checked.  0: nothing wrong (or nothing to check: no checksums, or the
+ * sample only partly cached); a negative code with larder_errmsg(): the
+ * bytes are wrong and could not be put right.
+ */
+int larder__mount_check_cached(struct larder__mount *m, uint64_t id);
 
 /* The FUSE low-level operations (fs.c). */
 struct fuse_lowlevel_ops;

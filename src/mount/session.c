@@ -154,7 +154,8 @@ static int check_mountpoint(const struct larder__mount_options *o)
 static int open_source(struct larder__mount *m, const struct larder__mount_options *o,
                        struct larder__plain **plain)
 {
-    /* verify_checksums: without a cache too, every byte handed out is checked */
+    /* verify_checksums: without a cache too, every byte handed out is
+     * checked (from the cache: fs.c checks each sample once, cache_check.c) */
     larder_open_options lo = {.version = LARDER_OPEN_OPTIONS_VERSION,
                               .verify_checksums = 1,
                               .cache_dir = o->cache_dir,
@@ -355,6 +356,7 @@ int larder__mount_run(const struct larder__mount_options *given)
     larder__mount_stage_wait(&m);
     larder__mount_tree_free(m.tree);
     free((void *)m.staged_on_open);
+    free((void *)m.checked);
     larder_close(m.dataset);
     larder__plain_close(plain);
     pthread_cond_destroy(&m.idle);

@@ -31,3 +31,39 @@ cmp run/ckpt.bin mnt-p/ckpt.bin || fail "rewritten with its old mtime: stale byt
 cmp run/other.bin mnt-p/other.bin || fail "the unchanged file"
 umount_larder p
 echo "plain files changed between mounts: read as they are now"
+
+# 2. a byte flipped in the cache's data file after staging (by a user who
+# can write the cache): a fresh mount serves the right bytes, fetched
+# again from the origin, or fails; never the flipped byte
+make_tree small 12
+"$LARDER" pack small -o packed --shard-size 10M >/dev/null
+mount_larder c packed/index.larder --cache "$WORK/cache-c"
+for f in small/*; do cmp "$f" "mnt-c/${f#small/}" || fail "staging read of $f"; done
+umount_larder c
+data=$(find "$WORK/cache-c" -name '*.data' | head -1)
+[ -n "$data" ] || fail "no data file in the cache: $(find "$WORK/cache-c")"
+at=$("$LARDER" inspect packed/index.larder --sample sample00005 --json | /usr/bin/python3 -c '
+import json, sys
+i = json.load(sys.stdin)
+f = [f for f in i["fields"] if f["name"] == "jpg"][0]
+print(i["offset"] + f["offset"] + f["length"] // 2)')
+/usr/bin/python3 - "$data" "$at" <<'PY'
+import sys
+path, at = sys.argv[1], int(sys.argv[2])
+with open(path, "r+b") as f:
+    f.seek(at)
+    b = f.read(1)
+    f.seek(at)
+    f.write(bytes([b[0] ^ 0xFF]))
+PY
+mount_larder c packed/index.larder --cache "$WORK/cache-c"
+if cat mnt-c/sample00005.jpg >got.jpg 2>err.txt; then
+  cmp small/sample00005.jpg got.jpg || fail "the flipped byte in the cache was served"
+else
+  grep -q "Input/output error" err.txt || fail "damaged cache: $(cat err.txt), want EIO"
+fi
+cmp small/sample00005.jpg mnt-c/sample00005.jpg || fail "not put right from the origin"
+cmp small/sample00006.jpg mnt-c/sample00006.jpg || fail "a sample beside the damaged one"
+umount_larder c
+grep -q "do not match its checksum" mnt-c.log || fail "the log does not say why: $(cat mnt-c.log)"
+echo "a byte flipped in the cache: not served"
