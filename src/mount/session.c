@@ -187,7 +187,10 @@ static int open_source(struct larder__mount *m, const struct larder__mount_optio
 static int go_background(int *ready)
 {
     int fds[2];
-    if (pipe(fds) < 0) return -errno;
+    /* close-on-exec: a program the child runs (fusermount3, run by libfuse
+     * to mount) must not hold the write end, or the parent would wait on
+     * it past the child's death */
+    if (pipe2(fds, O_CLOEXEC) < 0) return -errno;
     pid_t pid = fork();
     if (pid < 0) return -errno;
     if (pid > 0) {
