@@ -201,7 +201,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                           (unsigned long long)n->sample, larder_errmsg());
         larder_file_close(f->file);
         free(f);
-        fuse_reply_err(req, EIO);
+        fuse_reply_err(req, larder__mount_errno(rc));
         return;
     }
     f->shard = s.shard;
@@ -280,14 +280,15 @@ static bool read_resident(struct larder__mount *m, struct open_file *f, fuse_req
 }
 
 /* Whether a read of f must fail because the cache holds its sample wrong
- * (cache_check.c; answered with EIO here). */
+ * (cache_check.c; answered here, EIO unless larder__mount_errno says otherwise). */
 static bool cached_sample_bad(struct larder__mount *m, struct open_file *f, fuse_req_t req)
 {
-    if (!m->cached || larder__mount_check_cached(m, f->node->sample) == 0) return false;
+    int rc;
+    if (!m->cached || (rc = larder__mount_check_cached(m, f->node->sample)) == 0) return false;
     atomic_fetch_add(&m->read_errors, 1);
     larder__mount_log(LARDER_LOG_ERROR, "read of sample %llu: %s",
                       (unsigned long long)f->node->sample, larder_errmsg());
-    fuse_reply_err(req, EIO);
+    fuse_reply_err(req, larder__mount_errno(rc));
     return true;
 }
 
@@ -329,7 +330,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
         larder__mount_log(LARDER_LOG_ERROR, "read of %llu bytes at %llu of sample %llu: %s",
                           (unsigned long long)(n - done), (unsigned long long)(at + done - header),
                           (unsigned long long)f->node->sample, larder_errmsg());
-        fuse_reply_err(req, EIO);
+        fuse_reply_err(req, larder__mount_errno((int)got));
     } else {
         done += (uint64_t)got;
         atomic_fetch_add(&m->reads, 1);

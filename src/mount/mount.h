@@ -22,6 +22,7 @@
 #include "larder.h"
 #include "tree.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -84,6 +85,16 @@ void larder__mount_log(int level, const char *fmt, ...) __attribute__((format(pr
  * bytes are wrong and could not be put right.
  */
 int larder__mount_check_cached(struct larder__mount *m, uint64_t id);
+
+/*
+ * The errno a failed open or read answers for larder's code rc: ENOMEM
+ * and EINTR as they are (a reader may retry, or knows it is not the
+ * data), anything else EIO (larder_errmsg() and the log say what).
+ */
+static inline int larder__mount_errno(int rc)
+{
+    return rc == -ENOMEM ? ENOMEM : rc == -EINTR ? EINTR : EIO;
+}
 
 /* The FUSE low-level operations (fs.c). */
 struct fuse_lowlevel_ops;

@@ -7,6 +7,7 @@
  * hostile keys are left out with the count.
  */
 #include "index.h"
+#include "mount.h"
 #include "npy.h"
 #include "test.h"
 #include "tree.h"
@@ -328,4 +329,15 @@ TEST(listing_only_index_id_follows_file_versions)
     CHECK(strcmp(ids[0], ids[1]) == 0); /* nothing changed */
     CHECK(strcmp(ids[1], ids[2]) != 0); /* rewritten */
     CHECK(strcmp(ids[2], ids[3]) != 0); /* its mtime put back: its change time moved */
+}
+
+/* What a failed read answers: ENOMEM and EINTR as they are, the rest
+ * (larder's own codes, checksum failures, other errnos) EIO. */
+TEST(mount_errno_of_a_failure)
+{
+    CHECK_EQ(larder__mount_errno(-ENOMEM), ENOMEM);
+    CHECK_EQ(larder__mount_errno(-EINTR), EINTR);
+    CHECK_EQ(larder__mount_errno(-ENOENT), EIO);
+    CHECK_EQ(larder__mount_errno(LARDER_ECHECKSUM), EIO);
+    CHECK_EQ(larder__mount_errno(LARDER_EBADINDEX), EIO);
 }
