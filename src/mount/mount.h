@@ -130,8 +130,7 @@ void larder__mount_stage_wait(struct larder__mount *m);
 
 /* ---- order.c ---- */
 struct larder__mount_order;
-/* The control file's name at the mount's root. */
-#define LARDER__MOUNT_ORDER_FILE ".larder-order"
+/* The control file's name at the mount's root: LARDER__MOUNT_ORDER_FILE (tree.h). */
 int larder__mount_order_new(struct larder__mount_order **out);
 void larder__mount_order_free(struct larder__mount_order *order);
 /*
