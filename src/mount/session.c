@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -106,7 +107,10 @@ static int check_mountpoint(const struct larder__mount_options *o)
             fprintf(stderr, "larder: %s: not a directory\n", o->mountpoint);
             return 1;
         }
-        if (fuse_mounted_at(o->mountpoint)) {
+        /* /proc/self/mounts names the mount point resolved: compare that,
+         * not the path as typed (a trailing '/', a symbolic link, "..") */
+        char resolved[PATH_MAX];
+        if (fuse_mounted_at(realpath(o->mountpoint, resolved) ? resolved : o->mountpoint)) {
             fprintf(stderr,
                     "larder: %s: a FUSE file system is mounted there already; unmount it first "
                     "(fusermount3 -u %s)\n",
@@ -128,6 +132,7 @@ static int check_mountpoint(const struct larder__mount_options *o)
                 o->mountpoint, o->mountpoint, o->mountpoint);
         return 1;
     }
+    char resolved[PATH_MAX];
     for (int lazy = 0; lazy < 2; lazy++) {
         pid_t pid = fork();
         if (pid == 0) {
@@ -140,7 +145,8 @@ static int check_mountpoint(const struct larder__mount_options *o)
         int status = 0;
         if (pid > 0) waitpid(pid, &status, 0);
         if (statfs(o->mountpoint, &sf) == 0 && stat(o->mountpoint, &st) == 0 &&
-            S_ISDIR(st.st_mode) && !fuse_mounted_at(o->mountpoint)) {
+            S_ISDIR(st.st_mode) && !fuse_mounted_at(o->mountpoint) &&
+            !fuse_mounted_at(realpath(o->mountpoint, resolved) ? resolved : o->mountpoint)) {
             fprintf(stderr, "larder: %s: cleared a stale mount\n", o->mountpoint);
             return 0;
         }

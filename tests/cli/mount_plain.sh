@@ -67,3 +67,15 @@ cmp small/sample00006.jpg mnt-c/sample00006.jpg || fail "a sample beside the dam
 umount_larder c
 grep -q "do not match its checksum" mnt-c.log || fail "the log does not say why: $(cat mnt-c.log)"
 echo "a byte flipped in the cache: not served"
+
+# 3. a live mount is not mounted over, however its path is spelled
+mount_larder live run --cache "$WORK/cache-live"
+ln -s mnt-live link-live
+mkdir -p sub
+for spelled in "mnt-live/" "$WORK/mnt-live/" "link-live" "sub/../mnt-live"; do
+  expect_error 1 "mounted there already" "$LARDER" mount run "$spelled" --cache "$WORK/cache-live"
+done
+[ "$(grep -c " $WORK/mnt-live fuse" /proc/self/mounts)" -eq 1 ] || fail "mounted twice at mnt-live"
+cmp run/ckpt.bin mnt-live/ckpt.bin || fail "the live mount after the refusals"
+umount_larder live
+echo "a live mount: refused under other spellings of its path"
