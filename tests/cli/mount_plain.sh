@@ -4,9 +4,12 @@
 # kept it (also with its old modification time put back); a byte flipped
 # in the cache's data file after staging is never served by a fresh
 # mount; a live mount is not mounted over through another spelling of
-# its path.  Expected bytes are the source files themselves.
+# its path; the listing's private directory is 0700 (with a node daemon
+# too) and one a kill -9 left is cleared by the next mount.  Expected
+# bytes are the source files themselves.
 source "$(dirname "$0")/lib.sh"
 source "$TESTS/cli/mount.lib"
+BUILD_ABS=$(cd "$(dirname "$LARDER")" && pwd)
 
 # 1. a file changed between mounts: the new bytes, not the cached ones
 mkdir run
@@ -79,3 +82,38 @@ done
 cmp run/ckpt.bin mnt-live/ckpt.bin || fail "the live mount after the refusals"
 umount_larder live
 echo "a live mount: refused under other spellings of its path"
+
+# 4. the listing's private directory: 0700 without a daemon and with a
+# daemon of this user; one left by a kill -9 is cleared by the next mount
+mkdir tmp
+TMPDIR=$WORK/tmp mount_larder t run --cache "$WORK/cache-t"
+dir=$(ls -d tmp/larder-mount-* | head -1)
+[ -n "$dir" ] || fail "no listing directory under \$TMPDIR"
+[ "$(stat -c %a "$dir")" = 700 ] || fail "$dir is $(stat -c %a "$dir"), want 700"
+umount_larder t
+[ -z "$(ls tmp)" ] || fail "left behind at unmount: $(ls tmp)"
+sock=$WORK/sock
+"$BUILD_ABS/larderd" --cache "$WORK/dcache" --socket "$sock" 2>>daemon.log &
+dpid=$!
+cleanup_hooks+=("kill $dpid 2>/dev/null; wait $dpid 2>/dev/null")
+for _ in $(seq 100); do "$LARDER" names --socket "$sock" >/dev/null 2>&1 && break; sleep 0.05; done
+TMPDIR=$WORK/tmp mount_larder t run --socket "$sock" --cache "$WORK/dcache"
+dir=$(ls -d tmp/larder-mount-* | head -1)
+[ "$(stat -c %a "$dir")" = 700 ] || fail "with a daemon of this user: $(stat -c %a "$dir"), want 700"
+cmp run/ckpt.bin mnt-t/ckpt.bin || fail "through the daemon"
+umount_larder t
+mkdir -p mnt-k
+TMPDIR=$WORK/tmp "$LARDER" mount run mnt-k --foreground 2>mnt-k.log &
+kpid=$!
+cleanup_hooks+=("is_mounted $WORK/mnt-k && fusermount3 -u -z $WORK/mnt-k")
+for _ in $(seq 100); do is_mounted "$WORK/mnt-k" && break; sleep 0.05; done
+is_mounted "$WORK/mnt-k" || fail "foreground mount did not come up: $(cat mnt-k.log)"
+kill -9 "$kpid"
+wait "$kpid" 2>/dev/null || true
+fusermount3 -u -z mnt-k
+stale=$(ls -d tmp/larder-mount-*)
+[ -n "$stale" ] || fail "kill -9 left nothing to clear (test broken)"
+TMPDIR=$WORK/tmp mount_larder t run
+[ ! -e "$stale" ] || fail "$stale not cleared by the next mount"
+umount_larder t
+echo "listing directories: 0700, cleared after a kill -9"
