@@ -90,8 +90,13 @@ TMPDIR=$WORK/tmp mount_larder t run --cache "$WORK/cache-t"
 dir=$(ls -d tmp/larder-mount-* | head -1)
 [ -n "$dir" ] || fail "no listing directory under \$TMPDIR"
 [ "$(stat -c %a "$dir")" = 700 ] || fail "$dir is $(stat -c %a "$dir"), want 700"
+# removed as the mount process ends, just after its last log line
+tmp_cleared() {
+  for _ in $(seq 100); do [ -z "$(ls tmp)" ] && return; sleep 0.05; done
+  fail "left behind at unmount: $(ls tmp)"
+}
 umount_larder t
-[ -z "$(ls tmp)" ] || fail "left behind at unmount: $(ls tmp)"
+tmp_cleared
 sock=$WORK/sock
 "$BUILD_ABS/larderd" --cache "$WORK/dcache" --socket "$sock" 2>>daemon.log &
 dpid=$!
@@ -102,6 +107,7 @@ dir=$(ls -d tmp/larder-mount-* | head -1)
 [ "$(stat -c %a "$dir")" = 700 ] || fail "with a daemon of this user: $(stat -c %a "$dir"), want 700"
 cmp run/ckpt.bin mnt-t/ckpt.bin || fail "through the daemon"
 umount_larder t
+tmp_cleared
 mkdir -p mnt-k
 TMPDIR=$WORK/tmp "$LARDER" mount run mnt-k --foreground 2>mnt-k.log &
 kpid=$!
