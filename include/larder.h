@@ -120,11 +120,12 @@ LARDER_API size_t larder_dtype_size(int dtype);
 
 #define LARDER_MAX_DIMS 32
 
-/* 2 added trust_index and allow_prefixes; version 1 structs are still taken. */
-#define LARDER_OPEN_OPTIONS_VERSION 2
+/* 2 added trust_index and allow_prefixes, 3 allow_unchecked; version 1 and 2
+ * structs are still taken. */
+#define LARDER_OPEN_OPTIONS_VERSION 3
 typedef struct larder_open_options {
     int version;          /* LARDER_OPEN_OPTIONS_VERSION (or 1, without the fields after
-                           * borrow_capacity) */
+                           * borrow_capacity; or 2, without allow_unchecked) */
     int verify_checksums; /* nonzero: check each checksum also on uncached reads (fills,
                            * daemon answers and a process's first read of a cached
                            * sample are always checked: docs/cache.md) */
@@ -157,6 +158,13 @@ typedef struct larder_open_options {
      * links), else open fails with LARDER_EDENIED naming the first that
      * does not.  The node daemon passes its --allow list here. */
     const char *const *allow_prefixes;
+    /* Nonzero: accept an index marked unchecked (flag 4, docs/format.md:
+     * made from a listing alone, with no checksums, so nothing read through
+     * it is checked).  Only for an index this process made itself from
+     * files it trusts, as `larder mount` of plain files does; otherwise such
+     * an index is refused at open with LARDER_EBADINDEX (any index can set
+     * the flag, and it would turn off every check).  Version 3. */
+    int allow_unchecked;
 } larder_open_options;
 
 /*

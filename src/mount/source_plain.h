@@ -3,8 +3,9 @@
  * directory (or s3:// prefix) of plain files indexed at mount time from a
  * listing alone (names and sizes; no file read, so no checksums: the
  * index is marked unchecked, docs/mount.md).  The listing's index lives
- * in a private temporary directory until the mount ends, so that a node
- * daemon reading for the mount can open it too.
+ * in a private (0700) temporary directory until the mount ends, where a
+ * node daemon of the same user, reading for the mount, can open it too;
+ * one left by a killed mount is removed by the next.
  */
 #ifndef LARDER_MOUNT_SOURCE_PLAIN_H
 #define LARDER_MOUNT_SOURCE_PLAIN_H

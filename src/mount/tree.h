@@ -13,8 +13,9 @@
  *   - any other field (a packed tree): KEY.FIELD.
  * A key's '/' make directories.  Names from the index are hostile: a path
  * with an empty, ".", ".." or over-long component, or one that collides
- * with a file or directory already placed, is left out and counted (the
- * caller logs the first few).
+ * with a file or directory already placed, or that is the control file's
+ * name at the root, is left out and counted (the caller logs the first
+ * few).
  *
  * Node numbers are FUSE inode numbers: the root is 1, nodes never go away
  * while the tree lives, so every lookup is answered with a permanent
@@ -24,6 +25,10 @@
 #define LARDER_MOUNT_TREE_H
 
 #include "larder.h"
+
+/* The name of the mount's control file at its root (order.c): no file or
+ * directory of the index may take it there. */
+#define LARDER__MOUNT_ORDER_FILE ".larder-order"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -7,6 +7,7 @@
  * hostile keys are left out with the count.
  */
 #include "index.h"
+#include "mount.h"
 #include "npy.h"
 #include "test.h"
 #include "tree.h"
@@ -14,12 +15,30 @@
 #include "larder_pack.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 static larder_dataset *open_index(const char *path)
 {
     larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION, .cache_dir = ""};
+    larder_dataset *d = NULL;
+    int rc = larder_open(&d, path, &o);
+    if (rc < 0) fprintf(stderr, "    %s\n", larder_errmsg());
+    CHECK_EQ(rc, 0);
+    return d;
+}
+
+/* Open our own listing-only index, as the mount does (allow_unchecked). */
+static larder_dataset *open_listed(const char *path, const char *cache_dir, int verify)
+{
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                             .verify_checksums = verify,
+                             .cache_dir = cache_dir,
+                             .allow_unchecked = 1};
     larder_dataset *d = NULL;
     int rc = larder_open(&d, path, &o);
     if (rc < 0) fprintf(stderr, "    %s\n", larder_errmsg());
@@ -196,7 +215,7 @@ TEST(mount_listing_only_index_reads_files_unchecked)
     test_write_file(test_path("tree/sub/b.txt"), "0123456789ab", 12);
     larder_index_files_options o = {.struct_size = sizeof o, .listing_only = 1};
     CHECK_EQ(larder_index_files(test_path("tree"), test_path("listed.larder"), &o, NULL), 0);
-    larder_dataset *d = open_index(test_path("listed.larder"));
+    larder_dataset *d = open_listed(test_path("listed.larder"), "", 0);
     larder_dataset_info info;
     CHECK_EQ(larder_dataset_info_get(d, &info), 0);
     CHECK_EQ(info.version, 3);
@@ -206,7 +225,7 @@ TEST(mount_listing_only_index_reads_files_unchecked)
     larder_sample_info s;
     CHECK_EQ(larder_sample_info_get(d, (uint64_t)id, &s), 0);
     CHECK_EQ(s.length, 12);
-    CHECK_EQ(s.checksum, 0);
+    CHECK(s.checksum != XXH3_64bits("0123456789ab", 12)); /* a stamp, not the bytes' */
     /* no checksum to hold the bytes to: what the file holds now is read,
      * with verification asked for, from the origin and through a cache */
     test_write_file(test_path("tree/sub/b.txt"), "ZYXWVUTSRQPO", 12);
@@ -214,10 +233,7 @@ TEST(mount_listing_only_index_reads_files_unchecked)
     CHECK_EQ(larder_read_sample(d, (uint64_t)id, buf, sizeof buf), 12);
     CHECK(memcmp(buf, "ZYXWVUTSRQPO", 12) == 0);
     larder_close(d);
-    larder_open_options co = {.version = LARDER_OPEN_OPTIONS_VERSION,
-                              .verify_checksums = 1,
-                              .cache_dir = test_path("cache")};
-    CHECK_EQ(larder_open(&d, test_path("listed.larder"), &co), 0);
+    d = open_listed(test_path("listed.larder"), test_path("cache"), 1);
     CHECK_EQ(larder_read_sample(d, (uint64_t)id, buf, sizeof buf), 12);
     CHECK(memcmp(buf, "ZYXWVUTSRQPO", 12) == 0);
     CHECK_EQ(larder_read_sample(d, (uint64_t)id, buf, sizeof buf), 12); /* from the cache */
@@ -244,4 +260,112 @@ TEST(mount_listing_only_index_reads_files_unchecked)
     o.files_from = test_path("names");
     CHECK_EQ(larder_index_files("http://127.0.0.1:9/", test_path("net.larder"), &o, NULL),
              LARDER_EUNSUPPORTED);
+}
+
+/* Flag 4 turns off every checksum check: an index that merely carries it
+ * is refused unless the opener asked for it (the mount, for its own). */
+TEST(unchecked_index_refused_without_the_openers_consent)
+{
+    test_write_file(test_path("tree/a.bin"), "abcdefgh", 8);
+    larder_index_files_options io = {.struct_size = sizeof io, .listing_only = 1};
+    CHECK_EQ(larder_index_files(test_path("tree"), test_path("listed.larder"), &io, NULL), 0);
+    larder_dataset *d = (larder_dataset *)1;
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION, .cache_dir = ""};
+    CHECK_EQ(larder_open(&d, test_path("listed.larder"), &o), LARDER_EBADINDEX);
+    CHECK(strstr(larder_errmsg(), "unchecked") != NULL);
+    CHECK_EQ(larder_open(&d, test_path("listed.larder"), NULL), LARDER_EBADINDEX);
+    o.version = 2; /* a caller built before allow_unchecked: refused too */
+    o.allow_unchecked = 1;
+    CHECK_EQ(larder_open(&d, test_path("listed.larder"), &o), LARDER_EBADINDEX);
+    o.version = LARDER_OPEN_OPTIONS_VERSION;
+    CHECK_EQ(larder_open(&d, test_path("listed.larder"), &o), 0);
+    larder_close(d);
+    /* an index with checksums opens as before, with or without the opt-in */
+    io.listing_only = 0;
+    CHECK_EQ(larder_index_files(test_path("tree"), test_path("summed.larder"), &io, NULL), 0);
+    d = open_index(test_path("summed.larder"));
+    larder_close(d);
+    CHECK_EQ(larder_open(&d, test_path("summed.larder"), &o), 0);
+    larder_close(d);
+}
+
+/* A listing-only index records each file's version (times, inode): a
+ * file rewritten in place at the same size, even with its modification
+ * time put back, gives another dataset id, so another cache; an
+ * unchanged tree gives the same one. */
+TEST(listing_only_index_id_follows_file_versions)
+{
+    test_write_file(test_path("tree/a.bin"), "abcdefgh", 8);
+    test_write_file(test_path("tree/b.bin"), "01234567", 8);
+    larder_index_files_options o = {.struct_size = sizeof o, .listing_only = 1};
+    char ids[4][33];
+    char paths[4][PATH_MAX];
+    for (int i = 0; i < 4; i++)
+        snprintf(paths[i], sizeof paths[i], "%s/l%d.larder", test_dir(), i);
+    struct stat before;
+    CHECK_EQ(stat(test_path("tree/a.bin"), &before), 0);
+    for (int i = 0; i < 4; i++) {
+        if (i == 2) { /* in place, same size, same inode */
+            FILE *f = fopen(test_path("tree/a.bin"), "r+");
+            CHECK(f != NULL);
+            CHECK_EQ(fwrite("ABCDEFGH", 1, 8, f), 8);
+            CHECK_EQ(fclose(f), 0);
+        }
+        if (i == 3) { /* and its modification time put back */
+            struct timespec times[2] = {before.st_atim, before.st_mtim};
+            CHECK_EQ(utimensat(AT_FDCWD, test_path("tree/a.bin"), times, 0), 0);
+            struct stat now;
+            CHECK_EQ(stat(test_path("tree/a.bin"), &now), 0);
+            CHECK_EQ(now.st_ino, before.st_ino);
+            CHECK_EQ(now.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+        }
+        CHECK_EQ(larder_index_files(test_path("tree"), paths[i], &o, NULL), 0);
+        larder_dataset *d = open_listed(paths[i], "", 0);
+        larder_dataset_info info;
+        CHECK_EQ(larder_dataset_info_get(d, &info), 0);
+        memcpy(ids[i], info.dataset_id, sizeof ids[i]);
+        larder_close(d);
+    }
+    CHECK(strcmp(ids[0], ids[1]) == 0); /* nothing changed */
+    CHECK(strcmp(ids[1], ids[2]) != 0); /* rewritten */
+    CHECK(strcmp(ids[2], ids[3]) != 0); /* its mtime put back: its change time moved */
+}
+
+/* What a failed read answers: ENOMEM and EINTR as they are, the rest
+ * (larder's own codes, checksum failures, other errnos) EIO. */
+TEST(mount_errno_of_a_failure)
+{
+    CHECK_EQ(larder__mount_errno(-ENOMEM), ENOMEM);
+    CHECK_EQ(larder__mount_errno(-EINTR), EINTR);
+    CHECK_EQ(larder__mount_errno(-ENOENT), EIO);
+    CHECK_EQ(larder__mount_errno(LARDER_ECHECKSUM), EIO);
+    CHECK_EQ(larder__mount_errno(LARDER_EBADINDEX), EIO);
+}
+
+/* The control file's name at the root is the mount's own: an index's file
+ * or directory of that name there would be shadowed (listed, but looked
+ * up as the control file), so it is left out and counted; deeper down it
+ * is a name like any other. */
+TEST(mount_tree_leaves_out_the_control_files_name_at_the_root)
+{
+    const char *keys[] = {"ok", ".larder-order", ".larder-order/x", "sub/.larder-order"};
+    struct larder__field data = {.name = "data", .length = 4};
+    write_index(test_path("control.larder"), keys, 4, &data);
+    test_write_file(test_path("shard.bin"), "", 0);
+    larder_dataset *d = open_index(test_path("control.larder"));
+    struct larder__mount_tree *t;
+    uint64_t skipped = 0;
+    skipped_calls = 0;
+    CHECK_EQ(larder__mount_tree_new(&t, d, count_skip, NULL, &skipped), 0);
+    CHECK_EQ(skipped, 2);
+    CHECK_EQ(skipped_calls, 2);
+    CHECK_EQ(larder__mount_tree_resolve(t, ".larder-order"), 0);
+    CHECK_EQ(larder__mount_tree_resolve(t, ".larder-order/x"), 0);
+    CHECK(!file_at(t, "sub/.larder-order")->directory);
+    CHECK(!file_at(t, "ok")->directory);
+    uint64_t nodes, files, bytes;
+    larder__mount_tree_counts(t, &nodes, &files, &bytes);
+    CHECK_EQ(files, 2);
+    larder__mount_tree_free(t);
+    larder_close(d);
 }
