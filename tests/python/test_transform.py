@@ -152,6 +152,10 @@ def daemons(tmp_path, monkeypatch):
 def open_with(index, monkeypatch, sock=None, cache=""):
     if sock:
         monkeypatch.setenv("LARDER_SOCKET", sock)
+        # a loaded machine may take over the default 1 s to answer: the
+        # reader would then mark its daemon down and transform here itself,
+        # and the tests that expect the daemon's placement would fail
+        monkeypatch.setenv("LARDER_DAEMON_TIMEOUT_MS", "20000")
     else:
         monkeypatch.delenv("LARDER_SOCKET", raising=False)
     return larder.Dataset(index, cache=cache)
