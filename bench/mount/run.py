@@ -263,7 +263,7 @@ def au_rows(results):
         for e in r["epochs"]:
             waits = sorted(e["waits"])
             label = {"emulator": "h5py on the emulator", "local": "h5py on local disk",
-                     "mount": "h5py through larder mount (staging on open, the default)",
+                     "mount": "h5py through larder mount",
                      "staged": "h5py through larder mount --stage-on-open",
                      "nostage": "h5py through larder mount --no-stage-on-open"}[r["config"]]
             if r["config"] in ("mount", "staged", "nostage"):
@@ -303,7 +303,7 @@ def write(meta, results, setup, results_dir, name, plots):
                      f"{100 * r['au']:.1f}% | {rel} |")
     lines.append("")
     lines.append("Targets (AU against local disk's, the median of its epochs):")
-    for config, what in (("mount", "larder mount (staging on open)"),
+    for config, what in (("mount", "larder mount"),
                          ("staged", "larder mount --stage-on-open"),
                          ("nostage", "larder mount --no-stage-on-open")):
         mount_rows = [r for r in rows if r["config"] == config]
@@ -413,7 +413,7 @@ def main():
     p.add_argument("--direct-steps", type=int, default=0,
                    help="stop the emulator's epoch after this many steps (0: whole)")
     p.add_argument("--local-epochs", type=int, default=2, help="epochs from local disk")
-    p.add_argument("--configs", default="emulator,mount,nostage,local")
+    p.add_argument("--configs", default="emulator,mount,staged,local")
     p.add_argument("--profile", default="lustre-contended")
     p.add_argument("--fs-seed", type=int, default=7)
     p.add_argument("--seed", type=int, default=1)

@@ -287,13 +287,14 @@ static bool read_resident(struct larder__mount *m, struct open_file *f, fuse_req
  * MISS_SPAN bytes from `at` on at DEMAND: staging would fetch them anyway,
  * and a reader that reads a record in several requests (the kernel sends
  * a page, then the rest) waits on one round trip to the origin, not on
- * one per request.  Bytes read, or a negative code.
+ * one per request.  Not through a daemon: its misses are the daemon's to
+ * fetch.  Bytes read, or a negative code.
  */
 static int64_t read_miss(struct larder__mount *m, struct open_file *f, uint8_t *buf, uint64_t n,
                          uint64_t at)
 {
     uint64_t size = f->node->size - f->node->header_length;
-    if (m->staged_on_open && m->cached && n < MISS_SPAN && at < size) {
+    if (m->staged_on_open && m->cached && !m->daemon && n < MISS_SPAN && at < size) {
         uint64_t span = size - at < MISS_SPAN ? size - at : MISS_SPAN;
         uint8_t *big = span > n ? malloc((size_t)span) : NULL;
         if (big && larder__fill_range_at(larder__dataset_fill(m->dataset), f->shard, f->base + at,

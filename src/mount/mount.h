@@ -45,7 +45,7 @@ struct larder__mount_options {
     uint64_t readahead_max;   /* the sequential window's largest size; 0: 32 MiB */
     int stage_on_open;        /* a file's first open stages all of it in the background:
                                  1 yes, 0 no, -1 (auto) where the cache evicts nothing */
-    int stage_inflight;       /* staging reads in flight at most; 0: 4 */
+    int stage_inflight;       /* staging reads in flight at most; 0: 2 */
 };
 
 /* What one mount keeps: set up by session.c, read by every FUSE thread. */

@@ -8,7 +8,7 @@
 # origin past the held staging and is answered while staging still
 # waits; once released, the whole file is staged without being read, and
 # reading it all through the mount asks the origin for nothing more.
-# --no-stage-on-open stages nothing on open.  Order and counts are
+# Without --stage-on-open (the default) an open stages nothing.  Order and counts are
 # checked, never time.
 source "$(dirname "$0")/lib.sh"
 source "$TESTS/cli/mount.lib"
@@ -29,8 +29,8 @@ for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
 [ -s port.txt ] || fail "the origin did not start: $(cat origin.log)"
 base=http://127.0.0.1:$(cat port.txt)
 
-# 1. --no-stage-on-open: opening reads nothing
-mount_larder off "$base/files.larder" --cache "$WORK/cache-off" --no-stage-on-open
+# 1. by default (and with --no-stage-on-open): opening reads nothing
+mount_larder off "$base/files.larder" --cache "$WORK/cache-off"
 /usr/bin/python3 - "$base" <<'PY' || fail "--no-stage-on-open: $(tail -3 mnt-off.log)"
 import json, os, sys, time, urllib.request
 fd = os.open("mnt-off/big.bin", os.O_RDONLY)
@@ -40,10 +40,10 @@ assert log == [], "an open without staging read %s" % log
 os.close(fd)
 PY
 umount_larder off
-echo "--no-stage-on-open: an open reads nothing"
+echo "by default: an open reads nothing"
 
-# 2. the default with a cache that has no capacity: staged on open, bounded
-mount_larder on "$base/files.larder" --cache "$WORK/cache-on" --stage-inflight 2
+# 2. --stage-on-open: staged on open, bounded
+mount_larder on "$base/files.larder" --cache "$WORK/cache-on" --stage-on-open --stage-inflight 2
 /usr/bin/python3 - "$base" <<'PY' || fail "staging on open: $(tail -5 mnt-on.log)"
 import json, os, sys, threading, time, urllib.request
 base = sys.argv[1]
