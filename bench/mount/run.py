@@ -154,7 +154,7 @@ def training(args, data_dir, groups):
             cache = os.path.join(work, "cache")
             shutil.rmtree(cache, ignore_errors=True)
             lmnt = os.path.join(work, "lmnt")
-            extra = ["--stage-on-open"] if config == "staged" else []
+            extra = {"staged": ["--stage-on-open"], "nostage": ["--no-stage-on-open"]}.get(config, [])
             mount = LarderMount(args, index, lmnt, cache, os.path.join(work, f"{config}.log"),
                                 extra)
             try:
@@ -264,8 +264,9 @@ def au_rows(results):
             waits = sorted(e["waits"])
             label = {"emulator": "h5py on the emulator", "local": "h5py on local disk",
                      "mount": "h5py through larder mount",
-                     "staged": "h5py through larder mount --stage-on-open"}[r["config"]]
-            if r["config"] in ("mount", "staged"):
+                     "staged": "h5py through larder mount --stage-on-open",
+                     "nostage": "h5py through larder mount --no-stage-on-open"}[r["config"]]
+            if r["config"] in ("mount", "staged", "nostage"):
                 label += f", epoch {e['epoch']}" + (" (cold)" if e["epoch"] == 1 else " (warm)")
             elif len(r["epochs"]) > 1:
                 label += f", epoch {e['epoch']}"
@@ -302,7 +303,9 @@ def write(meta, results, setup, results_dir, name, plots):
                      f"{100 * r['au']:.1f}% | {rel} |")
     lines.append("")
     lines.append("Targets (AU against local disk's, the median of its epochs):")
-    for config, what in (("mount", "larder mount"), ("staged", "larder mount --stage-on-open")):
+    for config, what in (("mount", "larder mount"),
+                         ("staged", "larder mount --stage-on-open"),
+                         ("nostage", "larder mount --no-stage-on-open")):
         mount_rows = [r for r in rows if r["config"] == config]
         if not (local_au and mount_rows):
             continue
@@ -359,7 +362,7 @@ def draw(rows, setup, path):
     panels = 2 if setup.get("throughput") else 1
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels + 2, 4.5), squeeze=False)
     ax = axes[0][0]
-    colors = {"emulator": "tab:red", "mount": "tab:blue", "staged": "tab:purple",
+    colors = {"emulator": "tab:red", "mount": "tab:blue", "staged": "tab:purple", "nostage": "tab:orange",
               "local": "tab:green"}
     ax.barh([r["label"] for r in rows], [100 * r["au"] for r in rows],
             color=[colors[r["config"]] for r in rows])

@@ -27,10 +27,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 
 #define FOREVER 86400.0                 /* seconds: nothing here changes while mounted */
 #define CONTROL_INO (UINT64_C(1) << 62) /* the control file's inode, past any node */
 #define CONTROL_MAX 4096                /* bytes of one registration */
+#define MISS_SPAN (UINT64_C(512) << 10) /* bytes a miss brings in a file being staged */
 
 /* One open file. */
 struct open_file {
@@ -208,7 +210,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     f->base = s.offset + field.offset;
     uint64_t length = n->size - n->header_length;
     if (m->staged_on_open && !atomic_exchange(&m->staged_on_open[ino - 1], 1) &&
-        larder__mount_stage(m, f->shard, f->base, length, LARDER__WARM))
+        larder__mount_stage_file(m, f->shard, f->base, length, n->sample))
         larder__mount_log(LARDER_LOG_INFO, "staging sample %llu (%llu bytes) on its first open",
                           (unsigned long long)n->sample, (unsigned long long)length);
     larder__mount_stream_init(&f->stream);
@@ -292,6 +294,33 @@ static bool cached_sample_bad(struct larder__mount *m, struct open_file *f, fuse
     return true;
 }
 
+/*
+ * A miss of data bytes [at, at + n): larder_file_pread, except in a file
+ * that is being staged whole (stager.c), where a small miss brings
+ * MISS_SPAN bytes from `at` on at DEMAND: staging would fetch them anyway,
+ * and a reader that reads a record in several requests (the kernel sends
+ * a page, then the rest) waits on one round trip to the origin, not on
+ * one per request.  Not through a daemon: its misses are the daemon's to
+ * fetch.  Bytes read, or a negative code.
+ */
+static int64_t read_miss(struct larder__mount *m, struct open_file *f, uint8_t *buf, uint64_t n,
+                         uint64_t at)
+{
+    uint64_t size = f->node->size - f->node->header_length;
+    if (m->staged_on_open && m->cached && !m->daemon && n < MISS_SPAN && at < size) {
+        uint64_t span = size - at < MISS_SPAN ? size - at : MISS_SPAN;
+        uint8_t *big = span > n ? malloc((size_t)span) : NULL;
+        if (big && larder__fill_range_at(larder__dataset_fill(m->dataset), f->shard, f->base + at,
+                                         span, LARDER__DEMAND, big) == 0) {
+            memcpy(buf, big, (size_t)n);
+            free(big);
+            return (int64_t)n;
+        }
+        free(big); /* larder_file_pread tries again, and says why */
+    }
+    return larder_file_pread(f->file, buf, (size_t)n, at);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
                     struct fuse_file_info *fi)
 {
@@ -323,7 +352,22 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     int64_t got = 0;
     if (done < n) {
         larder__mount_readahead(m, &f->stream, f->shard, f->base, header, file_size, at, n);
-        got = larder_file_pread(f->file, buf + done, (size_t)(n - done), at + done - header);
+        unsigned waiting = atomic_fetch_add(&m->demand_waiting, 1) + 1;
+        struct timespec t0, t1;
+        if (m->trace) clock_gettime(CLOCK_MONOTONIC, &t0);
+        got = read_miss(m, f, buf + done, n - done, at + done - header);
+        if (m->trace) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            larder__mount_log(
+                LARDER_LOG_INFO,
+                "trace: miss sample %llu at %llu, %llu bytes: %.1f ms (%u misses "
+                "waiting, %u staging reads in flight)",
+                (unsigned long long)f->node->sample, (unsigned long long)(at + done - header),
+                (unsigned long long)(n - done),
+                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+                waiting, atomic_load(&m->stage_running));
+        }
+        if (atomic_fetch_sub(&m->demand_waiting, 1) == 1) larder__mount_stager_kick(m);
     }
     if (got < 0) {
         atomic_fetch_add(&m->read_errors, 1);

@@ -8,6 +8,8 @@
  *   fs.c         the FUSE low-level operations over the tree;
  *   readahead.c  per open file: sequential reads stage the blocks ahead
  *                (an adaptive window), random reads do not;
+ *   stager.c     whole files staged in the background on their first
+ *                open, a few large reads at a time, below the readers;
  *   order.c      a reader's registered sample order (the control file
  *                .larder-order), driving the plan's prefetcher;
  *   session.c    start-up: the source opened, a stale mount point found or
@@ -42,7 +44,9 @@ struct larder__mount_options {
     bool plain;               /* SOURCE is a tree of plain files even if it looks like an index */
     int threads;              /* FUSE worker threads at most; 0: 16 */
     uint64_t readahead_max;   /* the sequential window's largest size; 0: 32 MiB */
-    bool stage_on_open;       /* a file's first open stages all of it in the background */
+    int stage_on_open;        /* a file's first open stages all of it in the background:
+                                 1 yes, 0 no, -1 (auto) where the cache evicts nothing */
+    int stage_inflight;       /* staging reads in flight at most; 0: 2 */
 };
 
 /* What one mount keeps: set up by session.c, read by every FUSE thread. */
@@ -54,7 +58,14 @@ struct larder__mount {
     uint64_t readahead_max; /* bytes */
     /* --stage-on-open: one flag per node, set by the open that staged the file */
     _Atomic unsigned char *staged_on_open;
-    uint32_t uid, gid; /* the owner shown on every file */
+    /* stager.c: files being staged (under lock), pieces in flight, the limit */
+    struct larder__mount_stage_job *stage_jobs;
+    _Atomic unsigned stage_running;
+    unsigned stage_inflight;
+    bool stopping;                   /* unmounting: nothing more is staged */
+    _Atomic unsigned demand_waiting; /* readers waiting on a miss now */
+    bool trace;                      /* LARDER_MOUNT_TRACE: every miss logged with its time */
+    uint32_t uid, gid;               /* the owner shown on every file */
     /* staging tasks queued or running (readahead, order prefetch): waited for at unmount */
     pthread_mutex_t lock;
     pthread_cond_t idle;
@@ -127,6 +138,28 @@ uint64_t larder__mount_stage(struct larder__mount *m, uint32_t shard, uint64_t o
                              uint64_t length, int priority);
 /* Wait until no staging task is queued or running. */
 void larder__mount_stage_wait(struct larder__mount *m);
+/* One staging task for shard bytes [offset, offset + length), resident or
+ * not; `job` (stager.c's, or NULL) is told when it ends.  length, or 0
+ * when none could be queued. */
+struct larder__mount_stage_job;
+uint64_t larder__mount_stage_piece(struct larder__mount *m, uint32_t shard, uint64_t offset,
+                                   uint64_t length, int priority,
+                                   struct larder__mount_stage_job *job);
+
+/* ---- stager.c ---- */
+/* Queue a file (shard bytes [base, base + length), sample `sample`) for
+ * staging whole in the background: its head and tail at once at NEAR, the
+ * rest in 4 MiB pieces at WARM, at most m->stage_inflight in flight for
+ * the whole mount (half while a reader waits on a miss).  false: nothing
+ * to stage into (no cache, no daemon) or no memory. */
+bool larder__mount_stage_file(struct larder__mount *m, uint32_t shard, uint64_t base,
+                              uint64_t length, uint64_t sample);
+/* A staging piece of `job` has ended: start the next ones. */
+void larder__mount_stager_done(struct larder__mount *m, struct larder__mount_stage_job *job);
+/* A reader's miss has ended: staging may use all its slots again. */
+void larder__mount_stager_kick(struct larder__mount *m);
+/* Unmounting: stage nothing more (pieces running end on their own). */
+void larder__mount_stager_stop(struct larder__mount *m);
 
 /* ---- order.c ---- */
 struct larder__mount_order;

@@ -33,6 +33,7 @@ struct stage_task {
     uint32_t shard;
     uint64_t offset, length;
     int priority;
+    struct larder__mount_stage_job *job; /* stager.c's, or NULL */
 };
 
 static void stage_done(struct larder__mount *m)
@@ -68,8 +69,29 @@ static void run_stage(void *arg)
             atomic_fetch_add(&m->readahead_bytes, t->length);
         free(buf);
     }
+    if (t->job) larder__mount_stager_done(m, t->job);
     free(t);
     stage_done(m);
+}
+
+uint64_t larder__mount_stage_piece(struct larder__mount *m, uint32_t shard, uint64_t offset,
+                                   uint64_t length, int priority,
+                                   struct larder__mount_stage_job *job)
+{
+    struct larder__pool *pool;
+    if (larder__dataset_pool_get(m->dataset, &pool) < 0) return 0;
+    struct stage_task *t = malloc(sizeof *t);
+    if (!t) return 0;
+    *t = (struct stage_task){m, shard, offset, length, priority, job};
+    pthread_mutex_lock(&m->lock);
+    m->staging++;
+    pthread_mutex_unlock(&m->lock);
+    if (larder__pool_submit(pool, run_stage, t, priority) < 0) {
+        free(t);
+        stage_done(m);
+        return 0;
+    }
+    return length;
 }
 
 uint64_t larder__mount_stage(struct larder__mount *m, uint32_t shard, uint64_t offset,
@@ -77,24 +99,13 @@ uint64_t larder__mount_stage(struct larder__mount *m, uint32_t shard, uint64_t o
 {
     if (!m->cached && !m->daemon) return 0;
     struct larder__fill *fill = larder__dataset_fill(m->dataset);
-    struct larder__pool *pool;
-    if (larder__dataset_pool_get(m->dataset, &pool) < 0) return 0;
     uint64_t queued = 0;
     for (uint64_t at = offset; at < offset + length; at += PIECE) {
         uint64_t piece = offset + length - at < PIECE ? offset + length - at : PIECE;
         if (larder__fill_resident(fill, shard, at, piece)) continue;
-        struct stage_task *t = malloc(sizeof *t);
-        if (!t) break;
-        *t = (struct stage_task){m, shard, at, piece, priority};
-        pthread_mutex_lock(&m->lock);
-        m->staging++;
-        pthread_mutex_unlock(&m->lock);
-        if (larder__pool_submit(pool, run_stage, t, priority) < 0) {
-            free(t);
-            stage_done(m);
-            break;
-        }
-        queued += piece;
+        uint64_t n = larder__mount_stage_piece(m, shard, at, piece, priority, NULL);
+        if (!n) break;
+        queued += n;
     }
     return queued;
 }

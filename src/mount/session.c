@@ -17,6 +17,9 @@
 
 #include "source_plain.h"
 
+#include "cache.h"
+#include "dataset.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -358,9 +361,19 @@ int larder__mount_run(const struct larder__mount_options *given)
     if (status == 0 && larder__mount_order_new(&m.order) < 0) status = 1;
     uint64_t nodes = 0;
     if (status == 0) larder__mount_tree_counts(m.tree, &nodes, NULL, NULL);
-    if (status == 0 && o->stage_on_open && !(m.staged_on_open = calloc(nodes, 1))) status = 1;
+    m.stage_inflight = o->stage_inflight > 0 ? (unsigned)o->stage_inflight : 2;
+    const char *trace = getenv("LARDER_MOUNT_TRACE");
+    m.trace = trace && trace[0] && strcmp(trace, "0") != 0;
+    bool stage = o->stage_on_open > 0 || (o->stage_on_open < 0 && m.cached &&
+                                          !larder__cache_evicts(larder__dataset_cache(m.dataset)));
+    if (status == 0 && stage && !(m.staged_on_open = calloc(nodes, 1))) status = 1;
+    if (status == 0 && m.staged_on_open)
+        larder__mount_log(LARDER_LOG_INFO,
+                          "files are staged whole on their first open, %u reads at a time",
+                          m.stage_inflight);
     if (status == 0) status = serve(&m, o, &ready);
     tell_parent(&ready, (unsigned char)status);
+    larder__mount_stager_stop(&m);
     larder__mount_order_free(m.order);
     larder__mount_stage_wait(&m);
     larder__mount_tree_free(m.tree);

@@ -152,7 +152,7 @@ mkdir big
 head -c 40000000 /dev/urandom >big/seq.bin
 head -c 40000000 /dev/urandom >big/rnd.bin
 "$LARDER" index --files big -o big.larder >/dev/null
-mount_larder ra big.larder --cache "$WORK/cache-ra"
+mount_larder ra big.larder --cache "$WORK/cache-ra" --no-stage-on-open
 /usr/bin/python3 - <<'PY' || fail "random reads"
 import random
 rng = random.Random(1)
@@ -166,7 +166,7 @@ PY
 umount_larder ra
 grep -q " 0 bytes staged ahead" mnt-ra.log || fail "random reads staged ahead: $(tail -1 mnt-ra.log)"
 rm mnt-ra.log
-mount_larder ra big.larder --cache "$WORK/cache-ra2"
+mount_larder ra big.larder --cache "$WORK/cache-ra2" --no-stage-on-open
 dd if=mnt-ra/seq.bin of=/dev/null bs=1M count=12 2>/dev/null
 umount_larder ra
 ahead=$(sed -n 's/.*, \([0-9]*\) bytes staged ahead.*/\1/p' mnt-ra.log)
