@@ -29,6 +29,8 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
         struct larder__publish publish;
         struct larder__resolve resolve;
         struct larder__publication publication;
+        struct larder__transform_request transform;
+        uint32_t transformed_flags;
         switch (frame.type) {
         case LARDER__HELLO:
             larder__wire_hello(p, frame.length, &hello);
@@ -69,6 +71,12 @@ int larder_fuzz_wire(const uint8_t *data, size_t size)
         case LARDER__RESOLVED:
         case LARDER__ANNOUNCE:
             larder__wire_publication(frame.type, p, frame.length, &publication);
+            break;
+        case LARDER__TRANSFORM:
+            larder__wire_transform(p, frame.length, &transform);
+            break;
+        case LARDER__TRANSFORMED:
+            larder__wire_transformed(p, frame.length, &transformed_flags);
             break;
         default:
             break;

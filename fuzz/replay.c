@@ -17,6 +17,7 @@ int larder_fuzz_tar(const uint8_t *data, size_t size);
 int larder_fuzz_wire(const uint8_t *data, size_t size);
 int larder_fuzz_open(const uint8_t *data, size_t size);
 int larder_fuzz_daemon(const uint8_t *data, size_t size);
+int larder_fuzz_transform(const uint8_t *data, size_t size);
 
 static int replay(const char *dir, int (*target)(const uint8_t *, size_t))
 {
@@ -51,11 +52,9 @@ static int replay(const char *dir, int (*target)(const uint8_t *, size_t))
 static const struct {
     const char *name;
     int (*target)(const uint8_t *, size_t);
-} targets[] = {{"index", larder_fuzz_index},
-               {"tar", larder_fuzz_tar},
-               {"wire", larder_fuzz_wire},
-               {"open", larder_fuzz_open},
-               {"daemon", larder_fuzz_daemon}};
+} targets[] = {{"index", larder_fuzz_index},   {"tar", larder_fuzz_tar},
+               {"wire", larder_fuzz_wire},     {"open", larder_fuzz_open},
+               {"daemon", larder_fuzz_daemon}, {"transform", larder_fuzz_transform}};
 
 enum { NUM_TARGETS = sizeof targets / sizeof *targets };
 

@@ -120,11 +120,12 @@ LARDER_API size_t larder_dtype_size(int dtype);
 
 #define LARDER_MAX_DIMS 32
 
-/* 2 added trust_index and allow_prefixes; version 1 structs are still taken. */
-#define LARDER_OPEN_OPTIONS_VERSION 2
+/* 2 added trust_index and allow_prefixes, 3 allow_unchecked; version 1 and 2
+ * structs are still taken. */
+#define LARDER_OPEN_OPTIONS_VERSION 3
 typedef struct larder_open_options {
     int version;          /* LARDER_OPEN_OPTIONS_VERSION (or 1, without the fields after
-                           * borrow_capacity) */
+                           * borrow_capacity; or 2, without allow_unchecked) */
     int verify_checksums; /* nonzero: check each checksum also on uncached reads (fills,
                            * daemon answers and a process's first read of a cached
                            * sample are always checked: docs/cache.md) */
@@ -157,6 +158,13 @@ typedef struct larder_open_options {
      * links), else open fails with LARDER_EDENIED naming the first that
      * does not.  The node daemon passes its --allow list here. */
     const char *const *allow_prefixes;
+    /* Nonzero: accept an index marked unchecked (flag 4, docs/format.md:
+     * made from a listing alone, with no checksums, so nothing read through
+     * it is checked).  Only for an index this process made itself from
+     * files it trusts, as `larder mount` of plain files does; otherwise such
+     * an index is refused at open with LARDER_EBADINDEX (any index can set
+     * the flag, and it would turn off every check).  Version 3. */
+    int allow_unchecked;
 } larder_open_options;
 
 /*
@@ -311,6 +319,125 @@ typedef void (*larder_progress_fn)(void *userdata, uint64_t done, uint64_t total
 LARDER_API int64_t larder_verify(larder_dataset *dataset, larder_bad_sample_fn bad,
                                  larder_progress_fn progress, void *userdata);
 
+/* ---- transforms (docs/transforms.md) ------------------------------------ */
+
+/*
+ * A transform is a named, versioned, deterministic function applied to
+ * the fields of a sample: "jpeg_decode_resize:224", "npy_cast:float16",
+ * "zstd_decompress".  It runs in the node daemon, next to the cached
+ * bytes, or in this process when there is no daemon or the daemon is busy
+ * (it then answers the raw bytes, and the reader runs the same code):
+ * the output is byte-identical wherever it runs.
+ *
+ * A transform's ops table is also the ABI of loadable transforms: a
+ * shared object in the transform directory exports
+ *
+ *     const larder_transform_ops *larder_transform_entry(uint32_t abi);
+ *
+ * returning its table (abi == LARDER_TRANSFORM_ABI), or NULL when it was
+ * built for another ABI.  The functions must be thread-safe, must not
+ * keep pointers to their arguments past the call, and must be
+ * deterministic: the same input, version and parameters give the same
+ * bytes.  Bump `version` whenever the output for some input changes.
+ */
+#define LARDER_TRANSFORM_ABI 1
+#define LARDER_TRANSFORM_MAX_NAME 64  /* bytes of a name with its NUL: [a-z0-9_], 1 to 63 */
+#define LARDER_TRANSFORM_MAX_SPEC 256 /* bytes of "name:params" with its NUL */
+#define LARDER_TRANSFORM_STATE 256    /* bytes of parsed parameters a transform may keep */
+#define LARDER_TRANSFORM_MAX_OUTPUT (48u << 20) /* bytes one sample's result may take */
+
+typedef struct larder_transform_ops {
+    uint32_t abi;     /* LARDER_TRANSFORM_ABI */
+    const char *name; /* [a-z0-9_], 1 to 63 bytes; unique in the process */
+    uint32_t version; /* changes whenever an output could change */
+    /*
+     * Parse `params` (the text after "name:", "" when there is none; at
+     * most LARDER_TRANSFORM_MAX_SPEC bytes, from the reader: hostile) into
+     * state[0..LARDER_TRANSFORM_STATE), and write its canonical form
+     * (equal parameters, equal text) into canonical[0..LARDER_TRANSFORM_MAX_SPEC).
+     * 0, or a negative code (LARDER_EUSAGE) with a message in error[0..error_size).
+     */
+    int (*parse)(const char *params, void *state, char *canonical, char *error, size_t error_size);
+    /* 1 when the transform applies to this field (its data are then passed
+     * to run), 0 when the field is passed on unchanged. */
+    int (*applies)(const void *state, const larder_field_info *field);
+    /*
+     * An upper bound of the bytes run writes for this field, which may
+     * look at its data (a header); negative code and message when the
+     * input cannot be transformed (too large, not this format).
+     */
+    int64_t (*bound)(const void *state, const larder_field_info *field, const void *data,
+                     char *error, size_t error_size);
+    /*
+     * Transform one field: `data` holds field->length bytes; write at
+     * most `capacity` (bound's) bytes to out and describe them in *result
+     * (dtype, ndim, shape; offset and name are the caller's) and name[0..
+     * LARDER_TRANSFORM_MAX_NAME) (the output field's name: preset to the
+     * input's).  The bytes written, or a negative code with a message.
+     */
+    int64_t (*run)(const void *state, const larder_field_info *field, const void *data, void *out,
+                   size_t capacity, larder_field_info *result, char *name, char *error,
+                   size_t error_size);
+} larder_transform_ops;
+
+typedef const larder_transform_ops *(*larder_transform_entry_fn)(uint32_t abi);
+
+/*
+ * Load every "*.so" in `dir` as a loadable transform for this process
+ * (the daemon does this for --transform-dir; a reader with the
+ * LARDER_TRANSFORM_DIR environment variable on its first transform).
+ * Only load what you trust as your own code.  Returns the number loaded,
+ * or the first failure's code with a message naming the file (a name
+ * already taken, a wrong ABI, no entry symbol).
+ */
+LARDER_API int larder_transform_load_dir(const char *dir);
+/*
+ * Check a transform spec "name[:params]": 0 and, when `version` is not
+ * NULL, its version; LARDER_ENOTFOUND for an unknown name, LARDER_EUSAGE
+ * for a malformed spec or bad parameters (the message says which).
+ */
+LARDER_API int larder_transform_check(const char *spec, uint32_t *version);
+
+/* Where a transformed read ran (larder_transformed.placement). */
+enum larder_placement {
+    LARDER_PLACED_LOCAL = 1,    /* in this process: no daemon */
+    LARDER_PLACED_DAEMON = 2,   /* in the node daemon */
+    LARDER_PLACED_CACHED = 3,   /* the daemon's result cache */
+    LARDER_PLACED_FALLBACK = 4, /* the daemon sent raw bytes (busy): run here */
+};
+
+/* The result of a transformed read: every field of the sample, those the
+ * transform applies to transformed, the others as they are. */
+typedef struct larder_transformed {
+    uint32_t num_fields;
+    larder_field_info *fields; /* offsets into data; names valid until freed */
+    const uint8_t *data;       /* the fields' bytes (each at an 8-aligned offset) */
+    uint64_t length;           /* bytes of data */
+    int placement;             /* enum larder_placement */
+} larder_transformed;
+
+/*
+ * Read sample `id` with the transform `spec` applied, in the node daemon
+ * when one is configured (at DEMAND priority), else here.  0 and *out
+ * (free it with larder_transformed_free); a negative code with a message
+ * naming the sample, the field and the transform when it fails on this
+ * sample (corrupt input), LARDER_ENOTFOUND for an unknown transform or
+ * one that applies to no field of the sample.  Thread-safe.
+ */
+LARDER_API int larder_read_transformed(larder_dataset *dataset, uint64_t id, const char *spec,
+                                       larder_transformed **out);
+LARDER_API void larder_transformed_free(larder_transformed *result);
+/*
+ * Tell the daemon how long this process's readers can wait for one
+ * transformed sample without stalling a step (microseconds; the
+ * LARDER_TRANSFORM_BUDGET_MS environment variable sets it too).  0, the
+ * default: what a transform takes this process itself (measured: a
+ * process runs its first transform here).  It goes with every
+ * transformed read, with the process's measured wait for them, for the
+ * daemon's placement (docs/transforms.md).
+ */
+LARDER_API void larder_transform_set_budget(uint64_t budget_us);
+
 /* ---- packing and indexing --------------------------------------------- */
 /* Packing itself (larder_pack) is in larder_pack.h, in libraries of its own. */
 
@@ -366,6 +493,11 @@ typedef struct larder_index_files_options {
     larder_progress_fn progress; /* bytes read and to read (may be NULL) */
     void *userdata;              /* for progress */
     const char *files_from;      /* NULL, or a file of names relative to root, one a line */
+    /* Nonzero: sizes from the listing only, no file read (local roots and
+     * s3:// prefixes): the index has no checksums and reads of it are not
+     * checked (what `larder mount` of plain files makes).  After files_from:
+     * older callers' struct_size leaves it 0. */
+    int listing_only;
 } larder_index_files_options;
 LARDER_API int larder_index_files(const char *root, const char *index_path,
                                   const larder_index_files_options *options,
@@ -552,11 +684,17 @@ LARDER_API int larder_plan_default_deny(const char *index_url, char *path, size_
  */
 typedef struct larder_prefetch larder_prefetch;
 
-#define LARDER_PREFETCH_OPTIONS_VERSION 1
+#define LARDER_PREFETCH_OPTIONS_VERSION 2
 typedef struct larder_prefetch_options {
-    int version;           /* LARDER_PREFETCH_OPTIONS_VERSION */
-    uint64_t window_steps; /* the reader's steps to keep staged ahead; 0: 8 */
+    int version;           /* LARDER_PREFETCH_OPTIONS_VERSION (1: without start_after) */
+    uint64_t window_steps; /* the reader's steps to keep staged ahead; 0: 8 (with a cache
+                            * capacity, at most what a share of it holds: docs/cache.md) */
     int max_inflight;      /* fills queued or running at once; 0: the dataset's max_inflight */
+    /* Stage nothing until the reader has consumed this many steps.  The
+     * plan is registered with the node cache at once (its eviction by next
+     * use counts this reader from the start), so a reader can start the
+     * prefetcher with its first step without it competing with that step. */
+    uint64_t start_after;
 } larder_prefetch_options;
 
 /* Start prefetching `plan` (which must outlive the prefetcher) for `dataset`. */

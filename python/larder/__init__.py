@@ -46,6 +46,7 @@ from .plan import Plan, PlanInfo
 from .hint import HintResult, hint, hints, replicate
 from .names import Publication, lookup, names, publish, resolve
 from .stats import summarize
+from . import transform  # transforms next to the data (docs/transforms.md)
 
 from . import _lib
 

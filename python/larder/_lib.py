@@ -79,7 +79,7 @@ c_sizep = ctypes.POINTER(ctypes.c_size_t)
 
 LARDER_MAX_DIMS = 32
 LARDER_FILL_BUCKETS = 24
-LARDER_OPEN_OPTIONS_VERSION = 2
+LARDER_OPEN_OPTIONS_VERSION = 3
 LARDER_PLAN_OPTIONS_VERSION = 1
 LARDER_NO_SAMPLE = (1 << 64) - 1
 
@@ -117,6 +117,7 @@ class OpenOptions(ctypes.Structure):
         ("borrow_capacity", ctypes.c_uint64),
         ("trust_index", ctypes.c_int),
         ("allow_prefixes", ctypes.POINTER(ctypes.c_char_p)),
+        ("allow_unchecked", ctypes.c_int),  # left 0: only `larder mount` sets it
     ]
 
 
@@ -219,10 +220,11 @@ class PrefetchOptions(ctypes.Structure):
         ("version", ctypes.c_int),
         ("window_steps", ctypes.c_uint64),
         ("max_inflight", ctypes.c_int),
+        ("start_after", ctypes.c_uint64),
     ]
 
 
-LARDER_PREFETCH_OPTIONS_VERSION = 1
+LARDER_PREFETCH_OPTIONS_VERSION = 2
 
 
 def _declare(name, restype, *argtypes):

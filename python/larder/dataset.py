@@ -373,8 +373,14 @@ class Dataset:
         view = memoryview(buf)
         return [bytes(view[s:s + layout[2]]) for s, layout in zip(starts, layouts)]
 
-    def get_many(self, ids):
-        """[self[i] for i in ids], read like read_many(): one batched read."""
+    def get_many(self, ids, transform=None):
+        """[self[i] for i in ids], read like read_many(): one batched read;
+        with a transform, [self.get(i, transform) for i in ids], read on
+        up to 8 threads at once (the daemon's queue stays fed)."""
+        if transform is not None:
+            from .transform import map_threads
+
+            return map_threads(lambda i: self.get(i, transform=transform), ids)
         layouts, buf, starts = self._read_batch(ids, with_fields=True)
         view = memoryview(buf)
         return [self._sample_dict(layout, view[s:s + layout[2]])
@@ -390,6 +396,21 @@ class Dataset:
         buf = bytearray(layout[2])
         self._read_one(handle, i, buf)
         return self._sample_dict(layout, memoryview(buf))
+
+    def get(self, i, transform=None):
+        """self[i]; with a transform spec ("jpeg_decode_resize:224",
+        "npy_cast:float16", "zstd_decompress", or a loaded one), sample i
+        with it applied, by the node daemon or here (larder.transform):
+        array fields as numpy arrays of the transform's dtype and shape,
+        plain ones as bytes, and '__placement__' saying where it ran."""
+        if transform is None:
+            return self[i]
+        from .transform import read_transformed
+
+        i = self._index(i)
+        handle = self._ensure_open()
+        key = _decode_key(self._sample_info(handle, i).key)
+        return read_transformed(self, handle, i, transform, key)
 
     def __iter__(self):
         for i in range(len(self)):

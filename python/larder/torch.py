@@ -213,12 +213,14 @@ class _Prefetcher:
     """larder's C prefetcher over one reader's plan, when the dataset has a
     cache to stage into (a no-op otherwise, or with window 0)."""
 
-    def __init__(self, dataset, plan, window):
+    def __init__(self, dataset, plan, window, start_after=0):
         self._handle = None
         if not window or not dataset.stats()["cached"]:
             return
+        # start_after: the plan counts for the cache's eviction at once,
+        # the staging begins once the reader has taken that many steps
         options = _lib.PrefetchOptions(version=_lib.LARDER_PREFETCH_OPTIONS_VERSION,
-                                       window_steps=int(window))
+                                       window_steps=int(window), start_after=int(start_after))
         out = ctypes.c_void_p()
         check(lib.larder_prefetch_start(ctypes.byref(out), dataset._ensure_open(),
                                         plan._handle(), ctypes.byref(options)),
@@ -242,7 +244,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                     drop_last=True, decode=None, mode="global",
                     locality_window=8, deny=None, rank=None, world=None,
                     yield_batches=False, read_ahead=1, prefetch=8,
-                    block_size=0, cache_size=0, max_inflight=0, verify=False)
+                    block_size=0, cache_size=0, max_inflight=0, verify=False,
+                    transform=None)
 
     batch_size is the GLOBAL batch G (samples per step over all ranks); a
     rank yields G/world samples per step, so give its DataLoader
@@ -258,6 +261,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 with the epoch's first samples (False)
     decode:     called on each sample dict in the worker; its result is
                 yielded instead
+    transform:  a transform spec ("jpeg_decode_resize:224", docs/transforms.md):
+                samples come transformed, by the node daemon or in the
+                worker (array fields as numpy arrays of its dtype and shape)
     mode:       "global" or "locality" (shuffle shards, then samples within
                 windows of locality_window shards; for cold object stores)
     deny:       None: INDEX.deny beside the index when it exists; False:
@@ -280,7 +286,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def __init__(self, url, cache=None, seed=0, shuffle=True, batch_size=1, drop_last=True,
                  decode=None, mode="global", locality_window=8, deny=None, rank=None,
                  world=None, yield_batches=False, read_ahead=1, prefetch=8, block_size=0,
-                 cache_size=0, max_inflight=0, verify=False):
+                 cache_size=0, max_inflight=0, verify=False, transform=None):
         super().__init__()
         if isinstance(url, Dataset):
             self.dataset = url
@@ -296,6 +302,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.pad = not drop_last
         self.locality_window = int(locality_window)
         self.decode = decode
+        # a transform spec (docs/transforms.md), run by the node daemon or in the worker
+        self.transform = transform
+        if transform is not None:
+            from .transform import check_spec
+
+            check_spec(transform)
         self.yield_batches = bool(yield_batches)
         self.read_ahead = max(0, int(read_ahead))
         self.prefetch = max(0, int(prefetch))
@@ -535,9 +547,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
         handed out.
 
         The first step is read in this thread with nothing else of this
-        reader running: the read-ahead thread and the prefetcher start once
-        its samples are handed out, so that neither their start nor their
-        reads delay the first batch."""
+        reader running: the read-ahead thread starts, and the prefetcher
+        begins staging, once its samples are handed out, so that neither
+        delays the first batch.  The prefetcher itself (which registers the
+        plan with the node cache, for eviction by next use) starts at once."""
         dataset, decode, waits = self.dataset, self.decode, self._waits
         steps = plan.worker_steps()
         prefetcher = None
@@ -561,15 +574,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
                         from concurrent.futures import ThreadPoolExecutor
 
                         executor = ThreadPoolExecutor(1, thread_name_prefix="larder-read")
-                    job = executor.submit(dataset.get_many, ids)
+                    job = executor.submit(dataset.get_many, ids, self.transform)
                 pending.append((step, job, ids, offset, total))
 
         try:
+            prefetcher = _Prefetcher(dataset, plan, self.prefetch, start_after=1)
             while True:
                 if consumed:
-                    if prefetcher is None:
-                        prefetcher = _Prefetcher(dataset, plan, self.prefetch)
-                        prefetcher.advance(consumed)
                     if self.read_ahead:
                         queue(self.read_ahead, background=True)
                 if not pending:
@@ -578,13 +589,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
                     return
                 step, job, ids, offset, total = pending.popleft()
                 started = time.perf_counter()
-                samples = job.result() if job is not None else dataset.get_many(ids)
+                samples = (job.result() if job is not None
+                           else dataset.get_many(ids, self.transform))
                 waits.record(step, time.perf_counter() - started)
                 consumed += 1
-                if prefetcher is not None:
-                    prefetcher.advance(consumed)
-                    if self.read_ahead:  # the next reads run while this step is handed out
-                        queue(self.read_ahead, background=True)
+                prefetcher.advance(consumed)
+                if consumed > 1 and self.read_ahead:  # the next reads run while this step is handed out
+                    queue(self.read_ahead, background=True)
                 if decode is not None:
                     samples = [decode(s) for s in samples]
                 # in the main process steps run start, start+1, ...: having

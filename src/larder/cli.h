@@ -72,5 +72,6 @@ int cmd_hint(int argc, char **argv);
 int cmd_publish(int argc, char **argv);
 int cmd_consume(int argc, char **argv);
 int cmd_names(int argc, char **argv);
+int cmd_mount(int argc, char **argv);
 
 #endif

@@ -105,11 +105,10 @@ static bool safe_key(const char *key)
     return true;
 }
 
-/* Write bytes[0..length) to dest/key, making the directories above it. */
-static int write_file(const char *dest, const char *key, const void *bytes, size_t length)
+/* Make the directories above dest/key; path receives dest/key. */
+static int make_parents(const char *dest, const char *key, char *path, size_t size)
 {
-    char path[PATH_MAX];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", dest, key) >= sizeof path) {
+    if ((size_t)snprintf(path, size, "%s/%s", dest, key) >= size) {
         fprintf(stderr, "%s: %s/%s: too long a path\n", program, dest, key);
         return -ENAMETOOLONG;
     }
@@ -117,22 +116,59 @@ static int write_file(const char *dest, const char *key, const void *bytes, size
          slash = strchr(slash + 1, '/')) {
         *slash = '\0';
         if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+            int rc = -errno;
             fprintf(stderr, "%s: %s: %s\n", program, path, strerror(errno));
-            return -errno;
+            return rc;
         }
         *slash = '/';
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    int rc = fd < 0 ? -errno : 0;
-    for (size_t done = 0; rc == 0 && done < length;) {
-        ssize_t n = write(fd, (const char *)bytes + done, length - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) rc = -errno;
-        done += n > 0 ? (size_t)n : 0;
+    return 0;
+}
+
+enum { COPY_PIECE = 4 << 20 }; /* bytes per larder_file_read: 4 MiB */
+
+/*
+ * Copy the open file `f` to dest/key piece by piece (memory stays at one
+ * piece whatever the file's size), into a temporary name renamed over
+ * dest/key once every byte is written and synced: a reader of DEST never
+ * sees a file half written, and a failed copy leaves the old file (or
+ * none).  0, or 1 after saying why.
+ */
+static int copy_file(larder_file *f, const char *name, const char *dest, const char *key, char *buf)
+{
+    char path[PATH_MAX], temp[PATH_MAX + 32];
+    if (make_parents(dest, key, path, sizeof path) < 0) return 1;
+    snprintf(temp, sizeof temp, "%s.larder-%ld", path, (long)getpid());
+    int fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "%s: %s: %s\n", program, temp, strerror(errno));
+        return 1;
     }
-    if (fd >= 0 && close(fd) < 0 && rc == 0) rc = -errno;
-    if (rc < 0) fprintf(stderr, "%s: %s: %s\n", program, path, strerror(-rc));
-    return rc;
+    int64_t n;
+    const char *failed = NULL; /* what failed: NULL, "read" or a system error */
+    while (!failed && (n = larder_file_read(f, buf, COPY_PIECE)) != 0) {
+        if (n < 0) {
+            fprintf(stderr, "%s: %s: %s: %s\n", program, name, key, larder_errmsg());
+            failed = "read";
+            break;
+        }
+        for (int64_t done = 0; done < n;) {
+            ssize_t w = write(fd, buf + done, (size_t)(n - done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) {
+                failed = strerror(errno);
+                break;
+            }
+            done += w;
+        }
+    }
+    if (!failed && fsync(fd) < 0) failed = strerror(errno);
+    if (close(fd) < 0 && !failed) failed = strerror(errno);
+    if (!failed && rename(temp, path) < 0) failed = strerror(errno);
+    if (!failed) return 0;
+    if (strcmp(failed, "read") != 0) fprintf(stderr, "%s: %s: %s\n", program, path, failed);
+    unlink(temp);
+    return 1;
 }
 
 /* Every file of the publication into dest: 0 (exit status) or 1. */
@@ -145,8 +181,10 @@ static int consume_into(const larder_publication *p, const char *socket, const c
     larder_dataset *d;
     int rc = larder_open(&d, p->index, &o);
     if (rc < 0) return fail(rc);
-    if (mkdir(dest, 0755) < 0 && errno != EEXIST) {
-        fprintf(stderr, "%s: %s: %s\n", program, dest, strerror(errno));
+    char *buf = malloc(COPY_PIECE);
+    if (!buf || (mkdir(dest, 0755) < 0 && errno != EEXIST)) {
+        fprintf(stderr, "%s: %s: %s\n", program, dest, buf ? strerror(errno) : strerror(ENOMEM));
+        free(buf);
         larder_close(d);
         return 1;
     }
@@ -154,33 +192,29 @@ static int consume_into(const larder_publication *p, const char *socket, const c
     int status = 0;
     for (uint64_t id = 0; status == 0 && id < larder_num_samples(d); id++) {
         larder_sample_info info;
+        larder_file *f = NULL;
         rc = larder_sample_info_get(d, id, &info);
-        if (rc < 0) {
-            status = fail(rc);
-            break;
-        }
-        if (!safe_key(info.key)) {
+        if (rc == 0 && !safe_key(info.key)) {
             fprintf(stderr, "%s: %s: sample %llu has the key '%s', not a relative path: refused\n",
                     program, p->name, (unsigned long long)id, info.key);
             status = 1;
             break;
         }
-        void *buf = malloc(info.length ? info.length : 1);
-        int64_t n = buf ? larder_read_sample(d, id, buf, info.length) : -ENOMEM;
-        if (n < 0) {
-            fprintf(stderr, "%s: %s: %s: %s\n", program, p->name, info.key, larder_errmsg());
-            if (!p->origin[0])
-                fprintf(stderr,
-                        "%s: %s was published without --write-through: its producer %s holds "
-                        "the only copy\n",
-                        program, p->name, p->producer);
-            status = 1;
-        } else if (write_file(dest, info.key, buf, (size_t)n) < 0) {
-            status = 1;
+        if (rc == 0) rc = larder_file_open(&f, d, id, -1);
+        if (rc < 0) {
+            status = fail(rc);
+            break;
         }
-        free(buf);
+        status = copy_file(f, p->name, dest, info.key, buf);
+        larder_file_close(f);
+        if (status && !p->origin[0])
+            fprintf(stderr,
+                    "%s: %s was published without --write-through: its producer %s holds "
+                    "the only copy\n",
+                    program, p->name, p->producer);
         files++, bytes += info.length;
     }
+    free(buf);
     larder_close(d);
     if (status == 0)
         printf("%s: %llu files, %llu bytes into %s\n", p->name, (unsigned long long)files,

@@ -140,6 +140,37 @@ static void print_daemon_classes(const char *text)
     }
 }
 
+/* A number of the transforms' object (0 when absent). */
+static double transform_number(const char *at, const char *key)
+{
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+    const char *p = strstr(at, quoted);
+    return p ? strtod(p + strlen(quoted), NULL) : 0;
+}
+
+/* The daemon's transforms (docs/transforms.md): where they run, and why. */
+static void print_daemon_transforms(const char *at)
+{
+    const char *placement = strstr(at, "\"placement\": \"reader\"") ? "readers" : "daemon";
+    printf("transforms      run by the %s for %.1f s (%.0f switches); contention %.0f%% "
+           "(limit %.0f%%), CPU busy %.0f%%, daemon %.0f%%\n",
+           placement, transform_number(at, "placement_since_ms") / 1000,
+           transform_number(at, "switches"), 100 * transform_number(at, "contention"),
+           transform_number(at, "cpu_limit"), 100 * transform_number(at, "cpu_busy"),
+           100 * transform_number(at, "cpu_self"));
+    printf("                queue wait %.0f us, run %.0f us on %.0f jobs; readers wait %.0f us "
+           "(budget %.0f us)\n",
+           transform_number(at, "queue_wait_us"), transform_number(at, "run_us"),
+           transform_number(at, "jobs"), transform_number(at, "reader_wait_us"),
+           transform_number(at, "reader_budget_us"));
+    printf("                %.0f transformed, %.0f cached, %.0f raw (busy), %.0f raw (queue), "
+           "%.0f raw (unknown), %.0f errors\n",
+           transform_number(at, "transformed"), transform_number(at, "cached"),
+           transform_number(at, "raw_reader"), transform_number(at, "raw_shed"),
+           transform_number(at, "raw_unknown"), transform_number(at, "errors"));
+}
+
 /* The daemon's own view: its JSON as it is, or the main figures. */
 static int stat_daemon(const char *socket, int json)
 {
@@ -155,6 +186,8 @@ static int stat_daemon(const char *socket, int json)
         /* the daemon's JSON is flat: pick each dataset's figures out of it */
         printf("daemon at %s\n", socket);
         print_daemon_classes(text); /* before the walk below cuts the text up */
+        char *transforms = strstr(text, "\"transforms\": {");
+        if (transforms) print_daemon_transforms(transforms);
         for (char *at = strstr(text, "{\"dataset_id\""); at;
              at = strstr(at + 1, "{\"dataset_id\"")) {
             char *end = strchr(at, '}');

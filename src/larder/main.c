@@ -33,6 +33,8 @@ static const char main_help[] =
     "                            through the node daemon (--write-through PREFIX)\n"
     "  consume NAME [DEST]       find NAME (waiting for it) and copy its files to DEST\n"
     "  names                     the names the node daemon knows\n"
+    "  mount SOURCE MOUNTPOINT   an index or a directory of files, read-only through FUSE\n"
+    "                            and the node cache\n"
     "\n"
     "Every command that reads an index refuses one whose shard names leave its\n"
     "base (absolute paths, '..', file:// or other hosts' URLs) unless given\n"
@@ -75,7 +77,8 @@ int main(int argc, char **argv)
     } commands[] = {{"pack", cmd_pack},       {"index", cmd_index},     {"inspect", cmd_inspect},
                     {"verify", cmd_verify},   {"cat", cmd_cat},         {"warm", cmd_warm},
                     {"stat", cmd_stat},       {"plan", cmd_plan},       {"hint", cmd_hint},
-                    {"publish", cmd_publish}, {"consume", cmd_consume}, {"names", cmd_names}};
+                    {"publish", cmd_publish}, {"consume", cmd_consume}, {"names", cmd_names},
+                    {"mount", cmd_mount}};
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown command '%s'\n\n%s", program, argv[1], main_help);

@@ -21,6 +21,14 @@
 #include <strings.h>
 #include <unistd.h>
 
+/* long options without a letter: the transforms' (OPT_TF_*) */
+enum {
+    OPT_TF_DIR = 1000,
+    OPT_TF_JOBS,
+    OPT_TF_CPU,
+    OPT_TF_CACHE,
+};
+
 const char larderd_help[] =
     "usage: larderd [--config FILE] --cache DIR [--socket PATH] [--listen HOST:PORT]\n"
     "               [--peers H:P,... | --hostfile FILE | --slurm] [--self H:P]\n"
@@ -30,6 +38,8 @@ const char larderd_help[] =
     "               [--cache-size SIZE] [--borrow-size SIZE] [--max-connections N]\n"
     "               [--idle-timeout SECONDS] [--connection-memory SIZE]\n"
     "               [--replicate-prefix PREFIX=H:P,...]...\n"
+    "               [--transform-dir DIR] [--transform-jobs N] [--transform-cpu-limit PERCENT]\n"
+    "               [--transform-cache SIZE]\n"
     "\n"
     "The node daemon: stages what local readers miss in the node cache, and with\n"
     "peers, reads each shard from the origin on one node only (its owner, by\n"
@@ -75,6 +85,13 @@ const char larderd_help[] =
     "  --replicate-prefix PREFIX=H:P,...  every publication whose name starts with\n"
     "                       PREFIX is staged and pinned (10 minutes) on those members,\n"
     "                       as 'larder hint replicate' does; repeatable\n"
+    "  --transform-dir DIR  load the transforms of the shared objects in DIR (trusted\n"
+    "                       code: docs/transforms.md), besides the built-ins\n"
+    "  --transform-jobs N   transforms run at once (default: the CPUs larderd may use)\n"
+    "  --transform-cpu-limit PERCENT  above this use of its CPUs by other work, the\n"
+    "                       daemon leaves transforms to the readers (default 80; 0:\n"
+    "                       always; 100: never for CPU, only for queue wait)\n"
+    "  --transform-cache SIZE  bytes of transformed samples kept (default 256M; 0: none)\n"
     "\n"
     "In Slurm: srun --ntasks-per-node=1 larderd --cache /local/larder --slurm \\\n"
     "          --listen 0.0.0.0:7461 --socket /tmp/larderd.sock\n";
@@ -86,6 +103,8 @@ void larderd_config_defaults(struct larderd_config *config)
                                       .max_connections = 1024,
                                       .idle_timeout_ms = 60000,
                                       .connection_budget = 64u << 20,
+                                      .transform_cpu_limit = 80,
+                                      .transform_cache_bytes = 256u << 20,
                                       .uid = getuid(),
                                       .gid = getgid()};
 }
@@ -130,6 +149,17 @@ static int take_number(struct larderd_config *config, int option, const char *va
                                 value);
         config->idle_timeout_ms = (int)(number * 1000);
         return 0;
+    case OPT_TF_JOBS:
+        if (args_parse_u64(value, &number) < 0 || number < 1 || number > 256)
+            return config_error(error, size, "bad --transform-jobs '%s' (1-256)", value);
+        config->transform_jobs = (int)number;
+        return 0;
+    case OPT_TF_CPU:
+        if (args_parse_u64(value, &number) < 0 || number > 100)
+            return config_error(error, size, "bad --transform-cpu-limit '%s' (percent, 0-100)",
+                                value);
+        config->transform_cpu_limit = (int)number;
+        return 0;
     default: /* 'U', 'G' */
         if (args_parse_u64(value, &number) < 0 || number >= UINT32_MAX)
             return config_error(error, size, "bad --allow-%s '%s'", option == 'U' ? "uid" : "gid",
@@ -157,6 +187,10 @@ static int take_size(struct larderd_config *config, int option, const char *valu
     case 'C':
         if (args_parse_size(value, &config->cache_capacity) < 0)
             return config_error(error, size, "bad --cache-size '%s'", value);
+        return 0;
+    case OPT_TF_CACHE:
+        if (args_parse_size(value, &config->transform_cache_bytes) < 0)
+            return config_error(error, size, "bad --transform-cache '%s'", value);
         return 0;
     default: /* 'B' */
         if (args_parse_size(value, &config->connection_budget) < 0 ||
@@ -233,9 +267,13 @@ static int take_option(struct larderd_config *config, int option, const char *va
         config->replicate[config->num_replicate] = NULL;
         return 0;
     }
+    case OPT_TF_DIR:
+        config->transform_dir = value;
+        return 0;
     case 'b':
     case 'C':
     case 'B':
+    case OPT_TF_CACHE:
         return take_size(config, option, value, error, size);
     default:
         return take_number(config, option, value, error, size);
@@ -266,6 +304,10 @@ static const struct option options[] = {{"config", required_argument, 0, 'F'},
                                         {"connection-memory", required_argument, 0, 'B'},
                                         {"replicate-prefix", required_argument, 0, 'R'},
                                         {"transport", required_argument, 0, 'X'},
+                                        {"transform-dir", required_argument, 0, OPT_TF_DIR},
+                                        {"transform-jobs", required_argument, 0, OPT_TF_JOBS},
+                                        {"transform-cpu-limit", required_argument, 0, OPT_TF_CPU},
+                                        {"transform-cache", required_argument, 0, OPT_TF_CACHE},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
 

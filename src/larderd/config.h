@@ -56,6 +56,11 @@ struct larderd_config {
     int num_replicate;
     /* --transport: how peers' READ answers travel (docs/protocol.md, "Transports") */
     enum { TRANSPORT_TCP, TRANSPORT_UCX, TRANSPORT_AUTO } transport; /* default TCP */
+    /* transforms (src/larderd/transform*.c, docs/transforms.md) */
+    const char *transform_dir;      /* --transform-dir: loadable transforms; NULL: none */
+    int transform_cpu_limit;        /* --transform-cpu-limit PERCENT (default 80; 0: never) */
+    int transform_jobs;             /* --transform-jobs: transforms run at once (0: the CPUs) */
+    uint64_t transform_cache_bytes; /* --transform-cache SIZE: the result cache (default 256M) */
 };
 
 /* The usage text, for --help (stdout) and for a usage error (stderr). */

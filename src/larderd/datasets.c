@@ -18,6 +18,7 @@
 #include "larderd.h"
 #include "cache.h"
 #include "fill.h"
+#include "index.h"
 #include "source.h"
 
 #include <errno.h>
@@ -248,6 +249,30 @@ static void entry_free(struct larderd *d, struct dataset_entry *e)
     memset(e, 0, sizeof *e);
 }
 
+/* The refusal of an unchecked index to an opener without OPEN_UNCHECKED. */
+static int refuse_unchecked(const char *url)
+{
+    return larder__fail(LARDER_EDENIED,
+                        "%s: index marked unchecked (no checksums): this daemon opens it only for "
+                        "its own user, whose bytes it cannot check for anyone else",
+                        url);
+}
+
+/* Whether the index at url (refused by larder_open) is one marked
+ * unchecked: asked again with the flag allowed, nothing kept. */
+static bool is_marked_unchecked(const char *url, const struct larderd *d)
+{
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                             .cache_dir = "",
+                             .daemon_socket = "",
+                             .allow_prefixes = d->config.num_allow ? d->config.allow : NULL,
+                             .allow_unchecked = 1};
+    larder_dataset *probe = NULL;
+    bool marked = larder_open(&probe, url, &o) == 0 && larder__dataset_index(probe)->unchecked;
+    larder_close(probe);
+    return marked;
+}
+
 /*
  * Open url into the free entry e and check all of it.  larder_open checks
  * the index's content against the id it claims before it touches the
@@ -256,7 +281,7 @@ static void entry_free(struct larderd *d, struct dataset_entry *e)
  * index, before any of it is served: records, keys and overlaps.  So no
  * index stands in for another in this registry or the cache.
  */
-static int open_entry(struct larderd *d, struct dataset_entry *e, const char *url)
+static int open_entry(struct larderd *d, struct dataset_entry *e, const char *url, bool unchecked)
 {
     /* never trust_index: an index from anywhere names only shards under
      * its own base, and with --allow, under one of those prefixes */
@@ -267,9 +292,13 @@ static int open_entry(struct larderd *d, struct dataset_entry *e, const char *ur
                              .daemon_socket = "",
                              .borrow_capacity = d->config.borrow_capacity,
                              .trust_index = 0,
-                             .allow_prefixes = d->config.num_allow ? d->config.allow : NULL};
+                             .allow_prefixes = d->config.num_allow ? d->config.allow : NULL,
+                             .allow_unchecked = unchecked};
     memset(e, 0, sizeof *e);
     int rc = larder_open(&e->dataset, url, &o);
+    if (rc == LARDER_EBADINDEX && !unchecked && is_marked_unchecked(url, d))
+        rc = refuse_unchecked(url);
+    if (rc == 0) e->unchecked = larder__dataset_index(e->dataset)->unchecked;
     if (rc == 0) rc = larder_validate(e->dataset);
     if (rc == 0) larder__dataset_id(e->dataset, &e->id_low, &e->id_high);
     if (rc == 0) { /* before any read: every shard's source is the entry's */
@@ -298,21 +327,24 @@ static int connect_members(struct larderd *d, struct dataset_entry *e, const cha
     return rc;
 }
 
-int open_dataset(struct larderd *d, const char *url, bool may_open, struct dataset_entry **out,
+int open_dataset(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
                  int *slot)
 {
     pthread_mutex_lock(&d->lock);
     int rc = 0;
+    bool unchecked = (how & OPEN_UNCHECKED) != 0;
     struct dataset_entry *e = find_by_url(d, url, slot), *same;
-    if (e) {
+    if (e && e->unchecked && !unchecked) {
+        rc = refuse_unchecked(url);
+    } else if (e) {
         *out = e;
-    } else if (!may_open) {
+    } else if (!(how & OPEN_NEW)) {
         rc = larder__fail(LARDER_ENOTFOUND, "dataset %s is not open on this node", url);
     } else if (d->num_datasets == MAX_DATASETS) {
         rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
     } else {
         e = &d->datasets[d->num_datasets];
-        rc = open_entry(d, e, url);
+        rc = open_entry(d, e, url, unchecked);
         if (rc == 0 && (same = find_by_id(d, e->id_low, e->id_high, e, slot))) {
             entry_free(d, e); /* the same content under another name: one entry */
             *out = same;
@@ -321,7 +353,9 @@ int open_dataset(struct larderd *d, const char *url, bool may_open, struct datas
         }
         if (rc == 0 && !(e->url = strdup(url))) rc = -ENOMEM;
         if (rc == 0) publication_adopt(d, e, url); /* a publication's owner is its producer */
-        if (rc == 0 && d->members.count > 1)
+        /* an unchecked dataset is read from its origin only: no peer is
+         * asked for it (nor may a peer OPEN it) */
+        if (rc == 0 && d->members.count > 1 && !e->unchecked)
             rc = connect_members(d, e, e->peer_url ? e->peer_url : url);
         if (rc == 0) {
             *slot = d->num_datasets++;

@@ -349,7 +349,7 @@ bool hints_request(struct connection *c, const struct larder__frame *f, const ui
     int allowed = may_open(c);
     struct dataset_entry *e = NULL;
     int slot = -1;
-    int rc = allowed < 0 ? allowed : open_dataset(d, url, allowed == 1, &e, &slot);
+    int rc = allowed < 0 ? allowed : open_dataset(d, url, open_how(c, allowed), &e, &slot);
     if (rc < 0) {
         if (rc == LARDER_EDENIED) say("HINT of %s refused: %s", url, larder_errmsg());
         send_error(c, f->request, rc, larder_errmsg());

@@ -113,10 +113,11 @@ struct dataset_entry {
     char *url;
     uint64_t id_low, id_high;
     struct larder__endpoint **members; /* one per member; NULL for this node */
-    const struct larderd *daemon;      /* whose members these are */
-    struct served served;              /* what the daemon answered to READs of it */
-    struct larder__pool *stripe_pool;  /* the dataset's pool, where the owners of a read's
-                                          chunks are read at once (NULL: in turn) */
+    bool unchecked; /* its index is marked unchecked: only for OPEN_UNCHECKED openers */
+    const struct larderd *daemon;     /* whose members these are */
+    struct served served;             /* what the daemon answered to READs of it */
+    struct larder__pool *stripe_pool; /* the dataset's pool, where the owners of a read's
+                                         chunks are read at once (NULL: in turn) */
     /* a publication (publish.c): every shard is fixed_owner's (its
      * producer), whose daemon peers OPEN it at peer_url (NULL: url) */
     bool fixed;         /* fixed_owner overrides the rendezvous owner */
@@ -155,7 +156,8 @@ struct larderd {
     volatile sig_atomic_t stopping;
     struct hints *hints; /* hints.c: pins and their expiry; NULL until the first hint */
     struct publications *publications; /* publish.c's name registry; NULL: none yet */
-    struct larder__ucx *ucx; /* ucx.c: the UCX hub peers' data goes over; NULL: TCP only */
+    struct larder__ucx *ucx;       /* ucx.c: the UCX hub peers' data goes over; NULL: TCP only */
+    struct transforms *transforms; /* transform.c: made on the first TRANSFORM; NULL: none */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -235,6 +237,9 @@ void run_loop(struct larderd *d, int unix_fd, int tcp_fd, int metrics_fd);
  * answer alone always fits); give them back. */
 void uncached_take(struct larderd *d, uint64_t length);
 void uncached_give(struct larderd *d, uint64_t length);
+/* Take length bytes of it without waiting: false, and nothing taken, when
+ * it would go past the budget (a transform's answer: the reader runs it). */
+bool uncached_try_take(struct larderd *d, uint64_t length);
 /* Handle one whole frame from c (of c->daemon): the answers go to c's
  * output queue, at once or from a worker (READ).  false closes the
  * connection at once (malformed input). */
@@ -243,6 +248,9 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
 /* Whether c may open an index not yet open here: 1 yes; 0 only datasets
  * already open; a negative code with a message: no OPEN at all. */
 int may_open(const struct connection *c);
+/* open_dataset's `how` for c, given may_open's answer: OPEN_UNCHECKED only
+ * for a local client of the daemon's own uid or root. */
+unsigned open_how(const struct connection *c, int allowed);
 
 /* publish.c: names (publish and consume), docs/protocol.md "Names" */
 /* PUBLISH, RESOLVE and ANNOUNCE from c (handle()'s cases): false closes at once. */
@@ -260,12 +268,19 @@ void publications_free(struct larderd *d);
 void hints_on_publish(struct larderd *d, const char *name, struct dataset_entry *e);
 
 /* datasets.c */
+/* open_dataset's `how`: */
+#define OPEN_NEW 1u /* open the index when it is not open yet */
+/* an index marked unchecked (flag 4, no checksums) may be taken: only for a
+ * local client of the daemon's own uid (or root), who could read its
+ * files itself (docs/security.md) */
+#define OPEN_UNCHECKED 2u
 /*
- * Find the dataset at `url`, or open it when `may_open` (through the
- * --allow prefixes, when given).  0 and *out and *slot (its index in
- * datasets[]), or a negative code with a message.
+ * Find the dataset at `url`, or open it when `how` has OPEN_NEW (through
+ * the --allow prefixes, when given); one marked unchecked only when `how`
+ * has OPEN_UNCHECKED, else LARDER_EDENIED.  0 and *out and *slot (its
+ * index in datasets[]), or a negative code with a message.
  */
-int open_dataset(struct larderd *d, const char *url, bool may_open, struct dataset_entry **out,
+int open_dataset(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
                  int *slot);
 /* The open dataset with that id and its slot, or NULL. */
 struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t high, int *slot);
@@ -368,6 +383,24 @@ void hints_free(struct larderd *d);
 /* Whether connection c may open an index not open here (requests.c): 1
  * yes, 0 only those open already, or a negative code with a message. */
 int may_open(const struct connection *c);
+/* open_dataset's `how` for c, given may_open's answer: OPEN_UNCHECKED only
+ * for a local client of the daemon's own uid or root. */
+unsigned open_how(const struct connection *c, int allowed);
+
+/* transform.c (docs/transforms.md) */
+/* A TRANSFORM frame from c: answered from the result cache, run on the
+ * transform pool, or answered raw for the reader to run.  false: malformed. */
+bool transform_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
+/* The transforms' placement, inputs and counters as a JSON object (STATS), and as metrics. */
+size_t transforms_json(struct larderd *d, char *out, size_t capacity);
+size_t transforms_metrics(struct larderd *d, char *out, size_t capacity);
+/* Set up the transforms and the sampler of their placement (main.c): 0 or -errno.
+ * Without it (unit tests), they are set up on the first request, unsampled. */
+int transforms_start(struct larderd *d);
+/* The pool transforms run on (made on first use; NULL when out of memory). */
+struct larder__pool *transforms_pool(struct larderd *d);
+/* Finish the transforms in flight and free them (after the READ pool stopped). */
+void transforms_free(struct larderd *d);
 
 /* metrics.c */
 /* The Prometheus text of every open dataset's counters (metrics.h formats it). */

@@ -95,7 +95,16 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
-    if ((rc = larderd_start(d)) < 0) {
+    if (d->config.transform_dir) { /* trusted code: the admin's directory (docs/transforms.md) */
+        int loaded = larder_transform_load_dir(d->config.transform_dir);
+        if (loaded < 0) {
+            say("--transform-dir: %s", larder_errmsg());
+            return 2;
+        }
+        say("loaded %d transform%s from %s", loaded, loaded == 1 ? "" : "s",
+            d->config.transform_dir);
+    }
+    if ((rc = larderd_start(d)) < 0 || (rc = transforms_start(d)) < 0) {
         say("cannot start: %s", larder_strerror(rc));
         return 1;
     }

@@ -251,6 +251,7 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
     larderd_classes_get(d, &classes);
     metrics_format_classes(&classes, out, capacity, &used);
     if (used < capacity) used += ucx_metrics_text(d, out + used, capacity - used); /* transports */
+    if (used < capacity) used += transforms_metrics(d, out + used, capacity - used);
     return used;
 }
 

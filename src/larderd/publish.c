@@ -526,9 +526,9 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         url = strdup(p->local);
         char *origin_url = p->origin ? strdup(p->origin) : NULL;
         pthread_mutex_unlock(&r->lock);
-        rc = url ? open_dataset(d, url, allowed == 1, &e, &slot) : -ENOMEM;
+        rc = url ? open_dataset(d, url, allowed == 1 ? OPEN_NEW : 0, &e, &slot) : -ENOMEM;
         if (rc == 0 && origin_url) {
-            rc = open_dataset(d, origin_url, true, &copy, &slot);
+            rc = open_dataset(d, origin_url, OPEN_NEW, &copy, &slot);
             if (rc == 0 && copy != e)
                 rc = larder__fail(LARDER_EUSAGE, "the written-through index %s is not %s's",
                                   origin_url, url);

@@ -184,7 +184,7 @@ static int take_publication(struct name_job *job, const struct larder__publicati
      * will open, checked to be the dataset the producer announced */
     struct dataset_entry *e = NULL;
     int slot;
-    rc = open_dataset(d, url, true, &e, &slot);
+    rc = open_dataset(d, url, OPEN_NEW, &e, &slot);
     free(url);
     /* (its entry may keep the announced producer as the first source of its
      * shards: bytes from there are checked like any others) */

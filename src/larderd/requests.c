@@ -69,6 +69,15 @@ void uncached_take(struct larderd *d, uint64_t length)
     pthread_mutex_unlock(&d->uncached_lock);
 }
 
+bool uncached_try_take(struct larderd *d, uint64_t length)
+{
+    pthread_mutex_lock(&d->uncached_lock);
+    bool room = d->uncached_bytes + length <= UNCACHED_BUDGET;
+    if (room) d->uncached_bytes += length;
+    pthread_mutex_unlock(&d->uncached_lock);
+    return room;
+}
+
 void uncached_give(struct larderd *d, uint64_t length)
 {
     if (!length) return;
@@ -246,6 +255,8 @@ static void stats_frame(struct connection *c, uint64_t request)
     used += (size_t)snprintf(p + used, capacity - used, ", \"classes\": ");
     size_t n = metrics_classes_json(&classes, p + used, capacity - used);
     used += n ? n : (size_t)snprintf(p + used, capacity - used, "{}");
+    used += (size_t)snprintf(p + used, capacity - used, ", \"transforms\": ");
+    used += transforms_json(d, p + used, capacity - used);
     used += (size_t)snprintf(p + used, capacity - used, "}");
     larder__wire_encode_header((uint8_t *)text, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
                                request);
@@ -336,6 +347,11 @@ int may_open(const struct connection *c)
                         (unsigned)c->uid);
 }
 
+unsigned open_how(const struct connection *c, int allowed)
+{
+    return (allowed == 1 ? OPEN_NEW : 0) | (!c->peer && c->own_user ? OPEN_UNCHECKED : 0);
+}
+
 static bool open_request(struct connection *c, const struct larder__frame *f,
                          const uint8_t *payload)
 {
@@ -346,7 +362,7 @@ static bool open_request(struct connection *c, const struct larder__frame *f,
     int allowed = may_open(c);
     struct dataset_entry *e = NULL;
     int slot = -1;
-    int rc = allowed < 0 ? allowed : open_dataset(c->daemon, url, allowed == 1, &e, &slot);
+    int rc = allowed < 0 ? allowed : open_dataset(c->daemon, url, open_how(c, allowed), &e, &slot);
     if (rc < 0) {
         if (rc == LARDER_EDENIED) say("OPEN of %s refused: %s", url, larder_errmsg());
         send_error(c, f->request, rc, larder_errmsg());
@@ -443,6 +459,8 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
         return announce_request(c, f, payload);
     case LARDER__UCX_OFFER:
         return ucx_offer(c, f, payload);
+    case LARDER__TRANSFORM:
+        return transform_request(c, f, payload);
     default:
         return false; /* answers are not requests */
     }

@@ -63,7 +63,8 @@ void larderd_free(struct larderd *d)
     d->peer_pool = NULL;
     larder__pool_free(d->pool);
     d->pool = NULL;
-    hints_free(d); /* after the pool: its staging jobs hold hints */
+    hints_free(d);      /* after the pool: its staging jobs hold hints */
+    transforms_free(d); /* its raw answers ran on the pool; now its own workers */
     /* d->hints left: a hint thread still waits on a member (hints_free
      * gave it 10 s); the datasets, their member endpoints and the members
      * it uses stay, for the process is ending */

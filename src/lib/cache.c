@@ -204,8 +204,15 @@ int larder__cache_open(struct larder__cache **out, const char *dir, const struct
                             block_size);
     struct larder__cache *c = calloc(1, sizeof *c);
     if (!c) return -ENOMEM;
+    c->trace_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->evict_lock, NULL);
+    c->trace_fd = -1;
+    const char *policy = getenv("LARDER_EVICT");
+    c->evict_clock = policy && strcmp(policy, "clock") == 0;
+    if (policy && strcmp(policy, "clock") != 0 && strcmp(policy, "plan") != 0)
+        larder__log(LARDER_LOG_WARN, "LARDER_EVICT=%s: not clock or plan; evicting by plan",
+                    policy);
     c->block_size = block_size;
     while ((1u << c->block_shift) < block_size)
         c->block_shift++;
@@ -250,6 +257,10 @@ int larder__cache_open(struct larder__cache **out, const char *dir, const struct
      * process sharing this cache (the daemon's --cache-size); one that
      * sets none follows it */
     if (capacity) __atomic_store_n(&c->header->capacity, capacity, __ATOMIC_RELEASE);
+    larder__share_open(c, dir, ix->id_low, ix->id_high); /* LARDER_NODE_CACHE_SIZE */
+    const char *trace = getenv("LARDER_EVICT_TRACE");
+    if (trace && trace[0])
+        c->trace_fd = larder__sys.open(trace, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
     *out = c;
     return 0;
 }
@@ -257,6 +268,10 @@ int larder__cache_open(struct larder__cache **out, const char *dir, const struct
 void larder__cache_close(struct larder__cache *c)
 {
     if (!c) return;
+    larder__nextuse_free(c->nextuse);
+    larder__share_close(c->share);
+    larder__cache_plans_detach(c);
+    if (c->trace_fd >= 0) larder__sys.close(c->trace_fd);
     if (c->header) munmap(c->header, c->map_size);
     if (c->data_fds)
         for (uint64_t i = 0; i < c->num_shards; i++)

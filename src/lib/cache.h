@@ -35,6 +35,7 @@
 #define LARDER_CACHE_H
 
 #include "index.h"
+#include "plan.h"
 
 struct larder__cache;
 
@@ -178,5 +179,70 @@ LARDER__HIDDEN void larder__cache_stats(const struct larder__cache *cache, larde
 LARDER__HIDDEN struct larder__cache_counters *larder__cache_counters(struct larder__cache *cache);
 LARDER__HIDDEN void larder__cache_count(uint64_t *counter, uint64_t amount);
 LARDER__HIDDEN void larder__cache_record_fill(struct larder__cache *cache, uint64_t microseconds);
+
+/*
+ * Eviction by next use (cache_plans.c, cache_nextuse.c; docs/cache.md
+ * "Eviction").  Readers register their plan in DIR/<id>/plans and store
+ * their position there as they go; whichever process evicts computes,
+ * from every live plan of the node, the step at which each resident
+ * block is read next, and evicts the block read farthest in the future
+ * first (Belady's rule, online: the plan is the future).  A dataset
+ * with no live plan, or LARDER_EVICT=clock in the evicting process,
+ * keeps the clock.  LARDER_EVICT_TRACE=FILE appends the blocks of every
+ * sample a reader asks for (one line "FIRST LAST" in global block
+ * numbers), for bench/belady.py to replay.
+ */
+#define LARDER__CACHE_PLAN_SLOTS 64
+
+/* One live plan of the registry, as read back. */
+struct larder__cache_plan {
+    int slot;
+    struct larder__plan_params params;
+};
+
+/* Register a reader's plan; returns its slot (>= 0) or a negative code
+ * (LARDER_EUNSUPPORTED for a plan with denied samples; -EAGAIN when 64
+ * live readers hold every slot). */
+LARDER__HIDDEN int larder__cache_plan_register(struct larder__cache *cache,
+                                               const struct larder__plan_params *params);
+/* The reader of `slot` has consumed `consumed` of its own steps (one atomic store). */
+LARDER__HIDDEN void larder__cache_plan_advance(struct larder__cache *cache, int slot,
+                                               uint64_t consumed);
+LARDER__HIDDEN void larder__cache_plan_unregister(struct larder__cache *cache, int slot);
+/* The live, sane plans of this dataset (num_samples: its N), at most `max`. */
+LARDER__HIDDEN int larder__cache_plans_live(struct larder__cache *cache, uint64_t num_samples,
+                                            struct larder__cache_plan *out, int max);
+LARDER__HIDDEN uint64_t larder__cache_plan_consumed(struct larder__cache *cache, int slot);
+/* Bumped whenever a plan comes, goes or changes (0 without a registry). */
+LARDER__HIDDEN uint64_t larder__cache_plans_generation(struct larder__cache *cache);
+
+/* What next use needs of the dataset: its index and shard map (from the
+ * fill engine, which owns them; NULL, NULL before it frees them). */
+struct larder__shard_map;
+LARDER__HIDDEN void larder__cache_set_layout(struct larder__cache *cache,
+                                             const struct larder__index *ix,
+                                             const struct larder__shard_map *map);
+/*
+ * Admission: whether blocks [first, last] of `shard` should be kept when
+ * stored now.  False only when the cache is full, plans are known, and
+ * every one of the blocks is next read later than every resident block
+ * (it would be the next to go: read it through instead).  A use at a
+ * reader's current step counts as to come: the reader (or its prefetcher,
+ * racing it) may be reading the blocks now, and a block read through
+ * there would be fetched twice.
+ */
+LARDER__HIDDEN bool larder__cache_admit(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                        uint64_t last);
+/* Steps until block `block` of `shard` is read next by a live plan of the
+ * node (0: in the current step), or UINT64_MAX when none reads it in this
+ * epoch or the next.  For tests and the benchmark. */
+LARDER__HIDDEN uint64_t larder__cache_next_use(struct larder__cache *cache, uint32_t shard,
+                                               uint64_t block);
+/* The most a reader's prefetch window may hold, in bytes, so that what it
+ * stages is not evicted before it is read: a share of the capacity (0: no limit). */
+LARDER__HIDDEN uint64_t larder__cache_window_bytes(struct larder__cache *cache, int readers);
+/* Record that a reader asks for blocks [first, last] of `shard` (LARDER_EVICT_TRACE). */
+LARDER__HIDDEN void larder__cache_trace(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                        uint64_t last);
 
 #endif

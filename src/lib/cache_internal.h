@@ -71,6 +71,12 @@ struct larder__cache {
     size_t num_retired, cap_retired;
     bool warned_full;
     pthread_mutex_t evict_lock;
+    /* Eviction by next use (cache_plans.c, cache_nextuse.c). */
+    struct plans_file *plans;        /* DIR/plans, mapped on first use (c->lock) */
+    bool evict_clock;                /* LARDER_EVICT=clock: the clock even with plans */
+    int trace_fd;                    /* LARDER_EVICT_TRACE, or -1 */
+    struct larder__nextuse *nextuse; /* under evict_lock */
+    struct larder__share *share;     /* LARDER_NODE_CACHE_SIZE (cache_share.c); evict_lock */
 };
 
 /* The bitmaps are shared by every process of the node: bits change
@@ -108,5 +114,40 @@ static inline void disturbed(struct larder__cache *c)
 {
     __atomic_fetch_add(&c->header->generation, 1, __ATOMIC_ACQ_REL);
 }
+
+/* Next use (cache_nextuse.c): pick and evict by it; false when there is
+ * no live plan (the caller runs the clock).  Call with evict_lock held. */
+LARDER__HIDDEN bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit,
+                                         bool pins);
+LARDER__HIDDEN void larder__nextuse_free(struct larder__nextuse *n);
+LARDER__HIDDEN void larder__cache_plans_detach(struct larder__cache *c);
+/* The resident block next use would evict next (its weighed use in *use),
+ * or UINT64_MAX (no live plan, nothing left); and evicting it.  Call with
+ * evict_lock held. */
+LARDER__HIDDEN uint64_t larder__nextuse_farthest(struct larder__cache *c, bool pins, uint64_t *use);
+LARDER__HIDDEN bool larder__nextuse_evict_farthest(struct larder__cache *c, int lock_fd,
+                                                   uint64_t block);
+/* Pick candidates again when due (and publish them, with a node capacity). */
+LARDER__HIDDEN void larder__nextuse_refresh(struct larder__cache *c, bool pins);
+
+/* One capacity for the datasets of a cache directory (cache_share.c). */
+#define LARDER__SHARE_VICTIMS 128
+LARDER__HIDDEN void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_low,
+                                       uint64_t id_high);
+LARDER__HIDDEN void larder__share_close(struct larder__share *share);
+/* Publish the blocks this dataset would drop first, farthest first. */
+LARDER__HIDDEN void larder__share_publish(struct larder__cache *c, const uint64_t *blocks,
+                                          const uint64_t *uses, size_t count);
+/* Whether the node's datasets would hold more than its capacity with
+ * more_bytes more; and the farthest next use another dataset published. */
+LARDER__HIDDEN bool larder__share_over(struct larder__cache *c, uint64_t more_bytes);
+LARDER__HIDDEN bool larder__share_farthest(struct larder__cache *c, uint64_t *use);
+/* Evict (here or in another dataset) until the node is within its capacity. */
+LARDER__HIDDEN void larder__share_trim(struct larder__cache *c, int lock_fd, bool pins);
+
+/* Evict block b (global) unless its fill lock is held; true when it did. */
+LARDER__HIDDEN bool larder__cache_evict_one(struct larder__cache *c, int lock_fd, uint64_t b);
+/* Shard of a global block number. */
+LARDER__HIDDEN uint32_t larder__cache_shard_of(const struct larder__cache *c, uint64_t global);
 
 #endif

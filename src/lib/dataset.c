@@ -121,6 +121,22 @@ static int open_source(void *context, uint32_t shard, struct larder__source **ou
     return d->wrap(d->wrap_context, shard, origin, out);
 }
 
+/*
+ * An index marked unchecked (flag 4) has no checksums, so every check of
+ * what is read through it passes: taken only from an opener that asked for
+ * it (the mount, for the index it made itself), never from an index that
+ * merely says so.  0 or LARDER_EBADINDEX.
+ */
+static int refuse_unchecked(const larder_dataset *d)
+{
+    if (!d->ix.unchecked || (d->options.version >= 3 && d->options.allow_unchecked)) return 0;
+    return larder__fail(LARDER_EBADINDEX,
+                        "%s: index marked unchecked (flag 4: made from a listing alone, with no "
+                        "checksums); refused: only the process that made it may open it "
+                        "(larder mount of plain files)",
+                        d->url);
+}
+
 int larder_open(larder_dataset **out, const char *url, const larder_open_options *options)
 {
     if (!out || !url) return larder__fail(LARDER_EUSAGE, "larder_open: NULL argument");
@@ -134,6 +150,8 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
     }
     if (options && options->version == 1) /* a version 1 struct ends before trust_index */
         memcpy(&d->options, options, offsetof(larder_open_options, trust_index));
+    else if (options && options->version == 2) /* ends before allow_unchecked */
+        memcpy(&d->options, options, offsetof(larder_open_options, allow_unchecked));
     else if (options)
         d->options = *options;
     const char *const *allow = d->options.version >= 2 ? d->options.allow_prefixes : NULL;
@@ -144,6 +162,7 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
     int rc = larder__allowed(url, allow, "index");
     if (rc == 0) rc = load_index(d);
     if (rc == 0) rc = larder__index_parse(&d->ix, d->image, d->image_size, d->url);
+    if (rc == 0) rc = refuse_unchecked(d);
     if (rc == 0) rc = locate_shards(d, allow);
     if (rc == 0 && cache_dir && cache_dir[0]) rc = open_cache(d, cache_dir, daemon);
     if (rc == 0 && daemon && daemon[0]) rc = connect_daemon(d, daemon);

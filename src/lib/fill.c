@@ -51,6 +51,8 @@ void larder__fill_free(struct larder__fill *f)
         for (uint64_t i = 0; i < f->ix->num_shards; i++)
             larder__source_close(f->sources[i]);
     free(f->sources);
+    if (f->cache && f->map)
+        larder__cache_set_layout(f->cache, NULL, NULL); /* before the map goes */
     larder__shard_map_free(f->map);
     larder__block_sums_free(f->sums);
     free(f->verified);
@@ -116,6 +118,7 @@ int larder__fill_direct(struct larder__fill *f, const struct larder__sample *s, 
 static int check_sample(const struct larder__fill *f, const struct larder__sample *s, uint64_t id,
                         const void *data)
 {
+    if (f->ix->unchecked) return 0; /* a listing-only index: nothing to check against */
     uint64_t got = XXH3_64bits(data, (size_t)s->length);
     if (got != s->checksum)
         return larder__fail(LARDER_ECHECKSUM,
@@ -179,7 +182,7 @@ static bool read_resident(struct larder__fill *f, const struct larder__sample *s
     bool steady = larder__cache_generation(c) == generation &&
                   larder__cache_present(c, s->shard, first, last);
     if (!steady || !trusted || !verified(f, id, generation)) {
-        if (!larder__checksum_ok(s, buf) || !larder__cache_present(c, s->shard, first, last))
+        if (!larder__checksum_ok(f->ix, s, buf) || !larder__cache_present(c, s->shard, first, last))
             return false;
         if (steady && trusted) mark_verified(f, id, generation);
     }
@@ -291,9 +294,10 @@ int larder__fill_shard_map(struct larder__fill *f, struct larder__shard_map **ou
     int rc = f->map_error;
     if (!f->map && rc == 0) {
         rc = larder__shard_map_new(&map, f->ix);
-        if (rc == 0)
+        if (rc == 0) {
             __atomic_store_n(&f->map, map, __ATOMIC_RELEASE);
-        else if (rc != -ENOMEM) { /* a bad index stays bad: say why on every fill */
+            if (f->cache) larder__cache_set_layout(f->cache, f->ix, map); /* for next use */
+        } else if (rc != -ENOMEM) { /* a bad index stays bad: say why on every fill */
             f->map_error = rc;
             snprintf(f->map_message, sizeof f->map_message, "%s", larder_errmsg());
         }
@@ -328,11 +332,18 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
         uint8_t what = keep[b - p->first];
         if (what == LARDER__KEEP_CHECKED && fetched[b - p->first] == BLOCK_CACHED)
             larder__cache_trust(c, shard, b, end);
-        else if (what != LARDER__DISCARD && fetched[b - p->first] != BLOCK_CACHED &&
-                 larder__cache_store(
-                     c, shard, b, end, span + larder__cache_block_offset(c, b) - start,
-                     fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0)
-            return; /* disk full: served uncached (the cache counts it and warns once) */
+        else if (what != LARDER__DISCARD && fetched[b - p->first] != BLOCK_CACHED)
+            /* admission, block by block: what would be the next to go is read through */
+            for (uint64_t x = b, y; x <= end; x = y + 1) {
+                y = x;
+                if (!larder__cache_admit(c, shard, x, x)) continue;
+                while (y < end && larder__cache_admit(c, shard, y + 1, y + 1))
+                    y++;
+                if (larder__cache_store(
+                        c, shard, x, y, span + larder__cache_block_offset(c, x) - start,
+                        fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0)
+                    return; /* disk full: served uncached (the cache counts it and warns once) */
+            }
         b = end + 1;
     }
 }
@@ -450,7 +461,7 @@ static int fill(struct larder__fill *f, const struct larder__sample *s, uint64_t
 int larder__fill_check(const struct larder__fill *f, const struct larder__sample *s, uint64_t id,
                        const void *buf)
 {
-    return larder__checksum_ok(s, buf) ? 0 : check_sample(f, s, id, buf);
+    return larder__checksum_ok(f->ix, s, buf) ? 0 : check_sample(f, s, id, buf);
 }
 
 int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, uint64_t id,
@@ -466,6 +477,7 @@ int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, 
     }
     uint64_t first, last;
     larder__cache_blocks(f->cache, s->offset, s->length, &first, &last);
+    larder__cache_trace(f->cache, s->shard, first, last);
     if (read_resident(f, s, id, first, last, buf)) {
         larder__cache_count(&k->hits, 1);
         return 0;

@@ -152,7 +152,7 @@ uint64_t larder__fill_scope_check(const struct larder__index *ix, struct larder_
         uint64_t id = larder__shard_map_id(map, q);
         struct larder__sample s;
         larder__index_sample_range(ix, id, &s);
-        ok[q - p->check_first] = larder__checksum_ok(&s, span + (s.offset - span_start));
+        ok[q - p->check_first] = larder__checksum_ok(ix, &s, span + (s.offset - span_start));
         if (!ok[q - p->check_first] && q >= p->need_first && q < p->need_last &&
             bad_needed == UINT64_MAX)
             bad_needed = id;

@@ -170,15 +170,20 @@ int larder__index_parse(struct larder__index *ix, const void *image, uint64_t si
     ix->block_size = larder__le32(h + H_BLOCK_SIZE);
     uint64_t file_size = larder__le64(h + H_FILE_SIZE);
     uint32_t flags = larder__le32(h + H_FLAGS);
-    uint32_t known_flags = ix->version >= 3
-                               ? LARDER__INDEX_FLAG_BASE | LARDER__INDEX_FLAG_BLOCK_SUMS
-                           : ix->version >= 2 ? LARDER__INDEX_FLAG_BASE
-                                              : 0;
+    uint32_t known_flags =
+        ix->version >= 3
+            ? LARDER__INDEX_FLAG_BASE | LARDER__INDEX_FLAG_BLOCK_SUMS | LARDER__INDEX_FLAG_UNCHECKED
+        : ix->version >= 2 ? LARDER__INDEX_FLAG_BASE
+                           : 0;
     if (flags & ~known_flags)
         return larder__fail(LARDER_EBADINDEX, "%s: unknown flags %#x at offset %d", name, flags,
                             H_FLAGS);
     /* bytes 112-119 were reserved before version 3; versions 1 and 2 are
      * read as they always were */
+    ix->unchecked = (flags & LARDER__INDEX_FLAG_UNCHECKED) != 0;
+    if (ix->unchecked && (flags & LARDER__INDEX_FLAG_BLOCK_SUMS))
+        return larder__fail(LARDER_EBADINDEX, "%s: block checksums in an index marked unchecked",
+                            name);
     if (ix->version >= 3) {
         ix->num_block_sums = larder__le64(h + H_NUM_BLOCK_SUMS);
         if (!(flags & LARDER__INDEX_FLAG_BLOCK_SUMS) && ix->num_block_sums != 0)

@@ -16,6 +16,9 @@
 #define LARDER__INDEX_VERSION 3
 #define LARDER__INDEX_FLAG_BASE 1u       /* version 2: the header names the shards' base */
 #define LARDER__INDEX_FLAG_BLOCK_SUMS 2u /* version 3: some shards have per-block checksums */
+/* version 3: no checksums at all (a listing-only index of plain files, made by
+ * `larder mount` from sizes alone): samples are read unchecked */
+#define LARDER__INDEX_FLAG_UNCHECKED 4u
 #define LARDER__INDEX_HEADER_SIZE 128
 #define LARDER__INDEX_SHARD_SIZE 32
 #define LARDER__INDEX_SAMPLE_SIZE 48
@@ -48,6 +51,7 @@ struct larder__index {
     uint64_t shard_bytes;     /* sum of the shard sizes (at most LARDER__MAX_DATASET_SIZE) */
     const char *base;         /* version 2: where shard names are relative to; else NULL */
     uint64_t num_block_sums;  /* version 3: entries of the block checksum table; else 0 */
+    bool unchecked;           /* version 3, LARDER__INDEX_FLAG_UNCHECKED: no checksums to check */
     const uint8_t *shards, *samples, *fields, *dims, *key_slots, *block_sums, *strings;
 };
 
@@ -141,6 +145,9 @@ LARDER__HIDDEN void larder__index_builder_free(struct larder__index_builder *bui
  * NULL clears it.  0 or a negative code. */
 LARDER__HIDDEN int larder__index_builder_set_base(struct larder__index_builder *builder,
                                                   const char *base);
+/* Mark the index unchecked (LARDER__INDEX_FLAG_UNCHECKED, version 3): its
+ * checksums are not there to check (a listing-only index). */
+LARDER__HIDDEN void larder__index_builder_set_unchecked(struct larder__index_builder *builder);
 /* Add a shard; returns its number (>= 0) or a negative code. */
 LARDER__HIDDEN int64_t larder__index_builder_add_shard(struct larder__index_builder *builder,
                                                        const char *name, uint32_t format);

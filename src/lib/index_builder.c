@@ -51,7 +51,8 @@ struct larder__index_builder {
     /* key slots (same encoding as the file) for duplicate detection */
     uint64_t *slots;
     uint64_t num_slots;
-    char *base; /* NULL, or the base shard names are relative to (makes a version 2 index) */
+    char *base;     /* NULL, or the base shard names are relative to (makes a version 2 index) */
+    bool unchecked; /* no checksums: LARDER__INDEX_FLAG_UNCHECKED (makes a version 3 index) */
     /* per-block checksums of the shards that have them (make a version 3
      * index), in the order they were set; written in shard order */
     uint64_t *block_sums;
@@ -96,6 +97,11 @@ void larder__index_builder_free(struct larder__index_builder *b)
     free(b->base);
     free(b->block_sums);
     free(b);
+}
+
+void larder__index_builder_set_unchecked(struct larder__index_builder *b)
+{
+    b->unchecked = true;
 }
 
 int larder__index_builder_set_base(struct larder__index_builder *b, const char *base)
@@ -398,9 +404,10 @@ static void encode_header(const struct larder__index_builder *b, uint8_t *header
      * older readers keep reading what they can read right, and refuse
      * what they would misread */
     bool sums = has_block_sums(b);
-    larder__put_le32(header + H_VERSION, sums ? 3 : b->base ? 2 : 1);
-    uint32_t flags =
-        (b->base ? LARDER__INDEX_FLAG_BASE : 0) | (sums ? LARDER__INDEX_FLAG_BLOCK_SUMS : 0);
+    larder__put_le32(header + H_VERSION, sums || b->unchecked ? 3 : b->base ? 2 : 1);
+    uint32_t flags = (b->base ? LARDER__INDEX_FLAG_BASE : 0) |
+                     (sums ? LARDER__INDEX_FLAG_BLOCK_SUMS : 0) |
+                     (b->unchecked ? LARDER__INDEX_FLAG_UNCHECKED : 0);
     larder__put_le32(header + H_FLAGS, flags);
     if (b->base) larder__put_le64(header + H_BASE, base_offset);
     if (sums) larder__put_le64(header + H_NUM_BLOCK_SUMS, b->num_block_sums);

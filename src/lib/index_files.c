@@ -27,10 +27,20 @@
 
 #define DEFAULT_LARGE_FILE (UINT64_C(4) << 20)
 
+/* What a listing says of a file: its size (UINT64_MAX: not listed) and a
+ * stamp of its version (local files: file_stamp; S3: its ETag and
+ * LastModified), which a listing-only index records in place of the
+ * checksum it cannot have, so a file changed at the same size gives
+ * another dataset id (and so another cache) at the next listing. */
+struct listed {
+    uint64_t size, stamp;
+};
+
 /* The names to index, relative to the root, and what the walk needs. */
 struct names {
     char **items;
-    size_t count, capacity;
+    struct listed *listed; /* each item's size and version as listed */
+    size_t count, capacity, listed_capacity;
     uint64_t total_bytes; /* sizes seen while listing (local roots) */
     const char *root;     /* local: absolute, without a trailing '/' */
     const char *index;    /* the index's absolute path: skipped */
@@ -75,11 +85,25 @@ static void skip(const char *name, const char *why)
     larder__log(LARDER_LOG_WARN, "%s: skipped, %s", name, why);
 }
 
-static int add_name(struct names *n, const char *name, size_t length)
+/* A local file's version: what changes when it is written or replaced
+ * (its modification and change times to the nanosecond, the change time
+ * being one no user can set back; its inode and device). */
+static uint64_t file_stamp(const struct stat *st)
 {
-    if (larder__reserve((void **)&n->items, &n->capacity, n->count + 1, sizeof *n->items) < 0)
+    uint64_t v[6] = {(uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec,
+                     (uint64_t)st->st_ctim.tv_sec, (uint64_t)st->st_ctim.tv_nsec,
+                     (uint64_t)st->st_ino,         (uint64_t)st->st_dev};
+    return XXH3_64bits(v, sizeof v);
+}
+
+static int add_name(struct names *n, const char *name, size_t length, uint64_t size, uint64_t stamp)
+{
+    if (larder__reserve((void **)&n->items, &n->capacity, n->count + 1, sizeof *n->items) < 0 ||
+        larder__reserve((void **)&n->listed, &n->listed_capacity, n->count + 1, sizeof *n->listed) <
+            0)
         return -ENOMEM;
     if (!(n->items[n->count] = strndup(name, length))) return -ENOMEM;
+    n->listed[n->count] = (struct listed){.size = size, .stamp = stamp};
     n->count++;
     return 0;
 }
@@ -153,7 +177,8 @@ static int walk(struct names *n, const char *rel)
             ; /* the index itself, or its writer's temporary file */
         else if ((why = refused(child)))
             skip(child, why);
-        else if ((rc = add_name(n, child, strlen(child))) == 0)
+        else if ((rc = add_name(n, child, strlen(child), (uint64_t)st.st_size, file_stamp(&st))) ==
+                 0)
             n->total_bytes += (uint64_t)st.st_size;
         free(child), free(path);
     }
@@ -208,12 +233,14 @@ static int read_list(struct names *n, const char *list, bool local)
                     skip(name, "not a regular file");
                 else if (!realpath(full, resolved) || strcmp(resolved, full) != 0)
                     skip(name, "a symbolic link, '.' or '//' on its path");
-                else if (!is_own_index(n, full) && (rc = add_name(n, name, length)) == 0)
+                else if (!is_own_index(n, full) &&
+                         (rc = add_name(n, name, length, (uint64_t)st.st_size, file_stamp(&st))) ==
+                             0)
                     n->total_bytes += (uint64_t)st.st_size;
             }
             free(full);
         } else {
-            rc = add_name(n, name, length);
+            rc = add_name(n, name, length, UINT64_MAX, 0);
         }
         free(name);
     }
@@ -222,7 +249,7 @@ static int read_list(struct names *n, const char *list, bool local)
 }
 
 /* An object S3 listed: indexed unless its name is refused (or it is a folder marker). */
-static int on_object(void *userdata, const char *name, size_t length, uint64_t size)
+static int on_object(void *userdata, const char *name, size_t length, uint64_t size, uint64_t stamp)
 {
     struct names *n = userdata;
     if (length && name[length - 1] == '/' && size == 0) return 0;
@@ -232,7 +259,7 @@ static int on_object(void *userdata, const char *name, size_t length, uint64_t s
     int rc = 0;
     if (why)
         skip(copy, why);
-    else if ((rc = add_name(n, name, length)) == 0)
+    else if ((rc = add_name(n, name, length, size, stamp)) == 0)
         n->total_bytes += size;
     free(copy);
     return rc;
@@ -318,6 +345,33 @@ static int index_file(struct larder__index_builder *b, const char *location, con
     int64_t id = larder__index_builder_add_sample(b, (uint32_t)shard, 0, h->size, checksum, key,
                                                   strlen(key), &field, 1);
     *bytes += h->size;
+    return id < 0 ? (int)id : 0;
+}
+
+/*
+ * Add `name` as shard and sample `key` as listed, nothing read
+ * (listing_only): no checksum, the index marked unchecked; the sample's
+ * checksum field holds the listing's stamp of the file's version instead
+ * (docs/format.md, flag 4), never checked, so that the dataset id (a hash
+ * of the whole index) changes when a file does.
+ */
+static int list_file(struct larder__index_builder *b, const char *name, const char *key,
+                     struct listed listed, uint64_t *bytes)
+{
+    uint64_t size = listed.size;
+    if (size == UINT64_MAX)
+        return larder__fail(LARDER_EUNSUPPORTED,
+                            "%s: no size listed (a network list of names): cannot index it "
+                            "from the listing only",
+                            key);
+    int64_t shard = larder__index_builder_add_shard(b, name, LARDER_FORMAT_FLAT);
+    if (shard < 0) return (int)shard;
+    larder__index_builder_set_shard(b, (uint32_t)shard, size, 0);
+    char buf[256];
+    struct larder__field field = {.name = field_name(key, buf, sizeof buf), .length = size};
+    int64_t id = larder__index_builder_add_sample(b, (uint32_t)shard, 0, size, listed.stamp, key,
+                                                  strlen(key), &field, 1);
+    *bytes += size;
     return id < 0 ? (int)id : 0;
 }
 
@@ -440,6 +494,7 @@ int larder_index_files(const char *root, const char *index_path,
     if (rc == 0 && n.count == 0) rc = larder__fail(LARDER_EEMPTY, "%s: no files to index", root);
     if (rc == 0) rc = larder__index_builder_new(&b, o.block_size);
     if (rc == 0 && base) rc = larder__index_builder_set_base(b, base);
+    if (rc == 0 && o.listing_only) larder__index_builder_set_unchecked(b);
     uint64_t done = 0, bytes = 0;
     struct hashing h = {.shift = shift,
                         .done = &done,
@@ -460,6 +515,8 @@ int larder_index_files(const char *root, const char *index_path,
                      root_abs[strlen(root_abs) - 1] == '/' ? "" : "/", key);
             if ((why = refused(name)))
                 rc = larder__fail(LARDER_EUSAGE, "%s: cannot be named in an index: %s", name, why);
+            else if (o.listing_only)
+                rc = list_file(b, name, key, n.listed[i], &bytes);
             else
                 rc = index_file(b, location, name, key, o.large_file, &h, &bytes);
         }
@@ -477,6 +534,7 @@ int larder_index_files(const char *root, const char *index_path,
     for (size_t i = 0; i < n.count; i++)
         free(n.items[i]);
     free(n.items);
+    free(n.listed);
     free(h.sums);
     free(root_abs), free(index_abs), free(index_dir), free(base), free(prefix);
     return rc;

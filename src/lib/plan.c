@@ -540,3 +540,24 @@ int larder_plan_default_deny(const char *index_url, char *path, size_t capacity)
         return larder__fail(LARDER_ETOOSMALL, "larder_plan_default_deny: path too long");
     return access(path, F_OK) == 0 ? 1 : 0;
 }
+
+/* ---- what the node cache's next-use eviction needs (cache_plans.c) ------- */
+
+int larder__plan_params_get(const larder_plan *p, struct larder__plan_params *out)
+{
+    if (!p || !out) return larder__fail(LARDER_EUSAGE, "larder__plan_params_get: NULL");
+    *out = (struct larder__plan_params){.seed = p->seed,
+                                        .epoch = p->epoch,
+                                        .global_batch = p->global_batch,
+                                        .start_step = p->start_step,
+                                        .num_samples = p->dataset_samples,
+                                        .world = p->world,
+                                        .rank = p->rank,
+                                        .workers = p->workers,
+                                        .worker = p->worker,
+                                        .mode = (uint32_t)p->mode,
+                                        .locality_window = (uint32_t)p->window,
+                                        .pad = p->pad,
+                                        .denied = p->num_denied};
+    return 0;
+}

@@ -92,4 +92,21 @@ struct larder__plan_source {
 LARDER__HIDDEN int larder__plan_create(larder_plan **out, const struct larder__plan_source *source,
                                        const larder_plan_options *options);
 
+/*
+ * The integers that name a plan (what the node cache's plan registry
+ * keeps so that another process can rebuild the order: cache_plans.c).
+ * A plan with denied samples cannot be rebuilt from them: `denied` says
+ * how many it has.
+ */
+struct larder__plan_params {
+    uint64_t seed, epoch, global_batch, start_step;
+    uint64_t num_samples; /* N, the dataset's samples */
+    uint32_t world, rank, workers, worker;
+    uint32_t mode, locality_window;
+    bool pad;
+    uint64_t denied;
+};
+LARDER__HIDDEN int larder__plan_params_get(const larder_plan *plan,
+                                           struct larder__plan_params *out);
+
 #endif

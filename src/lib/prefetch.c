@@ -10,7 +10,15 @@
  * most max_inflight fills queued or running (bounded memory: one sample
  * buffer per fill), stops at the end of the epoch, and on stop waits for
  * its fills to finish.
+ *
+ * With a capacity, the reader's plan is registered with the node cache
+ * (cache_plans.c) and its position published there too, so that every
+ * process evicts by next use (cache_nextuse.c).  Admission: a sample whose
+ * blocks would be the next to go is not staged (the reader reads it
+ * through), and the window is cut to a share of the capacity, so what is
+ * staged is not evicted before it is read.
  */
+#include "cache.h"
 #include "dataset.h"
 #include "fill.h"
 #include "pool.h"
@@ -33,6 +41,9 @@ struct larder_prefetch {
     int inflight;
     bool stopping;
     uint64_t fills, failures; /* counters, under lock */
+    int slot;                 /* the plan's slot in the cache's registry, or -1 */
+    uint64_t start_after;     /* stage nothing before the reader consumed this many steps */
+    uint64_t skipped;         /* samples not staged: they would be evicted first */
 };
 
 struct fill_task {
@@ -58,6 +69,52 @@ static void fill_task(void *arg)
     free(t);
 }
 
+/* Whether staging sample `id` now keeps it until it is read (admission). */
+static bool admitted(struct larder_prefetch *p, uint64_t id)
+{
+    struct larder__cache *c = larder__dataset_cache(p->dataset);
+    struct larder__sample s;
+    if (!c || p->slot < 0 ||
+        larder__index_sample_range(larder__dataset_index(p->dataset), id, &s) < 0)
+        return true;
+    uint64_t first, last;
+    larder__cache_blocks(c, s.offset, s.length, &first, &last);
+    return larder__cache_admit(c, s.shard, first, last);
+}
+
+/* Register the plan with the node cache, and cut the window to what the
+ * capacity holds for every live reader. */
+static void register_plan(struct larder_prefetch *p)
+{
+    p->slot = -1;
+    struct larder__cache *c = larder__dataset_cache(p->dataset);
+    struct larder__plan_params params;
+    if (!c || larder__plan_params_get(p->plan, &params) < 0) return;
+    int slot = larder__cache_plan_register(c, &params);
+    if (slot < 0) {
+        larder__log(LARDER_LOG_INFO, "%s; eviction ignores this reader's plan", larder_errmsg());
+        return;
+    }
+    p->slot = slot;
+    const struct larder__index *ix = larder__dataset_index(p->dataset);
+    struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
+    int readers = larder__cache_plans_live(c, ix->num_samples, live, LARDER__CACHE_PLAN_SLOTS);
+    uint64_t window_bytes = larder__cache_window_bytes(c, readers);
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < ix->num_shards; i++) {
+        struct larder__shard shard;
+        larder__index_shard(ix, i, &shard);
+        total += shard.size;
+    }
+    uint64_t step_bytes = ix->num_samples ? total / ix->num_samples : 0;
+    step_bytes *= params.global_batch / params.world;
+    if (window_bytes && step_bytes) {
+        uint64_t steps = window_bytes / step_bytes;
+        if (steps < 1) steps = 1;
+        if (steps < p->window) p->window = steps;
+    }
+}
+
 static void *prefetch_thread(void *arg)
 {
     struct larder_prefetch *p = arg;
@@ -69,7 +126,7 @@ static void *prefetch_thread(void *arg)
     while (ids && !p->stopping) {
         uint64_t consumed = __atomic_load_n(&p->consumed, __ATOMIC_ACQUIRE);
         if (p->staged_steps < consumed) p->staged_steps = consumed; /* behind: skip ahead */
-        if (p->staged_steps >= consumed + p->window) {
+        if (consumed < p->start_after || p->staged_steps >= consumed + p->window) {
             pthread_cond_wait(&p->changed, &p->lock);
             continue;
         }
@@ -83,6 +140,10 @@ static void *prefetch_thread(void *arg)
                 pthread_cond_wait(&p->changed, &p->lock);
             if (p->stopping) break;
             if (larder__dataset_staged(p->dataset, ids[i])) continue;
+            if (!admitted(p, ids[i])) {
+                p->skipped++;
+                continue;
+            }
             struct fill_task *t = malloc(sizeof *t);
             if (!t) break;
             *t = (struct fill_task){.p = p, .id = ids[i]};
@@ -105,7 +166,7 @@ int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const 
 {
     if (!out || !dataset || !plan)
         return larder__fail(LARDER_EUSAGE, "larder_prefetch_start: NULL");
-    if (options && options->version != LARDER_PREFETCH_OPTIONS_VERSION)
+    if (options && options->version != LARDER_PREFETCH_OPTIONS_VERSION && options->version != 1)
         return larder__fail(LARDER_EUSAGE, "larder_prefetch_start: options version %d, expected %d",
                             options->version, LARDER_PREFETCH_OPTIONS_VERSION);
     if (!larder__dataset_cached(dataset))
@@ -121,11 +182,14 @@ int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const 
     p->window = options && options->window_steps ? options->window_steps : 8;
     p->max_inflight = options && options->max_inflight > 0 ? options->max_inflight
                                                            : larder__dataset_inflight(dataset);
+    p->start_after = options && options->version >= 2 ? options->start_after : 0;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->changed, NULL);
+    register_plan(p);
     if (pthread_create(&p->thread, NULL, prefetch_thread, p) != 0) {
         pthread_mutex_destroy(&p->lock);
         pthread_cond_destroy(&p->changed);
+        larder__cache_plan_unregister(larder__dataset_cache(dataset), p->slot);
         free(p);
         return larder__fail(-EAGAIN, "cannot start the prefetch thread");
     }
@@ -136,6 +200,7 @@ int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const 
 void larder_prefetch_advance(larder_prefetch *p, uint64_t consumed)
 {
     __atomic_store_n(&p->consumed, consumed, __ATOMIC_RELEASE);
+    larder__cache_plan_advance(larder__dataset_cache(p->dataset), p->slot, consumed);
     pthread_mutex_lock(&p->lock);
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->lock);
@@ -158,6 +223,7 @@ void larder_prefetch_stop(larder_prefetch *p)
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->thread, NULL);
+    larder__cache_plan_unregister(larder__dataset_cache(p->dataset), p->slot);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->changed);
     free(p);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <xxhash.h>
 
 #define KEY_MAX 1024        /* S3 keys are at most 1024 bytes */
 #define TOKEN_MAX 4096      /* continuation tokens are opaque, and short in practice */
@@ -96,6 +97,22 @@ static ssize_t decode(const char *text, size_t length, char *out, size_t capacit
     return (ssize_t)o;
 }
 
+/* The stamp of an object's version: XXH3-64 of its <ETag> and
+ * <LastModified> texts as listed (either may be absent). */
+static uint64_t version_stamp(const char *contents, const char *contents_end)
+{
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    static const char *const names[] = {"ETag", "LastModified"};
+    for (int i = 0; i < 2; i++) {
+        size_t length;
+        const char *text = element(contents, contents_end, names[i], &length, NULL);
+        if (text && length != SIZE_MAX) XXH3_64bits_update(&state, text, length);
+        XXH3_64bits_update(&state, "\n", 1); /* the fields kept apart */
+    }
+    return XXH3_64bits_digest(&state);
+}
+
 int larder__s3_list_parse(const char *xml, size_t length, const char *prefix, char *key,
                           size_t key_capacity, larder__s3_object_fn fn, void *userdata,
                           bool *truncated, char *token, size_t token_capacity)
@@ -145,7 +162,8 @@ int larder__s3_list_parse(const char *xml, size_t length, const char *prefix, ch
             size = size * 10 + (uint64_t)(s[i] - '0');
         }
         if ((size_t)decoded == prefix_length) continue; /* the prefix itself: a folder marker */
-        int rc = fn(userdata, key + prefix_length, (size_t)decoded - prefix_length, size);
+        int rc = fn(userdata, key + prefix_length, (size_t)decoded - prefix_length, size,
+                    version_stamp(contents, contents_end));
         if (rc < 0) return rc;
     }
     return 0;

@@ -10,13 +10,16 @@
 
 #include "common.h"
 
-/* One object: its key with the listed prefix taken off (not NUL-terminated). */
-typedef int (*larder__s3_object_fn)(void *userdata, const char *name, size_t length, uint64_t size);
+/* One object: its key with the listed prefix taken off (not NUL-terminated),
+ * its size, and a stamp of its version (XXH3-64 of its <ETag> and
+ * <LastModified> as listed: another when the object is overwritten). */
+typedef int (*larder__s3_object_fn)(void *userdata, const char *name, size_t length, uint64_t size,
+                                    uint64_t stamp);
 
 /*
  * One ListObjectsV2 answer, xml[0..length): each <Contents> element's
  * <Key> (XML character references decoded, into key[key_capacity]) with
- * `prefix` taken off, and its <Size>, to `fn` (a key that is the prefix
+ * `prefix` taken off, its <Size> and the stamp of its version, to `fn` (a key that is the prefix
  * itself, a folder marker, is left out)
  * (whose negative return stops the parse and is returned); *truncated
  * from <IsTruncated>, and <NextContinuationToken> (decoded) into

@@ -237,6 +237,10 @@ int64_t larder_verify(larder_dataset *d, larder_bad_sample_fn bad, larder_progre
                       void *userdata)
 {
     const struct larder__index *ix = larder__dataset_index(d);
+    if (ix->unchecked) /* made from a listing (larder mount of plain files) */
+        return larder__fail(LARDER_EUNSUPPORTED,
+                            "%s: an index made from a listing alone has no checksums to verify",
+                            ix->name);
     struct verify v = {.ix = ix, .bad = bad, .progress = progress, .userdata = userdata};
     if (larder__index_check_hash(ix) < 0) report(&v, LARDER_NO_SAMPLE, LARDER_ECHECKSUM);
     /* records, keys, and the samples of each shard */

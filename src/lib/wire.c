@@ -44,6 +44,10 @@ uint64_t larder__wire_max_payload(uint8_t type)
         return LARDER__WIRE_MAX_UCX;
     case LARDER__UCX_ACCEPT:
         return LARDER__WIRE_PROOF + LARDER__WIRE_MAX_UCX;
+    case LARDER__TRANSFORM:
+        return LARDER__TRANSFORM_FIXED + LARDER_TRANSFORM_MAX_SPEC - 1;
+    case LARDER__TRANSFORMED:
+        return LARDER__TRANSFORMED_FIXED + LARDER__WIRE_MAX_READ;
     default:
         return 0;
     }
@@ -52,9 +56,10 @@ uint64_t larder__wire_max_payload(uint8_t type)
 /* Types 11 and 12 are the hints' (HINT, HINTED): unknown to this build. */
 static bool known_type(uint8_t type)
 {
-    return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) ||   /* 1 .. 16, no gaps */
-           type == LARDER__PROGRESS ||                              /* 20, no payload */
-           type == LARDER__UCX_OFFER || type == LARDER__UCX_ACCEPT; /* 24, 25 */
+    return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) ||        /* 1 .. 16, no gaps */
+           (type >= LARDER__TRANSFORM && type <= LARDER__TRANSFORMED) || /* 17, 18 */
+           type == LARDER__PROGRESS ||                                   /* 20, no payload */
+           type == LARDER__UCX_OFFER || type == LARDER__UCX_ACCEPT;      /* 24, 25 */
 }
 
 int larder__wire_header(const uint8_t *buf, size_t available, struct larder__frame *frame)

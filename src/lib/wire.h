@@ -38,6 +38,9 @@ enum larder__frame_type {
     LARDER__RESOLVE = 14,
     LARDER__RESOLVED = 15,
     LARDER__ANNOUNCE = 16,
+    /* transforms: the block "transforms" at the end of this file */
+    LARDER__TRANSFORM = 17,
+    LARDER__TRANSFORMED = 18,
     /* storm: a daemon tells a peer that its READs on this connection are
      * queued or being filled, not lost (docs/protocol.md, "PROGRESS");
      * no payload, request id 0 */
@@ -305,5 +308,44 @@ LARDER__HIDDEN size_t larder__wire_publication_size(uint8_t type,
 LARDER__HIDDEN int larder__wire_encode_publication(uint8_t *out, size_t capacity, uint8_t type,
                                                    uint64_t request,
                                                    const struct larder__publication *p);
+
+/* ---- transforms (docs/protocol.md, "Transforms") ---- */
+
+#define LARDER__TRANSFORM_FIXED 40    /* TRANSFORM's bytes before the spec */
+#define LARDER__TRANSFORMED_FIXED 8   /* TRANSFORMED's bytes before its body */
+#define LARDER__TRANSFORMED_RAW 1u    /* the body is the sample's raw bytes: run it yourself */
+#define LARDER__TRANSFORMED_CACHED 2u /* the result came from the daemon's result cache */
+/* with RAW: the daemon leaves transforms to its readers for now (its CPUs
+ * are busy): transform here without asking for a while */
+#define LARDER__TRANSFORMED_AT_READER 4u
+#define LARDER__TRANSFORMED_FLAGS 7u
+
+/* TRANSFORM flags: the reader holds the sample in its node cache, so an
+ * answer of raw bytes needs no body (it reads them there itself) */
+#define LARDER__TRANSFORM_RESIDENT 1u
+
+/* TRANSFORM (reader -> its daemon): sample `sample` with the transform `spec`. */
+struct larder__transform_request {
+    uint64_t id_low, id_high; /* dataset id (opened on this connection) */
+    uint64_t sample;
+    uint8_t priority;     /* priority.h class, 0-3 */
+    uint8_t flags;        /* LARDER__TRANSFORM_* */
+    uint32_t version;     /* the reader's version of the transform: the daemon's must match */
+    uint32_t wait_us;     /* the reader's recent wait per transformed sample */
+    uint32_t budget_us;   /* what the reader can wait per sample (0: unknown) */
+    uint16_t spec_length; /* 1 .. LARDER_TRANSFORM_MAX_SPEC - 1 */
+    const char *spec;     /* "name[:params]", not NUL-terminated; points into the payload */
+};
+
+LARDER__HIDDEN int larder__wire_transform(const uint8_t *payload, uint32_t length,
+                                          struct larder__transform_request *out);
+/* TRANSFORMED's header: *flags and the body's offset (LARDER__TRANSFORMED_FIXED). */
+LARDER__HIDDEN int larder__wire_transformed(const uint8_t *payload, uint32_t length,
+                                            uint32_t *flags);
+LARDER__HIDDEN int larder__wire_encode_transform(uint8_t *out, size_t capacity, uint64_t request,
+                                                 const struct larder__transform_request *t);
+/* TRANSFORMED's header and fixed part (the body, body_length bytes, follows). */
+LARDER__HIDDEN int larder__wire_encode_transformed(uint8_t *out, size_t capacity, uint64_t request,
+                                                   uint32_t flags, uint64_t body_length);
 
 #endif

@@ -136,6 +136,9 @@ expect_error 1 "its producer 127.0.0.1:$base holds the only copy" \
 echo "producer gone, no origin: $(cat "$WORK/err.txt")"
 grep -q "step-3000 was published without --write-through: its producer 127.0.0.1:$base, which holds the only copy, did not serve it" "$WORK/err.txt" ||
   fail "node 1's daemon did not name the producer"
+# the failed copy left nothing behind: no file half written, no temporary
+left=$(find out4 -type f 2>/dev/null | head -3)
+[ -z "$left" ] || fail "a failed consume left files behind: $left"
 # the producer restarted (after a crash) still owns and serves what it
 # published, without asking anyone: nobody has read step-1500 yet
 start_daemon 0

@@ -16,6 +16,7 @@ import header
 from larder import _lib
 from larder.hint import HOT, LARDER_HINT_OPTIONS_VERSION, REPLICATE, _HintOptions, _HintResult
 from larder.names import LARDER_PUBLISH_OPTIONS_VERSION, _Publication, _PublishOptions
+from larder.transform import _Transformed
 
 STRUCTS = {
     "larder_open_options": _lib.OpenOptions,
@@ -30,12 +31,15 @@ STRUCTS = {
     "larder_hint_result": _HintResult,
     "larder_publication": _Publication,  # larder/names.py's own
     "larder_publish_options": _PublishOptions,
+    "larder_transformed": _Transformed,  # larder/transform.py's own
 }
 
 # Structs of the header the package does not pass to C (packing and
 # indexing are the CLI's; larder_pack_options is in larder_pack.h, of the
 # packing library).
-NOT_MIRRORED = {"larder_pack_result", "larder_index_files_options"}
+NOT_MIRRORED = {"larder_pack_result", "larder_index_files_options",
+                # a table of C functions a loadable transform exports (docs/transforms.md)
+                "larder_transform_ops"}
 
 # Python's names for the header's enum values.
 ALIASES = {

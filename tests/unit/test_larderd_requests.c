@@ -215,6 +215,57 @@ TEST(larderd_requests_who_may_open)
     larderd_free(&d);
 }
 
+/* An index marked unchecked (flag 4: no checksums) is opened only for a
+ * local client of the daemon's own uid: anyone else, even under --allow,
+ * and peers are refused, also once it is open. */
+TEST(larderd_requests_unchecked_index_only_for_own_user)
+{
+    test_write_file(test_path("tree/a.bin"), "abcdefgh", 8);
+    larder_index_files_options io = {.struct_size = sizeof io, .listing_only = 1};
+    const char *index = test_path("listed.larder");
+    CHECK_EQ(larder_index_files(test_path("tree"), index, &io, NULL), 0);
+    struct larderd d;
+    fixture_daemon(&d, 2);
+    d.config.allow[0] = test_dir();
+    d.config.num_allow = 1;
+    char message[256];
+    /* another uid, allowed to open what lies under the test's directory */
+    struct connection *other = fixture_connection(&d, false);
+    other->uid = d.config.uid + 1;
+    other->own_user = false;
+    fixture_hello(other, false);
+    send_open(other, 2, index);
+    CHECK_EQ(fixture_error(other, message, sizeof message), LARDER_EDENIED);
+    CHECK(strstr(message, "unchecked") != NULL);
+    CHECK_EQ(d.num_datasets, 0);
+    /* the daemon's own user: opened, and its bytes read */
+    struct connection *own = fixture_connection(&d, false);
+    fixture_hello(own, false);
+    struct larder__opened opened = open_ok(own, index);
+    CHECK_EQ(d.num_datasets, 1);
+    CHECK(send_read(own, &opened, 0, 0, 8));
+    fixture_wait_jobs(own);
+    struct output *o = fixture_answer(own, LARDER__DATA);
+    uint8_t got[8];
+    if (o->file >= 0)
+        CHECK_EQ(pread(o->file, got, 8, o->file_offset), 8);
+    else
+        memcpy(got, o->bytes + LARDER__WIRE_HEADER, 8);
+    CHECK(memcmp(got, "abcdefgh", 8) == 0);
+    free(o);
+    /* open now, it is still refused to the other user and to a peer */
+    send_open(other, 3, index);
+    CHECK_EQ(fixture_error(other, message, sizeof message), LARDER_EDENIED);
+    struct connection *p = fixture_connection(&d, true);
+    fixture_hello(p, true);
+    send_open(p, 4, index);
+    CHECK_EQ(fixture_error(p, message, sizeof message), LARDER_EDENIED);
+    connection_release(p);
+    connection_release(other);
+    connection_release(own);
+    larderd_free(&d);
+}
+
 TEST(larderd_requests_peer_proves_secret)
 {
     struct larderd d;

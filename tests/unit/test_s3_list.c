@@ -12,15 +12,17 @@
 struct seen {
     char names[8][256];
     uint64_t sizes[8];
+    uint64_t stamps[8];
     int count;
 };
 
-static int collect(void *userdata, const char *name, size_t length, uint64_t size)
+static int collect(void *userdata, const char *name, size_t length, uint64_t size, uint64_t stamp)
 {
     struct seen *s = userdata;
     if (s->count == 8 || length >= 256) return LARDER_EUSAGE;
     memcpy(s->names[s->count], name, length);
     s->names[s->count][length] = '\0';
+    s->stamps[s->count] = stamp;
     s->sizes[s->count++] = size;
     return 0;
 }
@@ -128,4 +130,31 @@ TEST(s3_list_refuses_hostile_answers)
     sprintf(p + 2000, "</Key><Size>1</Size></Contents>");
     expect_refused(xml, "", "without a key");
     free(xml);
+}
+
+/* An object overwritten at the same size has another ETag and
+ * LastModified: another stamp (what a listing-only index records, so the
+ * dataset id changes); the same listing gives the same stamp. */
+TEST(s3_list_stamps_an_objects_version)
+{
+    const char *xml = "<ListBucketResult>"
+                      "<Contents><Key>d/a.bin</Key><LastModified>2026-11-30T10:00:00.000Z"
+                      "</LastModified><ETag>&quot;aaaa&quot;</ETag><Size>8</Size></Contents>"
+                      "<Contents><Key>d/b.bin</Key><LastModified>2026-11-30T10:00:00.000Z"
+                      "</LastModified><ETag>&quot;aaaa&quot;</ETag><Size>8</Size></Contents>"
+                      "<Contents><Key>d/c.bin</Key><LastModified>2026-11-30T10:00:00.000Z"
+                      "</LastModified><ETag>&quot;bbbb&quot;</ETag><Size>8</Size></Contents>"
+                      "<Contents><Key>d/e.bin</Key><LastModified>2026-11-30T11:00:00.000Z"
+                      "</LastModified><ETag>&quot;aaaa&quot;</ETag><Size>8</Size></Contents>"
+                      "<Contents><Key>d/f.bin</Key><Size>8</Size></Contents>"
+                      "</ListBucketResult>";
+    struct seen s;
+    bool truncated;
+    char token[256];
+    CHECK_EQ(parse(xml, "d/", &s, &truncated, token), 0);
+    CHECK_EQ(s.count, 5);
+    CHECK_EQ(s.stamps[0], s.stamps[1]); /* the same version listed */
+    CHECK(s.stamps[2] != s.stamps[0]);  /* another ETag */
+    CHECK(s.stamps[3] != s.stamps[0]);  /* another LastModified */
+    CHECK(s.stamps[4] != s.stamps[0]);  /* neither listed */
 }

@@ -1,0 +1,506 @@
+/*
+ * cache_nextuse.c - eviction by next use: the block read farthest in the
+ * future goes first (Belady's rule), computed online and exactly from the
+ * plans the node's readers registered (cache_plans.c).
+ *
+ * Time is counted in global steps.  A reader (rank r of W, worker w of K,
+ * pass starting at step T) that has consumed c of its own steps is at step
+ * cur = T + w + c*K.  Sample s, at position p of its epoch's order, is
+ * that reader's at step t = p / G when (p mod G) / (G/W) = r and
+ * (t - T) mod K = w; it is read next in t - cur steps when t >= cur, else
+ * in the next epoch (whose order the reader will take from step 0) at
+ * steps - cur + t' when it is the reader's there, else never by this
+ * reader.  A block's next use is the earliest over the samples overlapping
+ * it (the shard map) and over every live reader of the node.  Blocks of
+ * no reader's sample (read this epoch and not in the next one's share of
+ * this node, or of no sample at all) are next used "never" and go first.
+ * A borrowed block (a peer owns and holds it) counts as BORROWED_WEIGHT
+ * times farther: it comes back from the peer, not the origin.
+ *
+ * Cost: the order's inverse (position_of: a Feistel walk, about 16 mixes)
+ * once per sample and epoch group, then integer arithmetic per reader.
+ * Picking victims scans the resident bitmap and keeps the farthest
+ * `candidates` blocks (a heap); the list serves evictions until a reader
+ * moves on a step (or a plan changes), and a scan is skipped while the
+ * last one cost more than a twentieth of the time since it, so eviction
+ * spends at most about 5% of one core.  Memory: 16 bytes a candidate, and
+ * per epoch group what the plan needs (O(1) in global mode).
+ */
+#include "cache_internal.h"
+#include "plan.h"
+#include "shardmap.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#define MAX_GROUPS 8
+#define BORROWED_WEIGHT 4
+#define NEVER UINT64_MAX
+/* All prefetch windows together hold at most 1/WINDOW_SHARE of the
+ * capacity (and each at least one step): a block staged ahead takes the
+ * place of a block kept for reuse until it is read, so windows cost
+ * refetches (measured: bench/results/eviction.md, docs/cache.md). */
+#define WINDOW_SHARE 8
+/* Scans cheaper than this are never put off (small caches stay exact). */
+#define CHEAP_SCAN_NS 1000000
+
+/* The order of one (seed, epoch, mode) that some reader reads now or next. */
+struct group {
+    uint64_t seed, epoch;
+    uint32_t mode, window;
+    larder_plan *plan;
+    bool used;
+};
+
+struct reader {
+    int slot;
+    int now, next; /* groups of its epoch and the next one (-1: none) */
+    uint64_t global_batch, local_batch, steps, start_step;
+    uint32_t rank, workers, worker;
+    uint64_t cur; /* global step it is at, as of the last look */
+};
+
+struct candidate {
+    uint64_t use; /* weighed steps to the next use */
+    uint64_t block;
+};
+
+struct larder__nextuse {
+    const struct larder__index *ix;
+    const struct larder__shard_map *map;
+    uint64_t generation; /* of the registry, when readers[] was read */
+    bool known;          /* readers[] was read at least once */
+    struct group groups[MAX_GROUPS];
+    struct reader readers[LARDER__CACHE_PLAN_SLOTS];
+    int num_readers;
+    uint64_t positions; /* the readers' positions the candidates were picked at */
+    struct candidate *candidates;
+    size_t num_candidates, next_candidate, cap_candidates;
+    bool candidates_valid;
+    uint64_t last_scan_ns, scan_cost_ns;
+    uint64_t resident_at_pick; /* with a node capacity, blocks stored since count too */
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* This thread's CPU time: what a scan costs, without the time the
+ * thread waited to run on a busy machine. */
+static uint64_t cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int index_shard_of(void *userdata, uint64_t id, uint32_t *shard)
+{
+    struct larder__sample s;
+    int rc = larder__index_sample_range(userdata, id, &s);
+    if (rc == 0) *shard = s.shard;
+    return rc;
+}
+
+void larder__nextuse_free(struct larder__nextuse *n)
+{
+    if (!n) return;
+    for (int g = 0; g < MAX_GROUPS; g++)
+        larder_plan_destroy(n->groups[g].plan);
+    free(n->candidates);
+    free(n);
+}
+
+void larder__cache_set_layout(struct larder__cache *c, const struct larder__index *ix,
+                              const struct larder__shard_map *map)
+{
+    pthread_mutex_lock(&c->evict_lock);
+    if (!ix || !map) {
+        larder__nextuse_free(c->nextuse);
+        c->nextuse = NULL;
+    } else if (!c->nextuse) {
+        c->nextuse = calloc(1, sizeof *c->nextuse);
+        if (c->nextuse) {
+            c->nextuse->ix = ix;
+            c->nextuse->map = map;
+        }
+    }
+    pthread_mutex_unlock(&c->evict_lock);
+}
+
+/* The group of (seed, epoch, mode, window), made when missing; -1 when none fits. */
+static int group_of(struct larder__nextuse *n, const struct larder__plan_params *p, uint64_t epoch)
+{
+    int free_slot = -1;
+    for (int g = 0; g < MAX_GROUPS; g++) {
+        struct group *x = &n->groups[g];
+        if (x->plan && x->seed == p->seed && x->epoch == epoch && x->mode == p->mode &&
+            x->window == p->locality_window) {
+            x->used = true;
+            return g;
+        }
+        if (!x->plan && free_slot < 0) free_slot = g;
+    }
+    if (free_slot < 0) return -1;
+    struct larder__plan_source source = {.num_samples = n->ix->num_samples,
+                                         .num_shards = n->ix->num_shards,
+                                         .shard_of = index_shard_of,
+                                         .userdata = (void *)n->ix};
+    larder_plan_options o = {.version = LARDER_PLAN_OPTIONS_VERSION,
+                             .mode = (int)p->mode,
+                             .seed = p->seed,
+                             .epoch = epoch,
+                             .locality_window = p->locality_window};
+    struct group *x = &n->groups[free_slot];
+    if (larder__plan_create(&x->plan, &source, &o) < 0) return -1;
+    x->seed = p->seed;
+    x->epoch = epoch;
+    x->mode = p->mode;
+    x->window = p->locality_window;
+    x->used = true;
+    return free_slot;
+}
+
+/* Read the registry again when it changed; false when no reader is live. */
+static bool refresh_readers(struct larder__cache *c, struct larder__nextuse *n)
+{
+    uint64_t generation = larder__cache_plans_generation(c);
+    if (n->known && generation == n->generation) return n->num_readers > 0;
+    struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
+    int count = larder__cache_plans_live(c, n->ix->num_samples, live, LARDER__CACHE_PLAN_SLOTS);
+    /* first free the orders no live plan needs any more, so that they
+     * cannot keep out the ones that are needed now */
+    for (int g = 0; g < MAX_GROUPS; g++) {
+        struct group *x = &n->groups[g];
+        bool needed = false;
+        for (int i = 0; i < count && x->plan && !needed; i++) {
+            const struct larder__plan_params *p = &live[i].params;
+            needed = x->seed == p->seed && x->mode == p->mode && x->window == p->locality_window &&
+                     (x->epoch == p->epoch || x->epoch == p->epoch + 1);
+        }
+        if (x->plan && !needed) {
+            larder_plan_destroy(x->plan);
+            x->plan = NULL;
+        }
+        x->used = false;
+    }
+    n->num_readers = 0;
+    for (int i = 0; i < count; i++) {
+        const struct larder__plan_params *p = &live[i].params;
+        struct reader *r = &n->readers[n->num_readers];
+        *r = (struct reader){.slot = live[i].slot,
+                             .global_batch = p->global_batch,
+                             .local_batch = p->global_batch / p->world,
+                             .start_step = p->start_step,
+                             .rank = p->rank,
+                             .workers = p->workers,
+                             .worker = p->worker};
+        uint64_t samples = n->ix->num_samples;
+        r->steps = p->pad ? samples / p->global_batch + (samples % p->global_batch != 0)
+                          : samples / p->global_batch;
+        r->now = group_of(n, p, p->epoch);
+        r->next = group_of(n, p, p->epoch + 1);
+        if (r->now >= 0 || r->next >= 0) n->num_readers++;
+    }
+    for (int g = 0; g < MAX_GROUPS; g++)
+        if (!n->groups[g].used) {
+            larder_plan_destroy(n->groups[g].plan);
+            n->groups[g].plan = NULL;
+        }
+    n->generation = generation;
+    n->known = true;
+    n->candidates_valid = false;
+    return n->num_readers > 0;
+}
+
+/* Where every reader is now; returns the sum of their positions (changes when one moves). */
+static uint64_t look_at_positions(struct larder__cache *c, struct larder__nextuse *n)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < n->num_readers; i++) {
+        struct reader *r = &n->readers[i];
+        uint64_t consumed = larder__cache_plan_consumed(c, r->slot);
+        sum += consumed;
+        /* the slot is written by another process: bound it before multiplying */
+        uint64_t cur = r->start_step + r->worker;
+        if (cur >= r->steps || consumed > (r->steps - cur) / r->workers)
+            r->cur = r->steps; /* done with the epoch */
+        else
+            r->cur =
+                cur + consumed * r->workers < r->steps ? cur + consumed * r->workers : r->steps;
+    }
+    return sum;
+}
+
+/* Steps until reader r reads the sample at positions p_now / p_next (-1: not in that epoch). */
+static uint64_t reader_distance(const struct reader *r, int64_t p_now, int64_t p_next)
+{
+    uint64_t g = r->global_batch, b = r->local_batch;
+    if (p_now >= 0) {
+        uint64_t p = (uint64_t)p_now, t = p / g;
+        if (t < r->steps && (p % g) / b == r->rank && t >= r->start_step &&
+            (t - r->start_step) % r->workers == r->worker && t >= r->cur)
+            return t - r->cur;
+    }
+    if (p_next >= 0) {
+        uint64_t p = (uint64_t)p_next, t = p / g;
+        if (t < r->steps && (p % g) / b == r->rank && t % r->workers == r->worker)
+            return r->steps - r->cur + t;
+    }
+    return NEVER;
+}
+
+static uint64_t sample_distance(const struct larder__nextuse *n, uint64_t id)
+{
+    int64_t position[MAX_GROUPS];
+    for (int g = 0; g < MAX_GROUPS; g++)
+        position[g] = n->groups[g].plan ? larder_plan_position_of(n->groups[g].plan, id) : -1;
+    uint64_t best = NEVER;
+    for (int i = 0; i < n->num_readers; i++) {
+        const struct reader *r = &n->readers[i];
+        uint64_t d = reader_distance(r, r->now >= 0 ? position[r->now] : -1,
+                                     r->next >= 0 ? position[r->next] : -1);
+        if (d < best) best = d;
+    }
+    return best;
+}
+
+/* Steps until global block b (of `shard`) is read next by any live reader. */
+static uint64_t block_distance(struct larder__cache *c, struct larder__nextuse *n, uint32_t shard,
+                               uint64_t block)
+{
+    uint64_t start = block << c->block_shift;
+    uint64_t end = start + larder__cache_span(c, shard, block, block);
+    uint64_t first, last;
+    larder__shard_map_overlapping(n->map, shard, start, end, &first, &last);
+    uint64_t best = NEVER;
+    for (uint64_t i = first; i < last; i++) {
+        uint64_t d = sample_distance(n, larder__shard_map_id(n->map, i));
+        if (d < best) best = d;
+    }
+    return best;
+}
+
+static uint64_t weighed(const struct larder__cache *c, uint64_t global, uint64_t use)
+{
+    if (use == NEVER || !bit_get(c->borrowed, global)) return use;
+    return use > NEVER / BORROWED_WEIGHT ? NEVER - 1 : use * BORROWED_WEIGHT;
+}
+
+/* Farther first; among equals, the lower block number first. */
+static bool goes_before(const struct candidate *a, const struct candidate *b)
+{
+    return a->use != b->use ? a->use > b->use : a->block < b->block;
+}
+
+/* Sift the heap (its root: the candidate that goes last) down from i. */
+static void sift_down(struct candidate *h, size_t count, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < count && goes_before(&h[m], &h[l])) m = l;
+        if (r < count && goes_before(&h[m], &h[r])) m = r;
+        if (m == i) return;
+        struct candidate t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static int compare_candidates(const void *x, const void *y)
+{
+    const struct candidate *a = x, *b = y;
+    return goes_before(a, b) ? -1 : goes_before(b, a) ? 1 : 0;
+}
+
+/* Pick the resident blocks to go first: the farthest `want` of them, in order. */
+static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
+{
+    uint64_t started = cpu_ns();
+    uint64_t resident = atomic_load64(&c->header->resident_blocks);
+    size_t want = (size_t)(resident / 32);
+    if (want < 64) want = 64;
+    if (want > 65536) want = 65536;
+    if (want > n->cap_candidates) {
+        struct candidate *more = realloc(n->candidates, want * sizeof *more);
+        if (!more) return false;
+        n->candidates = more;
+        n->cap_candidates = want;
+    }
+    /* a heap whose root is the kept candidate that would go last */
+    size_t count = 0;
+    struct candidate *h = n->candidates;
+    for (uint32_t shard = 0; shard < c->num_shards; shard++) {
+        uint64_t base = c->shard_base[shard], blocks = c->shard_base[shard + 1] - base;
+        for (uint64_t block = 0; block < blocks; block++) {
+            uint64_t b = base + block;
+            uint64_t word = atomic_load64(&c->resident[b / 64]) >> (b % 64);
+            if (!word) { /* skip to the next word */
+                block += 63 - b % 64;
+                continue;
+            }
+            if (!(word & 1) || (pins && bit_get(c->pinned, b))) continue;
+            struct candidate x = {.use = weighed(c, b, block_distance(c, n, shard, block)),
+                                  .block = b};
+            if (count < want) {
+                size_t i = count++;
+                h[i] = x;
+                while (i > 0 && goes_before(&h[(i - 1) / 2], &h[i])) { /* sift up */
+                    struct candidate t = h[i];
+                    h[i] = h[(i - 1) / 2];
+                    h[(i - 1) / 2] = t;
+                    i = (i - 1) / 2;
+                }
+            } else if (goes_before(&x, &h[0])) {
+                h[0] = x;
+                sift_down(h, count, 0);
+            }
+        }
+    }
+    qsort(h, count, sizeof *h, compare_candidates);
+    if (c->share) { /* what the other datasets of the node may take from this one */
+        uint64_t blocks[LARDER__SHARE_VICTIMS], uses[LARDER__SHARE_VICTIMS];
+        size_t k = 0;
+        for (; k < count && k < LARDER__SHARE_VICTIMS; k++)
+            blocks[k] = h[k].block, uses[k] = h[k].use;
+        larder__share_publish(c, blocks, uses, k);
+    }
+    n->num_candidates = count;
+    n->next_candidate = 0;
+    n->candidates_valid = true;
+    n->last_scan_ns = now_ns();
+    n->scan_cost_ns = cpu_ns() - started;
+    n->resident_at_pick = atomic_load64(&c->header->resident_blocks);
+    return true;
+}
+
+/* Make the candidate list current: false when there is no live plan. */
+static bool current(struct larder__cache *c, struct larder__nextuse *n, bool pins)
+{
+    if (!refresh_readers(c, n)) return false;
+    uint64_t positions = look_at_positions(c, n);
+    /* with a node capacity, other datasets take from what this one
+     * publishes: blocks stored since the last pick may be farther */
+    bool moved = positions != n->positions ||
+                 (c->share && atomic_load64(&c->header->resident_blocks) != n->resident_at_pick);
+    /* a reader moved on: rescan, unless the last scan cost more than
+     * CHEAP_SCAN_NS and a twentieth of the time since it */
+    bool due = !n->candidates_valid || n->next_candidate >= n->num_candidates ||
+               (moved && (n->scan_cost_ns < CHEAP_SCAN_NS ||
+                          now_ns() - n->last_scan_ns >= 20 * n->scan_cost_ns));
+    if (due) {
+        n->positions = positions;
+        if (!pick(c, n, pins)) return false;
+    }
+    return true;
+}
+
+bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit, bool pins)
+{
+    struct larder__nextuse *n = c->nextuse;
+    if (!n || !current(c, n, pins)) return false;
+    for (int round = 0; round < 2 && atomic_load64(&c->header->resident_blocks) > limit; round++) {
+        while (n->next_candidate < n->num_candidates &&
+               atomic_load64(&c->header->resident_blocks) > limit) {
+            uint64_t b = n->candidates[n->next_candidate++].block;
+            if (!bit_get(c->resident, b) || (pins && bit_get(c->pinned, b))) continue;
+            larder__cache_evict_one(c, lock_fd, b);
+        }
+        if (atomic_load64(&c->header->resident_blocks) > limit && !pick(c, n, pins)) break;
+    }
+    return true;
+}
+
+uint64_t larder__nextuse_farthest(struct larder__cache *c, bool pins, uint64_t *use)
+{
+    struct larder__nextuse *n = c->nextuse;
+    if (!n || !current(c, n, pins)) return UINT64_MAX;
+    for (int round = 0; round < 2; round++) {
+        for (; n->next_candidate < n->num_candidates; n->next_candidate++) {
+            const struct candidate *x = &n->candidates[n->next_candidate];
+            if (bit_get(c->resident, x->block) && !(pins && bit_get(c->pinned, x->block))) {
+                *use = x->use;
+                return x->block;
+            }
+        }
+        if (round == 0 && !pick(c, n, pins)) break;
+    }
+    return UINT64_MAX;
+}
+
+bool larder__nextuse_evict_farthest(struct larder__cache *c, int lock_fd, uint64_t block)
+{
+    struct larder__nextuse *n = c->nextuse;
+    if (!n || n->next_candidate >= n->num_candidates ||
+        n->candidates[n->next_candidate].block != block)
+        return false;
+    n->next_candidate++; /* gone, or being filled: either way not next any more */
+    larder__cache_evict_one(c, lock_fd, block);
+    return true;
+}
+
+void larder__nextuse_refresh(struct larder__cache *c, bool pins)
+{
+    if (c->nextuse) current(c, c->nextuse, pins);
+}
+
+bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    uint64_t capacity = __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
+    if (c->evict_clock || shard >= c->num_shards) return true;
+    uint64_t more = last - first + 1;
+    bool full =
+        capacity && atomic_load64(&c->header->resident_blocks) + more > capacity >> c->block_shift;
+    bool node_full = larder__share_over(c, more << c->block_shift);
+    if (!full && !node_full) return true;
+    bool admit = true;
+    pthread_mutex_lock(&c->evict_lock);
+    struct larder__nextuse *n = c->nextuse;
+    bool pins = pins_hold(c, larder__cache_clock_ms());
+    if (n && current(c, n, pins)) {
+        uint64_t farthest = NEVER; /* the resident block that would go next */
+        bool found = false;
+        for (size_t i = n->next_candidate; i < n->num_candidates && !found; i++)
+            if (bit_get(c->resident, n->candidates[i].block)) {
+                farthest = n->candidates[i].use;
+                found = true;
+            }
+        uint64_t other; /* with a node capacity, another dataset's may go instead */
+        if (node_full && larder__share_farthest(c, &other) && (!found || other > farthest)) {
+            farthest = other;
+            found = true;
+        }
+        uint64_t nearest = NEVER;
+        for (uint64_t b = first; b <= last && nearest >= farthest; b++) {
+            uint64_t d = block_distance(c, n, shard, b);
+            if (d < nearest) nearest = d;
+        }
+        admit = !found || nearest < farthest;
+    }
+    pthread_mutex_unlock(&c->evict_lock);
+    return admit;
+}
+
+uint64_t larder__cache_next_use(struct larder__cache *c, uint32_t shard, uint64_t block)
+{
+    uint64_t d = NEVER;
+    pthread_mutex_lock(&c->evict_lock);
+    struct larder__nextuse *n = c->nextuse;
+    if (n && shard < c->num_shards && refresh_readers(c, n)) {
+        look_at_positions(c, n);
+        d = block_distance(c, n, shard, block);
+    }
+    pthread_mutex_unlock(&c->evict_lock);
+    return d;
+}
+
+uint64_t larder__cache_window_bytes(struct larder__cache *c, int readers)
+{
+    uint64_t capacity = __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
+    if (c->evict_clock || !capacity) return 0;
+    return capacity / (WINDOW_SHARE * (uint64_t)(readers > 0 ? readers : 1));
+}

@@ -1,0 +1,284 @@
+/*
+ * cache_plans.c - the plans registered with a node cache: which readers
+ * of this dataset run on the node, in which order they read, and how far
+ * each has got.  Next-use eviction (cache_nextuse.c) computes from them,
+ * in whichever process evicts, when each cached block is read next.
+ *
+ * DIR/<dataset id>/plans is one small shared file (8 KiB), mapped by
+ * every process that registers or evicts: a header with a generation
+ * (bumped whenever a plan comes, goes or changes) and 64 slots.  A slot
+ * holds the integers that name a plan (larder__plan_params: seed, epoch,
+ * global batch, world, rank, workers, worker, start step, mode), the
+ * registering process's pid and start time, and the reader's position
+ * (its own steps consumed), which the reader stores atomically as it
+ * goes: no request per step, no lock.
+ *
+ * A slot is claimed with a compare-and-swap (free -> claimed), written,
+ * then published (claimed -> live).  A process that dies leaves its slot
+ * live; readers of the registry pass over (and free) slots whose process
+ * is gone or whose pid now names another process (the start time in
+ * /proc/PID/stat differs).  Everything in the file is checked before use:
+ * a slot whose fields make no sense (world 0, rank past it, ...) is
+ * ignored, so a damaged or hostile file costs the plan order, never
+ * memory or a crash.
+ */
+#include "cache_internal.h"
+#include "sys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PLANS_MAGIC "LARDERPL"
+#define PLANS_VERSION 1
+#define SLOT_FREE 0
+#define SLOT_CLAIMED 1
+#define SLOT_LIVE 2
+
+struct plan_slot {
+    uint64_t state; /* atomic: SLOT_* */
+    int64_t pid;
+    uint64_t start_time; /* the process's start, in clock ticks after boot */
+    uint64_t seed, epoch, global_batch, start_step, num_samples;
+    uint32_t world, rank, workers, worker;
+    uint32_t mode, locality_window, pad, reserved32;
+    uint64_t consumed; /* atomic: the reader's own steps done */
+    uint64_t reserved[3];
+};
+
+struct plans_file {
+    char magic[8];
+    uint32_t version;
+    uint32_t slots;
+    uint64_t generation; /* atomic: bumped when a plan comes, goes or changes */
+    uint64_t reserved[5];
+    struct plan_slot slot[LARDER__CACHE_PLAN_SLOTS];
+};
+
+_Static_assert(sizeof(struct plan_slot) == 128, "slot layout");
+
+/* When process `pid` started (clock ticks after boot), or 0 when it is gone. */
+static uint64_t process_start(int64_t pid)
+{
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    int fd = larder__sys.open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    ssize_t n = larder__sys.pread(fd, text, sizeof text - 1, 0);
+    larder__sys.close(fd);
+    if (n <= 0) return 0;
+    text[n] = '\0';
+    /* "pid (comm) state ..." : comm may hold anything, so count from its last ')' */
+    char *at = strrchr(text, ')');
+    if (!at) return 0;
+    at++;                                          /* the blank before field 3 */
+    for (int field = 3; field < 22 && at; field++) /* starttime is field 22 */
+        at = strchr(at + 1, ' ');
+    return at ? strtoull(at + 1, NULL, 10) : 0;
+}
+
+/* Map DIR/plans, creating it when `create`; 0, or a negative code (then no registry). */
+static int attach(struct larder__cache *c, bool create)
+{
+    if (__atomic_load_n(&c->plans, __ATOMIC_ACQUIRE)) return 0;
+    pthread_mutex_lock(&c->lock);
+    int rc = 0;
+    if (!c->plans) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/plans", c->dir);
+        int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0),
+                                  LARDER__CACHE_FILE_MODE);
+        struct stat st;
+        if (fd < 0) {
+            rc = -errno;
+        } else if (larder__sys.fstat(fd, &st) < 0) {
+            rc = -errno;
+        } else if ((uint64_t)st.st_size < sizeof(struct plans_file)) {
+            /* new (or cut short: start it afresh); two creators write the same header */
+            if (!create || larder__sys.ftruncate(fd, sizeof(struct plans_file)) < 0) rc = -ENOENT;
+        }
+        struct plans_file *map = NULL;
+        if (rc == 0) {
+            map = mmap(NULL, sizeof *map, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (map == MAP_FAILED) {
+                map = NULL;
+                rc = -errno;
+            }
+        }
+        if (map && memcmp(map->magic, PLANS_MAGIC, 8) != 0) {
+            if (create) {
+                memset(map, 0, sizeof *map);
+                map->version = PLANS_VERSION;
+                map->slots = LARDER__CACHE_PLAN_SLOTS;
+                memcpy(map->magic, PLANS_MAGIC, 8);
+            } else {
+                rc = -ENOENT;
+            }
+        }
+        if (map && rc == 0 &&
+            (map->version != PLANS_VERSION || map->slots != LARDER__CACHE_PLAN_SLOTS)) {
+            larder__log(LARDER_LOG_WARN,
+                        "%s: a plan registry of another larder version; "
+                        "eviction by next use is off for this dataset",
+                        path);
+            rc = LARDER_ECACHE;
+        }
+        if (rc < 0 && map) munmap(map, sizeof *map);
+        if (rc == 0) __atomic_store_n(&c->plans, map, __ATOMIC_RELEASE);
+        if (fd >= 0) larder__sys.close(fd);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+static void bump(struct plans_file *f)
+{
+    __atomic_fetch_add(&f->generation, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Free slot i if its process is gone; true when it is free now. */
+static bool reap(struct plans_file *f, int i)
+{
+    struct plan_slot *s = &f->slot[i];
+    uint64_t state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+    if (state == SLOT_FREE) return true;
+    int64_t pid = s->pid;
+    if (pid > 0 && pid <= INT_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM) &&
+        process_start(pid) == s->start_time)
+        return false;
+    if (state == SLOT_CLAIMED && pid == 0) return false; /* being written right now */
+    if (__atomic_compare_exchange_n(&s->state, &state, SLOT_FREE, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        bump(f);
+    return true;
+}
+
+int larder__cache_plan_register(struct larder__cache *c, const struct larder__plan_params *p)
+{
+    if (p->denied)
+        return larder__fail(LARDER_EUNSUPPORTED, "a plan with denied samples is not registered "
+                                                 "(the cache evicts by the clock for it)");
+    int rc = attach(c, true);
+    if (rc < 0) return rc;
+    struct plans_file *f = c->plans;
+    uint64_t start = process_start(getpid());
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < LARDER__CACHE_PLAN_SLOTS; i++) {
+            uint64_t expected = SLOT_FREE;
+            if (pass == 1) reap(f, i); /* second pass: take over the slots of dead processes */
+            struct plan_slot *s = &f->slot[i];
+            if (!__atomic_compare_exchange_n(&s->state, &expected, SLOT_CLAIMED, false,
+                                             __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                continue;
+            s->pid = 0;
+            s->start_time = start;
+            s->seed = p->seed;
+            s->epoch = p->epoch;
+            s->global_batch = p->global_batch;
+            s->start_step = p->start_step;
+            s->num_samples = p->num_samples;
+            s->world = p->world;
+            s->rank = p->rank;
+            s->workers = p->workers;
+            s->worker = p->worker;
+            s->mode = p->mode;
+            s->locality_window = p->locality_window;
+            s->pad = p->pad;
+            __atomic_store_n(&s->consumed, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&s->pid, (int64_t)getpid(), __ATOMIC_RELEASE);
+            __atomic_store_n(&s->state, SLOT_LIVE, __ATOMIC_RELEASE);
+            bump(f);
+            return i;
+        }
+    return larder__fail(-EAGAIN, "%s: all %d plan slots are taken by live readers", c->dir,
+                        LARDER__CACHE_PLAN_SLOTS);
+}
+
+void larder__cache_plan_advance(struct larder__cache *c, int slot, uint64_t consumed)
+{
+    if (!c || !c->plans || slot < 0 || slot >= LARDER__CACHE_PLAN_SLOTS) return;
+    __atomic_store_n(&c->plans->slot[slot].consumed, consumed, __ATOMIC_RELEASE);
+}
+
+void larder__cache_plan_unregister(struct larder__cache *c, int slot)
+{
+    if (!c || !c->plans || slot < 0 || slot >= LARDER__CACHE_PLAN_SLOTS) return;
+    struct plan_slot *s = &c->plans->slot[slot];
+    if (s->pid != (int64_t)getpid()) return; /* not ours (any more) */
+    __atomic_store_n(&s->state, SLOT_FREE, __ATOMIC_RELEASE);
+    bump(c->plans);
+}
+
+uint64_t larder__cache_plans_generation(struct larder__cache *c)
+{
+    if (attach(c, false) < 0) return 0;
+    return __atomic_load_n(&c->plans->generation, __ATOMIC_ACQUIRE);
+}
+
+/* Whether a slot's fields describe a plan this dataset can have. */
+static bool sane(const struct plan_slot *s, uint64_t num_samples)
+{
+    return s->world >= 1 && s->rank < s->world && s->workers >= 1 && s->workers <= 65536 &&
+           s->worker < s->workers && s->global_batch >= 1 && s->global_batch % s->world == 0 &&
+           s->global_batch <= (UINT64_C(1) << 40) && s->mode <= LARDER_PLAN_NONE &&
+           s->num_samples == num_samples && s->epoch < (UINT64_C(1) << 48) &&
+           s->start_step < (UINT64_C(1) << 48) && s->locality_window <= (1u << 20);
+}
+
+int larder__cache_plans_live(struct larder__cache *c, uint64_t num_samples,
+                             struct larder__cache_plan *out, int max)
+{
+    if (attach(c, false) < 0) return 0;
+    struct plans_file *f = c->plans;
+    int n = 0;
+    for (int i = 0; i < LARDER__CACHE_PLAN_SLOTS && n < max; i++) {
+        struct plan_slot *s = &f->slot[i];
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_LIVE) continue;
+        if (reap(f, i)) continue;
+        struct plan_slot copy = *s;
+        if (!sane(&copy, num_samples)) continue;
+        out[n++] = (struct larder__cache_plan){.slot = i,
+                                               .params = {.seed = copy.seed,
+                                                          .epoch = copy.epoch,
+                                                          .global_batch = copy.global_batch,
+                                                          .start_step = copy.start_step,
+                                                          .num_samples = copy.num_samples,
+                                                          .world = copy.world,
+                                                          .rank = copy.rank,
+                                                          .workers = copy.workers,
+                                                          .worker = copy.worker,
+                                                          .mode = copy.mode,
+                                                          .locality_window = copy.locality_window,
+                                                          .pad = copy.pad != 0}};
+    }
+    return n;
+}
+
+uint64_t larder__cache_plan_consumed(struct larder__cache *c, int slot)
+{
+    if (!c->plans || slot < 0 || slot >= LARDER__CACHE_PLAN_SLOTS) return 0;
+    return __atomic_load_n(&c->plans->slot[slot].consumed, __ATOMIC_ACQUIRE);
+}
+
+void larder__cache_plans_detach(struct larder__cache *c)
+{
+    if (c->plans) munmap(c->plans, sizeof *c->plans);
+    c->plans = NULL;
+}
+
+void larder__cache_trace(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    if (c->trace_fd < 0 || shard >= c->num_shards) return;
+    char line[64];
+    int length = snprintf(line, sizeof line, "%llu %llu\n",
+                          (unsigned long long)(c->shard_base[shard] + first),
+                          (unsigned long long)(c->shard_base[shard] + last));
+    /* one write of a short line to an O_APPEND file: lines of several processes never mix */
+    if (write(c->trace_fd, line, (size_t)length) < 0) return;
+}

@@ -1,0 +1,348 @@
+/*
+ * cache_share.c - one capacity for every dataset of a cache directory
+ * (LARDER_NODE_CACHE_SIZE), shared by the rule of next use: when the
+ * datasets together hold more than it, the block read farthest in the
+ * future goes, whichever dataset it belongs to.
+ *
+ * DIR/node-share is a small shared file: the node capacity and one slot
+ * per dataset (its id, and the blocks its evicting processes would drop
+ * first, with their next use, published after each candidate scan under
+ * a sequence counter).  A process whose dataset pushes the node over the
+ * capacity compares its own farthest block with the farthest block other
+ * datasets published, and evicts whichever is farther: its own through
+ * the usual path, another's by taking that block's fill lock in the other
+ * dataset's `locks`, clearing its bit in the other's `blocks` and
+ * punching the hole in the other's data file (each checked: the slot's
+ * dataset directory, the block inside its bitmap, the range inside one
+ * block).  The node's total is the sum of the datasets' own resident
+ * counts, read from their `blocks` headers.  A dataset with no live plan
+ * publishes nothing and is never taken from by others; a publication
+ * older than PUBLISHED_FOR_MS (its readers gone) counts as never used.
+ */
+#include "cache_internal.h"
+#include "sys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHARE_MAGIC "LARDERNS"
+#define SHARE_VERSION 1
+#define SHARE_SLOTS 32
+#define PUBLISHED_FOR_MS 10000
+
+struct share_victim {
+    uint64_t use;    /* weighed steps to its next use; UINT64_MAX: never */
+    uint64_t global; /* block number in its dataset */
+    uint64_t offset; /* in its shard's data file */
+    uint32_t shard, length;
+};
+
+struct share_slot {
+    uint64_t state; /* atomic: 0 free, 1 claimed, 2 live */
+    uint64_t id_low, id_high;
+    uint64_t sequence; /* atomic: odd while the victims are written */
+    int64_t published_ms;
+    uint64_t count;
+    uint64_t reserved[2];
+    struct share_victim victims[LARDER__SHARE_VICTIMS];
+};
+
+struct share_file {
+    char magic[8];
+    uint32_t version, slots;
+    uint64_t capacity;
+    uint64_t reserved[6];
+    struct share_slot slot[SHARE_SLOTS];
+};
+
+/* Another dataset's `blocks`, mapped to read its count and bits. */
+struct peer {
+    uint64_t id_low, id_high;
+    struct shared_header *header;
+    uint64_t *resident, *borrowed, *suspect;
+    size_t size;
+    char dir[PATH_MAX - 64];
+};
+
+struct larder__share {
+    struct share_file *file;
+    int slot;
+    struct peer peers[SHARE_SLOTS];
+    char root[PATH_MAX - 128]; /* DIR */
+};
+
+static uint64_t parse_size(const char *text)
+{
+    char *end;
+    unsigned long long value = strtoull(text, &end, 10);
+    uint64_t unit = 1;
+    if (*end == 'K' || *end == 'k') unit = UINT64_C(1) << 10;
+    if (*end == 'M' || *end == 'm') unit = UINT64_C(1) << 20;
+    if (*end == 'G' || *end == 'g') unit = UINT64_C(1) << 30;
+    if (*end == 'T' || *end == 't') unit = UINT64_C(1) << 40;
+    return value > UINT64_MAX / unit ? 0 : value * unit;
+}
+
+void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_low,
+                        uint64_t id_high)
+{
+    const char *size = getenv("LARDER_NODE_CACHE_SIZE");
+    uint64_t capacity = size ? parse_size(size) : 0;
+    if (!capacity) return;
+    struct larder__share *s = calloc(1, sizeof *s);
+    if (!s) return;
+    if (strlen(root) >= sizeof s->root) {
+        free(s);
+        return;
+    }
+    snprintf(s->root, sizeof s->root, "%s", root);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/node-share", root);
+    int fd = larder__sys.open(path, O_RDWR | O_CREAT | O_CLOEXEC, LARDER__CACHE_FILE_MODE);
+    struct stat st;
+    if (fd < 0 || larder__sys.fstat(fd, &st) < 0 ||
+        ((uint64_t)st.st_size < sizeof(struct share_file) &&
+         larder__sys.ftruncate(fd, sizeof(struct share_file)) < 0)) {
+        if (fd >= 0) larder__sys.close(fd);
+        free(s);
+        return;
+    }
+    s->file = mmap(NULL, sizeof *s->file, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    larder__sys.close(fd);
+    if (s->file == MAP_FAILED) {
+        free(s);
+        return;
+    }
+    struct share_file *f = s->file;
+    if (memcmp(f->magic, SHARE_MAGIC, 8) != 0) { /* new: two creators write the same */
+        f->version = SHARE_VERSION;
+        f->slots = SHARE_SLOTS;
+        memcpy(f->magic, SHARE_MAGIC, 8);
+    }
+    s->slot = -1;
+    if (f->version == SHARE_VERSION && f->slots == SHARE_SLOTS) {
+        __atomic_store_n(&f->capacity, capacity, __ATOMIC_RELEASE);
+        for (int pass = 0; pass < 2 && s->slot < 0; pass++)
+            for (int i = 0; i < SHARE_SLOTS && s->slot < 0; i++) {
+                struct share_slot *x = &f->slot[i];
+                if (pass == 0) { /* this dataset's slot, if it has one */
+                    if (__atomic_load_n(&x->state, __ATOMIC_ACQUIRE) == 2 && x->id_low == id_low &&
+                        x->id_high == id_high)
+                        s->slot = i;
+                    continue;
+                }
+                uint64_t expected = 0;
+                if (__atomic_compare_exchange_n(&x->state, &expected, 1, false, __ATOMIC_ACQ_REL,
+                                                __ATOMIC_ACQUIRE)) {
+                    x->id_low = id_low;
+                    x->id_high = id_high;
+                    __atomic_store_n(&x->state, 2, __ATOMIC_RELEASE);
+                    s->slot = i;
+                }
+            }
+    }
+    if (s->slot < 0) {
+        larder__log(LARDER_LOG_WARN,
+                    "%s: no room for this dataset (%d at most); it keeps to its "
+                    "own capacity",
+                    path, SHARE_SLOTS);
+        munmap(s->file, sizeof *s->file);
+        free(s);
+        return;
+    }
+    c->share = s;
+}
+
+void larder__share_close(struct larder__share *s)
+{
+    if (!s) return;
+    for (int i = 0; i < SHARE_SLOTS; i++)
+        if (s->peers[i].header) munmap(s->peers[i].header, s->peers[i].size);
+    munmap(s->file, sizeof *s->file);
+    free(s);
+}
+
+/* Map the `blocks` of the dataset in slot i (checked against its own header). */
+static struct peer *peer_of(struct larder__share *s, int i)
+{
+    struct share_slot *x = &s->file->slot[i];
+    struct peer *p = &s->peers[i];
+    if (p->header && p->id_low == x->id_low && p->id_high == x->id_high) return p;
+    if (p->header) munmap(p->header, p->size);
+    memset(p, 0, sizeof *p);
+    char id[33], path[PATH_MAX];
+    larder__hex128(x->id_high, x->id_low, id);
+    snprintf(p->dir, sizeof p->dir, "%s/%s", s->root, id);
+    snprintf(path, sizeof path, "%s/blocks", p->dir);
+    int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
+    struct stat st;
+    if (fd < 0) return NULL;
+    if (larder__sys.fstat(fd, &st) < 0 || (uint64_t)st.st_size < LARDER__CACHE_HEADER_SIZE) {
+        larder__sys.close(fd);
+        return NULL;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    larder__sys.close(fd);
+    if (map == MAP_FAILED) return NULL;
+    struct shared_header *h = map;
+    uint64_t words = (h->total_blocks + 63) / 64;
+    if (memcmp(h->magic, LARDER__CACHE_MAGIC, 8) != 0 || h->version != LARDER__CACHE_VERSION ||
+        h->id_low != x->id_low || h->id_high != x->id_high ||
+        h->total_blocks > (UINT64_C(1) << 36) ||
+        (uint64_t)st.st_size != LARDER__CACHE_HEADER_SIZE + 5 * words * 8) {
+        munmap(map, (size_t)st.st_size);
+        return NULL;
+    }
+    p->id_low = x->id_low, p->id_high = x->id_high;
+    p->header = h;
+    p->size = (size_t)st.st_size;
+    p->resident = (uint64_t *)((uint8_t *)map + LARDER__CACHE_HEADER_SIZE);
+    p->borrowed = p->resident + 2 * words;
+    p->suspect = p->resident + 3 * words;
+    return p;
+}
+
+/* Bytes every dataset of the directory holds. */
+static uint64_t node_bytes(struct larder__share *s)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < SHARE_SLOTS; i++) {
+        if (__atomic_load_n(&s->file->slot[i].state, __ATOMIC_ACQUIRE) != 2) continue;
+        struct peer *p = peer_of(s, i);
+        if (p) total += atomic_load64(&p->header->resident_blocks) * p->header->block_size;
+    }
+    return total;
+}
+
+void larder__share_publish(struct larder__cache *c, const uint64_t *blocks, const uint64_t *uses,
+                           size_t count)
+{
+    struct larder__share *s = c->share;
+    if (!s) return;
+    struct share_slot *x = &s->file->slot[s->slot];
+    if (count > LARDER__SHARE_VICTIMS) count = LARDER__SHARE_VICTIMS;
+    __atomic_fetch_add(&x->sequence, 1, __ATOMIC_ACQ_REL); /* odd: being written */
+    for (size_t i = 0; i < count; i++) {
+        uint32_t shard = larder__cache_shard_of(c, blocks[i]);
+        uint64_t block = blocks[i] - c->shard_base[shard];
+        x->victims[i] =
+            (struct share_victim){.use = uses[i],
+                                  .global = blocks[i],
+                                  .offset = block << c->block_shift,
+                                  .shard = shard,
+                                  .length = (uint32_t)larder__cache_span(c, shard, block, block)};
+    }
+    x->count = count;
+    x->published_ms = larder__cache_clock_ms();
+    __atomic_fetch_add(&x->sequence, 1, __ATOMIC_ACQ_REL);
+}
+
+/* The farthest victim another dataset published that is still resident. */
+static bool farthest_other(struct larder__share *s, struct share_victim *out, int *slot)
+{
+    bool found = false;
+    int64_t now = larder__cache_clock_ms();
+    for (int i = 0; i < SHARE_SLOTS; i++) {
+        struct share_slot *x = &s->file->slot[i];
+        if (i == s->slot || __atomic_load_n(&x->state, __ATOMIC_ACQUIRE) != 2) continue;
+        struct peer *p = peer_of(s, i);
+        if (!p) continue;
+        struct share_victim copy[LARDER__SHARE_VICTIMS];
+        uint64_t before = __atomic_load_n(&x->sequence, __ATOMIC_ACQUIRE);
+        uint64_t count = x->count < LARDER__SHARE_VICTIMS ? x->count : LARDER__SHARE_VICTIMS;
+        memcpy(copy, x->victims, sizeof copy);
+        bool stale = now - x->published_ms > PUBLISHED_FOR_MS;
+        if ((before & 1) || __atomic_load_n(&x->sequence, __ATOMIC_ACQUIRE) != before) continue;
+        for (uint64_t k = 0; k < count; k++) {
+            struct share_victim v = copy[k];
+            if (stale) v.use = UINT64_MAX; /* its readers are gone */
+            if (v.global >= p->header->total_blocks || v.length == 0 ||
+                v.length > p->header->block_size || !bit_get(p->resident, v.global))
+                continue;
+            if (!found || v.use > out->use) {
+                *out = v;
+                *slot = i;
+                found = true;
+            }
+        }
+    }
+    return found;
+}
+
+/* Evict another dataset's block (its fill lock, bit, count and hole). */
+static bool evict_other(struct larder__share *s, int slot, const struct share_victim *v)
+{
+    struct peer *p = peer_of(s, slot);
+    if (!p) return false;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/locks", p->dir);
+    int lock_fd = larder__open(path, O_RDWR | O_CREAT, LARDER__CACHE_FILE_MODE);
+    if (lock_fd < 0) return false;
+    struct flock lock = {
+        .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)v->global, .l_len = 1};
+    bool evicted = false;
+    if (fcntl(lock_fd, F_OFD_SETLK, &lock) == 0) {
+        if (clear_bits(p->resident, v->global, v->global)) {
+            __atomic_fetch_add(&p->header->generation, 1, __ATOMIC_ACQ_REL);
+            __atomic_fetch_sub(&p->header->resident_blocks, 1, __ATOMIC_RELAXED);
+            if (clear_bits(p->borrowed, v->global, v->global))
+                __atomic_fetch_sub(&p->header->borrowed_blocks, 1, __ATOMIC_RELAXED);
+            clear_bits(p->suspect, v->global, v->global);
+            larder__cache_count(&p->header->counters.evictions, 1);
+            snprintf(path, sizeof path, "%s/%06u.data", p->dir, v->shard);
+            int data = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
+            if (data >= 0) {
+                larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                      (off_t)v->offset, (off_t)v->length);
+                larder__sys.close(data);
+            }
+            evicted = true;
+        }
+        lock.l_type = F_UNLCK;
+        fcntl(lock_fd, F_OFD_SETLK, &lock);
+    }
+    larder__sys.close(lock_fd);
+    return evicted;
+}
+
+bool larder__share_over(struct larder__cache *c, uint64_t more_bytes)
+{
+    struct larder__share *s = c->share;
+    if (!s) return false;
+    return node_bytes(s) + more_bytes > __atomic_load_n(&s->file->capacity, __ATOMIC_ACQUIRE);
+}
+
+bool larder__share_farthest(struct larder__cache *c, uint64_t *use)
+{
+    struct share_victim v;
+    int slot;
+    if (!c->share || !farthest_other(c->share, &v, &slot)) return false;
+    *use = v.use;
+    return true;
+}
+
+void larder__share_trim(struct larder__cache *c, int lock_fd, bool pins)
+{
+    struct larder__share *s = c->share;
+    if (!s) return;
+    uint64_t capacity = __atomic_load_n(&s->file->capacity, __ATOMIC_ACQUIRE);
+    for (int round = 0; round < 4096 && node_bytes(s) > capacity; round++) {
+        uint64_t mine = 0;
+        uint64_t block = larder__nextuse_farthest(c, pins, &mine);
+        struct share_victim other;
+        int slot;
+        bool theirs = farthest_other(s, &other, &slot);
+        if (block == UINT64_MAX && !theirs) return; /* nothing known to take */
+        if (theirs && (block == UINT64_MAX || other.use > mine)) {
+            if (!evict_other(s, slot, &other)) return;
+        } else if (!larder__nextuse_evict_farthest(c, lock_fd, block)) {
+            return;
+        }
+    }
+}

@@ -1,0 +1,180 @@
+/*
+ * mount.h - `larder mount` (docs/mount.md): an index, or a directory or
+ * URL prefix of plain files, shown read-only through FUSE, every read
+ * going through liblarder's engine (node cache, node daemon, peers,
+ * origin, checksums).  The parts:
+ *
+ *   tree.c       the names, sizes and directories, from the index alone;
+ *   fs.c         the FUSE low-level operations over the tree;
+ *   readahead.c  per open file: sequential reads stage the blocks ahead
+ *                (an adaptive window), random reads do not;
+ *   stager.c     whole files staged in the background on their first
+ *                open, a few large reads at a time, below the readers;
+ *   order.c      a reader's registered sample order (the control file
+ *                .larder-order), driving the plan's prefetcher;
+ *   session.c    start-up: the source opened, a stale mount point found or
+ *                cleared, the mount, daemonizing once ready, the loop,
+ *                a clean unmount on SIGTERM/SIGINT/SIGHUP.
+ *
+ * Only src/larder/cmd_mount.c calls in, through larder__mount_run.
+ */
+#ifndef LARDER_MOUNT_H
+#define LARDER_MOUNT_H
+
+#include "larder.h"
+#include "tree.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct larder__mount_options {
+    const char *source;       /* an index (path or URL), or a directory / s3:// prefix of files */
+    const char *mountpoint;   /* an existing directory */
+    const char *cache_dir;    /* the node cache (NULL: LARDER_CACHE's; "" none) */
+    const char *socket;       /* the node daemon (NULL: LARDER_SOCKET's; "" none) */
+    const char *log_path;     /* where the mount's log goes once in the background (NULL: syslog) */
+    bool foreground;          /* stay attached, log to stderr */
+    bool force_unmount_stale; /* unmount a dead mount's mount point first */
+    bool allow_other;         /* let other users read (FUSE's allow_other) */
+    bool trust_index;         /* larder_open's trust_index */
+    bool plain;               /* SOURCE is a tree of plain files even if it looks like an index */
+    int threads;              /* FUSE worker threads at most; 0: 16 */
+    uint64_t readahead_max;   /* the sequential window's largest size; 0: 32 MiB */
+    int stage_on_open;        /* a file's first open stages all of it in the background:
+                                 1 yes, 0 no, -1 (auto) where the cache evicts nothing */
+    int stage_inflight;       /* staging reads in flight at most; 0: 2 */
+};
+
+/* What one mount keeps: set up by session.c, read by every FUSE thread. */
+struct larder__mount {
+    larder_dataset *dataset;
+    struct larder__mount_tree *tree;
+    bool cached;            /* the dataset reads through a node cache */
+    bool daemon;            /* ... and/or a node daemon */
+    uint64_t readahead_max; /* bytes */
+    /* --stage-on-open: one flag per node, set by the open that staged the file */
+    _Atomic unsigned char *staged_on_open;
+    /* stager.c: files being staged (under lock), pieces in flight, the limit */
+    struct larder__mount_stage_job *stage_jobs;
+    _Atomic unsigned stage_running;
+    unsigned stage_inflight;
+    bool stopping;                   /* unmounting: nothing more is staged */
+    _Atomic unsigned demand_waiting; /* readers waiting on a miss now */
+    bool trace;                      /* LARDER_MOUNT_TRACE: every miss logged with its time */
+    uint32_t uid, gid;               /* the owner shown on every file */
+    /* staging tasks queued or running (readahead, order prefetch): waited for at unmount */
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    uint64_t staging;
+    struct larder__mount_order *order; /* the registered sample orders (order.c) */
+    /* one bit per sample that passed larder__mount_check_cached; made on
+     * first use, freed with the mount */
+    _Atomic uint64_t *_Atomic checked;
+    /* counters, for the log line at unmount */
+    _Atomic uint64_t reads, read_bytes, read_errors, readahead_bytes;
+};
+
+/* Run `larder mount`: its exit status (0 once unmounted cleanly, 1 a
+ * failure, whose message is printed or logged). */
+int larder__mount_run(const struct larder__mount_options *options);
+
+/* The mount's log: stderr in the foreground, the --log file or syslog
+ * in the background; one line, with the time. */
+void larder__mount_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * cache_check.c: before the mount hands out sample `id`'s bytes from the
+ * node cache, the first time in this process that the cache holds it
+ * whole, check them against its checksum (what larder_read_sample does
+ * on its first read of a sample); bytes that fail are fetched again,
+ * checked.  0: nothing wrong (or nothing to check: no checksums, or the
+ * sample only partly cached); a negative code with larder_errmsg(): the
+ * bytes are wrong and could not be put right.
+ */
+int larder__mount_check_cached(struct larder__mount *m, uint64_t id);
+
+/*
+ * The errno a failed open or read answers for larder's code rc: ENOMEM
+ * and EINTR as they are (a reader may retry, or knows it is not the
+ * data), anything else EIO (larder_errmsg() and the log say what).
+ */
+static inline int larder__mount_errno(int rc)
+{
+    return rc == -ENOMEM ? ENOMEM : rc == -EINTR ? EINTR : EIO;
+}
+
+/* The FUSE low-level operations (fs.c). */
+struct fuse_lowlevel_ops;
+extern const struct fuse_lowlevel_ops larder__mount_ops;
+
+/* ---- readahead.c ---- */
+/* One open file's sequential-read state (guarded by its own lock). */
+struct larder__mount_stream {
+    pthread_mutex_t lock;
+    uint64_t next;         /* where a sequential read would start next */
+    uint64_t window;       /* bytes staged ahead; 0 while reads are random */
+    uint64_t staged_until; /* file offset up to which staging was asked */
+};
+void larder__mount_stream_init(struct larder__mount_stream *s);
+void larder__mount_stream_clear(struct larder__mount_stream *s);
+/*
+ * A read of [offset, offset + length) of a file whose data bytes begin at
+ * `header` (a .npy header before them) and lie at shard `shard` from
+ * `base` on, `size` bytes of file in all: sequential reads widen the
+ * window (1 MiB doubling up to readahead_max) and stage what it covers
+ * that is not resident, on the engine's pool at NEAR priority; a random
+ * read closes the window.
+ */
+void larder__mount_readahead(struct larder__mount *m, struct larder__mount_stream *s,
+                             uint32_t shard, uint64_t base, uint64_t header, uint64_t size,
+                             uint64_t offset, uint64_t length);
+/* Stage shard bytes [offset, offset + length) in the background at `priority`, in
+ * 1 MiB pieces, what is resident left out.  Bytes queued (0: nothing to do). */
+uint64_t larder__mount_stage(struct larder__mount *m, uint32_t shard, uint64_t offset,
+                             uint64_t length, int priority);
+/* Wait until no staging task is queued or running. */
+void larder__mount_stage_wait(struct larder__mount *m);
+/* One staging task for shard bytes [offset, offset + length), resident or
+ * not; `job` (stager.c's, or NULL) is told when it ends.  length, or 0
+ * when none could be queued. */
+struct larder__mount_stage_job;
+uint64_t larder__mount_stage_piece(struct larder__mount *m, uint32_t shard, uint64_t offset,
+                                   uint64_t length, int priority,
+                                   struct larder__mount_stage_job *job);
+
+/* ---- stager.c ---- */
+/* Queue a file (shard bytes [base, base + length), sample `sample`) for
+ * staging whole in the background: its head and tail at once at NEAR, the
+ * rest in 4 MiB pieces at WARM, at most m->stage_inflight in flight for
+ * the whole mount (half while a reader waits on a miss).  false: nothing
+ * to stage into (no cache, no daemon) or no memory. */
+bool larder__mount_stage_file(struct larder__mount *m, uint32_t shard, uint64_t base,
+                              uint64_t length, uint64_t sample);
+/* A staging piece of `job` has ended: start the next ones. */
+void larder__mount_stager_done(struct larder__mount *m, struct larder__mount_stage_job *job);
+/* A reader's miss has ended: staging may use all its slots again. */
+void larder__mount_stager_kick(struct larder__mount *m);
+/* Unmounting: stage nothing more (pieces running end on their own). */
+void larder__mount_stager_stop(struct larder__mount *m);
+
+/* ---- order.c ---- */
+struct larder__mount_order;
+/* The control file's name at the mount's root: LARDER__MOUNT_ORDER_FILE (tree.h). */
+int larder__mount_order_new(struct larder__mount_order **out);
+void larder__mount_order_free(struct larder__mount_order *order);
+/*
+ * A registration written to the control file: "seed=S epoch=E rank=R
+ * world=W batch=G [mode=global|locality|none] [window=STEPS]" (docs/mount.md).
+ * 0, or a negative code with larder_errmsg() saying what was wrong.
+ */
+int larder__mount_order_register(struct larder__mount *m, const char *text, size_t length);
+/* Sample `id` was read: the registered orders that hold it move on. */
+void larder__mount_order_read(struct larder__mount *m, uint64_t id);
+/* What the control file reads back: the registrations and their progress. */
+int larder__mount_order_describe(struct larder__mount *m, char *buf, size_t capacity);
+
+#endif

@@ -1,0 +1,167 @@
+/*
+ * stager.c - staging whole files in the background on their first open
+ * (mount.h, docs/mount.md "Staging on open").
+ *
+ * A file read in random order (one HDF5 file holding a dataset) gains
+ * nothing from readahead: every read is a cold miss until the file has
+ * been read once.  So its first open queues the whole file here, and a
+ * few large reads at WARM bring it into the node cache from its start
+ * on, while the readers' own misses go ahead of them:
+ *
+ *   - at most `inflight` pieces of PIECE bytes in flight for the whole
+ *     mount (not per file), half of them while a reader waits on a miss,
+ *     so that an origin that serves a few reads at once, in order (a
+ *     parallel file system's client, an object store's connection pool)
+ *     never has its queue filled by staging ahead of a blocked reader;
+ *   - the file's first HEAD and last TAIL bytes are staged at once at
+ *     NEAR (where formats keep their metadata: HDF5's superblock, object
+ *     headers and B-trees, a zip's directory, a checkpoint's index), so
+ *     the reader's dependent metadata reads do not each wait on a miss;
+ *   - what is resident already is skipped, piece by piece, when its turn
+ *     comes (a reader's miss may have brought it meanwhile).
+ *
+ * Each piece is one staging task of readahead.c (larder__mount_stage),
+ * which fills the shared node cache through the daemon or this process's
+ * own engine.  Files are staged in the order they were first opened.
+ */
+#include "mount.h"
+
+#include "dataset.h"
+#include "fill.h"
+#include "priority.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#define PIECE (UINT64_C(1) << 20)
+#define HEAD (UINT64_C(4) << 20)
+#define TAIL (UINT64_C(1) << 20)
+
+struct larder__mount_stage_job {
+    struct larder__mount_stage_job *next;
+    uint32_t shard;
+    uint64_t start, at, end; /* shard bytes [start, end), asked up to `at` (the head at NEAR) */
+    uint64_t sample;
+    unsigned running; /* its pieces in flight */
+    double began;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Pieces allowed in flight now: half while a reader waits on a miss. */
+static unsigned allowed(struct larder__mount *m)
+{
+    unsigned limit = m->stage_inflight;
+    if (atomic_load(&m->demand_waiting) > 0) limit = limit > 1 ? limit / 2 : 1;
+    return limit;
+}
+
+/* A job all of whose pieces were asked and answered: logged and freed (m->lock held). */
+static void finish_locked(struct larder__mount *m, struct larder__mount_stage_job *j)
+{
+    struct larder__mount_stage_job **p = &m->stage_jobs;
+    while (*p && *p != j)
+        p = &(*p)->next;
+    if (*p) *p = j->next;
+    if (!m->stopping)
+        larder__mount_log(LARDER_LOG_INFO,
+                          "staged sample %llu (%llu bytes) %.1f s after its first open",
+                          (unsigned long long)j->sample, (unsigned long long)(j->end - j->start),
+                          now_s() - j->began);
+    free(j);
+}
+
+/* Start pieces until the limit is reached or nothing is left (m->lock held).
+ * A job stays listed until its last piece is answered. */
+static void pump_locked(struct larder__mount *m)
+{
+    struct larder__fill *fill = larder__dataset_fill(m->dataset);
+    struct larder__mount_stage_job *j = m->stage_jobs;
+    while (j && !m->stopping && atomic_load(&m->stage_running) < allowed(m)) {
+        if (j->at >= j->end) { /* all asked: on to the next file */
+            struct larder__mount_stage_job *next = j->next;
+            if (j->running == 0) finish_locked(m, j);
+            j = next;
+            continue;
+        }
+        uint32_t shard = j->shard;
+        uint64_t at = j->at, piece = j->end - at < PIECE ? j->end - at : PIECE;
+        j->at += piece;
+        if (larder__fill_resident(fill, shard, at, piece)) continue;
+        j->running++;
+        atomic_fetch_add(&m->stage_running, 1);
+        pthread_mutex_unlock(&m->lock); /* j stays listed: its piece is running */
+        uint64_t queued = larder__mount_stage_piece(m, shard, at, piece, LARDER__WARM, j);
+        pthread_mutex_lock(&m->lock);
+        if (!queued) {
+            j->running--;
+            atomic_fetch_sub(&m->stage_running, 1);
+            break; /* the pool refused: the next answer or open tries again */
+        }
+    }
+}
+
+void larder__mount_stager_done(struct larder__mount *m, struct larder__mount_stage_job *j)
+{
+    pthread_mutex_lock(&m->lock);
+    atomic_fetch_sub(&m->stage_running, 1);
+    if (--j->running == 0 && (j->at >= j->end || m->stopping)) finish_locked(m, j);
+    pump_locked(m);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void larder__mount_stager_kick(struct larder__mount *m)
+{
+    pthread_mutex_lock(&m->lock);
+    pump_locked(m);
+    pthread_mutex_unlock(&m->lock);
+}
+
+bool larder__mount_stage_file(struct larder__mount *m, uint32_t shard, uint64_t base,
+                              uint64_t length, uint64_t sample)
+{
+    if ((!m->cached && !m->daemon) || length == 0) return false;
+    struct larder__mount_stage_job *j = calloc(1, sizeof *j);
+    if (!j) return false;
+    /* the head and the tail at once, above the whole file's staging */
+    uint64_t head = length < HEAD ? length : HEAD;
+    *j = (struct larder__mount_stage_job){.shard = shard,
+                                          .start = base,
+                                          .at = base + head,
+                                          .end = base + length,
+                                          .sample = sample,
+                                          .began = now_s()};
+    larder__mount_stage(m, shard, base, head, LARDER__NEAR);
+    if (length > head) {
+        uint64_t tail = length - head < TAIL ? length - head : TAIL;
+        larder__mount_stage(m, shard, base + length - tail, tail, LARDER__NEAR);
+    }
+    pthread_mutex_lock(&m->lock);
+    if (m->stopping) {
+        free(j);
+    } else {
+        struct larder__mount_stage_job **p = &m->stage_jobs;
+        while (*p)
+            p = &(*p)->next;
+        *p = j;
+        pump_locked(m);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return true;
+}
+
+void larder__mount_stager_stop(struct larder__mount *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->stopping = true;
+    for (struct larder__mount_stage_job *j = m->stage_jobs, *next; j; j = next) {
+        next = j->next;
+        if (j->running == 0) finish_locked(m, j); /* else its last answer frees it */
+    }
+    pthread_mutex_unlock(&m->lock);
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Next use of every cache block, and the eviction order it implies,
+computed from docs/plan.md and docs/cache.md ("Eviction") alone: a
+reference for tests/unit/test_cache_nextuse.c, written apart from the C.
+
+Where the C inverts the order (sample -> position) and does arithmetic per
+reader, this walks every reader's future reads in time order, as the
+reader will make them (plan.md: its steps T + w, T + w + K, ... of this
+epoch from where it is, then w, w + K, ... of the next; its slice
+[t*G + r*G/W, t*G + (r+1)*G/W) of each step), and gives each block the
+first step at which one of its samples is read.
+
+    nextuse_reference.py DOC INPUT.json
+
+INPUT: {"block_size", "shard_blocks": [blocks per shard], "samples":
+[[shard, offset, length], ...], "plans": [{"seed", "epoch",
+"global_batch", "world", "rank", "workers", "worker", "start_step",
+"consumed"}], "resident": [global blocks], "limit": blocks}
+Prints one line per global block (its next use in steps, -1 for never),
+then "evict" and the blocks that go to bring the resident ones down to
+the limit, in the order they go (farthest first, lower block first among
+equals).
+"""
+import json
+import re
+import sys
+
+NEVER = float("inf")
+
+
+def main():
+    doc, path = sys.argv[1], sys.argv[2]
+    spec = {}
+    exec(re.search(r"```python\n(.*?)```", open(doc).read(), re.S).group(1), spec)
+    Permutation = spec["Permutation"]
+    cfg = json.load(open(path))
+    bs = cfg["block_size"]
+    base = [0]
+    for count in cfg["shard_blocks"]:
+        base.append(base[-1] + count)
+    samples = cfg["samples"]
+    n = len(samples)
+    # the global blocks holding each sample's bytes
+    blocks_of = []
+    for shard, offset, length in samples:
+        first, last = offset // bs, (offset + max(length, 1) - 1) // bs
+        blocks_of.append([base[shard] + b for b in range(first, last + 1)])
+    use = [NEVER] * base[-1]
+    orders = {}
+
+    def order(seed, epoch):  # position -> sample id (global mode, nothing denied)
+        if (seed, epoch) not in orders:
+            perm = Permutation(n, seed, epoch, 1, 0)
+            orders[seed, epoch] = [perm.forward(p) for p in range(n)]
+        return orders[seed, epoch]
+
+    for plan in cfg["plans"]:
+        g, w_, r = plan["global_batch"], plan["world"], plan["rank"]
+        k, w, start = plan["workers"], plan["worker"], plan["start_step"]
+        local = g // w_
+        steps = n // g
+        cur = min(start + w + plan["consumed"] * k, steps)
+        reads = []  # (steps from now, epoch, step)
+        t = cur
+        while t < steps:
+            reads.append((t - cur, plan["epoch"], t))
+            t += k
+        for t in range(w, steps, k):
+            reads.append((steps - cur + t, plan["epoch"] + 1, t))
+        for distance, epoch, t in reads:
+            sequence = order(plan["seed"], epoch)
+            for p in range(t * g + r * local, t * g + (r + 1) * local):
+                for b in blocks_of[sequence[p]]:
+                    use[b] = min(use[b], distance)
+    for u in use:
+        print(-1 if u == NEVER else u)
+    resident = cfg.get("resident", [])
+    limit = cfg.get("limit", len(resident))
+    ranked = sorted(resident, key=lambda b: (-use[b], b))
+    print("evict")
+    for b in ranked[: max(0, len(resident) - limit)]:
+        print(b)
+
+
+if __name__ == "__main__":
+    main()
