@@ -136,6 +136,8 @@ def start_daemon(tmp_path, name, *options):
 @pytest.fixture
 def daemons(tmp_path, monkeypatch):
     """Two daemons: one that transforms, one that always falls back."""
+    # readers wait for them up to 20 s (see open_with), whichever way they connect
+    monkeypatch.setenv("LARDER_DAEMON_TIMEOUT_MS", "20000")
     procs = []
     try:
         p1, s1 = start_daemon(tmp_path, "normal")
