@@ -68,7 +68,7 @@ static uint64_t process_start(int64_t pid)
 {
     char path[64], text[1024];
     snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
-    int fd = larder__sys.open(path, O_RDONLY | O_CLOEXEC, 0);
+    int fd = larder__sys.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
     if (fd < 0) return 0;
     ssize_t n = larder__sys.pread(fd, text, sizeof text - 1, 0);
     larder__sys.close(fd);
@@ -92,7 +92,7 @@ static int attach(struct larder__cache *c, bool create)
     if (!c->plans) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/plans", c->dir);
-        int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0),
+        int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0),
                                   LARDER__CACHE_FILE_MODE);
         struct stat st;
         if (fd < 0) {

@@ -66,6 +66,8 @@ struct peer {
     uint64_t id_low, id_high;
     struct shared_header *header;
     uint64_t *resident, *borrowed, *suspect;
+    uint64_t total_blocks; /* the header's, as checked against the file at mapping: the
+                            * mapping is shared and writable, its header may change */
     size_t size;
     char dir[PATH_MAX - 64];
 };
@@ -104,7 +106,8 @@ void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_l
     snprintf(s->root, sizeof s->root, "%s", root);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/node-share", root);
-    int fd = larder__sys.open(path, O_RDWR | O_CREAT | O_CLOEXEC, LARDER__CACHE_FILE_MODE);
+    int fd =
+        larder__sys.open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, LARDER__CACHE_FILE_MODE);
     struct stat st;
     if (fd < 0 || larder__sys.fstat(fd, &st) < 0 ||
         ((uint64_t)st.st_size < sizeof(struct share_file) &&
@@ -180,7 +183,7 @@ static struct peer *peer_of(struct larder__share *s, int i)
     larder__hex128(x->id_high, x->id_low, id);
     snprintf(p->dir, sizeof p->dir, "%s/%s", s->root, id);
     snprintf(path, sizeof path, "%s/blocks", p->dir);
-    int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
+    int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
     struct stat st;
     if (fd < 0) return NULL;
     if (larder__sys.fstat(fd, &st) < 0 || (uint64_t)st.st_size < LARDER__CACHE_HEADER_SIZE) {
@@ -191,16 +194,19 @@ static struct peer *peer_of(struct larder__share *s, int i)
     larder__sys.close(fd);
     if (map == MAP_FAILED) return NULL;
     struct shared_header *h = map;
-    uint64_t words = (h->total_blocks + 63) / 64;
+    /* read once: the mapping is shared and writable, so every later use
+     * goes by this value, checked here against the file's size */
+    uint64_t total = __atomic_load_n(&h->total_blocks, __ATOMIC_RELAXED);
+    uint64_t words = (total + 63) / 64;
     if (memcmp(h->magic, LARDER__CACHE_MAGIC, 8) != 0 || h->version != LARDER__CACHE_VERSION ||
-        h->id_low != x->id_low || h->id_high != x->id_high ||
-        h->total_blocks > (UINT64_C(1) << 36) ||
+        h->id_low != x->id_low || h->id_high != x->id_high || total > (UINT64_C(1) << 36) ||
         (uint64_t)st.st_size != LARDER__CACHE_HEADER_SIZE + 5 * words * 8) {
         munmap(map, (size_t)st.st_size);
         return NULL;
     }
     p->id_low = x->id_low, p->id_high = x->id_high;
     p->header = h;
+    p->total_blocks = total;
     p->size = (size_t)st.st_size;
     p->resident = (uint64_t *)((uint8_t *)map + LARDER__CACHE_HEADER_SIZE);
     p->borrowed = p->resident + 2 * words;
@@ -262,8 +268,8 @@ static bool farthest_other(struct larder__share *s, struct share_victim *out, in
         for (uint64_t k = 0; k < count; k++) {
             struct share_victim v = copy[k];
             if (stale) v.use = UINT64_MAX; /* its readers are gone */
-            if (v.global >= p->header->total_blocks || v.length == 0 ||
-                v.length > p->header->block_size || !bit_get(p->resident, v.global))
+            if (v.global >= p->total_blocks || v.length == 0 || v.length > p->header->block_size ||
+                !bit_get(p->resident, v.global))
                 continue;
             if (!found || v.use > out->use) {
                 *out = v;
@@ -282,12 +288,12 @@ static bool evict_other(struct larder__share *s, int slot, const struct share_vi
     if (!p) return false;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/locks", p->dir);
-    int lock_fd = larder__open(path, O_RDWR | O_CREAT, LARDER__CACHE_FILE_MODE);
+    int lock_fd = larder__open(path, O_RDWR | O_CREAT | O_NOFOLLOW, LARDER__CACHE_FILE_MODE);
     if (lock_fd < 0) return false;
     struct flock lock = {
         .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)v->global, .l_len = 1};
     bool evicted = false;
-    if (fcntl(lock_fd, F_OFD_SETLK, &lock) == 0) {
+    if (v->global < p->total_blocks && fcntl(lock_fd, F_OFD_SETLK, &lock) == 0) {
         if (clear_bits(p->resident, v->global, v->global)) {
             __atomic_fetch_add(&p->header->generation, 1, __ATOMIC_ACQ_REL);
             __atomic_fetch_sub(&p->header->resident_blocks, 1, __ATOMIC_RELAXED);
@@ -296,7 +302,7 @@ static bool evict_other(struct larder__share *s, int slot, const struct share_vi
             clear_bits(p->suspect, v->global, v->global);
             larder__cache_count(&p->header->counters.evictions, 1);
             snprintf(path, sizeof path, "%s/%06u.data", p->dir, v->shard);
-            int data = larder__sys.open(path, O_RDWR | O_CLOEXEC, 0);
+            int data = larder__sys.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
             if (data >= 0) {
                 larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                                       (off_t)v->offset, (off_t)v->length);

@@ -445,3 +445,29 @@ TEST(nextuse_prefers_dropping_borrowed_blocks)
     unregister_all(r, 1);
     larder_close(dataset);
 }
+
+TEST(nextuse_registry_never_follows_a_symlink)
+{
+    setup();
+    /* someone who may write the cache directory puts a link where the
+     * plans file goes, to a file of the reader's: registering must not
+     * grow, zero or write that file (it did before O_NOFOLLOW) */
+    char path[4096];
+    larder_dataset_info info;
+    larder_dataset_info_get(dataset, &info);
+    snprintf(path, sizeof path, "%s/%s/plans", test_path("cache"), info.dataset_id);
+    unlink(path);
+    static const char victim_text[] = "the reader's own file, not the cache's";
+    test_write_file(test_path("victim"), victim_text, sizeof victim_text);
+    CHECK_EQ(symlink(test_path("victim"), path), 0);
+    struct larder__plan_params p = plan(0, 1, 0, 1, 0, 0);
+    p.num_samples = SAMPLES;
+    int slot = larder__cache_plan_register(cache, &p);
+    if (slot >= 0) larder__cache_plan_unregister(cache, slot);
+    size_t length;
+    uint8_t *bytes = test_read_file(test_path("victim"), &length);
+    CHECK_EQ(length, sizeof victim_text);
+    CHECK(memcmp(bytes, victim_text, sizeof victim_text) == 0);
+    free(bytes);
+    larder_close(dataset);
+}
