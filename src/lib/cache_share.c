@@ -12,9 +12,13 @@
  * datasets published, and evicts whichever is farther: its own through
  * the usual path, another's by taking that block's fill lock in the other
  * dataset's `locks`, clearing its bit in the other's `blocks` and
- * punching the hole in the other's data file (each checked: the slot's
- * dataset directory, the block inside its bitmap, the range inside one
- * block).  The node's total is the sum of the datasets' own resident
+ * punching the hole in the other's data file.  The file is writable by
+ * whoever may write the cache directory, so a publication is only a
+ * choice: the block's place (shard, offset, length) is worked out from
+ * the other dataset's own geometry (its data files, each its shard's
+ * size, checked against its header's totals), a victim that names
+ * another place is refused, and the hole goes into the data file whose
+ * size the geometry came from.  The node's total is the sum of the datasets' own resident
  * counts, read from their `blocks` headers.  A dataset with no live plan
  * publishes nothing and is never taken from by others; a publication
  * older than PUBLISHED_FOR_MS (its readers gone) counts as never used.
@@ -35,6 +39,7 @@
 #define SHARE_VERSION 1
 #define SHARE_SLOTS 32
 #define PUBLISHED_FOR_MS 10000
+#define MAX_SHARDS (1 << 20) /* another dataset with more shards is never evicted from */
 
 struct share_victim {
     uint64_t use;    /* weighed steps to its next use; UINT64_MAX: never */
@@ -61,20 +66,31 @@ struct share_file {
     struct share_slot slot[SHARE_SLOTS];
 };
 
-/* Another dataset's `blocks`, mapped to read its count and bits. */
+/* Another dataset's `blocks`, mapped to read its count and bits, and its
+ * geometry, worked out from its own files (never from a publication). */
 struct peer {
     uint64_t id_low, id_high;
     struct shared_header *header;
     uint64_t *resident, *borrowed, *suspect;
-    uint64_t total_blocks; /* the header's, as checked against the file at mapping: the
-                            * mapping is shared and writable, its header may change */
+    /* the header's, as checked against the file at mapping: the mapping is
+     * shared and writable, its header may change */
+    uint64_t total_blocks;
+    uint32_t block_size;
+    unsigned block_shift;
     size_t size;
+    /* shards: 0 not worked out yet, 1 known, -1 refused (never evicted from) */
+    int geometry;
+    uint64_t num_shards;
+    uint64_t *shard_base; /* first global block of each shard, plus the total */
+    uint64_t *shard_size; /* its data file's size, the shard's */
     char dir[PATH_MAX - 64];
 };
 
 struct larder__share {
     struct share_file *file;
     int slot;
+    uint64_t id_low, id_high;
+    pthread_mutex_t lock; /* guards peers[] (admission runs outside evict_lock) */
     struct peer peers[SHARE_SLOTS];
     char root[PATH_MAX - 128]; /* DIR */
 };
@@ -104,6 +120,7 @@ void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_l
         return;
     }
     snprintf(s->root, sizeof s->root, "%s", root);
+    s->id_low = id_low, s->id_high = id_high;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/node-share", root);
     int fd =
@@ -159,15 +176,25 @@ void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_l
         free(s);
         return;
     }
+    pthread_mutex_init(&s->lock, NULL);
     c->share = s;
+}
+
+static void peer_drop(struct peer *p)
+{
+    if (p->header) munmap(p->header, p->size);
+    free(p->shard_base);
+    free(p->shard_size);
+    memset(p, 0, sizeof *p);
 }
 
 void larder__share_close(struct larder__share *s)
 {
     if (!s) return;
     for (int i = 0; i < SHARE_SLOTS; i++)
-        if (s->peers[i].header) munmap(s->peers[i].header, s->peers[i].size);
+        peer_drop(&s->peers[i]);
     munmap(s->file, sizeof *s->file);
+    pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
@@ -177,8 +204,7 @@ static struct peer *peer_of(struct larder__share *s, int i)
     struct share_slot *x = &s->file->slot[i];
     struct peer *p = &s->peers[i];
     if (p->header && p->id_low == x->id_low && p->id_high == x->id_high) return p;
-    if (p->header) munmap(p->header, p->size);
-    memset(p, 0, sizeof *p);
+    peer_drop(p);
     char id[33], path[PATH_MAX];
     larder__hex128(x->id_high, x->id_low, id);
     snprintf(p->dir, sizeof p->dir, "%s/%s", s->root, id);
@@ -197,9 +223,12 @@ static struct peer *peer_of(struct larder__share *s, int i)
     /* read once: the mapping is shared and writable, so every later use
      * goes by this value, checked here against the file's size */
     uint64_t total = __atomic_load_n(&h->total_blocks, __ATOMIC_RELAXED);
+    uint32_t block_size = __atomic_load_n(&h->block_size, __ATOMIC_RELAXED);
     uint64_t words = (total + 63) / 64;
     if (memcmp(h->magic, LARDER__CACHE_MAGIC, 8) != 0 || h->version != LARDER__CACHE_VERSION ||
         h->id_low != x->id_low || h->id_high != x->id_high || total > (UINT64_C(1) << 36) ||
+        block_size < 512 || block_size > (UINT32_C(1) << 30) ||
+        (block_size & (block_size - 1)) != 0 ||
         (uint64_t)st.st_size != LARDER__CACHE_HEADER_SIZE + 5 * words * 8) {
         munmap(map, (size_t)st.st_size);
         return NULL;
@@ -207,6 +236,9 @@ static struct peer *peer_of(struct larder__share *s, int i)
     p->id_low = x->id_low, p->id_high = x->id_high;
     p->header = h;
     p->total_blocks = total;
+    p->block_size = block_size;
+    while ((UINT32_C(1) << p->block_shift) < block_size)
+        p->block_shift++;
     p->size = (size_t)st.st_size;
     p->resident = (uint64_t *)((uint8_t *)map + LARDER__CACHE_HEADER_SIZE);
     p->borrowed = p->resident + 2 * words;
@@ -218,12 +250,80 @@ static struct peer *peer_of(struct larder__share *s, int i)
 static uint64_t node_bytes(struct larder__share *s)
 {
     uint64_t total = 0;
+    pthread_mutex_lock(&s->lock);
     for (int i = 0; i < SHARE_SLOTS; i++) {
         if (__atomic_load_n(&s->file->slot[i].state, __ATOMIC_ACQUIRE) != 2) continue;
         struct peer *p = peer_of(s, i);
         if (p) total += atomic_load64(&p->header->resident_blocks) * p->header->block_size;
     }
+    pthread_mutex_unlock(&s->lock);
     return total;
+}
+
+/* Work out a dataset's shards from its data files (each the shard's full
+ * size, made before its `blocks`), checked against its header's totals;
+ * false (for good) when they disagree. */
+static bool peer_geometry(struct peer *p)
+{
+    if (p->geometry) return p->geometry > 0;
+    p->geometry = -1;
+    uint64_t shards = __atomic_load_n(&p->header->num_shards, __ATOMIC_RELAXED);
+    uint64_t bytes = __atomic_load_n(&p->header->total_bytes, __ATOMIC_RELAXED);
+    if (shards == 0 || shards > MAX_SHARDS) return false;
+    p->shard_base = malloc((shards + 1) * sizeof *p->shard_base);
+    p->shard_size = malloc(shards * sizeof *p->shard_size);
+    if (!p->shard_base || !p->shard_size) return false;
+    uint64_t base = 0, sum = 0;
+    for (uint64_t i = 0; i < shards; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%06llu.data", p->dir, (unsigned long long)i);
+        int fd = larder__sys.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+        struct stat st;
+        bool sound = fd >= 0 && larder__sys.fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                     st.st_size >= 0 && ((uint64_t)st.st_size >> p->block_shift) <= p->total_blocks;
+        if (fd >= 0) larder__sys.close(fd);
+        if (!sound) return false;
+        p->shard_base[i] = base;
+        p->shard_size[i] = (uint64_t)st.st_size;
+        base += (p->shard_size[i] + p->block_size - 1) >> p->block_shift;
+        sum += p->shard_size[i];
+        if (base > p->total_blocks) return false;
+    }
+    p->shard_base[shards] = base;
+    if (base != p->total_blocks || sum != bytes) return false;
+    p->num_shards = shards;
+    p->geometry = 1;
+    return true;
+}
+
+/* The shard, offset and length of block `global` of a peer whose geometry is known. */
+static void peer_locate(const struct peer *p, uint64_t global, struct share_victim *where)
+{
+    uint64_t low = 0, high = p->num_shards - 1; /* the last shard starting at or before it */
+    while (low < high) {
+        uint64_t mid = (low + high + 1) / 2;
+        if (p->shard_base[mid] <= global)
+            low = mid;
+        else
+            high = mid - 1;
+    }
+    uint64_t block = global - p->shard_base[low];
+    uint64_t offset = block << p->block_shift, left = p->shard_size[low] - offset;
+    where->shard = (uint32_t)low;
+    where->offset = offset;
+    where->length = (uint32_t)(left < p->block_size ? left : p->block_size);
+}
+
+/* Whether a published victim is a resident block of the peer, at the
+ * place its geometry puts that block (a victim naming another place is
+ * refused: its hole would fall in another block). */
+static bool victim_sound(struct peer *p, const struct share_victim *v)
+{
+    if (v->global >= p->total_blocks || !bit_get(p->resident, v->global) || !peer_geometry(p))
+        return false;
+    struct share_victim at;
+    peer_locate(p, v->global, &at);
+    return at.shard == v->shard && at.offset == v->offset && at.length == v->length;
 }
 
 void larder__share_publish(struct larder__cache *c, const uint64_t *blocks, const uint64_t *uses,
@@ -254,6 +354,7 @@ static bool farthest_other(struct larder__share *s, struct share_victim *out, in
 {
     bool found = false;
     int64_t now = larder__cache_clock_ms();
+    pthread_mutex_lock(&s->lock);
     for (int i = 0; i < SHARE_SLOTS; i++) {
         struct share_slot *x = &s->file->slot[i];
         if (i == s->slot || __atomic_load_n(&x->state, __ATOMIC_ACQUIRE) != 2) continue;
@@ -268,9 +369,7 @@ static bool farthest_other(struct larder__share *s, struct share_victim *out, in
         for (uint64_t k = 0; k < count; k++) {
             struct share_victim v = copy[k];
             if (stale) v.use = UINT64_MAX; /* its readers are gone */
-            if (v.global >= p->total_blocks || v.length == 0 || v.length > p->header->block_size ||
-                !bit_get(p->resident, v.global))
-                continue;
+            if (!victim_sound(p, &v)) continue;
             if (!found || v.use > out->use) {
                 *out = v;
                 *slot = i;
@@ -278,22 +377,32 @@ static bool farthest_other(struct larder__share *s, struct share_victim *out, in
             }
         }
     }
+    pthread_mutex_unlock(&s->lock);
     return found;
 }
 
-/* Evict another dataset's block (its fill lock, bit, count and hole). */
+/* Evict another dataset's block (its fill lock, bit, count and hole), at
+ * the place its own geometry puts it, in the data file of that size. */
 static bool evict_other(struct larder__share *s, int slot, const struct share_victim *v)
 {
+    pthread_mutex_lock(&s->lock);
     struct peer *p = peer_of(s, slot);
-    if (!p) return false;
+    bool evicted = false;
+    int lock_fd = -1, data = -1;
     char path[PATH_MAX];
+    struct stat st;
+    if (!p || !victim_sound(p, v)) goto out;
+    snprintf(path, sizeof path, "%s/%06u.data", p->dir, v->shard);
+    data = larder__sys.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+    if (data < 0 || larder__sys.fstat(data, &st) < 0 || !S_ISREG(st.st_mode) ||
+        (uint64_t)st.st_size != p->shard_size[v->shard])
+        goto out; /* not the file its geometry came from */
     snprintf(path, sizeof path, "%s/locks", p->dir);
-    int lock_fd = larder__open(path, O_RDWR | O_CREAT | O_NOFOLLOW, LARDER__CACHE_FILE_MODE);
-    if (lock_fd < 0) return false;
+    lock_fd = larder__open(path, O_RDWR | O_CREAT | O_NOFOLLOW, LARDER__CACHE_FILE_MODE);
+    if (lock_fd < 0) goto out;
     struct flock lock = {
         .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)v->global, .l_len = 1};
-    bool evicted = false;
-    if (v->global < p->total_blocks && fcntl(lock_fd, F_OFD_SETLK, &lock) == 0) {
+    if (fcntl(lock_fd, F_OFD_SETLK, &lock) == 0) {
         if (clear_bits(p->resident, v->global, v->global)) {
             __atomic_fetch_add(&p->header->generation, 1, __ATOMIC_ACQ_REL);
             __atomic_fetch_sub(&p->header->resident_blocks, 1, __ATOMIC_RELAXED);
@@ -301,19 +410,17 @@ static bool evict_other(struct larder__share *s, int slot, const struct share_vi
                 __atomic_fetch_sub(&p->header->borrowed_blocks, 1, __ATOMIC_RELAXED);
             clear_bits(p->suspect, v->global, v->global);
             larder__cache_count(&p->header->counters.evictions, 1);
-            snprintf(path, sizeof path, "%s/%06u.data", p->dir, v->shard);
-            int data = larder__sys.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
-            if (data >= 0) {
-                larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                                      (off_t)v->offset, (off_t)v->length);
-                larder__sys.close(data);
-            }
+            larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                  (off_t)v->offset, (off_t)v->length);
             evicted = true;
         }
         lock.l_type = F_UNLCK;
         fcntl(lock_fd, F_OFD_SETLK, &lock);
     }
-    larder__sys.close(lock_fd);
+out:
+    if (lock_fd >= 0) larder__sys.close(lock_fd);
+    if (data >= 0) larder__sys.close(data);
+    pthread_mutex_unlock(&s->lock);
     return evicted;
 }
 

@@ -1,0 +1,216 @@
+/*
+ * test_cache_share_hostile.c - DIR/node-share and the other datasets'
+ * `blocks` headers are shared, writable files: whatever they say, a
+ * reader never damages another dataset's blocks, nor counts a dataset
+ * twice or by a forged number.  The files are written here by this
+ * test's own copy of their layout (docs/cache.md), the expected places
+ * of blocks from the datasets' indexes (shard sizes), the expected bytes
+ * from the data files as the reads left them.
+ */
+#include "cache.h"
+#include "cache_internal.h"
+#include "dataset.h"
+#include "larder_pack.h"
+#include "test.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define BLOCK 4096
+#define SAMPLES 40
+
+/* The layout of DIR/node-share, as docs/cache.md gives it. */
+struct forged_victim {
+    uint64_t use, global, offset;
+    uint32_t shard, length;
+};
+struct forged_slot {
+    uint64_t state, id_low, id_high, sequence;
+    int64_t published_ms;
+    uint64_t count, reserved[2];
+    struct forged_victim victims[128];
+};
+struct forged_share {
+    char magic[8];
+    uint32_t version, slots;
+    uint64_t capacity, reserved[6];
+    struct forged_slot slot[32];
+};
+
+struct side {
+    larder_dataset *d;
+    struct larder__cache *cache;
+    char dir[4096]; /* DIR/<id> */
+    uint64_t id_low, id_high;
+    uint32_t shards;
+    uint64_t base[16], size[16]; /* from the index */
+    uint64_t blocks;
+};
+
+static void make(const char *name, uint64_t seed)
+{
+    char path[4096];
+    for (int i = 0; i < SAMPLES; i++) {
+        static uint8_t data[9000];
+        size_t size = (size_t)(i * 7919 % 8000) + 500;
+        test_fill_random(data, size, seed + (uint64_t)i);
+        snprintf(path, sizeof path, "%s/src-%s/s%03d.bin", test_dir(), name, i);
+        test_write_file(path, data, size);
+    }
+    char src[4096], out[4096];
+    snprintf(src, sizeof src, "%s/src-%s", test_dir(), name);
+    snprintf(out, sizeof out, "%s/%s", test_dir(), name);
+    const char *sources[] = {src};
+    larder_pack_options o = {.version = LARDER_PACK_OPTIONS_VERSION,
+                             .format = LARDER_FORMAT_FLAT,
+                             .shard_size = 60000,
+                             .jobs = 1};
+    CHECK_EQ(larder_pack(sources, 1, out, &o, NULL), 0);
+}
+
+/* Open a dataset and read it whole: every block resident. */
+static void open_side(struct side *s, const char *name)
+{
+    char index[4096];
+    snprintf(index, sizeof index, "%s/%s/index.larder", test_dir(), name);
+    larder_open_options oo = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                              .cache_dir = test_path("cache"),
+                              .block_size = BLOCK};
+    CHECK_EQ(larder_open(&s->d, index, &oo), 0);
+    s->cache = larder__dataset_cache(s->d);
+    larder_dataset_info info;
+    CHECK_EQ(larder_dataset_info_get(s->d, &info), 0);
+    snprintf(s->dir, sizeof s->dir, "%s/%s", test_path("cache"), info.dataset_id);
+    larder__dataset_id(s->d, &s->id_low, &s->id_high);
+    s->shards = larder__dataset_num_shards(s->d);
+    CHECK(s->shards >= 2 && s->shards <= 16);
+    s->blocks = 0;
+    for (uint32_t k = 0; k < s->shards; k++) {
+        s->base[k] = s->blocks;
+        s->size[k] = larder__dataset_shard_size(s->d, k);
+        s->blocks += (s->size[k] + BLOCK - 1) / BLOCK;
+    }
+    static uint8_t buf[9000];
+    for (uint64_t i = 0; i < SAMPLES; i++)
+        CHECK(larder_read_sample(s->d, i, buf, sizeof buf) > 0);
+}
+
+/* Blocks of the dataset resident now, shard by shard. */
+static uint64_t held(struct side *s)
+{
+    uint64_t n = 0;
+    for (uint32_t k = 0; k < s->shards; k++) {
+        uint64_t end = k + 1 < s->shards ? s->base[k + 1] : s->blocks;
+        for (uint64_t g = s->base[k]; g < end; g++)
+            if (larder__cache_present(s->cache, k, g - s->base[k], g - s->base[k])) n++;
+    }
+    return n;
+}
+
+static struct forged_share *map_share(void)
+{
+    int fd = open(test_path("cache/node-share"), O_RDWR);
+    CHECK(fd >= 0);
+    struct forged_share *f = mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    CHECK(f != MAP_FAILED);
+    CHECK(memcmp(f->magic, "LARDERNS", 8) == 0 && f->slots == 32);
+    return f;
+}
+
+static struct forged_slot *slot_of(struct forged_share *f, const struct side *s)
+{
+    for (int i = 0; i < 32; i++)
+        if (f->slot[i].state == 2 && f->slot[i].id_low == s->id_low &&
+            f->slot[i].id_high == s->id_high)
+            return &f->slot[i];
+    CHECK(!"the dataset has a slot");
+    return NULL;
+}
+
+/* Publish victims in a slot, as a writer of the file would. */
+static void publish(struct forged_slot *x, const struct forged_victim *v, uint64_t count)
+{
+    x->sequence += 1;
+    memcpy(x->victims, v, count * sizeof *v);
+    x->count = count;
+    x->published_ms = larder__cache_clock_ms();
+    x->sequence += 1;
+}
+
+static void read_range(const struct side *s, uint32_t shard, uint64_t offset, uint8_t *out)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%06u.data", s->dir, shard);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ(pread(fd, out, BLOCK, (off_t)offset), BLOCK);
+    close(fd);
+}
+
+static void setup(struct side *a, struct side *b)
+{
+    make("a", 100);
+    make("b", 900);
+    setenv("LARDER_NODE_CACHE_SIZE", "1G", 1); /* room for both, until the test says less */
+    open_side(a, "a");
+    open_side(b, "b");
+    CHECK_EQ(held(a), a->blocks);
+    CHECK_EQ(held(b), b->blocks);
+}
+
+static void teardown(struct side *a, struct side *b, struct forged_share *f)
+{
+    munmap(f, sizeof *f);
+    larder_close(a->d);
+    larder_close(b->d);
+    unsetenv("LARDER_NODE_CACHE_SIZE");
+}
+
+TEST(share_victim_at_another_blocks_place_is_refused)
+{
+    struct side a, b;
+    setup(&a, &b);
+    struct forged_share *f = map_share();
+    /* block 0 of b's shard 1 (resident), and its bytes as the read left them */
+    static uint8_t before[BLOCK], after[BLOCK], zero[BLOCK];
+    read_range(&b, 1, 0, before);
+    CHECK(memcmp(before, zero, BLOCK) != 0);
+    /* b's slot names its block 0 (shard 0) but the place of shard 1's block 0 */
+    struct forged_victim lie = {
+        .use = UINT64_MAX - 1, .global = 0, .offset = 0, .shard = 1, .length = BLOCK};
+    publish(slot_of(f, &b), &lie, 1);
+    f->capacity = (a.blocks + b.blocks - 1) * BLOCK; /* one block over */
+    larder__cache_trim(a.cache);
+    read_range(&b, 1, 0, after);
+    CHECK(memcmp(before, after, BLOCK) == 0); /* no hole in another block */
+    CHECK(larder__cache_present(b.cache, 1, 0, 0));
+    CHECK(larder__cache_present(b.cache, 0, 0, 0)); /* refused, not evicted elsewhere */
+    /* a length past the block, and a shard past the last, are refused too */
+    struct forged_victim longer = {.use = UINT64_MAX - 1,
+                                   .global = b.base[1] - 1,
+                                   .offset = (b.base[1] - 1) * BLOCK,
+                                   .shard = 0,
+                                   .length = 2 * BLOCK};
+    publish(slot_of(f, &b), &longer, 1);
+    larder__cache_trim(a.cache);
+    read_range(&b, 1, 0, after);
+    CHECK(memcmp(before, after, BLOCK) == 0);
+    CHECK_EQ(held(&b), b.blocks);
+    /* the truth is taken: shard 1's block 0 at its own place */
+    uint64_t tail = b.size[1] < BLOCK ? b.size[1] : BLOCK;
+    struct forged_victim truth = {.use = UINT64_MAX - 1,
+                                  .global = b.base[1],
+                                  .offset = 0,
+                                  .shard = 1,
+                                  .length = (uint32_t)tail};
+    publish(slot_of(f, &b), &truth, 1);
+    larder__cache_trim(a.cache);
+    CHECK(!larder__cache_present(b.cache, 1, 0, 0));
+    CHECK_EQ(held(&b), b.blocks - 1);
+    CHECK_EQ(held(&a), a.blocks);
+    read_range(&b, 1, 0, after);
+    CHECK(memcmp(after, zero, tail) == 0); /* its hole */
+    teardown(&a, &b, f);
+}
