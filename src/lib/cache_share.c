@@ -18,8 +18,13 @@
  * the other dataset's own geometry (its data files, each its shard's
  * size, checked against its header's totals), a victim that names
  * another place is refused, and the hole goes into the data file whose
- * size the geometry came from.  The node's total is the sum of the datasets' own resident
- * counts, read from their `blocks` headers.  A dataset with no live plan
+ * size the geometry came from.  A dataset's slot is the first live one
+ * naming it, its id checked against the `blocks` header it points to (a
+ * later slot claiming the same id is ignored: no dataset counts twice).
+ * The node's total is the sum of the datasets' resident blocks, counted
+ * in their bitmaps: a header's published counter only moves a count
+ * within COUNT_SLACK blocks of the last popcount, which is taken again
+ * when it moves farther, and every COUNT_FOR_MS.  A dataset with no live plan
  * publishes nothing and is never taken from by others; a publication
  * older than PUBLISHED_FOR_MS (its readers gone) counts as never used.
  */
@@ -39,6 +44,8 @@
 #define SHARE_VERSION 1
 #define SHARE_SLOTS 32
 #define PUBLISHED_FOR_MS 10000
+#define COUNT_SLACK 64       /* blocks a dataset's published count may move between popcounts */
+#define COUNT_FOR_MS 1000    /* a popcount is taken again at least this often */
 #define MAX_SHARDS (1 << 20) /* another dataset with more shards is never evicted from */
 
 struct share_victim {
@@ -78,6 +85,12 @@ struct peer {
     uint32_t block_size;
     unsigned block_shift;
     size_t size;
+    /* its resident count: the bitmap's popcount, taken again when the
+     * published counter moved by more than COUNT_SLACK or COUNT_FOR_MS
+     * passed; in between, the counter's moves are added */
+    uint64_t counted, published_at_count;
+    int64_t counted_ms;
+    bool ever_counted;
     /* shards: 0 not worked out yet, 1 known, -1 refused (never evicted from) */
     int geometry;
     uint64_t num_shards;
@@ -198,6 +211,19 @@ void larder__share_close(struct larder__share *s)
     free(s);
 }
 
+/* Whether slot i is the first live slot naming its dataset: only that one
+ * is its dataset's (a later one claiming the same id is ignored, so no
+ * dataset is counted twice nor published for by two slots). */
+static bool first_of_its_id(const struct share_file *f, int i)
+{
+    if (__atomic_load_n(&f->slot[i].state, __ATOMIC_ACQUIRE) != 2) return false;
+    for (int j = 0; j < i; j++)
+        if (__atomic_load_n(&f->slot[j].state, __ATOMIC_ACQUIRE) == 2 &&
+            f->slot[j].id_low == f->slot[i].id_low && f->slot[j].id_high == f->slot[i].id_high)
+            return false;
+    return true;
+}
+
 /* Map the `blocks` of the dataset in slot i (checked against its own header). */
 static struct peer *peer_of(struct larder__share *s, int i)
 {
@@ -246,15 +272,42 @@ static struct peer *peer_of(struct larder__share *s, int i)
     return p;
 }
 
+/* A dataset's resident blocks, from its bitmap: its published counter
+ * moves this count only within COUNT_SLACK of the last popcount (a
+ * counter written by anyone else can shift the node's total by no more). */
+static uint64_t peer_count(struct peer *p, int64_t now)
+{
+    uint64_t published = atomic_load64(&p->header->resident_blocks);
+    int64_t moved = (int64_t)(published - p->published_at_count);
+    if (!p->ever_counted || moved > COUNT_SLACK || moved < -COUNT_SLACK ||
+        now - p->counted_ms >= COUNT_FOR_MS || now < p->counted_ms) {
+        uint64_t words = p->total_blocks / 64, count = 0;
+        for (uint64_t w = 0; w < words; w++)
+            count += (uint64_t)__builtin_popcountll(atomic_load64(&p->resident[w]));
+        if (p->total_blocks % 64) /* bits past the last block are no block's */
+            count += (uint64_t)__builtin_popcountll(atomic_load64(&p->resident[words]) &
+                                                    ((UINT64_C(1) << (p->total_blocks % 64)) - 1));
+        p->counted = count;
+        p->published_at_count = published;
+        p->counted_ms = now;
+        p->ever_counted = true;
+        moved = 0;
+    }
+    if (moved < 0 && (uint64_t)-moved > p->counted) return 0;
+    uint64_t count = p->counted + (uint64_t)moved;
+    return count < p->total_blocks ? count : p->total_blocks;
+}
+
 /* Bytes every dataset of the directory holds. */
 static uint64_t node_bytes(struct larder__share *s)
 {
     uint64_t total = 0;
+    int64_t now = larder__cache_clock_ms();
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < SHARE_SLOTS; i++) {
-        if (__atomic_load_n(&s->file->slot[i].state, __ATOMIC_ACQUIRE) != 2) continue;
+        if (!first_of_its_id(s->file, i)) continue;
         struct peer *p = peer_of(s, i);
-        if (p) total += atomic_load64(&p->header->resident_blocks) * p->header->block_size;
+        if (p) total += peer_count(p, now) << p->block_shift;
     }
     pthread_mutex_unlock(&s->lock);
     return total;
@@ -331,7 +384,16 @@ void larder__share_publish(struct larder__cache *c, const uint64_t *blocks, cons
 {
     struct larder__share *s = c->share;
     if (!s) return;
-    struct share_slot *x = &s->file->slot[s->slot];
+    /* this dataset's slot is the first live one with its id (another may
+     * have taken that place since it was opened) */
+    int slot = -1;
+    for (int i = 0; i < SHARE_SLOTS && slot < 0; i++)
+        if (first_of_its_id(s->file, i) && s->file->slot[i].id_low == s->id_low &&
+            s->file->slot[i].id_high == s->id_high)
+            slot = i;
+    if (slot < 0) return; /* freed under it: it publishes nothing, so nothing is taken from it */
+    s->slot = slot;
+    struct share_slot *x = &s->file->slot[slot];
     if (count > LARDER__SHARE_VICTIMS) count = LARDER__SHARE_VICTIMS;
     __atomic_fetch_add(&x->sequence, 1, __ATOMIC_ACQ_REL); /* odd: being written */
     for (size_t i = 0; i < count; i++) {
@@ -357,7 +419,8 @@ static bool farthest_other(struct larder__share *s, struct share_victim *out, in
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < SHARE_SLOTS; i++) {
         struct share_slot *x = &s->file->slot[i];
-        if (i == s->slot || __atomic_load_n(&x->state, __ATOMIC_ACQUIRE) != 2) continue;
+        if (!first_of_its_id(s->file, i) || (x->id_low == s->id_low && x->id_high == s->id_high))
+            continue;
         struct peer *p = peer_of(s, i);
         if (!p) continue;
         struct share_victim copy[LARDER__SHARE_VICTIMS];

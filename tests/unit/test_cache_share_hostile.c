@@ -214,3 +214,56 @@ TEST(share_victim_at_another_blocks_place_is_refused)
     CHECK(memcmp(after, zero, tail) == 0); /* its hole */
     teardown(&a, &b, f);
 }
+
+TEST(share_forged_slots_and_counts_evict_nothing)
+{
+    struct side a, b;
+    setup(&a, &b);
+    struct forged_share *f = map_share();
+    /* b's slot offers every block of b, each at its true place */
+    static struct forged_victim all[128];
+    CHECK(b.blocks <= 128);
+    for (uint32_t k = 0; k < b.shards; k++)
+        for (uint64_t g = b.base[k]; g < (k + 1 < b.shards ? b.base[k + 1] : b.blocks); g++) {
+            uint64_t offset = (g - b.base[k]) * BLOCK, left = b.size[k] - offset;
+            all[g] = (struct forged_victim){.use = UINT64_MAX - 1 - g,
+                                            .global = g,
+                                            .offset = offset,
+                                            .shard = k,
+                                            .length = (uint32_t)(left < BLOCK ? left : BLOCK)};
+        }
+    publish(slot_of(f, &b), all, b.blocks);
+    f->capacity = (a.blocks + b.blocks) * BLOCK; /* exactly what they hold */
+    larder__cache_trim(a.cache);
+    CHECK_EQ(held(&b), b.blocks); /* within the capacity: nothing goes */
+    /* a second live slot claiming b's id: b is still counted once */
+    struct forged_slot *twin = NULL;
+    for (int i = 31; i >= 0 && !twin; i--)
+        if (f->slot[i].state == 0) twin = &f->slot[i];
+    CHECK(twin != NULL);
+    twin->id_low = b.id_low, twin->id_high = b.id_high;
+    twin->state = 2;
+    larder__cache_trim(a.cache);
+    CHECK_EQ(held(&b), b.blocks);
+    CHECK_EQ(held(&a), a.blocks);
+    twin->state = 0;
+    /* b's header says it holds 2^30 blocks: the node's total is what its bitmap holds */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/blocks", b.dir);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    uint64_t forged = UINT64_C(1) << 30, real;
+    CHECK_EQ(pread(fd, &real, 8, 56), 8); /* resident_blocks, after the totals */
+    CHECK_EQ(real, b.blocks);
+    CHECK_EQ(pwrite(fd, &forged, 8, 56), 8);
+    larder__cache_trim(a.cache);
+    CHECK_EQ(held(&b), b.blocks);
+    CHECK_EQ(held(&a), a.blocks);
+    /* and a real excess is still evicted: three blocks over */
+    f->capacity = (a.blocks + b.blocks - 3) * BLOCK;
+    larder__cache_trim(a.cache);
+    CHECK_EQ(held(&a) + held(&b), a.blocks + b.blocks - 3);
+    CHECK_EQ(pwrite(fd, &real, 8, 56), 8);
+    close(fd);
+    teardown(&a, &b, f);
+}
