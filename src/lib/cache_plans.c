@@ -13,11 +13,15 @@
  * (its own steps consumed), which the reader stores atomically as it
  * goes: no request per step, no lock.
  *
- * A slot is claimed with a compare-and-swap (free -> claimed), written,
- * then published (claimed -> live).  A process that dies leaves its slot
- * live; readers of the registry pass over (and free) slots whose process
- * is gone or whose pid now names another process (the start time in
- * /proc/PID/stat differs).  Everything in the file is checked before use:
+ * A slot is claimed with a compare-and-swap of its state word (free ->
+ * claimed, with the claimer's pid and the claim's time in the same word),
+ * written, then published (that exact claim -> live).  A claim whose
+ * process is gone, or older than CLAIM_FOR_S seconds (or in the future),
+ * is freed by the next registration: a claimer killed before publishing
+ * leaks nothing.  A process that dies leaves its slot live; readers of
+ * the registry pass over (and free) slots whose process is gone or whose
+ * pid now names another process (the start time in /proc/PID/stat
+ * differs).  Everything in the file is checked before use:
  * a slot whose fields make no sense (world 0, rank past it, ...) is
  * ignored, so a damaged or hostile file costs the plan order, never
  * memory or a crash.
@@ -33,16 +37,20 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PLANS_MAGIC "LARDERPL"
 #define PLANS_VERSION 1
 #define SLOT_FREE 0
-#define SLOT_CLAIMED 1
+#define SLOT_CLAIMED 1 /* the low 2 bits; a claim also holds its pid and time: */
 #define SLOT_LIVE 2
+#define CLAIM_PID_BITS 22   /* bits 2-23: the claimer's pid (Linux's pids are below 2^22) */
+#define CLAIM_TIME_SHIFT 24 /* bits 24-63: when it claimed, CLOCK_REALTIME seconds */
+#define CLAIM_FOR_S 10      /* a claim not published by then is abandoned */
 
 struct plan_slot {
-    uint64_t state; /* atomic: SLOT_* */
+    uint64_t state; /* atomic: SLOT_FREE, SLOT_LIVE, or a claim (claim_word) */
     int64_t pid;
     uint64_t start_time; /* the process's start, in clock ticks after boot */
     uint64_t seed, epoch, global_batch, start_step, num_samples;
@@ -142,17 +150,34 @@ static void bump(struct plans_file *f)
     __atomic_fetch_add(&f->generation, 1, __ATOMIC_ACQ_REL);
 }
 
-/* Free slot i if its process is gone; true when it is free now. */
+/* The state word of a claim by this process, now. */
+static uint64_t claim_word(void)
+{
+    uint64_t pid = (uint64_t)getpid();
+    if (pid >> CLAIM_PID_BITS) pid = 0; /* not on Linux: the claim's time alone frees it */
+    return ((uint64_t)time(NULL) << CLAIM_TIME_SHIFT) | (pid << 2) | SLOT_CLAIMED;
+}
+
+static bool process_alive(int64_t pid)
+{
+    return pid > 0 && pid <= INT_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* Free slot i if its process is gone, or its claim abandoned; true when it is free now. */
 static bool reap(struct plans_file *f, int i)
 {
     struct plan_slot *s = &f->slot[i];
     uint64_t state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
     if (state == SLOT_FREE) return true;
-    int64_t pid = s->pid;
-    if (pid > 0 && pid <= INT_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM) &&
-        process_start(pid) == s->start_time)
-        return false;
-    if (state == SLOT_CLAIMED && pid == 0) return false; /* being written right now */
+    if (state == SLOT_LIVE) {
+        int64_t pid = s->pid;
+        if (process_alive(pid) && process_start(pid) == s->start_time) return false;
+    } else if ((state & 3) == SLOT_CLAIMED) {
+        /* being written right now, unless its claimer is gone or it is too old */
+        int64_t pid = (int64_t)((state >> 2) & ((UINT64_C(1) << CLAIM_PID_BITS) - 1));
+        int64_t at = (int64_t)(state >> CLAIM_TIME_SHIFT), now = (int64_t)time(NULL);
+        if (process_alive(pid) && at <= now && now - at <= CLAIM_FOR_S) return false;
+    } /* any other word is no state: freed */
     if (__atomic_compare_exchange_n(&s->state, &state, SLOT_FREE, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
         bump(f);
@@ -167,17 +192,17 @@ int larder__cache_plan_register(struct larder__cache *c, const struct larder__pl
     int rc = attach(c, true);
     if (rc < 0) return rc;
     struct plans_file *f = c->plans;
-    uint64_t start = process_start(getpid());
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < LARDER__CACHE_PLAN_SLOTS; i++) {
             uint64_t expected = SLOT_FREE;
-            if (pass == 1) reap(f, i); /* second pass: take over the slots of dead processes */
+            if (pass > 0) reap(f, i); /* then: take over the slots of dead processes */
             struct plan_slot *s = &f->slot[i];
-            if (!__atomic_compare_exchange_n(&s->state, &expected, SLOT_CLAIMED, false,
-                                             __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            uint64_t claim = claim_word();
+            if (!__atomic_compare_exchange_n(&s->state, &expected, claim, false, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE))
                 continue;
             s->pid = 0;
-            s->start_time = start;
+            s->start_time = process_start(getpid());
             s->seed = p->seed;
             s->epoch = p->epoch;
             s->global_batch = p->global_batch;
@@ -192,7 +217,11 @@ int larder__cache_plan_register(struct larder__cache *c, const struct larder__pl
             s->pad = p->pad;
             __atomic_store_n(&s->consumed, 0, __ATOMIC_RELEASE);
             __atomic_store_n(&s->pid, (int64_t)getpid(), __ATOMIC_RELEASE);
-            __atomic_store_n(&s->state, SLOT_LIVE, __ATOMIC_RELEASE);
+            /* live only if still our claim (one held past CLAIM_FOR_S may have
+             * been freed and taken: then look again) */
+            if (!__atomic_compare_exchange_n(&s->state, &claim, SLOT_LIVE, false, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE))
+                continue;
             bump(f);
             return i;
         }
