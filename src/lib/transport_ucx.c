@@ -283,6 +283,8 @@ static void *progress_main(void *arg)
     while (!__atomic_load_n(&hub->stopping, __ATOMIC_ACQUIRE)) {
         while (ucp_worker_progress(hub->worker)) {
         }
+        if (__atomic_exchange_n(&hub->reap_conns, false, __ATOMIC_ACQ_REL))
+            larder__ucx_conns_reap(hub);
         start_receives(hub);
         pthread_mutex_lock(&hub->lock);
         bool busy = hub->busy > 0, waiting = hub->pending != NULL;
@@ -419,6 +421,14 @@ void larder__ucx_serve(struct larder__ucx *hub, larder__ucx_read_fn *fn)
     hub->serve = fn;
 }
 
+size_t larder__ucx_num_conns(struct larder__ucx *hub)
+{
+    pthread_mutex_lock(&hub->conns_lock);
+    size_t n = hub->num_conns;
+    pthread_mutex_unlock(&hub->conns_lock);
+    return n;
+}
+
 #else /* built without UCX */
 
 #include <errno.h>
@@ -446,6 +456,11 @@ void larder__ucx_address(const struct larder__ucx *hub, const void **address, si
 void larder__ucx_serve(struct larder__ucx *hub, larder__ucx_read_fn *fn)
 {
     (void)hub, (void)fn;
+}
+size_t larder__ucx_num_conns(struct larder__ucx *hub)
+{
+    (void)hub;
+    return 0;
 }
 
 #endif

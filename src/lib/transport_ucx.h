@@ -45,6 +45,10 @@ LARDER__HIDDEN void larder__ucx_stop(struct larder__ucx *hub);
 /* The transports UCX picked for this worker, as text ("tcp", "posix,sysv,cma"): valid while the hub
  * is. */
 LARDER__HIDDEN const char *larder__ucx_transports(const struct larder__ucx *hub);
+/* The endpoints the hub keeps to other workers: live ones, and failed ones
+ * a link or session still holds (a failed one is closed and freed once
+ * the last lets it go). */
+LARDER__HIDDEN size_t larder__ucx_num_conns(struct larder__ucx *hub);
 /* This worker's address (valid while the hub is), to send in a UCX_OFFER or UCX_ACCEPT. */
 LARDER__HIDDEN void larder__ucx_address(const struct larder__ucx *hub, const void **address,
                                         size_t *length);

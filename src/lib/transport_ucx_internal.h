@@ -45,11 +45,14 @@ struct larder__ucx_pending {
  * to it and every session answering it: UCX pairs the endpoints two
  * workers make to each other (over its tcp transport, a second pair for
  * another purpose was taken for the first and timed out), so there is
- * one per remote worker, kept until the hub stops or it fails. */
+ * one per remote worker, kept until the hub stops or it fails.  A failed
+ * one is closed and freed on the progress thread once no link or session
+ * holds it (larder__ucx_conns_reap). */
 struct larder__ucx_conn {
     struct larder__ucx *hub;
     ucp_ep_h ep;
     bool broken; /* its error handler ran (atomic) */
+    int refs;    /* links and sessions on it (hub->conns_lock) */
     size_t length;
     uint8_t *address; /* the remote worker's */
     struct larder__ucx_conn *next;
@@ -71,8 +74,9 @@ struct larder__ucx {
     struct larder__ucx_pending *to_receive; /* rendezvous answers to pull (progress thread) */
     struct larder__ucx_session *sessions;
     pthread_mutex_t conns_lock;     /* conns */
-    struct larder__ucx_conn *conns; /* live and broken: freed when the hub stops */
+    struct larder__ucx_conn *conns; /* live, and broken ones still held */
     size_t num_conns;
+    bool reap_conns; /* a conn broke or was let go: reap on the progress thread (atomic) */
     uint64_t next_id;
     int busy;         /* sends and receives in flight: the progress thread spins */
     uint64_t dropped; /* READs with no session or malformed (progress thread only) */
@@ -106,6 +110,9 @@ int larder__ucx_send(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const vo
                      size_t header_length, const void *bytes, size_t length, const bool *live);
 /* Close every endpoint (larder__ucx_stop). */
 void larder__ucx_conns_close(struct larder__ucx *hub);
+/* Close and free the broken endpoints no link or session holds any more
+ * (on the progress thread, where their error handlers run). */
+void larder__ucx_conns_reap(struct larder__ucx *hub);
 /* The live session with that token, with a reference taken; NULL: none. */
 struct larder__ucx_session *larder__ucx_session_find(struct larder__ucx *hub,
                                                      const uint8_t token[LARDER__UCX_TOKEN]);

@@ -30,6 +30,7 @@ static void conn_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
     struct larder__ucx *hub = c->hub;
     (void)ep, (void)status;
     __atomic_store_n(&c->broken, true, __ATOMIC_RELEASE);
+    __atomic_store_n(&hub->reap_conns, true, __ATOMIC_RELEASE); /* freed once let go */
     pthread_mutex_lock(&hub->lock);
     for (struct larder__ucx_pending *p = hub->pending; p; p = p->next)
         if (p->link->conn == c && p->state == PENDING_WAITING) {
@@ -73,8 +74,10 @@ static struct larder__ucx_conn *conn_get(struct larder__ucx *hub, const void *ad
     for (; c; c = c->next)
         if (!conn_broken(c) && c->length == length && memcmp(c->address, address, length) == 0)
             break;
+    if (c) c->refs++;
     if (!c && hub->num_conns >= MAX_CONNS) {
         larder__fail(LARDER_EUSAGE, "UCX: endpoints to %d workers already", MAX_CONNS);
+        __atomic_store_n(&hub->reap_conns, true, __ATOMIC_RELEASE); /* any failed one let go */
     } else if (!c) {
         c = calloc(1, sizeof *c);
         uint8_t *copy = malloc(length);
@@ -93,6 +96,7 @@ static struct larder__ucx_conn *conn_get(struct larder__ucx *hub, const void *ad
             free(c);
             c = NULL;
         } else {
+            c->refs = 1;
             c->next = hub->conns;
             hub->conns = c;
             hub->num_conns++;
@@ -103,12 +107,27 @@ static struct larder__ucx_conn *conn_get(struct larder__ucx *hub, const void *ad
     return c;
 }
 
-void larder__ucx_conns_close(struct larder__ucx *hub)
+/* A link or session lets its endpoint go: a broken one goes once none holds it. */
+static void conn_put(struct larder__ucx_conn *c)
 {
+    struct larder__ucx *hub = c->hub;
     pthread_mutex_lock(&hub->conns_lock);
-    while (hub->conns) {
-        struct larder__ucx_conn *c = hub->conns;
-        hub->conns = c->next;
+    bool last = --c->refs == 0;
+    pthread_mutex_unlock(&hub->conns_lock);
+    if (last && conn_broken(c)) {
+        __atomic_store_n(&hub->reap_conns, true, __ATOMIC_RELEASE);
+        larder__ucx_kick(hub);
+    }
+}
+
+/* Close endpoints UCX knows (forced: their peers may be gone) and free
+ * them; without conns_lock (the progress this takes may run callbacks
+ * that let a session go). */
+static void conns_free(struct larder__ucx *hub, struct larder__ucx_conn *list)
+{
+    while (list) {
+        struct larder__ucx_conn *c = list;
+        list = c->next;
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
         ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &p);
@@ -118,8 +137,35 @@ void larder__ucx_conns_close(struct larder__ucx *hub)
         free(c->address);
         free(c);
     }
+}
+
+void larder__ucx_conns_reap(struct larder__ucx *hub)
+{
+    struct larder__ucx_conn *gone = NULL;
+    pthread_mutex_lock(&hub->conns_lock);
+    for (struct larder__ucx_conn **at = &hub->conns; *at;) {
+        struct larder__ucx_conn *c = *at;
+        if (c->refs > 0 || !conn_broken(c)) {
+            at = &c->next;
+            continue;
+        }
+        *at = c->next;
+        hub->num_conns--;
+        c->next = gone;
+        gone = c;
+    }
+    pthread_mutex_unlock(&hub->conns_lock);
+    conns_free(hub, gone);
+}
+
+void larder__ucx_conns_close(struct larder__ucx *hub)
+{
+    pthread_mutex_lock(&hub->conns_lock);
+    struct larder__ucx_conn *all = hub->conns;
+    hub->conns = NULL;
     hub->num_conns = 0;
     pthread_mutex_unlock(&hub->conns_lock);
+    conns_free(hub, all);
 }
 
 /* ---- sessions ------------------------------------------------------------------------- */
@@ -192,6 +238,7 @@ void larder__ucx_session_release(struct larder__ucx_session *s)
     bool last = --s->refs == 0;
     pthread_mutex_unlock(&hub->lock);
     if (!last) return;
+    conn_put(s->conn);
     memset(s->token, 0, sizeof s->token);
     free(s);
 }
@@ -273,6 +320,7 @@ int larder__ucx_link_new(struct larder__ucx *hub, const void *address, size_t le
 void larder__ucx_link_free(struct larder__ucx_link *l)
 {
     if (!l) return;
+    conn_put(l->conn);
     memset(l->token, 0, sizeof l->token);
     free(l);
 }

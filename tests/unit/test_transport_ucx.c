@@ -13,6 +13,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
 
 static int served;      /* READs the daemon side was handed */
 static int answer_code; /* 0: bytes; else this error */
@@ -146,4 +148,47 @@ TEST(ucx_error_answer_is_the_daemons_code)
     larder__ucx_session_free(session);
     larder__ucx_stop(borrower);
     larder__ucx_stop(daemon);
+}
+
+/* Borrowers that come, read and go (their workers stopped: each endpoint
+ * the daemon made to one fails): the daemon keeps no endpoint to any of
+ * them once their sessions are gone, so a peer that keeps failing cannot
+ * fill the hub's list (4096 endpoints at most).  Over a transport that
+ * reports a peer's failure (tcp; shared memory does not, so the test
+ * asks UCX for tcp). */
+TEST(ucx_failed_endpoints_are_removed)
+{
+    const char *tls = getenv("UCX_TLS");
+    char saved[256] = "";
+    if (tls) snprintf(saved, sizeof saved, "%s", tls);
+    setenv("UCX_TLS", "tcp", 1);
+    struct larder__ucx *daemon, *borrower;
+    start_pair(&daemon, &borrower);
+    larder__ucx_stop(borrower);
+    for (int round = 0; round < 3; round++) {
+        if (larder__ucx_start(&borrower) < 0) SKIP("UCX has no usable transport here");
+        struct larder__ucx_session *session;
+        struct larder__ucx_link *link;
+        connect_pair(daemon, borrower, &session, &link);
+        uint8_t buf[64];
+        bool fault = true;
+        CHECK_EQ(read_range(link, 0, sizeof buf, buf, 10000, &fault), 0);
+        CHECK_EQ(larder__ucx_num_conns(daemon), 1);
+        larder__ucx_link_free(link);
+        larder__ucx_stop(borrower); /* the borrower's worker is gone */
+        larder__ucx_session_free(session);
+        int64_t waited = 0;
+        while (larder__ucx_num_conns(daemon) > 0 && waited < 15000) {
+            usleep(10000);
+            waited += 10;
+        }
+        fprintf(stderr, "    round %d: the endpoint went after %lld ms\n", round,
+                (long long)waited);
+        CHECK_EQ(larder__ucx_num_conns(daemon), 0);
+    }
+    larder__ucx_stop(daemon);
+    if (tls)
+        setenv("UCX_TLS", saved, 1);
+    else
+        unsetenv("UCX_TLS");
 }
