@@ -19,15 +19,10 @@
 # started ended on exit, failure or signal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 quick=0
-for arg in "$@"; do
-  case $arg in
-    --quick) quick=1 ;;
-    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "usage: bench/eviction.sh [--quick]" >&2; exit 2 ;;
-  esac
-done
+bench_options "bench/eviction.sh [--quick]" "$@"
 
 build=${BUILD_DIR:-build}
 if [ "$quick" = 1 ]; then
@@ -40,41 +35,11 @@ fi
 mkdir -p "$work"
 mnt=$work/mnt
 
-[ -e /dev/fuse ] || { echo "eviction: /dev/fuse is missing: slowfs cannot mount" >&2; exit 77; }
+bench_need_fuse eviction
 scripts/install-deps >/dev/null
-if [ ! -f "$build/build.ninja" ]; then
-  cmake -S . -B "$build" -G Ninja -DLARDER_WERROR=ON >/dev/null
-fi
-ninja -C "$build" larder larder_cli slowfs larder_bench_nextuse >/dev/null
+bench_build "$build" larder larder_cli slowfs larder_bench_nextuse
 
-driver=""
-cleanup() {
-  local status=$?
-  trap - EXIT INT TERM HUP
-  if [ -n "$driver" ] && kill -0 "$driver" 2>/dev/null; then
-    kill -TERM "$driver" 2>/dev/null || true
-    wait "$driver" 2>/dev/null || true
-  fi
-  if [ -s "$work/pids" ]; then
-    while read -r kind group; do
-      if [ "$kind" = rank ]; then kill -KILL -- "-$group" 2>/dev/null || true; fi
-    done <"$work/pids"
-  fi
-  if grep -qs " $mnt fuse" /proc/self/mounts; then
-    fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" || true
-  fi
-  if [ -s "$work/pids" ]; then
-    while read -r kind group; do
-      if [ "$kind" = slowfs ]; then kill -TERM -- "-$group" 2>/dev/null || true; fi
-    done <"$work/pids"
-    rm -f "$work/pids"
-  fi
-  exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+bench_guard "$work" "$mnt"
 
 /usr/bin/python3 bench/eviction.py --work "$work" --results "$results" --name "$name" \
   --samples "$samples" --batch "${BATCH:-64}" --ranks "${RANKS:-2}" --workers "${WORKERS:-2}" \

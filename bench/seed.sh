@@ -26,15 +26,10 @@
 # and every process it started is ended on exit, on failure and on signals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 quick=${SEED_QUICK:-0}
-for arg in "$@"; do
-  case $arg in
-    --quick) quick=1 ;;
-    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "usage: bench/seed.sh [--quick]" >&2; exit 2 ;;
-  esac
-done
+bench_options "bench/seed.sh [--quick]" "$@"
 
 build=${BUILD_DIR:-build}
 profile=${PROFILE:-lustre-contended}
@@ -59,47 +54,14 @@ mkdir -p "$work"
 work=$(cd "$work" && pwd)
 mnt=$work/mnt
 
-[ -e /dev/fuse ] || { echo "seed: /dev/fuse is missing: slowfs cannot mount" >&2; exit 77; }
+bench_need_fuse seed
 scripts/install-deps >/dev/null
-if [ ! -f "$build/build.ninja" ]; then
-  cmake -S . -B "$build" -G Ninja -DLARDER_WERROR=ON >/dev/null
-fi
-ninja -C "$build" larder larder_cli slowfs >/dev/null
+bench_build "$build" larder larder_cli slowfs
 
-driver=""
-cleanup() {
-  local status=$?
-  trap - EXIT INT TERM HUP
-  if [ -n "$driver" ] && kill -0 "$driver" 2>/dev/null; then
-    kill -TERM "$driver" 2>/dev/null || true
-    wait "$driver" 2>/dev/null || true
-  fi
-  # what the driver could not end (killed outright): its ranks, then slowfs
-  if [ -s "$work/pids" ]; then
-    while read -r kind group; do
-      if [ "$kind" = rank ]; then kill -KILL -- "-$group" 2>/dev/null || true; fi
-    done <"$work/pids"
-  fi
-  if grep -qs " $mnt fuse" /proc/self/mounts; then
-    fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" || true
-  fi
-  if [ -s "$work/pids" ]; then
-    while read -r kind group; do
-      if [ "$kind" = slowfs ]; then kill -TERM -- "-$group" 2>/dev/null || true; fi
-    done <"$work/pids"
-    rm -f "$work/pids"
-  fi
-  exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+bench_guard "$work" "$mnt"
 
 # a mount left by a run that was killed outright
-if grep -qs " $mnt fuse" /proc/self/mounts; then
-  fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt"
-fi
+bench_unmount "$mnt"
 rm -f "$work/pids"
 
 /usr/bin/python3 bench/seed/run.py --work "$work" --results "$results" --name "$name" \
