@@ -23,15 +23,10 @@
 # /dev/fuse.  Every mount is undone and every process ended on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 quick=0
-for arg in "$@"; do
-  case $arg in
-    --quick) quick=1 ;;
-    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "usage: bench/mount.sh [--quick]" >&2; exit 2 ;;
-  esac
-done
+bench_options "bench/mount.sh [--quick]" "$@"
 
 build=${BUILD_DIR:-build}
 if [ "$quick" = 1 ]; then
@@ -50,42 +45,10 @@ fi
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
-[ -e /dev/fuse ] || { echo "mount: /dev/fuse is missing" >&2; exit 77; }
-if [ ! -f "$build/build.ninja" ]; then
-  cmake -S . -B "$build" -G Ninja -DLARDER_WERROR=ON >/dev/null
-fi
-ninja -C "$build" larder_cli slowfs >/dev/null
+bench_need_fuse mount
+bench_build "$build" larder_cli slowfs
 
-driver=""
-cleanup() {
-  local status=$?
-  trap - EXIT INT TERM HUP
-  if [ -n "$driver" ] && kill -0 "$driver" 2>/dev/null; then
-    kill -TERM "$driver" 2>/dev/null || true
-    wait "$driver" 2>/dev/null || true
-  fi
-  if [ -s "$work/pids" ]; then
-    while read -r kind group; do
-      if [ "$kind" = rank ]; then kill -KILL -- "-$group" 2>/dev/null || true; fi
-    done <"$work/pids"
-  fi
-  for m in "$work/lmnt" "$work/tmnt" "$work/slow"; do
-    if grep -qs " $m fuse" /proc/self/mounts; then
-      fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" || true
-    fi
-  done
-  if [ -s "$work/pids" ]; then
-    while read -r kind group; do
-      if [ "$kind" = slowfs ]; then kill -TERM -- "-$group" 2>/dev/null || true; fi
-    done <"$work/pids"
-    rm -f "$work/pids"
-  fi
-  exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+bench_guard "$work" "$work/lmnt" "$work/tmnt" "$work/slow"
 
 /usr/bin/python3 bench/mount/run.py --work "$work" --results "$results" --samples "$samples" \
   --batch "${BATCH:-64}" --ranks "${RANKS:-2}" --workers "${WORKERS:-2}" \
