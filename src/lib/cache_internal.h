@@ -130,6 +130,14 @@ LARDER__HIDDEN bool larder__nextuse_evict_farthest(struct larder__cache *c, int 
 /* Pick candidates again when due (and publish them, with a node capacity). */
 LARDER__HIDDEN void larder__nextuse_refresh(struct larder__cache *c, bool pins);
 
+/* A claim of a slot in a shared file (the plan registry, node-share), as
+ * one state word: 1 in the low two bits, this process's pid in bits 2-23,
+ * the time (CLOCK_REALTIME seconds) from bit 24 (cache_plans.c).  A claim
+ * is abandoned when its process is gone, or it is older than 10 s or
+ * dated in the future: then anyone may take the slot. */
+LARDER__HIDDEN uint64_t larder__claim_word(void);
+LARDER__HIDDEN bool larder__claim_abandoned(uint64_t word);
+
 /* One capacity for the datasets of a cache directory (cache_share.c). */
 #define LARDER__SHARE_VICTIMS 128
 LARDER__HIDDEN void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_low,

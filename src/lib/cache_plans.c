@@ -50,7 +50,7 @@
 #define CLAIM_FOR_S 10      /* a claim not published by then is abandoned */
 
 struct plan_slot {
-    uint64_t state; /* atomic: SLOT_FREE, SLOT_LIVE, or a claim (claim_word) */
+    uint64_t state; /* atomic: SLOT_FREE, SLOT_LIVE, or a claim (larder__claim_word) */
     int64_t pid;
     uint64_t start_time; /* the process's start, in clock ticks after boot */
     uint64_t seed, epoch, global_batch, start_step, num_samples;
@@ -150,8 +150,7 @@ static void bump(struct plans_file *f)
     __atomic_fetch_add(&f->generation, 1, __ATOMIC_ACQ_REL);
 }
 
-/* The state word of a claim by this process, now. */
-static uint64_t claim_word(void)
+uint64_t larder__claim_word(void)
 {
     uint64_t pid = (uint64_t)getpid();
     if (pid >> CLAIM_PID_BITS) pid = 0; /* not on Linux: the claim's time alone frees it */
@@ -161,6 +160,14 @@ static uint64_t claim_word(void)
 static bool process_alive(int64_t pid)
 {
     return pid > 0 && pid <= INT_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+bool larder__claim_abandoned(uint64_t word)
+{
+    if ((word & 3) != SLOT_CLAIMED) return false;
+    int64_t pid = (int64_t)((word >> 2) & ((UINT64_C(1) << CLAIM_PID_BITS) - 1));
+    int64_t at = (int64_t)(word >> CLAIM_TIME_SHIFT), now = (int64_t)time(NULL);
+    return !process_alive(pid) || at > now || now - at > CLAIM_FOR_S;
 }
 
 /* Free slot i if its process is gone, or its claim abandoned; true when it is free now. */
@@ -174,9 +181,7 @@ static bool reap(struct plans_file *f, int i)
         if (process_alive(pid) && process_start(pid) == s->start_time) return false;
     } else if ((state & 3) == SLOT_CLAIMED) {
         /* being written right now, unless its claimer is gone or it is too old */
-        int64_t pid = (int64_t)((state >> 2) & ((UINT64_C(1) << CLAIM_PID_BITS) - 1));
-        int64_t at = (int64_t)(state >> CLAIM_TIME_SHIFT), now = (int64_t)time(NULL);
-        if (process_alive(pid) && at <= now && now - at <= CLAIM_FOR_S) return false;
+        if (!larder__claim_abandoned(state)) return false;
     } /* any other word is no state: freed */
     if (__atomic_compare_exchange_n(&s->state, &state, SLOT_FREE, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
@@ -197,7 +202,7 @@ int larder__cache_plan_register(struct larder__cache *c, const struct larder__pl
             uint64_t expected = SLOT_FREE;
             if (pass > 0) reap(f, i); /* then: take over the slots of dead processes */
             struct plan_slot *s = &f->slot[i];
-            uint64_t claim = claim_word();
+            uint64_t claim = larder__claim_word();
             if (!__atomic_compare_exchange_n(&s->state, &expected, claim, false, __ATOMIC_ACQ_REL,
                                              __ATOMIC_ACQUIRE))
                 continue;

@@ -56,7 +56,7 @@ struct share_victim {
 };
 
 struct share_slot {
-    uint64_t state; /* atomic: 0 free, 1 claimed, 2 live */
+    uint64_t state; /* atomic: 0 free, 2 live, or a claim (larder__claim_word) */
     uint64_t id_low, id_high;
     uint64_t sequence; /* atomic: odd while the victims are written */
     int64_t published_ms;
@@ -170,13 +170,17 @@ void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_l
                         s->slot = i;
                     continue;
                 }
-                uint64_t expected = 0;
-                if (__atomic_compare_exchange_n(&x->state, &expected, 1, false, __ATOMIC_ACQ_REL,
-                                                __ATOMIC_ACQUIRE)) {
+                /* a free slot, or one whose claimer died before publishing */
+                uint64_t expected = __atomic_load_n(&x->state, __ATOMIC_ACQUIRE);
+                if (expected != 0 && !larder__claim_abandoned(expected)) continue;
+                uint64_t claim = larder__claim_word();
+                if (__atomic_compare_exchange_n(&x->state, &expected, claim, false,
+                                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
                     x->id_low = id_low;
                     x->id_high = id_high;
-                    __atomic_store_n(&x->state, 2, __ATOMIC_RELEASE);
-                    s->slot = i;
+                    if (__atomic_compare_exchange_n(&x->state, &claim, 2, false, __ATOMIC_ACQ_REL,
+                                                    __ATOMIC_ACQUIRE))
+                        s->slot = i;
                 }
             }
     }

@@ -15,6 +15,8 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BLOCK 4096
@@ -266,4 +268,39 @@ TEST(share_forged_slots_and_counts_evict_nothing)
     CHECK_EQ(pwrite(fd, &real, 8, 56), 8);
     close(fd);
     teardown(&a, &b, f);
+}
+
+/* Every node-share slot left claimed (a claimer that died before it
+ * published: a bare 1, or a claim word naming a process that is gone): a
+ * dataset opened next still gets a slot; claims a live process made just
+ * now are left alone. */
+TEST(share_abandoned_claims_are_taken_back)
+{
+    make("a", 100);
+    setenv("LARDER_NODE_CACHE_SIZE", "1G", 1);
+    struct side a;
+    open_side(&a, "a");
+    larder_close(a.d);
+    struct forged_share *f = map_share();
+    for (int i = 0; i < 32; i++)
+        f->slot[i].state = 1, f->slot[i].id_low = f->slot[i].id_high = 0;
+    open_side(&a, "a");
+    CHECK(a.cache->share != NULL);
+    larder_close(a.d);
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    CHECK_EQ(waitpid(gone, NULL, 0), gone);
+    uint64_t now = (uint64_t)time(NULL);
+    for (int i = 0; i < 32; i++)
+        f->slot[i].state = (now << 24) | ((uint64_t)gone << 2) | 1, f->slot[i].id_low = 0;
+    open_side(&a, "a");
+    CHECK(a.cache->share != NULL);
+    larder_close(a.d);
+    for (int i = 0; i < 32; i++)
+        f->slot[i].state = (now << 24) | ((uint64_t)getpid() << 2) | 1, f->slot[i].id_low = 0;
+    open_side(&a, "a");
+    CHECK(a.cache->share == NULL); /* being claimed: it keeps to its own capacity */
+    larder_close(a.d);
+    munmap(f, sizeof *f);
+    unsetenv("LARDER_NODE_CACHE_SIZE");
 }
