@@ -23,10 +23,11 @@
  * later slot claiming the same id is ignored: no dataset counts twice).
  * The node's total is the sum of the datasets' resident blocks, counted
  * in their bitmaps: a header's published counter only moves a count
- * within COUNT_SLACK blocks of the last popcount, which is taken again
- * when it moves farther, and every COUNT_FOR_MS.  A dataset with no live plan
- * publishes nothing and is never taken from by others; a publication
- * older than PUBLISHED_FOR_MS (its readers gone) counts as never used.
+ * within COUNT_SLACK blocks (or 1/4096 of the dataset's) of the last
+ * popcount, which is taken again when it moves farther, and every
+ * COUNT_FOR_MS.  A dataset with no live plan publishes nothing and is
+ * never taken from by others; a publication older than PUBLISHED_FOR_MS
+ * (its readers gone) counts as never used.
  */
 #include "cache_internal.h"
 #include "sys.h"
@@ -44,7 +45,11 @@
 #define SHARE_VERSION 1
 #define SHARE_SLOTS 32
 #define PUBLISHED_FOR_MS 10000
-#define COUNT_SLACK 64       /* blocks a dataset's published count may move between popcounts */
+/* blocks a dataset's published count may move between popcounts: 64, or
+ * 1/4096 of its blocks when more (a popcount reads one word per 64 blocks:
+ * about 64 word reads per block moved, whatever the dataset's size) */
+#define COUNT_SLACK 64
+#define COUNT_SLACK_SHIFT 12
 #define COUNT_FOR_MS 1000    /* a popcount is taken again at least this often */
 #define MAX_SHARDS (1 << 20) /* another dataset with more shards is never evicted from */
 
@@ -86,7 +91,7 @@ struct peer {
     unsigned block_shift;
     size_t size;
     /* its resident count: the bitmap's popcount, taken again when the
-     * published counter moved by more than COUNT_SLACK or COUNT_FOR_MS
+     * published counter moved by more than its slack or COUNT_FOR_MS
      * passed; in between, the counter's moves are added */
     uint64_t counted, published_at_count;
     int64_t counted_ms;
@@ -277,13 +282,15 @@ static struct peer *peer_of(struct larder__share *s, int i)
 }
 
 /* A dataset's resident blocks, from its bitmap: its published counter
- * moves this count only within COUNT_SLACK of the last popcount (a
+ * moves this count only within its slack of the last popcount (a
  * counter written by anyone else can shift the node's total by no more). */
 static uint64_t peer_count(struct peer *p, int64_t now)
 {
     uint64_t published = atomic_load64(&p->header->resident_blocks);
     int64_t moved = (int64_t)(published - p->published_at_count);
-    if (!p->ever_counted || moved > COUNT_SLACK || moved < -COUNT_SLACK ||
+    int64_t slack = (int64_t)(p->total_blocks >> COUNT_SLACK_SHIFT);
+    if (slack < COUNT_SLACK) slack = COUNT_SLACK;
+    if (!p->ever_counted || moved > slack || moved < -slack ||
         now - p->counted_ms >= COUNT_FOR_MS || now < p->counted_ms) {
         uint64_t words = p->total_blocks / 64, count = 0;
         for (uint64_t w = 0; w < words; w++)
