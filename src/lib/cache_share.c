@@ -4,7 +4,8 @@
  * datasets together hold more than it, the block read farthest in the
  * future goes, whichever dataset it belongs to.
  *
- * DIR/node-share is a small shared file: the node capacity and one slot
+ * DIR/node-share is a small shared file: the node capacity (the last
+ * opener's, for tools: each process goes by its own setting) and one slot
  * per dataset (its id, and the blocks its evicting processes would drop
  * first, with their next use, published after each candidate scan under
  * a sequence counter).  A process whose dataset pushes the node over the
@@ -106,6 +107,7 @@ struct peer {
 
 struct larder__share {
     struct share_file *file;
+    uint64_t capacity; /* this process's LARDER_NODE_CACHE_SIZE: the file's is only shown */
     int slot;
     uint64_t id_low, id_high;
     pthread_mutex_t lock; /* guards peers[] (admission runs outside evict_lock) */
@@ -139,6 +141,7 @@ void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_l
     }
     snprintf(s->root, sizeof s->root, "%s", root);
     s->id_low = id_low, s->id_high = id_high;
+    s->capacity = capacity;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/node-share", root);
     int fd =
@@ -502,7 +505,7 @@ bool larder__share_over(struct larder__cache *c, uint64_t more_bytes)
 {
     struct larder__share *s = c->share;
     if (!s) return false;
-    return node_bytes(s) + more_bytes > __atomic_load_n(&s->file->capacity, __ATOMIC_ACQUIRE);
+    return node_bytes(s) + more_bytes > s->capacity;
 }
 
 bool larder__share_farthest(struct larder__cache *c, uint64_t *use)
@@ -518,8 +521,7 @@ void larder__share_trim(struct larder__cache *c, int lock_fd, bool pins)
 {
     struct larder__share *s = c->share;
     if (!s) return;
-    uint64_t capacity = __atomic_load_n(&s->file->capacity, __ATOMIC_ACQUIRE);
-    for (int round = 0; round < 4096 && node_bytes(s) > capacity; round++) {
+    for (int round = 0; round < 4096 && node_bytes(s) > s->capacity; round++) {
         uint64_t mine = 0;
         uint64_t block = larder__nextuse_farthest(c, pins, &mine);
         struct share_victim other;

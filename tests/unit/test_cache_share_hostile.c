@@ -170,6 +170,30 @@ static void teardown(struct side *a, struct side *b, struct forged_share *f)
     unsetenv("LARDER_NODE_CACHE_SIZE");
 }
 
+/* Another process's view of dataset a (a handle of its own, nothing read)
+ * whose LARDER_NODE_CACHE_SIZE is `blocks` blocks: it trims the node to
+ * that.  Freed by the caller (larder_close). */
+static larder_dataset *trimmer(uint64_t blocks)
+{
+    char size[32], index[4096];
+    snprintf(size, sizeof size, "%llu", (unsigned long long)(blocks * BLOCK));
+    setenv("LARDER_NODE_CACHE_SIZE", size, 1);
+    snprintf(index, sizeof index, "%s/a/index.larder", test_dir());
+    larder_open_options oo = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                              .cache_dir = test_path("cache"),
+                              .block_size = BLOCK};
+    larder_dataset *d;
+    CHECK_EQ(larder_open(&d, index, &oo), 0);
+    CHECK(larder__dataset_cache(d)->share != NULL);
+    setenv("LARDER_NODE_CACHE_SIZE", "1G", 1);
+    return d;
+}
+
+static void trim(larder_dataset *d)
+{
+    larder__cache_trim(larder__dataset_cache(d));
+}
+
 TEST(share_victim_at_another_blocks_place_is_refused)
 {
     struct side a, b;
@@ -183,8 +207,9 @@ TEST(share_victim_at_another_blocks_place_is_refused)
     struct forged_victim lie = {
         .use = UINT64_MAX - 1, .global = 0, .offset = 0, .shard = 1, .length = BLOCK};
     publish(slot_of(f, &b), &lie, 1);
-    f->capacity = (a.blocks + b.blocks - 1) * BLOCK; /* one block over */
-    larder__cache_trim(a.cache);
+    larder_dataset *over = trimmer(a.blocks + b.blocks - 1); /* one block over */
+    f->capacity = UINT64_C(1) << 50; /* the file's figure is not the process's */
+    trim(over);
     read_range(&b, 1, 0, after);
     CHECK(memcmp(before, after, BLOCK) == 0); /* no hole in another block */
     CHECK(larder__cache_present(b.cache, 1, 0, 0));
@@ -196,7 +221,7 @@ TEST(share_victim_at_another_blocks_place_is_refused)
                                    .shard = 0,
                                    .length = 2 * BLOCK};
     publish(slot_of(f, &b), &longer, 1);
-    larder__cache_trim(a.cache);
+    trim(over);
     read_range(&b, 1, 0, after);
     CHECK(memcmp(before, after, BLOCK) == 0);
     CHECK_EQ(held(&b), b.blocks);
@@ -208,12 +233,13 @@ TEST(share_victim_at_another_blocks_place_is_refused)
                                   .shard = 1,
                                   .length = (uint32_t)tail};
     publish(slot_of(f, &b), &truth, 1);
-    larder__cache_trim(a.cache);
+    trim(over);
     CHECK(!larder__cache_present(b.cache, 1, 0, 0));
     CHECK_EQ(held(&b), b.blocks - 1);
     CHECK_EQ(held(&a), a.blocks);
     read_range(&b, 1, 0, after);
     CHECK(memcmp(after, zero, tail) == 0); /* its hole */
+    larder_close(over);
     teardown(&a, &b, f);
 }
 
@@ -235,8 +261,9 @@ TEST(share_forged_slots_and_counts_evict_nothing)
                                             .length = (uint32_t)(left < BLOCK ? left : BLOCK)};
         }
     publish(slot_of(f, &b), all, b.blocks);
-    f->capacity = (a.blocks + b.blocks) * BLOCK; /* exactly what they hold */
-    larder__cache_trim(a.cache);
+    larder_dataset *exact = trimmer(a.blocks + b.blocks); /* exactly what they hold */
+    f->capacity = 0; /* the file's figure is not the process's */
+    trim(exact);
     CHECK_EQ(held(&b), b.blocks); /* within the capacity: nothing goes */
     /* a second live slot claiming b's id: b is still counted once */
     struct forged_slot *twin = NULL;
@@ -245,7 +272,7 @@ TEST(share_forged_slots_and_counts_evict_nothing)
     CHECK(twin != NULL);
     twin->id_low = b.id_low, twin->id_high = b.id_high;
     twin->state = 2;
-    larder__cache_trim(a.cache);
+    trim(exact);
     CHECK_EQ(held(&b), b.blocks);
     CHECK_EQ(held(&a), a.blocks);
     twin->state = 0;
@@ -258,15 +285,17 @@ TEST(share_forged_slots_and_counts_evict_nothing)
     CHECK_EQ(pread(fd, &real, 8, 56), 8); /* resident_blocks, after the totals */
     CHECK_EQ(real, b.blocks);
     CHECK_EQ(pwrite(fd, &forged, 8, 56), 8);
-    larder__cache_trim(a.cache);
+    trim(exact);
     CHECK_EQ(held(&b), b.blocks);
     CHECK_EQ(held(&a), a.blocks);
     /* and a real excess is still evicted: three blocks over */
-    f->capacity = (a.blocks + b.blocks - 3) * BLOCK;
-    larder__cache_trim(a.cache);
+    larder_dataset *over = trimmer(a.blocks + b.blocks - 3);
+    trim(over);
+    larder_close(over);
     CHECK_EQ(held(&a) + held(&b), a.blocks + b.blocks - 3);
     CHECK_EQ(pwrite(fd, &real, 8, 56), 8);
     close(fd);
+    larder_close(exact);
     teardown(&a, &b, f);
 }
 
