@@ -49,6 +49,9 @@ LARDER__HIDDEN const char *larder__ucx_transports(const struct larder__ucx *hub)
  * a link or session still holds (a failed one is closed and freed once
  * the last lets it go). */
 LARDER__HIDDEN size_t larder__ucx_num_conns(struct larder__ucx *hub);
+/* At most `most` endpoints (default 4096; for tests): when the list is
+ * full, the endpoints no link or session holds are closed to make room. */
+LARDER__HIDDEN void larder__ucx_set_max_conns(struct larder__ucx *hub, size_t most);
 /* This worker's address (valid while the hub is), to send in a UCX_OFFER or UCX_ACCEPT. */
 LARDER__HIDDEN void larder__ucx_address(const struct larder__ucx *hub, const void **address,
                                         size_t *length);

@@ -47,7 +47,8 @@ struct larder__ucx_pending {
  * another purpose was taken for the first and timed out), so there is
  * one per remote worker, kept until the hub stops or it fails.  A failed
  * one is closed and freed on the progress thread once no link or session
- * holds it (larder__ucx_conns_reap). */
+ * holds it (larder__ucx_conns_reap); so are idle ones (live, unheld)
+ * when the list is full. */
 struct larder__ucx_conn {
     struct larder__ucx *hub;
     ucp_ep_h ep;
@@ -76,7 +77,9 @@ struct larder__ucx {
     pthread_mutex_t conns_lock;     /* conns */
     struct larder__ucx_conn *conns; /* live, and broken ones still held */
     size_t num_conns;
-    bool reap_conns; /* a conn broke or was let go: reap on the progress thread (atomic) */
+    bool reap_conns;  /* a conn broke or was let go: reap on the progress thread (atomic) */
+    bool reap_idle;   /* the list is full: reap the unheld live ones too (atomic) */
+    size_t max_conns; /* 0: MAX_CONNS (larder__ucx_set_max_conns, for tests) */
     uint64_t next_id;
     int busy;         /* sends and receives in flight: the progress thread spins */
     uint64_t dropped; /* READs with no session or malformed (progress thread only) */

@@ -69,15 +69,26 @@ static ucs_status_t make_ep(struct larder__ucx *hub, const void *address,
 static struct larder__ucx_conn *conn_get(struct larder__ucx *hub, const void *address,
                                          size_t length)
 {
+    size_t most = hub->max_conns ? hub->max_conns : MAX_CONNS;
     pthread_mutex_lock(&hub->conns_lock);
-    struct larder__ucx_conn *c = hub->conns;
-    for (; c; c = c->next)
-        if (!conn_broken(c) && c->length == length && memcmp(c->address, address, length) == 0)
-            break;
+    struct larder__ucx_conn *c = NULL;
+    for (int attempt = 0;; attempt++) {
+        for (c = hub->conns; c; c = c->next)
+            if (!conn_broken(c) && c->length == length && memcmp(c->address, address, length) == 0)
+                break;
+        if (c || hub->num_conns < most || attempt == 1000) break;
+        /* full: the progress thread closes the endpoints no link or session
+         * holds (failed ones, and idle ones to workers gone quiet); up to 1 s */
+        __atomic_store_n(&hub->reap_idle, true, __ATOMIC_RELEASE);
+        __atomic_store_n(&hub->reap_conns, true, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&hub->conns_lock);
+        larder__ucx_kick(hub);
+        usleep(1000);
+        pthread_mutex_lock(&hub->conns_lock);
+    }
     if (c) c->refs++;
-    if (!c && hub->num_conns >= MAX_CONNS) {
-        larder__fail(LARDER_EUSAGE, "UCX: endpoints to %d workers already", MAX_CONNS);
-        __atomic_store_n(&hub->reap_conns, true, __ATOMIC_RELEASE); /* any failed one let go */
+    if (!c && hub->num_conns >= most) {
+        larder__fail(LARDER_EUSAGE, "UCX: endpoints to %zu workers in use already", most);
     } else if (!c) {
         c = calloc(1, sizeof *c);
         uint8_t *copy = malloc(length);
@@ -142,10 +153,11 @@ static void conns_free(struct larder__ucx *hub, struct larder__ucx_conn *list)
 void larder__ucx_conns_reap(struct larder__ucx *hub)
 {
     struct larder__ucx_conn *gone = NULL;
+    bool idle_too = __atomic_exchange_n(&hub->reap_idle, false, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&hub->conns_lock);
     for (struct larder__ucx_conn **at = &hub->conns; *at;) {
         struct larder__ucx_conn *c = *at;
-        if (c->refs > 0 || !conn_broken(c)) {
+        if (c->refs > 0 || (!conn_broken(c) && !idle_too)) {
             at = &c->next;
             continue;
         }
@@ -156,6 +168,11 @@ void larder__ucx_conns_reap(struct larder__ucx *hub)
     }
     pthread_mutex_unlock(&hub->conns_lock);
     conns_free(hub, gone);
+}
+
+void larder__ucx_set_max_conns(struct larder__ucx *hub, size_t most)
+{
+    hub->max_conns = most;
 }
 
 void larder__ucx_conns_close(struct larder__ucx *hub)
@@ -397,6 +414,11 @@ int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read 
 }
 
 #else /* built without UCX */
+
+void larder__ucx_set_max_conns(struct larder__ucx *hub, size_t most)
+{
+    (void)hub, (void)most;
+}
 
 int larder__ucx_session_new(struct larder__ucx *hub, void *owner, const void *address,
                             size_t length, uint8_t token[LARDER__UCX_TOKEN],

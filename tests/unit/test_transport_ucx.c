@@ -192,3 +192,32 @@ TEST(ucx_failed_endpoints_are_removed)
     else
         unsetenv("UCX_TLS");
 }
+
+/* Borrowers whose sessions ended but whose workers live on (shared memory
+ * never reports a peer gone): with the list full (2 here, for the test),
+ * the endpoints nobody holds are closed to make room for a new borrower,
+ * which reads as usual. */
+TEST(ucx_full_list_makes_room_from_idle_endpoints)
+{
+    struct larder__ucx *daemon, *borrower[3];
+    start_pair(&daemon, &borrower[0]);
+    larder__ucx_set_max_conns(daemon, 2);
+    for (int k = 0; k < 3; k++) {
+        if (k > 0 && larder__ucx_start(&borrower[k]) < 0) SKIP("UCX has no usable transport here");
+        struct larder__ucx_session *session;
+        struct larder__ucx_link *link;
+        connect_pair(daemon, borrower[k], &session, &link);
+        uint8_t buf[64];
+        bool fault = true;
+        CHECK_EQ(read_range(link, 64 * k, sizeof buf, buf, 10000, &fault), 0);
+        for (size_t i = 0; i < sizeof buf; i++)
+            CHECK_EQ(buf[i], pattern(64 * k + i));
+        CHECK(larder__ucx_num_conns(daemon) <= 2);
+        larder__ucx_link_free(link);
+        larder__ucx_session_free(session); /* its endpoint stays, idle */
+    }
+    CHECK_EQ(served, 3);
+    for (int k = 0; k < 3; k++)
+        larder__ucx_stop(borrower[k]);
+    larder__ucx_stop(daemon);
+}
