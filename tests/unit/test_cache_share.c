@@ -10,6 +10,7 @@
 #include "cache.h"
 #include "dataset.h"
 #include "larder_pack.h"
+#include "share_fixture.h"
 #include "test.h"
 
 #define BLOCK 4096
@@ -25,12 +26,14 @@ struct side {
     long long use[1024];
 };
 
-static void make(const char *name, uint64_t seed)
+void share_fixture_make(const char *name, uint64_t seed, int samples, int spread,
+                        uint64_t shard_size)
 {
     char path[4096];
-    for (int i = 0; i < SAMPLES; i++) {
-        static uint8_t data[10000];
-        size_t size = (size_t)(i * 7919 % 9000) + 500;
+    for (int i = 0; i < samples; i++) {
+        static uint8_t data[65536];
+        size_t size = (size_t)(i * 7919 % spread) + 500;
+        CHECK(size <= sizeof data);
         test_fill_random(data, size, seed + (uint64_t)i);
         snprintf(path, sizeof path, "%s/src-%s/s%03d.bin", test_dir(), name, i);
         test_write_file(path, data, size);
@@ -41,19 +44,31 @@ static void make(const char *name, uint64_t seed)
     const char *sources[] = {src};
     larder_pack_options o = {.version = LARDER_PACK_OPTIONS_VERSION,
                              .format = LARDER_FORMAT_FLAT,
-                             .shard_size = 100000,
+                             .shard_size = shard_size,
                              .jobs = 1};
     CHECK_EQ(larder_pack(sources, 1, out, &o, NULL), 0);
 }
 
-static void open_side(struct side *s, const char *name)
+static void make(const char *name, uint64_t seed)
+{
+    share_fixture_make(name, seed, SAMPLES, 9000, 100000);
+}
+
+larder_dataset *share_fixture_open(const char *name, uint32_t block)
 {
     char index[4096];
     snprintf(index, sizeof index, "%s/%s/index.larder", test_dir(), name);
     larder_open_options oo = {.version = LARDER_OPEN_OPTIONS_VERSION,
                               .cache_dir = test_path("cache"),
-                              .block_size = BLOCK};
-    CHECK_EQ(larder_open(&s->d, index, &oo), 0);
+                              .block_size = block};
+    larder_dataset *d;
+    CHECK_EQ(larder_open(&d, index, &oo), 0);
+    return d;
+}
+
+static void open_side(struct side *s, const char *name)
+{
+    s->d = share_fixture_open(name, BLOCK);
     s->cache = larder__dataset_cache(s->d);
     s->plan.num_samples = SAMPLES;
     s->slot = larder__cache_plan_register(s->cache, &s->plan);

@@ -10,7 +10,7 @@
 #include "cache.h"
 #include "cache_internal.h"
 #include "dataset.h"
-#include "larder_pack.h"
+#include "share_fixture.h"
 #include "test.h"
 
 #include <fcntl.h>
@@ -52,34 +52,13 @@ struct side {
 
 static void make(const char *name, uint64_t seed)
 {
-    char path[4096];
-    for (int i = 0; i < SAMPLES; i++) {
-        static uint8_t data[9000];
-        size_t size = (size_t)(i * 7919 % 8000) + 500;
-        test_fill_random(data, size, seed + (uint64_t)i);
-        snprintf(path, sizeof path, "%s/src-%s/s%03d.bin", test_dir(), name, i);
-        test_write_file(path, data, size);
-    }
-    char src[4096], out[4096];
-    snprintf(src, sizeof src, "%s/src-%s", test_dir(), name);
-    snprintf(out, sizeof out, "%s/%s", test_dir(), name);
-    const char *sources[] = {src};
-    larder_pack_options o = {.version = LARDER_PACK_OPTIONS_VERSION,
-                             .format = LARDER_FORMAT_FLAT,
-                             .shard_size = 60000,
-                             .jobs = 1};
-    CHECK_EQ(larder_pack(sources, 1, out, &o, NULL), 0);
+    share_fixture_make(name, seed, SAMPLES, 8000, 60000);
 }
 
 /* Open a dataset and read it whole: every block resident. */
 static void open_side(struct side *s, const char *name)
 {
-    char index[4096];
-    snprintf(index, sizeof index, "%s/%s/index.larder", test_dir(), name);
-    larder_open_options oo = {.version = LARDER_OPEN_OPTIONS_VERSION,
-                              .cache_dir = test_path("cache"),
-                              .block_size = BLOCK};
-    CHECK_EQ(larder_open(&s->d, index, &oo), 0);
+    s->d = share_fixture_open(name, BLOCK);
     s->cache = larder__dataset_cache(s->d);
     larder_dataset_info info;
     CHECK_EQ(larder_dataset_info_get(s->d, &info), 0);
@@ -175,15 +154,10 @@ static void teardown(struct side *a, struct side *b, struct forged_share *f)
  * that.  Freed by the caller (larder_close). */
 static larder_dataset *trimmer(uint64_t blocks)
 {
-    char size[32], index[4096];
+    char size[32];
     snprintf(size, sizeof size, "%llu", (unsigned long long)(blocks * BLOCK));
     setenv("LARDER_NODE_CACHE_SIZE", size, 1);
-    snprintf(index, sizeof index, "%s/a/index.larder", test_dir());
-    larder_open_options oo = {.version = LARDER_OPEN_OPTIONS_VERSION,
-                              .cache_dir = test_path("cache"),
-                              .block_size = BLOCK};
-    larder_dataset *d;
-    CHECK_EQ(larder_open(&d, index, &oo), 0);
+    larder_dataset *d = share_fixture_open("a", BLOCK);
     CHECK(larder__dataset_cache(d)->share != NULL);
     setenv("LARDER_NODE_CACHE_SIZE", "1G", 1);
     return d;
