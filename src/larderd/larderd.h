@@ -325,6 +325,15 @@ size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t ch
 /* Give back what borrow_ahead lent (NULL: nothing). */
 void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan);
 
+/* borrow.c */
+/* Before a local reader's READ of [offset, offset + length) of shard: each
+ * chunk of another member's that it reaches into and the cache lacks,
+ * borrowed whole in one transfer and staged (checked and kept) once, by
+ * the first READ to ask; the others wait for it.  Nothing when the cache
+ * evicts (a capacity): then each READ borrows its own bytes. */
+void borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
+                         int priority);
+
 /* requests.c: queue a READ of c's on the workers (via: it came over UCX
  * and is answered there; NULL: on c) */
 struct larder__ucx_session;

@@ -1,0 +1,134 @@
+/*
+ * borrow.c - borrowing whole owner chunks (docs/architecture.md, "Peer").
+ * A local reader's READ of a sample or two used to borrow just its own
+ * bytes from the chunk's owner: a sequential reader of a remote chunk
+ * then paid one peer round trip, one fill (with its lock, its checks and
+ * its writes) and one partly kept edge block per sample, and the blocks
+ * two samples share were read twice.  Here, before its fill, a READ that
+ * needs bytes of another member's chunk that the cache lacks has the
+ * whole chunk (LARDER__OWNER_CHUNK bytes) borrowed in one transfer and
+ * staged: checked against the index and kept, once, by whichever READ
+ * asks first; the other READs of that chunk wait for it (no lock held),
+ * then find their bytes resident and are answered from the cache.  At
+ * most CHUNK_SLOTS chunks are staged at once; a READ of another chunk
+ * waits for a free slot (each holds two buffers of a chunk).
+ *
+ * Only for a cache that evicts nothing (no --cache-size): with a
+ * capacity, bytes no reader asked for would push out ones a reader will
+ * ask for, so each READ borrows its own bytes, as before.
+ */
+#include "larderd.h"
+
+#include "cache.h"
+#include "fill.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* whole chunks staged at once, node-wide: a few keep the cores busy, and
+ * their buffers (bigbuf.h) are reused rather than faulted in afresh */
+#define CHUNK_SLOTS 4
+#define CHUNK_WAIT_MS 60000 /* a READ waits this long at most for another's chunk */
+
+/* One chunk being borrowed and staged by one READ's worker. */
+struct chunk_slot {
+    const struct dataset_entry *entry; /* NULL: the slot is free */
+    uint32_t shard;
+    uint64_t chunk;
+};
+
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t slot_freed = PTHREAD_COND_INITIALIZER;
+static struct chunk_slot slots[CHUNK_SLOTS];
+
+/* The slot staging that chunk, or NULL; call with slots_lock held. */
+static struct chunk_slot *find_slot(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    for (int i = 0; i < CHUNK_SLOTS; i++)
+        if (slots[i].entry == e && slots[i].shard == shard && slots[i].chunk == chunk)
+            return &slots[i];
+    return NULL;
+}
+
+/*
+ * Claim the chunk for the caller to stage: its slot, or NULL when the
+ * caller should not stage it (another READ staged it meanwhile: the caller
+ * waited for that one to end; or deadline passed waiting for a free slot).
+ */
+static struct chunk_slot *claim(const struct dataset_entry *e, uint32_t shard, uint64_t chunk,
+                                const struct timespec *deadline)
+{
+    pthread_mutex_lock(&slots_lock);
+    struct chunk_slot *s = NULL;
+    bool waited_for_it = false;
+    for (;;) {
+        if (find_slot(e, shard, chunk)) {
+            waited_for_it = true; /* another READ stages it: wait for that */
+        } else if (waited_for_it) {
+            break; /* staged (or failed) by another: the caller looks again */
+        } else if ((s = find_slot(NULL, 0, 0)) != NULL) {
+            *s = (struct chunk_slot){.entry = e, .shard = shard, .chunk = chunk};
+            break;
+        }
+        if (pthread_cond_timedwait(&slot_freed, &slots_lock, deadline) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&slots_lock);
+    return s;
+}
+
+static void release(struct chunk_slot *s)
+{
+    pthread_mutex_lock(&slots_lock);
+    *s = (struct chunk_slot){.entry = NULL};
+    pthread_cond_broadcast(&slot_freed);
+    pthread_mutex_unlock(&slots_lock);
+}
+
+/* Borrow and stage all of chunk `chunk` of shard (its bytes [lo, hi)). */
+static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, uint64_t hi,
+                        int priority)
+{
+    struct larder__fill *fill = larder__dataset_fill(e->dataset);
+    struct larder__source *stripe = NULL;
+    struct larder__stripe_loan *loan = borrow_ahead(e, shard, lo, hi - lo, priority, &stripe);
+    int fd = -1;
+    /* a failed borrow left no loan: the fill reads the chunk from the origin
+     * (what a READ of it would do), and a failed fill is the READ's to say */
+    if (loan) larder__fill_stage_range_at(fill, shard, lo, hi - lo, priority, &fd);
+    borrow_return(stripe, loan);
+}
+
+void borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
+                         int priority)
+{
+    if (!e->members || e->daemon->members.count <= 1 || length == 0 ||
+        shard >= larder__dataset_num_shards(e->dataset))
+        return;
+    struct larder__cache *cache = larder__dataset_cache(e->dataset);
+    if (!cache || larder__cache_evicts(cache)) return;
+    struct larder__fill *fill = larder__dataset_fill(e->dataset);
+    uint64_t size = larder__dataset_shard_size(e->dataset, shard), lo, hi;
+    if (offset >= size || larder__fill_range_scope(fill, shard, offset, length, &lo, &hi) != 0)
+        return; /* outside the shard (the READ says so), or resident already */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += CHUNK_WAIT_MS / 1000;
+    for (uint64_t chunk = lo / LARDER__OWNER_CHUNK; chunk * LARDER__OWNER_CHUNK < hi; chunk++) {
+        uint64_t start = chunk * LARDER__OWNER_CHUNK, end = start + LARDER__OWNER_CHUNK;
+        if (end > size) end = size;
+        if (start >= end || owns_chunk(e, shard, chunk)) continue;
+        uint64_t a, b; /* what the READ needs of this chunk, resident yet? */
+        uint64_t want_lo = start > offset ? start : offset;
+        uint64_t want_hi = end < offset + length ? end : offset + length;
+        if (want_hi <= want_lo ||
+            larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) != 0)
+            continue;
+        struct chunk_slot *slot = claim(e, shard, chunk, &deadline);
+        if (!slot) continue; /* staged by another READ meanwhile (or a timeout): its own bytes */
+        /* resident by now (staged by a READ that ended as this one claimed it)? */
+        if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)
+            stage_chunk(e, shard, start, end, priority);
+        release(slot);
+    }
+}
