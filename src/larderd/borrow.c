@@ -41,6 +41,10 @@ struct chunk_slot {
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t slot_freed = PTHREAD_COND_INITIALIZER;
 static struct chunk_slot slots[CHUNK_SLOTS];
+/* the chunks READs asked for lately (a ring): a chunk asked for again is borrowed whole */
+#define ASKED 64
+static struct chunk_slot asked[ASKED];
+static int next_asked;
 
 /* The slot staging that chunk, or NULL; call with slots_lock held. */
 static struct chunk_slot *find_slot(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
@@ -99,36 +103,60 @@ static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, ui
     borrow_return(stripe, loan);
 }
 
-void borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
+/* Whether a READ asked for bytes of that chunk lately, noting that this
+ * one did; call with slots_lock held. */
+static bool asked_before(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    for (int i = 0; i < ASKED; i++)
+        if (asked[i].entry == e && asked[i].shard == shard && asked[i].chunk == chunk) return true;
+    asked[next_asked] = (struct chunk_slot){.entry = e, .shard = shard, .chunk = chunk};
+    next_asked = (next_asked + 1) % ASKED;
+    return false;
+}
+
+bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
                          int priority)
 {
     if (!e->members || e->daemon->members.count <= 1 || length == 0 ||
         shard >= larder__dataset_num_shards(e->dataset))
-        return;
+        return false;
     struct larder__cache *cache = larder__dataset_cache(e->dataset);
-    if (!cache || larder__cache_evicts(cache)) return;
+    if (!cache || larder__cache_evicts(cache)) return false;
     struct larder__fill *fill = larder__dataset_fill(e->dataset);
     uint64_t size = larder__dataset_shard_size(e->dataset, shard), lo, hi;
-    if (offset >= size || larder__fill_range_scope(fill, shard, offset, length, &lo, &hi) != 0)
-        return; /* outside the shard (the READ says so), or resident already */
+    if (offset >= size || offset + length > size || offset + length < offset ||
+        larder__fill_range_scope(fill, shard, offset, length, &lo, &hi) != 0)
+        return false; /* outside the shard (the READ says so), or resident already */
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += CHUNK_WAIT_MS / 1000;
-    for (uint64_t chunk = lo / LARDER__OWNER_CHUNK; chunk * LARDER__OWNER_CHUNK < hi; chunk++) {
+    bool staged = false;
+    for (uint64_t chunk = offset / LARDER__OWNER_CHUNK;
+         chunk * LARDER__OWNER_CHUNK < offset + length; chunk++) {
         uint64_t start = chunk * LARDER__OWNER_CHUNK, end = start + LARDER__OWNER_CHUNK;
         if (end > size) end = size;
-        if (start >= end || owns_chunk(e, shard, chunk)) continue;
-        uint64_t a, b; /* what the READ needs of this chunk, resident yet? */
         uint64_t want_lo = start > offset ? start : offset;
         uint64_t want_hi = end < offset + length ? end : offset + length;
-        if (want_hi <= want_lo ||
-            larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) != 0)
+        /* this node's, or all of it asked for: the READ's own borrow takes it in one */
+        if (owns_chunk(e, shard, chunk) || (want_lo == start && want_hi == end)) continue;
+        uint64_t a, b; /* what the READ needs of this chunk: resident yet? */
+        if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) != 0)
             continue;
+        pthread_mutex_lock(&slots_lock);
+        bool busy = find_slot(e, shard, chunk) != NULL, again = asked_before(e, shard, chunk);
+        pthread_mutex_unlock(&slots_lock);
+        /* the first READ of a chunk lately borrows its own bytes: a lone
+         * reader's sample costs no more than it did; the next one, or one
+         * arriving while the chunk is staged, has all of it come over */
+        if (!busy && !again) continue;
         struct chunk_slot *slot = claim(e, shard, chunk, &deadline);
-        if (!slot) continue; /* staged by another READ meanwhile (or a timeout): its own bytes */
+        if (!slot) continue; /* staged by another READ meanwhile (or a timeout) */
         /* resident by now (staged by a READ that ended as this one claimed it)? */
         if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)
             stage_chunk(e, shard, start, end, priority);
         release(slot);
+        staged = true;
     }
+    /* all of it in the cache now: nothing left for the READ to borrow */
+    return staged && larder__fill_range_scope(fill, shard, offset, length, &lo, &hi) == 1;
 }

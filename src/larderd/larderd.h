@@ -327,11 +327,13 @@ void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *lo
 
 /* borrow.c */
 /* Before a local reader's READ of [offset, offset + length) of shard: each
- * chunk of another member's that it reaches into and the cache lacks,
- * borrowed whole in one transfer and staged (checked and kept) once, by
- * the first READ to ask; the others wait for it.  Nothing when the cache
- * evicts (a capacity): then each READ borrows its own bytes. */
-void borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
+ * chunk of another member's that it needs part of, that the cache lacks
+ * and that a READ asked for lately too, borrowed whole in one transfer
+ * and staged (checked and kept) once, by the first READ to claim it; the
+ * others wait for it.  Nothing when the cache evicts (a capacity): then
+ * each READ borrows its own bytes.  true when it staged some and all of
+ * the READ's bytes are resident now (nothing left to borrow_ahead). */
+bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
                          int priority);
 
 /* requests.c: queue a READ of c's on the workers (via: it came over UCX

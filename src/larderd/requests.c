@@ -141,10 +141,10 @@ static void read_job(void *arg)
     /* a reader's READ: other owners' chunks borrowed before the fill takes its locks */
     if (!job->connection->peer) {
         /* the whole chunks of other owners it reaches into, once (borrow.c) */
-        borrow_whole_chunks(job->entry, job->read.shard, job->read.offset, job->read.length,
-                            priority);
-        job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset, job->read.length,
-                                 priority, &job->stripe);
+        if (!borrow_whole_chunks(job->entry, job->read.shard, job->read.offset, job->read.length,
+                                 priority))
+            job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset,
+                                     job->read.length, priority, &job->stripe);
     }
     int staged = larder__fill_stage_range_at(fill, job->read.shard, job->read.offset,
                                              job->read.length, priority, &file);
