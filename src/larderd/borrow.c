@@ -5,17 +5,20 @@
  * then paid one peer round trip, one fill (with its lock, its checks and
  * its writes) and one partly kept edge block per sample, and the blocks
  * two samples share were read twice.  Here, before its fill, a READ that
- * needs bytes of another member's chunk that the cache lacks has the
- * whole chunk (LARDER__OWNER_CHUNK bytes) borrowed in one transfer and
- * staged: checked against the index and kept, once, by whichever READ
- * asks first; the other READs of that chunk wait for it (no lock held),
- * then find their bytes resident and are answered from the cache.  At
- * most CHUNK_SLOTS chunks are staged at once; a READ of another chunk
- * waits for a free slot (each holds two buffers of a chunk).
+ * needs part of another member's chunk that the cache lacks, a chunk a
+ * READ asked for lately too (the ring `asked`: a lone READ of a sample
+ * still borrows just its bytes), has the whole chunk (LARDER__OWNER_CHUNK
+ * bytes) borrowed in one transfer and staged: checked against the index
+ * and kept, once, by whichever READ claims it first; the other READs of
+ * that chunk at its class or a less urgent one wait for it (no lock
+ * held), then find their bytes resident and are answered from the cache.
+ * A READ of whole chunks borrows them itself, in one transfer already.
+ * At most CHUNK_SLOTS chunks are staged at once (each holds two buffers
+ * of a chunk); past that, a READ borrows its own bytes.
  *
- * Only for a cache that evicts nothing (no --cache-size): with a
- * capacity, bytes no reader asked for would push out ones a reader will
- * ask for, so each READ borrows its own bytes, as before.
+ * Only for a cache that evicts nothing (no --cache-size, no
+ * --borrow-size): with a capacity, bytes no reader asked for would push
+ * out ones a reader will ask for, so each READ borrows its own bytes.
  */
 #include "larderd.h"
 
@@ -36,6 +39,7 @@ struct chunk_slot {
     const struct dataset_entry *entry; /* NULL: the slot is free */
     uint32_t shard;
     uint64_t chunk;
+    int priority; /* the class it is staged at (priority.h: lower is more urgent) */
 };
 
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -56,26 +60,28 @@ static struct chunk_slot *find_slot(const struct dataset_entry *e, uint32_t shar
 }
 
 /*
- * Claim the chunk for the caller to stage: its slot, or NULL when the
- * caller should not stage it (another READ staged it meanwhile: the caller
- * waited for that one to end; or deadline passed waiting for a free slot).
+ * Claim the chunk for the caller to stage at class `priority`: its slot,
+ * or NULL when the caller should borrow its own bytes instead.  A chunk
+ * being staged at the caller's class or a more urgent one is waited for
+ * (up to deadline), then NULL: it is resident now, or failed.  One staged
+ * at a less urgent class is not (a HINTED staging may wait on its owner's
+ * readers: a DEMAND READ must not wait behind it), nor is a free slot
+ * (the slots' stagings may wait on a busy origin at the owner).
  */
 static struct chunk_slot *claim(const struct dataset_entry *e, uint32_t shard, uint64_t chunk,
-                                const struct timespec *deadline)
+                                int priority, const struct timespec *deadline)
 {
     pthread_mutex_lock(&slots_lock);
-    struct chunk_slot *s = NULL;
-    bool waited_for_it = false;
-    for (;;) {
-        if (find_slot(e, shard, chunk)) {
-            waited_for_it = true; /* another READ stages it: wait for that */
-        } else if (waited_for_it) {
-            break; /* staged (or failed) by another: the caller looks again */
-        } else if ((s = find_slot(NULL, 0, 0)) != NULL) {
-            *s = (struct chunk_slot){.entry = e, .shard = shard, .chunk = chunk};
-            break;
-        }
-        if (pthread_cond_timedwait(&slot_freed, &slots_lock, deadline) == ETIMEDOUT) break;
+    struct chunk_slot *s = find_slot(e, shard, chunk);
+    if (s && s->priority <= priority) {
+        while (find_slot(e, shard, chunk) &&
+               pthread_cond_timedwait(&slot_freed, &slots_lock, deadline) != ETIMEDOUT)
+            ;
+        s = NULL;
+    } else if (s) {
+        s = NULL;
+    } else if ((s = find_slot(NULL, 0, 0)) != NULL) {
+        *s = (struct chunk_slot){.entry = e, .shard = shard, .chunk = chunk, .priority = priority};
     }
     pthread_mutex_unlock(&slots_lock);
     return s;
@@ -149,8 +155,8 @@ bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offse
          * reader's sample costs no more than it did; the next one, or one
          * arriving while the chunk is staged, has all of it come over */
         if (!busy && !again) continue;
-        struct chunk_slot *slot = claim(e, shard, chunk, &deadline);
-        if (!slot) continue; /* staged by another READ meanwhile (or a timeout) */
+        struct chunk_slot *slot = claim(e, shard, chunk, priority, &deadline);
+        if (!slot) continue; /* staged by another READ meanwhile, or its own bytes */
         /* resident by now (staged by a READ that ended as this one claimed it)? */
         if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)
             stage_chunk(e, shard, start, end, priority);
