@@ -17,6 +17,8 @@
  *                 open what, READ (staged by the worker pool), STAT
  *   datasets.c    the dataset registry, and borrowing each chunk of a
  *                 shard from its owner
+ *   borrow.c      borrowing another owner's chunk whole, once, for the
+ *                 READs that read it
  *   publish.c     names: publications, their registry, RESOLVEs waiting for one
  *   warm.c        warm staging of the chunks this node owns
  *   hints.c       HINT requests: who may hint, which members stage, the answer
