@@ -17,6 +17,8 @@
  *                 open what, READ (staged by the worker pool), STAT
  *   datasets.c    the dataset registry, and borrowing each chunk of a
  *                 shard from its owner
+ *   borrow.c      borrowing another owner's chunk whole, once, for the
+ *                 READs that read it
  *   publish.c     names: publications, their registry, RESOLVEs waiting for one
  *   warm.c        warm staging of the chunks this node owns
  *   hints.c       HINT requests: who may hint, which members stage, the answer
@@ -324,6 +326,17 @@ uint64_t dataset_pinned_bytes(larder_dataset *dataset);
 size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk);
 /* Give back what borrow_ahead lent (NULL: nothing). */
 void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan);
+
+/* borrow.c */
+/* Before a local reader's READ of [offset, offset + length) of shard: each
+ * chunk of another member's that it needs part of, that the cache lacks
+ * and that a READ asked for lately too, borrowed whole in one transfer
+ * and staged (checked and kept) once, by the first READ to claim it; the
+ * others wait for it.  Nothing when the cache evicts (a capacity): then
+ * each READ borrows its own bytes.  true when it staged some and all of
+ * the READ's bytes are resident now (nothing left to borrow_ahead). */
+bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
+                         int priority);
 
 /* requests.c: queue a READ of c's on the workers (via: it came over UCX
  * and is answered there; NULL: on c) */

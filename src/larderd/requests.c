@@ -139,9 +139,13 @@ static void read_job(void *arg)
         return;
     }
     /* a reader's READ: other owners' chunks borrowed before the fill takes its locks */
-    if (!job->connection->peer)
-        job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset, job->read.length,
-                                 priority, &job->stripe);
+    if (!job->connection->peer) {
+        /* the whole chunks of other owners it reaches into, once (borrow.c) */
+        if (!borrow_whole_chunks(job->entry, job->read.shard, job->read.offset, job->read.length,
+                                 priority))
+            job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset,
+                                     job->read.length, priority, &job->stripe);
+    }
     int staged = larder__fill_stage_range_at(fill, job->read.shard, job->read.offset,
                                              job->read.length, priority, &file);
     if (staged == 0 && job->via) { /* over UCX, from a mapping of the cache file */

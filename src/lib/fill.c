@@ -5,6 +5,7 @@
  * in fill_scope.c; here it is done.  Raw ranges (what a daemon serves)
  * are in fill_raw.c.
  */
+#include "bigbuf.h"
 #include "fill_internal.h"
 #include "pool.h"
 
@@ -394,7 +395,7 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
     uint64_t blocks = p.last - p.first + 1, checked = p.check_last - p.check_first;
     uint64_t span_start = larder__cache_block_offset(c, p.first);
     uint64_t span_length = larder__cache_span(c, shard, p.first, p.last);
-    uint8_t *span = malloc(span_length ? (size_t)span_length : 1);
+    uint8_t *span = larder__bigbuf_get((size_t)span_length); /* pages kept mapped */
     uint8_t *fetched = calloc(blocks, sizeof *fetched);
     bool *ok = calloc(checked ? checked : 1, sizeof *ok);
     uint8_t *keep = calloc(blocks, sizeof *keep);
@@ -432,7 +433,7 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
     larder__cache_unlock(c, lock);
     larder__cache_trim(c);
     larder__cache_record_fill(c, now_microseconds() - started);
-    free(span);
+    larder__bigbuf_put(span);
     free(fetched);
     free(ok);
     free(keep);

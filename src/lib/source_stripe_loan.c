@@ -5,6 +5,7 @@
  * there (the rest from the origin) instead of asking a peer under the
  * fill's locks.  source_stripe.c says why.
  */
+#include "bigbuf.h"
 #include "source_hedge.h"
 #include "source_stripe.h"
 
@@ -118,10 +119,10 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
     }
     if (n == 0) return 0;
     if (peer_bytes > SIZE_MAX) return -ENOMEM;
-    uint8_t *bytes = malloc((size_t)peer_bytes);
+    uint8_t *bytes = larder__bigbuf_get((size_t)peer_bytes);
     struct larder__extent *pieces = malloc(n * sizeof *pieces);
     if (!bytes || !pieces) {
-        free(bytes);
+        larder__bigbuf_put(bytes);
         free(pieces);
         return -ENOMEM;
     }
@@ -142,7 +143,7 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
         s, pieces, k, flags & ~LARDER__READ_ORIGIN_ONLY, LARDER__STRIPE_BORROW_AHEAD, &joined, &rc);
     free(pieces);
     if (!b) {
-        free(bytes);
+        larder__bigbuf_put(bytes);
         return rc;
     }
     larder__stripe_run_batch(b);
@@ -163,7 +164,7 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
         __atomic_store_n(&s->loans, loan, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&s->loans_lock);
     } else {
-        free(bytes);
+        larder__bigbuf_put(bytes);
         rc = kept ? -ENOMEM : 0;
     }
     larder__stripe_batch_release(b);
@@ -190,7 +191,7 @@ int larder__source_stripe_borrow_via(struct larder__source *source, uint64_t off
         peer = larder__stripe_owner_peer(s, relay);
     if (peer && s->links[relay].down_until_ms <= (int64_t)larder__now_ms() && length <= SIZE_MAX) {
         struct larder__stripe_loan *loan = malloc(sizeof *loan + sizeof *loan->kept);
-        uint8_t *bytes = loan ? malloc((size_t)length) : NULL;
+        uint8_t *bytes = loan ? larder__bigbuf_get((size_t)length) : NULL;
         struct larder__extent piece = {bytes, offset, (size_t)length};
         /* declined (not there yet) or failed: the owner is asked below */
         if (bytes && larder__source_readv(peer, &piece, 1,
@@ -207,7 +208,7 @@ int larder__source_stripe_borrow_via(struct larder__source *source, uint64_t off
             *from_relay = true;
             return 0;
         }
-        free(bytes);
+        larder__bigbuf_put(bytes);
         free(loan);
     }
     return larder__source_stripe_borrow(source, offset, length, flags, out);
@@ -224,6 +225,6 @@ void larder__source_stripe_return(struct larder__source *source, struct larder__
             break;
         }
     pthread_mutex_unlock(&s->loans_lock);
-    free(loan->bytes);
+    larder__bigbuf_put(loan->bytes);
     free(loan);
 }

@@ -5,11 +5,14 @@ it does not share), a client, and a fake owner daemon that records every
 byte it receives.
 
 Usage as a program:
-  larder_wire.py owner PORT SECRET_FILE RECORD [--impostor]
+  larder_wire.py owner PORT SECRET_FILE RECORD [--impostor | --liar]
       serve as a cluster member on 127.0.0.1:PORT: greet with a proof over
       the secret (a wrong one with --impostor), check the peer's PROVE,
       answer OPEN with an ERROR (so the peer reads the origin), and append
       every byte received to RECORD; RECORD.log gets one line per event.
+      With --liar, it opens every index (OPENED) and answers each READ
+      with DATA of the length asked, every byte 0x5A: wrong bytes from
+      a member that proved the secret (RECORD.log: "read OFFSET LENGTH").
 """
 import hashlib
 import hmac
@@ -158,7 +161,7 @@ class Refused(Exception):
         self.code, self.message = code, message
 
 
-def serve_owner(port, secret, record, impostor):
+def serve_owner(port, secret, record, impostor, liar=False):
     listener = socket.socket(socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
@@ -198,10 +201,18 @@ def serve_owner(port, secret, record, impostor):
                 length, = struct.unpack_from("<I", header, 8)
                 payload = recv_exact(conn, length)
                 keep(header + payload)
+                request, = struct.unpack_from("<Q", header, 16)
                 if kind == PROVE:
                     good = hmac.compare_digest(payload, proof(secret, b"larder client",
                                                               server_nonce, nonce))
                     log("prove " + ("ok" if good else "bad"))
+                elif liar and kind == OPEN:
+                    log("open")
+                    conn.sendall(frame(OPENED, bytes(20), request))
+                elif liar and kind == READ and length == 40:
+                    offset, count = struct.unpack_from("<QQ", payload, 24)
+                    log("read %d %d" % (offset, count))
+                    conn.sendall(frame(DATA, b"\x5a" * count, request))
                 else:
                     log("frame %d" % kind)
                     message = b"fake owner serves nothing"
@@ -221,6 +232,7 @@ if __name__ == "__main__":
     if len(sys.argv) >= 5 and sys.argv[1] == "owner":
         with open(sys.argv[3], "rb") as f:
             secret = f.read().rstrip(b"\r\n ")
-        serve_owner(int(sys.argv[2]), secret, sys.argv[4], "--impostor" in sys.argv[5:])
+        serve_owner(int(sys.argv[2]), secret, sys.argv[4], "--impostor" in sys.argv[5:],
+                    "--liar" in sys.argv[5:])
     else:
         sys.exit(__doc__)

@@ -1,0 +1,183 @@
+# Borrowing whole owner chunks (issue 16, src/larderd/borrow.c): two
+# larderd members on loopback over one origin, and one shard of about
+# 20 MiB (samples of 64-192 KiB).  Which member owns which 4 MiB chunk
+# comes from tests/unit/owner_chunk_reference.py (docs/protocol.md's
+# formula, written apart from the C); where each sample lies, from the
+# tar file itself (Python's tarfile).
+#  1. A reader on node 1 reads one sample from the middle of a chunk that
+#     node 0 owns: node 0 serves just that sample's bytes (a lone READ
+#     borrows what it needs).  Then another sample of that chunk: node 0
+#     serves the whole chunk (at least its 4 MiB, at most the chunk and a
+#     sample on either side), in one transfer.
+#  2. A reader on node 1 reads every sample, one READ each: all right,
+#     node 0 serves each of its chunks about once (no more than its
+#     chunks' bytes and three samples for each), and node 1 counts only
+#     a few of its READs as borrowed (a first lone one and the one that
+#     stages it per chunk, plus one at a chunk edge), far fewer than the
+#     samples in node 0's chunks.
+#  3. With a cache capacity (--cache-size) node 1 borrows only what a
+#     READ needs: the two samples' READs have node 0 serve no more than
+#     two samples' worth.
+#  4. A lying owner (it proves the secret, then answers every READ with
+#     0x5A bytes): for the two samples, node 1 asks it for the whole chunk, finds the bytes
+#     wrong, reads them from the origin, and its readers get the right
+#     bytes, then and from its cache after.
+source "$(dirname "$0")/lib.sh"
+LARDERD=${LARDER%/larder}/larderd
+[ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
+export PYTHONPATH=$TESTS/tools:$TESTS/unit
+
+/usr/bin/python3 - <<'PY'
+import os, random
+r = random.Random(16)
+os.makedirs("s")
+total = i = 0
+while total < 20 << 20:
+    n = r.randint(64 << 10, 192 << 10)
+    with open("s/sample%05d.bin" % i, "wb") as f:
+        f.write(r.randbytes(n))
+    total, i = total + n, i + 1
+PY
+"$LARDER" pack s -o origin/S --shard-size 1G >/dev/null
+INDEX=$WORK/origin/S/index.larder
+SHARD=$WORK/origin/S/shard-000000.tar
+[ -f "$SHARD" ] && [ ! -e "$WORK/origin/S/shard-000001.tar" ] || fail "not one shard: $(ls origin/S)"
+S_ID=$("$LARDER" inspect "$INDEX" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')
+
+# A base port at which node 0 owns a whole chunk (not the last) and node 1
+# owns some; printed: base, that chunk, two samples inside it (key,
+# offset, length of each), the bytes node 0 owns, its chunk count, and the
+# samples lying in its chunks.
+read -r base chunk key offset length key2 offset2 length2 owned0 chunks0 inside0 <<<"$(/usr/bin/python3 - "$S_ID" "$SHARD" <<'PY'
+import os, random, sys, tarfile
+from owner_chunk_reference import owner
+CHUNK = 4 << 20
+dataset, shard = sys.argv[1], sys.argv[2]
+high, low = int(dataset[:16], 16), int(dataset[16:], 16)
+members = [(m.name, m.offset_data, m.size) for m in tarfile.open(shard) if m.isfile()]
+size = os.path.getsize(shard)
+chunks = (size + CHUNK - 1) // CHUNK
+for _ in range(1000):
+    base = random.randint(20000, 39000)
+    names = ["127.0.0.1:%d" % (base + n) for n in range(2)]
+    owners = [owner(names, low, high, 0, c) for c in range(chunks)]
+    mine = [c for c in range(chunks - 1) if owners[c] == 0]
+    if not mine or 1 not in owners:
+        continue
+    c = mine[len(mine) // 2]
+    middle = [m for m in members if m[1] >= c * CHUNK + (1 << 20) and m[1] + m[2] <= (c + 1) * CHUNK - (1 << 20)]
+    if len(middle) < 2:
+        continue
+    name, at, n = middle[0]
+    name2, at2, n2 = middle[-1]
+    owned = sum(min(CHUNK, size - k * CHUNK) for k in range(chunks) if owners[k] == 0)
+    inside = sum(1 for m in members if owners[m[1] // CHUNK] == 0 and owners[(m[1] + m[2] - 1) // CHUNK] == 0)
+    key = lambda name: name.split("/")[-1].split(".")[0]
+    print(base, c, key(name), at, n, key(name2), at2, n2, owned, owners.count(0), inside)
+    break
+PY
+)"
+[ -n "$inside0" ] || fail "no port base gives node 0 a chunk with a sample in its middle"
+echo "node 0 owns $chunks0 chunks ($owned0 bytes, $inside0 samples wholly inside); sample $key at $offset+$length in its chunk $chunk"
+members="127.0.0.1:$base,127.0.0.1:$((base + 1))"
+printf 'borrow-secret\n' >secret
+pids=()
+cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null')
+start_node() { # node cache [options...]
+  local node=$1 cache=$2
+  shift 2
+  rm -f "$WORK/sock$node"
+  "$LARDERD" --cache "$cache" --socket "$WORK/sock$node" --listen "127.0.0.1:$((base + node))" \
+    --peers "$members" --secret-file secret $(transport_option) "$@" 2>>"$WORK/daemon$node.log" &
+  pids[$node]=$!
+  for _ in $(seq 100); do [ -S "$WORK/sock$node" ] && return; sleep 0.05; done
+  fail "daemon $node did not start: $(cat "$WORK/daemon$node.log")"
+}
+# served NODE KEY: a figure of the daemon's own for S (larder stat --socket)
+served() {
+  "$LARDER" stat --socket "$WORK/sock$1" --json | /usr/bin/python3 -c "
+import json, sys
+print(sum(d['$2'] for d in json.load(sys.stdin)['datasets'] if d['dataset_id'] == '$S_ID'))"
+}
+# read_one NODE OFFSET LENGTH: one READ through the node's daemon, compared with the shard file
+read_one() {
+  /usr/bin/python3 - "$WORK/sock$1" "$INDEX" "$SHARD" "$2" "$3" <<'PY'
+import sys, larder_wire as w
+sock, index, shard, offset, length = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+c = w.Client(sock, 1, timeout=60)
+c.greet()
+low, high, shards = c.open(index)
+with open(shard, "rb") as f:
+    f.seek(offset)
+    want = f.read(length)
+got = c.read(low, high, 0, offset, length)
+assert got == want, "%s: bytes %d+%d differ from the shard's" % (sock, offset, length)
+PY
+}
+MAX_SAMPLE=$(((192 << 10) + 1024 + (64 << 10))) # a sample, its tar header, a cache block
+
+start_node 0 "$WORK/cache0"
+start_node 1 "$WORK/cache1"
+# node 0 holds the dataset (node 1's chunks borrowed from node 1)
+"$LARDER" warm "$INDEX" --socket "$WORK/sock0" >warm0.txt || fail "warm node 0: $(cat warm0.txt)"
+before=$(served 0 peer_served_bytes)
+
+# 1. one sample from the middle of node 0's chunk: its bytes; then another: the whole chunk
+read_one 1 "$offset" "$length" || fail "node 1's read of $key"
+first=$(($(served 0 peer_served_bytes) - before))
+echo "step 1: node 0 served $first bytes for one sample of $length"
+[ "$first" -ge "$length" ] || fail "node 0 served $first bytes for a sample of $length"
+[ "$first" -le "$MAX_SAMPLE" ] || fail "node 0 served $first bytes for a lone sample of $length"
+reads=$(served 0 peer_served_reads)
+read_one 1 "$offset2" "$length2" || fail "node 1's read of $key2"
+got=$(($(served 0 peer_served_bytes) - before - first))
+echo "step 1: then $got bytes for another sample of the chunk, $key2 of $length2"
+[ "$got" -ge $((4 << 20)) ] || fail "node 0 served $got bytes, not its whole chunk"
+[ "$got" -le $(((4 << 20) + 2 * MAX_SAMPLE)) ] || fail "node 0 served $got bytes for one chunk"
+[ "$(($(served 0 peer_served_reads) - reads))" -le 3 ] || fail "the chunk came in more than 3 READs"
+
+# 2. every sample, a READ each: right, each chunk about once, few READs borrowed
+LARDER_SOCKET=$WORK/sock1 "$LARDER" warm "$INDEX" --cache "$WORK/cache1" --jobs 16 >warm1.txt ||
+  fail "node 1: $(cat warm1.txt)"
+grep -q "warmed $(ls s | wc -l) samples" warm1.txt || fail "node 1: $(cat warm1.txt)"
+LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" "$key" bin "s/$key.bin"
+LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" sample00003 bin s/sample00003.bin
+total=$(($(served 0 peer_served_bytes) - before))
+borrowed=$(served 1 borrowed_reads)
+echo "step 2: node 0 served $total bytes (owns $owned0 in $chunks0 chunks); node 1 borrowed in $borrowed READs ($inside0 samples inside node 0's chunks)"
+[ "$total" -ge "$owned0" ] || fail "node 0 served $total bytes of its $owned0"
+[ "$total" -le $((owned0 + chunks0 * 3 * MAX_SAMPLE)) ] || fail "node 0 served $total bytes for its $owned0"
+[ "$borrowed" -le $((3 * chunks0 + 2)) ] || fail "node 1 borrowed in $borrowed READs for $chunks0 chunks"
+[ "$inside0" -gt $((3 * borrowed)) ] || fail "too few samples ($inside0) for the check of $borrowed READs"
+
+# 3. with a capacity: a READ borrows its own bytes only
+kill "${pids[1]}"
+wait "${pids[1]}" 2>/dev/null || true
+start_node 1 "$WORK/cache1b" --cache-size 1G
+before=$(served 0 peer_served_bytes)
+read_one 1 "$offset" "$length" || fail "node 1's read of $key with a capacity"
+read_one 1 "$offset2" "$length2" || fail "node 1's read of $key2 with a capacity"
+got=$(($(served 0 peer_served_bytes) - before))
+echo "step 3: with --cache-size, node 0 served $got bytes for two samples of the chunk"
+[ "$got" -gt 0 ] || fail "node 1 did not borrow with a capacity"
+[ "$got" -le $((2 * MAX_SAMPLE)) ] || fail "node 1 borrowed $got bytes with a capacity"
+
+# 4. a lying owner in node 0's place
+kill "${pids[0]}" "${pids[1]}"
+wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --liar &
+pids[0]=$!
+for _ in $(seq 100); do
+  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
+  sleep 0.05
+done
+start_node 1 "$WORK/cache1c"
+read_one 1 "$offset" "$length" || fail "node 1's read of $key from a lying owner"
+read_one 1 "$offset2" "$length2" || fail "node 1's read of $key2 from a lying owner"
+grep -q "prove ok" liar.rec.log || fail "node 1 never proved itself to the liar: $(cat liar.rec.log)"
+asked=$(awk '$1 == "read" && $3 > n { n = $3 } END { print n + 0 }' liar.rec.log)
+echo "step 4: node 1 asked the liar for up to $asked bytes at once, and read the right bytes"
+[ "$asked" -ge $((4 << 20)) ] || fail "node 1 did not ask the liar for the whole chunk: $(cat liar.rec.log)"
+read_one 1 "$offset" "$length" || fail "node 1's cache kept the liar's bytes"
+LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" "$key" bin "s/$key.bin"
+kill -0 "${pids[1]}" || fail "daemon 1 died"
