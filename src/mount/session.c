@@ -361,7 +361,8 @@ int larder__mount_run(const struct larder__mount_options *given)
     if (status == 0 && larder__mount_order_new(&m.order) < 0) status = 1;
     uint64_t nodes = 0;
     if (status == 0) larder__mount_tree_counts(m.tree, &nodes, NULL, NULL);
-    m.stage_inflight = o->stage_inflight > 0 ? (unsigned)o->stage_inflight : 2;
+    m.stage_inflight = o->stage_inflight > 0 ? (unsigned)o->stage_inflight : 0;
+    m.adapt.limit = 1;
     const char *trace = getenv("LARDER_MOUNT_TRACE");
     m.trace = trace && trace[0] && strcmp(trace, "0") != 0;
     bool stage = o->stage_on_open > 0 || (o->stage_on_open < 0 && m.cached &&
@@ -369,8 +370,12 @@ int larder__mount_run(const struct larder__mount_options *given)
     if (status == 0 && stage && !(m.staged_on_open = calloc(nodes, 1))) status = 1;
     if (status == 0 && m.staged_on_open)
         larder__mount_log(LARDER_LOG_INFO,
-                          "files are staged whole on their first open, %u reads at a time",
-                          m.stage_inflight);
+                          m.stage_inflight ? "files are staged whole on their first open, "
+                                             "%u reads at a time"
+                                           : "files are staged whole on their first open, "
+                                             "as many reads at a time as the readers' misses "
+                                             "allow (%u to start)",
+                          m.stage_inflight ? m.stage_inflight : m.adapt.limit);
     if (status == 0) status = serve(&m, o, &ready);
     tell_parent(&ready, (unsigned char)status);
     larder__mount_stager_stop(&m);
