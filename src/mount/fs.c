@@ -190,6 +190,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     f->node = n;
+    /* the first open, after INIT (which could only lower it): the kernel's
+     * read-ahead up to max_read, or buffered reads arrive 128 KiB at a time */
+    larder__mount_raise_readahead(m, 1024);
     larder_sample_info s;
     larder_field_info field = {0};
     int rc = larder_sample_info_get(m->dataset, n->sample, &s);

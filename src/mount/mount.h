@@ -68,6 +68,8 @@ struct larder__mount {
     bool stopping;                    /* unmounting: nothing more is staged */
     _Atomic unsigned demand_waiting;  /* readers waiting on a miss now */
     bool trace;                       /* LARDER_MOUNT_TRACE: every miss logged with its time */
+    unsigned dev_major, dev_minor;    /* the mount's device (its bdi's name); 0:0 unknown */
+    atomic_bool readahead_raised;     /* the kernel's read-ahead was set (or tried) */
     uint32_t uid, gid;                /* the owner shown on every file */
     /* staging tasks queued or running (readahead, order prefetch): waited for at unmount */
     pthread_mutex_t lock;
@@ -109,6 +111,16 @@ static inline int larder__mount_errno(int rc)
 {
     return rc == -ENOMEM ? ENOMEM : rc == -EINTR ? EINTR : EIO;
 }
+
+/*
+ * session.c: raise the kernel's read-ahead for the mount (its bdi's
+ * read_ahead_kb, which FUSE's INIT can only lower from the 128 KiB
+ * default) to `kb`, so that buffered reads come as requests of up to
+ * max_read rather than 128 KiB.  Once per mount, after INIT (fs.c calls
+ * it on the first open); needs root (or a writable sysfs): otherwise it
+ * logs what stays and how to raise it.
+ */
+void larder__mount_raise_readahead(struct larder__mount *m, unsigned kb);
 
 /* The FUSE low-level operations (fs.c). */
 struct fuse_lowlevel_ops;

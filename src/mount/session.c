@@ -98,6 +98,69 @@ static bool fuse_mounted_at(const char *path)
     return found;
 }
 
+/* The device of the FUSE mount at `path` (resolved) from /proc/self/mountinfo,
+ * which touches no file system (a stat of the mount point would wait on
+ * this very process).  true when found. */
+static bool fuse_device_at(const char *path, unsigned *major, unsigned *minor)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    if (!f) return false;
+    char line[16384];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - TYPE SOURCE ... */
+        unsigned a, b;
+        char point[8192];
+        if (sscanf(line, "%*u %*u %u:%u %*s %8191s", &a, &b, point) != 3) continue;
+        const char *type = strstr(line, " - ");
+        if (!type || strncmp(type + 3, "fuse", 4) != 0) continue;
+        /* mountinfo escapes ' ', '\t', '\n' and '\\' as octal: compare escaped */
+        char escaped[8192];
+        size_t n = 0;
+        for (const char *p = path; *p && n + 5 < sizeof escaped; p++)
+            if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\\')
+                n += (size_t)snprintf(escaped + n, sizeof escaped - n, "\\%03o", (unsigned char)*p);
+            else
+                escaped[n++] = *p;
+        escaped[n] = '\0';
+        if (strcmp(point, escaped) == 0) *major = a, *minor = b, found = true;
+    }
+    fclose(f);
+    return found;
+}
+
+void larder__mount_raise_readahead(struct larder__mount *m, unsigned kb)
+{
+    if (atomic_exchange(&m->readahead_raised, true)) return;
+    if (m->dev_major == 0 && m->dev_minor == 0) return;
+    char path[96], now[32] = "";
+    snprintf(path, sizeof path, "/sys/class/bdi/%u:%u/read_ahead_kb", m->dev_major, m->dev_minor);
+    FILE *f = fopen(path, "r");
+    unsigned current = 0;
+    if (f) {
+        if (fgets(now, sizeof now, f)) current = (unsigned)strtoul(now, NULL, 10);
+        fclose(f);
+    }
+    if (current >= kb) return;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    char value[32];
+    int length = snprintf(value, sizeof value, "%u\n", kb);
+    if (fd >= 0 && write(fd, value, (size_t)length) == length) {
+        close(fd);
+        larder__mount_log(LARDER_LOG_INFO,
+                          "the kernel's read-ahead for the mount raised from %u "
+                          "to %u KiB (%s)",
+                          current, kb, path);
+        return;
+    }
+    int error = errno;
+    if (fd >= 0) close(fd);
+    larder__mount_log(LARDER_LOG_INFO,
+                      "the kernel's read-ahead for the mount stays at %u KiB, so buffered reads "
+                      "reach the mount in pieces of that size (%s: %s; as root: echo %u > %s)",
+                      current, path, strerror(error), kb, path);
+}
+
 /* 0 when `path` is a directory to mount on; else 1 after saying why. */
 static int check_mountpoint(const struct larder__mount_options *o)
 {
@@ -285,6 +348,10 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
     }
     int status = 1;
     set_signals(se, true);
+    /* resolved before mounting: afterwards a stat of it would wait on us */
+    char resolved[PATH_MAX];
+    if (!realpath(o->mountpoint, resolved))
+        snprintf(resolved, sizeof resolved, "%s", o->mountpoint);
     if (fuse_session_mount(se, o->mountpoint) != 0) {
         fprintf(stderr, "larder: %s: the mount failed (is /dev/fuse there, and may you mount?)\n",
                 o->mountpoint);
@@ -293,6 +360,9 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
             tell_parent(ready, 0);
             detach(o);
         }
+        if (!fuse_device_at(resolved, &m->dev_major, &m->dev_minor))
+            larder__mount_log(LARDER_LOG_WARN, "%s: not found in /proc/self/mountinfo",
+                              o->mountpoint);
         uint64_t nodes, files, bytes;
         larder__mount_tree_counts(m->tree, &nodes, &files, &bytes);
         larder__mount_log(LARDER_LOG_INFO, "%s mounted at %s: %llu files, %llu bytes (%s)",
