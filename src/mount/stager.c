@@ -47,6 +47,7 @@ struct larder__mount_stage_job {
     uint64_t start, at, end; /* shard bytes [start, end), asked up to `at` (the head at NEAR) */
     uint64_t sample;
     unsigned running; /* its pieces in flight */
+    unsigned held;    /* pumps using it with the lock let go (a piece may end meanwhile) */
     double began;
 };
 
@@ -82,7 +83,11 @@ static void finish_locked(struct larder__mount *m, struct larder__mount_stage_jo
 }
 
 /* Start pieces until the limit is reached or nothing is left (m->lock held).
- * A job stays listed until its last piece is answered. */
+ * A job stays listed until its last piece is answered and no pump holds
+ * it: a piece can be answered (larder__mount_stager_done) while its pump
+ * has the lock let go, and freeing the job then left the pump with freed
+ * memory (seen as a job logged staged twice, then the mount gone, with 8
+ * readers opening small files at once). */
 static void pump_locked(struct larder__mount *m)
 {
     struct larder__fill *fill = larder__dataset_fill(m->dataset);
@@ -90,7 +95,7 @@ static void pump_locked(struct larder__mount *m)
     while (j && !m->stopping && atomic_load(&m->stage_running) < allowed(m)) {
         if (j->at >= j->end) { /* all asked: on to the next file */
             struct larder__mount_stage_job *next = j->next;
-            if (j->running == 0) finish_locked(m, j);
+            if (j->running == 0 && j->held == 0) finish_locked(m, j);
             j = next;
             continue;
         }
@@ -99,15 +104,21 @@ static void pump_locked(struct larder__mount *m)
         j->at += piece;
         if (larder__fill_resident(fill, shard, at, piece)) continue;
         j->running++;
+        j->held++; /* the piece may be answered before the lock is back: j stays */
         atomic_fetch_add(&m->stage_running, 1);
-        pthread_mutex_unlock(&m->lock); /* j stays listed: its piece is running */
+        pthread_mutex_unlock(&m->lock);
         uint64_t queued = larder__mount_stage_piece(m, shard, at, piece, LARDER__WARM, j);
         pthread_mutex_lock(&m->lock);
+        j->held--;
         if (!queued) {
             j->running--;
             atomic_fetch_sub(&m->stage_running, 1);
-            break; /* the pool refused: the next answer or open tries again */
         }
+        if (m->stopping && j->running == 0 && j->held == 0) {
+            finish_locked(m, j); /* stager_stop left it to us */
+            break;
+        }
+        if (!queued) break; /* the pool refused: the next answer or open tries again */
     }
 }
 
@@ -133,7 +144,7 @@ void larder__mount_stager_done(struct larder__mount *m, struct larder__mount_sta
     if (!m->stage_inflight && larder__mount_adapt_piece(&m->adapt, &why) && m->trace)
         larder__mount_log(LARDER_LOG_INFO, "trace: staging limit %u -> %u (%s)", before,
                           m->adapt.limit, why);
-    if (--j->running == 0 && (j->at >= j->end || m->stopping)) finish_locked(m, j);
+    if (--j->running == 0 && j->held == 0 && (j->at >= j->end || m->stopping)) finish_locked(m, j);
     pump_locked(m);
     pthread_mutex_unlock(&m->lock);
 }
@@ -184,7 +195,8 @@ void larder__mount_stager_stop(struct larder__mount *m)
     m->stopping = true;
     for (struct larder__mount_stage_job *j = m->stage_jobs, *next; j; j = next) {
         next = j->next;
-        if (j->running == 0) finish_locked(m, j); /* else its last answer frees it */
+        if (j->running == 0 && j->held == 0)
+            finish_locked(m, j); /* else its last answer, or its pump, frees it */
     }
     pthread_mutex_unlock(&m->lock);
 }
