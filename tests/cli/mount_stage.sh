@@ -8,8 +8,9 @@
 # origin past the held staging and is answered while staging still
 # waits; once released, the whole file is staged without being read, and
 # reading it all through the mount asks the origin for nothing more.
-# Without --stage-on-open (the default) an open stages nothing.  Without
-# --stage-inflight the limit is adaptive and starts at one read: 5 + 1
+# With --no-stage-on-open an open stages nothing.  By default (a node
+# cache that evicts nothing) it stages, and without --stage-inflight the
+# limit is adaptive and starts at one read: 5 + 1
 # held, never more; once let go, answered pieces with no reader missing
 # grow it (the trace says so) and the file is staged whole.  The first
 # open raises the kernel's read-ahead for the mount to 1 MiB (as root;
@@ -33,8 +34,8 @@ for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
 [ -s port.txt ] || fail "the origin did not start: $(cat origin.log)"
 base=http://127.0.0.1:$(cat port.txt)
 
-# 1. by default (and with --no-stage-on-open): opening reads nothing
-mount_larder off "$base/files.larder" --cache "$WORK/cache-off"
+# 1. with --no-stage-on-open: opening reads nothing
+mount_larder off "$base/files.larder" --cache "$WORK/cache-off" --no-stage-on-open
 /usr/bin/python3 - "$base" <<'PY' || fail "--no-stage-on-open: $(tail -3 mnt-off.log)"
 import json, os, sys, time, urllib.request
 fd = os.open("mnt-off/big.bin", os.O_RDONLY)
@@ -44,7 +45,7 @@ assert log == [], "an open without staging read %s" % log
 os.close(fd)
 PY
 umount_larder off
-echo "by default: an open reads nothing"
+echo "--no-stage-on-open: an open reads nothing"
 
 # 2. --stage-on-open: staged on open, bounded
 mount_larder on "$base/files.larder" --cache "$WORK/cache-on" --stage-on-open --stage-inflight 2
@@ -123,8 +124,9 @@ grep -q "staging sample .* on its first open" mnt-on.log ||
   fail "the log does not say what was staged: $(head -3 mnt-on.log)"
 umount_larder on
 
-# 3. --stage-on-open with the adaptive limit (no --stage-inflight): one
-# staging read held at first, then growing once pieces are answered
+# 3. the default, with a node cache that evicts nothing: staging on open
+# with the adaptive limit (no --stage-inflight), one staging read held at
+# first, then growing once pieces are answered
 # (a second origin: the first answers everything at once since its release)
 /usr/bin/python3 "$TESTS/tools/gated_origin.py" www port2.txt 2>origin2.log &
 origin2=$!
@@ -132,7 +134,7 @@ cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port2.txt)/__release/all >/dev/
 for _ in $(seq 100); do [ -s port2.txt ] && break; sleep 0.05; done
 [ -s port2.txt ] || fail "the second origin did not start: $(cat origin2.log)"
 base2=http://127.0.0.1:$(cat port2.txt)
-LARDER_MOUNT_TRACE=1 mount_larder adapt "$base2/files.larder" --cache "$WORK/cache-adapt" --stage-on-open
+LARDER_MOUNT_TRACE=1 mount_larder adapt "$base2/files.larder" --cache "$WORK/cache-adapt"
 /usr/bin/python3 - "$base2" <<'PY' || fail "adaptive staging: $(tail -5 mnt-adapt.log)"
 import json, os, sys, time, urllib.request
 base = sys.argv[1]
