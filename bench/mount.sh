@@ -3,7 +3,8 @@
 # file with bench/seed/train.py's harness (2 ranks over gloo, DataLoader
 # workers, a compute sleep per step) three ways in one run -- straight
 # from the slow-storage emulator (tools/slowfs), through `larder mount` of
-# a --files index of the emulator's directory (epoch 1 cold, 2 and 3
+# a --files index of the emulator's directory, by default (staging on
+# open) and with --no-stage-on-open (epoch 1 cold, 2 and 3
 # warm), and from local disk -- then cached throughput through the mount
 # against the same reads of the cache's data file.  Writes
 # bench/results/mount.md and mount.png.

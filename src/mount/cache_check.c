@@ -20,6 +20,7 @@
 #include "index.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <xxhash.h>
 
@@ -55,11 +56,39 @@ static int cached_bytes_match(larder_dataset *d, const larder_sample_info *s)
     return rc < 0 ? rc : XXH3_64bits_digest(&state) == s->checksum;
 }
 
+/* One check of a sample at a time: readers that open a large cached file
+ * at once (8 threads, each first read) waited on 8 hashes of the whole
+ * file instead of one.  Striped by sample, so that different samples are
+ * checked side by side. */
+#define STRIPES 64
+static pthread_mutex_t stripes[STRIPES];
+static pthread_once_t stripes_once = PTHREAD_ONCE_INIT;
+
+static void stripes_init(void)
+{
+    for (int i = 0; i < STRIPES; i++)
+        pthread_mutex_init(&stripes[i], NULL);
+}
+
+static int check_once(struct larder__mount *m, uint64_t id, _Atomic uint64_t *b, uint64_t bit);
+
 int larder__mount_check_cached(struct larder__mount *m, uint64_t id)
 {
     _Atomic uint64_t *b = bits(m);
     uint64_t bit = UINT64_C(1) << (id % 64);
     if (b && (atomic_load_explicit(&b[id / 64], memory_order_relaxed) & bit)) return 0;
+    pthread_once(&stripes_once, stripes_init);
+    pthread_mutex_t *lock = &stripes[id % STRIPES];
+    pthread_mutex_lock(lock);
+    int rc = b && (atomic_load_explicit(&b[id / 64], memory_order_relaxed) & bit)
+                 ? 0 /* checked while this reader waited */
+                 : check_once(m, id, b, bit);
+    pthread_mutex_unlock(lock);
+    return rc;
+}
+
+static int check_once(struct larder__mount *m, uint64_t id, _Atomic uint64_t *b, uint64_t bit)
+{
     larder_dataset *d = m->dataset;
     larder_sample_info s;
     int rc = larder_sample_info_get(d, id, &s);

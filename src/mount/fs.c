@@ -190,6 +190,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     f->node = n;
+    /* the first open, after INIT (which could only lower it): the kernel's
+     * read-ahead up to max_read, or buffered reads arrive 128 KiB at a time */
+    larder__mount_raise_readahead(m, 1024);
     larder_sample_info s;
     larder_field_info field = {0};
     int rc = larder_sample_info_get(m->dataset, n->sample, &s);
@@ -353,20 +356,21 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     if (done < n) {
         larder__mount_readahead(m, &f->stream, f->shard, f->base, header, file_size, at, n);
         unsigned waiting = atomic_fetch_add(&m->demand_waiting, 1) + 1;
+        unsigned staging = atomic_load(&m->stage_running);
         struct timespec t0, t1;
-        if (m->trace) clock_gettime(CLOCK_MONOTONIC, &t0);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         got = read_miss(m, f, buf + done, n - done, at + done - header);
-        if (m->trace) {
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            larder__mount_log(
-                LARDER_LOG_INFO,
-                "trace: miss sample %llu at %llu, %llu bytes: %.1f ms (%u misses "
-                "waiting, %u staging reads in flight)",
-                (unsigned long long)f->node->sample, (unsigned long long)(at + done - header),
-                (unsigned long long)(n - done),
-                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
-                waiting, atomic_load(&m->stage_running));
-        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        if (m->trace)
+            larder__mount_log(LARDER_LOG_INFO,
+                              "trace: miss sample %llu at %llu, %llu bytes: %.1f ms (%u misses "
+                              "waiting, %u staging reads in flight)",
+                              (unsigned long long)f->node->sample,
+                              (unsigned long long)(at + done - header),
+                              (unsigned long long)(n - done), ms, waiting, staging);
+        /* the stager's signal: how long a reader waits, with its staging in the way or not */
+        if (got >= 0) larder__mount_stager_miss(m, ms, staging > 0);
         if (atomic_fetch_sub(&m->demand_waiting, 1) == 1) larder__mount_stager_kick(m);
     }
     if (got < 0) {

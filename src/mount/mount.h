@@ -10,6 +10,7 @@
  *                (an adaptive window), random reads do not;
  *   stager.c     whole files staged in the background on their first
  *                open, a few large reads at a time, below the readers;
+ *   adapt.c      how many: the limit grown and cut by the readers' misses;
  *   order.c      a reader's registered sample order (the control file
  *                .larder-order), driving the plan's prefetcher;
  *   session.c    start-up: the source opened, a stale mount point found or
@@ -22,6 +23,7 @@
 #define LARDER_MOUNT_H
 
 #include "larder.h"
+#include "adapt.h"
 #include "tree.h"
 
 #include <errno.h>
@@ -46,7 +48,7 @@ struct larder__mount_options {
     uint64_t readahead_max;   /* the sequential window's largest size; 0: 32 MiB */
     int stage_on_open;        /* a file's first open stages all of it in the background:
                                  1 yes, 0 no, -1 (auto) where the cache evicts nothing */
-    int stage_inflight;       /* staging reads in flight at most; 0: 2 */
+    int stage_inflight;       /* staging reads in flight at most; 0: adaptive (stager.c) */
 };
 
 /* What one mount keeps: set up by session.c, read by every FUSE thread. */
@@ -61,11 +63,14 @@ struct larder__mount {
     /* stager.c: files being staged (under lock), pieces in flight, the limit */
     struct larder__mount_stage_job *stage_jobs;
     _Atomic unsigned stage_running;
-    unsigned stage_inflight;
-    bool stopping;                   /* unmounting: nothing more is staged */
-    _Atomic unsigned demand_waiting; /* readers waiting on a miss now */
-    bool trace;                      /* LARDER_MOUNT_TRACE: every miss logged with its time */
-    uint32_t uid, gid;               /* the owner shown on every file */
+    unsigned stage_inflight;          /* a fixed limit (--stage-inflight); 0: adaptive */
+    struct larder__mount_adapt adapt; /* the adaptive limit (adapt.h), under lock */
+    bool stopping;                    /* unmounting: nothing more is staged */
+    _Atomic unsigned demand_waiting;  /* readers waiting on a miss now */
+    bool trace;                       /* LARDER_MOUNT_TRACE: every miss logged with its time */
+    unsigned dev_major, dev_minor;    /* the mount's device (its bdi's name); 0:0 unknown */
+    atomic_bool readahead_raised;     /* the kernel's read-ahead was set (or tried) */
+    uint32_t uid, gid;                /* the owner shown on every file */
     /* staging tasks queued or running (readahead, order prefetch): waited for at unmount */
     pthread_mutex_t lock;
     pthread_cond_t idle;
@@ -106,6 +111,16 @@ static inline int larder__mount_errno(int rc)
 {
     return rc == -ENOMEM ? ENOMEM : rc == -EINTR ? EINTR : EIO;
 }
+
+/*
+ * session.c: raise the kernel's read-ahead for the mount (its bdi's
+ * read_ahead_kb, which FUSE's INIT can only lower from the 128 KiB
+ * default) to `kb`, so that buffered reads come as requests of up to
+ * max_read rather than 128 KiB.  Once per mount, after INIT (fs.c calls
+ * it on the first open); needs root (or a writable sysfs): otherwise it
+ * logs what stays and how to raise it.
+ */
+void larder__mount_raise_readahead(struct larder__mount *m, unsigned kb);
 
 /* The FUSE low-level operations (fs.c). */
 struct fuse_lowlevel_ops;
@@ -158,6 +173,10 @@ bool larder__mount_stage_file(struct larder__mount *m, uint32_t shard, uint64_t 
 void larder__mount_stager_done(struct larder__mount *m, struct larder__mount_stage_job *job);
 /* A reader's miss has ended: staging may use all its slots again. */
 void larder__mount_stager_kick(struct larder__mount *m);
+/* A reader's miss took `ms` milliseconds, with staging pieces in flight
+ * when it began or not: the adaptive limit grows while misses stay near
+ * their latency without staging, and halves when they rise (stager.c). */
+void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging);
 /* Unmounting: stage nothing more (pieces running end on their own). */
 void larder__mount_stager_stop(struct larder__mount *m);
 

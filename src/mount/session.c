@@ -98,6 +98,69 @@ static bool fuse_mounted_at(const char *path)
     return found;
 }
 
+/* The device of the FUSE mount at `path` (resolved) from /proc/self/mountinfo,
+ * which touches no file system (a stat of the mount point would wait on
+ * this very process).  true when found. */
+static bool fuse_device_at(const char *path, unsigned *major, unsigned *minor)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    if (!f) return false;
+    char line[16384];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - TYPE SOURCE ... */
+        unsigned a, b;
+        char point[8192];
+        if (sscanf(line, "%*u %*u %u:%u %*s %8191s", &a, &b, point) != 3) continue;
+        const char *type = strstr(line, " - ");
+        if (!type || strncmp(type + 3, "fuse", 4) != 0) continue;
+        /* mountinfo escapes ' ', '\t', '\n' and '\\' as octal: compare escaped */
+        char escaped[8192];
+        size_t n = 0;
+        for (const char *p = path; *p && n + 5 < sizeof escaped; p++)
+            if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\\')
+                n += (size_t)snprintf(escaped + n, sizeof escaped - n, "\\%03o", (unsigned char)*p);
+            else
+                escaped[n++] = *p;
+        escaped[n] = '\0';
+        if (strcmp(point, escaped) == 0) *major = a, *minor = b, found = true;
+    }
+    fclose(f);
+    return found;
+}
+
+void larder__mount_raise_readahead(struct larder__mount *m, unsigned kb)
+{
+    if (atomic_exchange(&m->readahead_raised, true)) return;
+    if (m->dev_major == 0 && m->dev_minor == 0) return;
+    char path[96], now[32] = "";
+    snprintf(path, sizeof path, "/sys/class/bdi/%u:%u/read_ahead_kb", m->dev_major, m->dev_minor);
+    FILE *f = fopen(path, "r");
+    unsigned current = 0;
+    if (f) {
+        if (fgets(now, sizeof now, f)) current = (unsigned)strtoul(now, NULL, 10);
+        fclose(f);
+    }
+    if (current >= kb) return;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    char value[32];
+    int length = snprintf(value, sizeof value, "%u\n", kb);
+    if (fd >= 0 && write(fd, value, (size_t)length) == length) {
+        close(fd);
+        larder__mount_log(LARDER_LOG_INFO,
+                          "the kernel's read-ahead for the mount raised from %u "
+                          "to %u KiB (%s)",
+                          current, kb, path);
+        return;
+    }
+    int error = errno;
+    if (fd >= 0) close(fd);
+    larder__mount_log(LARDER_LOG_INFO,
+                      "the kernel's read-ahead for the mount stays at %u KiB, so buffered reads "
+                      "reach the mount in pieces of that size (%s: %s; as root: echo %u > %s)",
+                      current, path, strerror(error), kb, path);
+}
+
 /* 0 when `path` is a directory to mount on; else 1 after saying why. */
 static int check_mountpoint(const struct larder__mount_options *o)
 {
@@ -285,6 +348,10 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
     }
     int status = 1;
     set_signals(se, true);
+    /* resolved before mounting: afterwards a stat of it would wait on us */
+    char resolved[PATH_MAX];
+    if (!realpath(o->mountpoint, resolved))
+        snprintf(resolved, sizeof resolved, "%s", o->mountpoint);
     if (fuse_session_mount(se, o->mountpoint) != 0) {
         fprintf(stderr, "larder: %s: the mount failed (is /dev/fuse there, and may you mount?)\n",
                 o->mountpoint);
@@ -293,6 +360,9 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
             tell_parent(ready, 0);
             detach(o);
         }
+        if (!fuse_device_at(resolved, &m->dev_major, &m->dev_minor))
+            larder__mount_log(LARDER_LOG_WARN, "%s: not found in /proc/self/mountinfo",
+                              o->mountpoint);
         uint64_t nodes, files, bytes;
         larder__mount_tree_counts(m->tree, &nodes, &files, &bytes);
         larder__mount_log(LARDER_LOG_INFO, "%s mounted at %s: %llu files, %llu bytes (%s)",
@@ -361,7 +431,8 @@ int larder__mount_run(const struct larder__mount_options *given)
     if (status == 0 && larder__mount_order_new(&m.order) < 0) status = 1;
     uint64_t nodes = 0;
     if (status == 0) larder__mount_tree_counts(m.tree, &nodes, NULL, NULL);
-    m.stage_inflight = o->stage_inflight > 0 ? (unsigned)o->stage_inflight : 2;
+    m.stage_inflight = o->stage_inflight > 0 ? (unsigned)o->stage_inflight : 0;
+    m.adapt.limit = 1;
     const char *trace = getenv("LARDER_MOUNT_TRACE");
     m.trace = trace && trace[0] && strcmp(trace, "0") != 0;
     bool stage = o->stage_on_open > 0 || (o->stage_on_open < 0 && m.cached &&
@@ -369,8 +440,12 @@ int larder__mount_run(const struct larder__mount_options *given)
     if (status == 0 && stage && !(m.staged_on_open = calloc(nodes, 1))) status = 1;
     if (status == 0 && m.staged_on_open)
         larder__mount_log(LARDER_LOG_INFO,
-                          "files are staged whole on their first open, %u reads at a time",
-                          m.stage_inflight);
+                          m.stage_inflight ? "files are staged whole on their first open, "
+                                             "%u reads at a time"
+                                           : "files are staged whole on their first open, "
+                                             "as many reads at a time as the readers' misses "
+                                             "allow (%u to start)",
+                          m.stage_inflight ? m.stage_inflight : m.adapt.limit);
     if (status == 0) status = serve(&m, o, &ready);
     tell_parent(&ready, (unsigned char)status);
     larder__mount_stager_stop(&m);

@@ -8,11 +8,15 @@
  * few large reads at WARM bring it into the node cache from its start
  * on, while the readers' own misses go ahead of them:
  *
- *   - at most `inflight` pieces of PIECE bytes in flight for the whole
+ *   - at most a limit of pieces of PIECE bytes in flight for the whole
  *     mount (not per file), half of them while a reader waits on a miss,
  *     so that an origin that serves a few reads at once, in order (a
  *     parallel file system's client, an object store's connection pool)
- *     never has its queue filled by staging ahead of a blocked reader;
+ *     never has its queue filled by staging ahead of a blocked reader.
+ *     The limit is --stage-inflight's when given, else adaptive (adapt.c):
+ *     it starts at one, grows while the readers' misses (timed by fs.c)
+ *     stay near their latency with no staging in the way, or while no
+ *     reader misses at all, and halves when they slow down;
  *   - the file's first HEAD and last TAIL bytes are staged at once at
  *     NEAR (where formats keep their metadata: HDF5's superblock, object
  *     headers and B-trees, a zip's directory, a checkpoint's index), so
@@ -43,6 +47,7 @@ struct larder__mount_stage_job {
     uint64_t start, at, end; /* shard bytes [start, end), asked up to `at` (the head at NEAR) */
     uint64_t sample;
     unsigned running; /* its pieces in flight */
+    unsigned held;    /* pumps using it with the lock let go (a piece may end meanwhile) */
     double began;
 };
 
@@ -53,10 +58,11 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Pieces allowed in flight now: half while a reader waits on a miss. */
+/* Pieces allowed in flight now (m->lock held): half while a reader waits on a miss. */
 static unsigned allowed(struct larder__mount *m)
 {
-    unsigned limit = m->stage_inflight;
+    unsigned limit = m->stage_inflight ? m->stage_inflight : m->adapt.limit;
+    if (limit == 0) limit = 1;
     if (atomic_load(&m->demand_waiting) > 0) limit = limit > 1 ? limit / 2 : 1;
     return limit;
 }
@@ -77,7 +83,11 @@ static void finish_locked(struct larder__mount *m, struct larder__mount_stage_jo
 }
 
 /* Start pieces until the limit is reached or nothing is left (m->lock held).
- * A job stays listed until its last piece is answered. */
+ * A job stays listed until its last piece is answered and no pump holds
+ * it: a piece can be answered (larder__mount_stager_done) while its pump
+ * has the lock let go, and freeing the job then left the pump with freed
+ * memory (seen as a job logged staged twice, then the mount gone, with 8
+ * readers opening small files at once). */
 static void pump_locked(struct larder__mount *m)
 {
     struct larder__fill *fill = larder__dataset_fill(m->dataset);
@@ -85,7 +95,7 @@ static void pump_locked(struct larder__mount *m)
     while (j && !m->stopping && atomic_load(&m->stage_running) < allowed(m)) {
         if (j->at >= j->end) { /* all asked: on to the next file */
             struct larder__mount_stage_job *next = j->next;
-            if (j->running == 0) finish_locked(m, j);
+            if (j->running == 0 && j->held == 0) finish_locked(m, j);
             j = next;
             continue;
         }
@@ -94,23 +104,47 @@ static void pump_locked(struct larder__mount *m)
         j->at += piece;
         if (larder__fill_resident(fill, shard, at, piece)) continue;
         j->running++;
+        j->held++; /* the piece may be answered before the lock is back: j stays */
         atomic_fetch_add(&m->stage_running, 1);
-        pthread_mutex_unlock(&m->lock); /* j stays listed: its piece is running */
+        pthread_mutex_unlock(&m->lock);
         uint64_t queued = larder__mount_stage_piece(m, shard, at, piece, LARDER__WARM, j);
         pthread_mutex_lock(&m->lock);
+        j->held--;
         if (!queued) {
             j->running--;
             atomic_fetch_sub(&m->stage_running, 1);
-            break; /* the pool refused: the next answer or open tries again */
         }
+        if (m->stopping && j->running == 0 && j->held == 0) {
+            finish_locked(m, j); /* stager_stop left it to us */
+            break;
+        }
+        if (!queued) break; /* the pool refused: the next answer or open tries again */
     }
+}
+
+void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging)
+{
+    if (m->stage_inflight || !m->staged_on_open) return; /* a fixed limit, or nothing staged */
+    pthread_mutex_lock(&m->lock);
+    const char *why = "";
+    unsigned before = m->adapt.limit;
+    if (larder__mount_adapt_miss(&m->adapt, ms, staging, &why) && m->trace)
+        larder__mount_log(LARDER_LOG_INFO,
+                          "trace: staging limit %u -> %u (%s; misses %.1f ms without staging)",
+                          before, m->adapt.limit, why, m->adapt.baseline);
+    pthread_mutex_unlock(&m->lock);
 }
 
 void larder__mount_stager_done(struct larder__mount *m, struct larder__mount_stage_job *j)
 {
     pthread_mutex_lock(&m->lock);
     atomic_fetch_sub(&m->stage_running, 1);
-    if (--j->running == 0 && (j->at >= j->end || m->stopping)) finish_locked(m, j);
+    const char *why = "";
+    unsigned before = m->adapt.limit;
+    if (!m->stage_inflight && larder__mount_adapt_piece(&m->adapt, &why) && m->trace)
+        larder__mount_log(LARDER_LOG_INFO, "trace: staging limit %u -> %u (%s)", before,
+                          m->adapt.limit, why);
+    if (--j->running == 0 && j->held == 0 && (j->at >= j->end || m->stopping)) finish_locked(m, j);
     pump_locked(m);
     pthread_mutex_unlock(&m->lock);
 }
@@ -161,7 +195,8 @@ void larder__mount_stager_stop(struct larder__mount *m)
     m->stopping = true;
     for (struct larder__mount_stage_job *j = m->stage_jobs, *next; j; j = next) {
         next = j->next;
-        if (j->running == 0) finish_locked(m, j); /* else its last answer frees it */
+        if (j->running == 0 && j->held == 0)
+            finish_locked(m, j); /* else its last answer, or its pump, frees it */
     }
     pthread_mutex_unlock(&m->lock);
 }

@@ -8,8 +8,13 @@
 # origin past the held staging and is answered while staging still
 # waits; once released, the whole file is staged without being read, and
 # reading it all through the mount asks the origin for nothing more.
-# Without --stage-on-open (the default) an open stages nothing.  Order and counts are
-# checked, never time.
+# With --no-stage-on-open an open stages nothing.  By default (a node
+# cache that evicts nothing) it stages, and without --stage-inflight the
+# limit is adaptive and starts at one read: 5 + 1
+# held, never more; once let go, answered pieces with no reader missing
+# grow it (the trace says so) and the file is staged whole.  The first
+# open raises the kernel's read-ahead for the mount to 1 MiB (as root;
+# else the log says it stays).  Order and counts are checked, never time.
 source "$(dirname "$0")/lib.sh"
 source "$TESTS/cli/mount.lib"
 export PYTHONPATH=$TESTS/tools
@@ -29,8 +34,8 @@ for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
 [ -s port.txt ] || fail "the origin did not start: $(cat origin.log)"
 base=http://127.0.0.1:$(cat port.txt)
 
-# 1. by default (and with --no-stage-on-open): opening reads nothing
-mount_larder off "$base/files.larder" --cache "$WORK/cache-off"
+# 1. with --no-stage-on-open: opening reads nothing
+mount_larder off "$base/files.larder" --cache "$WORK/cache-off" --no-stage-on-open
 /usr/bin/python3 - "$base" <<'PY' || fail "--no-stage-on-open: $(tail -3 mnt-off.log)"
 import json, os, sys, time, urllib.request
 fd = os.open("mnt-off/big.bin", os.O_RDONLY)
@@ -40,7 +45,7 @@ assert log == [], "an open without staging read %s" % log
 os.close(fd)
 PY
 umount_larder off
-echo "by default: an open reads nothing"
+echo "--no-stage-on-open: an open reads nothing"
 
 # 2. --stage-on-open: staged on open, bounded
 mount_larder on "$base/files.larder" --cache "$WORK/cache-on" --stage-on-open --stage-inflight 2
@@ -118,4 +123,62 @@ cmp src/small.bin mnt-on/small.bin || fail "small.bin differs"
 grep -q "staging sample .* on its first open" mnt-on.log ||
   fail "the log does not say what was staged: $(head -3 mnt-on.log)"
 umount_larder on
+
+# 3. the default, with a node cache that evicts nothing: staging on open
+# with the adaptive limit (no --stage-inflight), one staging read held at
+# first, then growing once pieces are answered
+# (a second origin: the first answers everything at once since its release)
+/usr/bin/python3 "$TESTS/tools/gated_origin.py" www port2.txt 2>origin2.log &
+origin2=$!
+cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port2.txt)/__release/all >/dev/null; kill $origin2")
+for _ in $(seq 100); do [ -s port2.txt ] && break; sleep 0.05; done
+[ -s port2.txt ] || fail "the second origin did not start: $(cat origin2.log)"
+base2=http://127.0.0.1:$(cat port2.txt)
+LARDER_MOUNT_TRACE=1 mount_larder adapt "$base2/files.larder" --cache "$WORK/cache-adapt"
+/usr/bin/python3 - "$base2" <<'PY' || fail "adaptive staging: $(tail -5 mnt-adapt.log)"
+import json, os, sys, time, urllib.request
+base = sys.argv[1]
+
+def origin_log():
+    seen = []
+    for path, rng in json.load(urllib.request.urlopen(base + "/__log", timeout=10)):
+        if path.endswith("/big.bin") and [path, rng] not in seen:
+            seen.append([path, rng])
+    return seen
+
+before = len(origin_log())  # what the earlier mounts asked
+fd = os.open("mnt-adapt/big.bin", os.O_RDONLY)
+for _ in range(400):
+    if len(origin_log()) - before >= 6:
+        break
+    time.sleep(0.05)
+time.sleep(1.0)
+held = len(origin_log()) - before
+assert held == 6, "want 6 reads held (4 + 1 at NEAR, 1 at WARM: the limit starts at one), got %d" % held
+urllib.request.urlopen(base + "/__release/all", timeout=10).read()
+for _ in range(600):
+    if "staged sample" in open("mnt-adapt.log").read():
+        break
+    time.sleep(0.05)
+else:
+    raise SystemExit("staging never ended")
+log = open("mnt-adapt.log").read()
+assert "staging limit 1 -> 2 (no reader missed)" in log, "the limit did not grow: %s" % log[-800:]
+with open("mnt-adapt/big.bin", "rb") as f:
+    assert f.read() == open("src/big.bin", "rb").read(), "the file read through the mount differs"
+os.close(fd)
+print("adaptive: 1 staging read held at first, grown once answered, the file staged whole")
+PY
+# the kernel's read-ahead for the mount: 1 MiB after the first open (root), else said
+dev=$(/usr/bin/python3 -c "import os,sys; d=os.stat(sys.argv[1]).st_dev; print('%d:%d' % (os.major(d), os.minor(d)))" "$WORK/mnt-adapt")
+if [ "$(id -u)" = 0 ]; then
+  [ "$(cat "/sys/class/bdi/$dev/read_ahead_kb")" = 1024 ] ||
+    fail "read_ahead_kb of $dev is $(cat "/sys/class/bdi/$dev/read_ahead_kb"), want 1024"
+  grep -q "read-ahead for the mount raised from .* to 1024 KiB" mnt-adapt.log ||
+    fail "the log does not say the read-ahead was raised: $(head -5 mnt-adapt.log)"
+else
+  grep -q "read-ahead for the mount stays at" mnt-adapt.log ||
+    fail "the log does not say the read-ahead stays: $(head -5 mnt-adapt.log)"
+fi
+umount_larder adapt
 echo "mount_stage: all checks passed"
