@@ -259,6 +259,20 @@ LARDER__HIDDEN int larder__source_gate_open(struct larder__source **out,
                                             struct larder__source *inner);
 /* Background pieces that waited for foreground reads so far (this process). */
 LARDER__HIDDEN uint64_t larder__source_gate_waits(void);
+/* What the calling thread's reads through gates did since its last take:
+ * a request trace's breakdown (larderd's LARDERD_TRACE). */
+struct larder__gate_trace {
+    uint64_t wait_us;      /* its background pieces waiting at the gate */
+    uint64_t origin_us;    /* in the origin's reads (the inner source) */
+    uint64_t origin_bytes; /* read from the origin */
+    uint32_t origin_reads; /* reads (pieces) of the origin */
+    int background_ahead;  /* most background reads at the origin when a foreground one began */
+};
+/* The calling thread's figures since its last call into *out; starts over. */
+LARDER__HIDDEN void larder__source_gate_trace_take(struct larder__gate_trace *out);
+/* This process's gated reads in flight now: foreground (DEMAND, NEAR) and
+ * background (HINTED, WARM, whole or in pieces). */
+LARDER__HIDDEN void larder__source_gate_state(int *foreground, int *background);
 /* Hedged second requests sent so far by this process (all sources). */
 LARDER__HIDDEN uint64_t larder__source_hedges(void);
 

@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define GATE_PIECE (256u << 10) /* bytes of one background piece */
@@ -45,6 +46,7 @@ struct gate {
     int64_t quiet_until_ms;  /* no background piece starts before this */
     int64_t active_until_ms; /* background is paced until this */
     uint64_t waited_pieces;  /* background pieces that waited for foreground reads */
+    int whole;               /* background reads in flight whole (no reader was about) */
 };
 
 static struct gate process_gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
@@ -59,6 +61,25 @@ static int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* What the calling thread's gated reads did since its last take (a
+ * request trace's breakdown, larder__source_gate_trace_take). */
+static _Thread_local struct larder__gate_trace thread_trace;
+
+/* Count one inner read of `bytes` that took `us` on this thread. */
+static void traced(uint64_t us, uint64_t bytes)
+{
+    thread_trace.origin_us += us;
+    thread_trace.origin_bytes += bytes;
+    thread_trace.origin_reads++;
 }
 
 /* Wait (lock held) until a background piece may start, then count it. */
@@ -85,6 +106,14 @@ static void enter_background(struct gate *g)
     g->waited_pieces += waited;
 }
 
+static uint64_t extent_bytes(const struct larder__extent *extents, size_t count)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < count; i++)
+        bytes += extents[i].length;
+    return bytes;
+}
+
 static int gated_read(struct larder__source *source, const struct larder__extent *extents,
                       size_t count, unsigned flags)
 {
@@ -95,8 +124,12 @@ static int gated_read(struct larder__source *source, const struct larder__extent
         pthread_mutex_lock(&g->lock);
         g->foreground++;
         g->active_until_ms = INT64_MAX; /* until it ends, and GATE_ACTIVE_MS after */
+        int ahead = g->background + g->whole;
+        if (ahead > thread_trace.background_ahead) thread_trace.background_ahead = ahead;
         pthread_mutex_unlock(&g->lock);
+        uint64_t began = now_us();
         rc = larder__source_readv(inner, extents, count, flags);
+        traced(now_us() - began, extent_bytes(extents, count));
         pthread_mutex_lock(&g->lock);
         g->foreground--;
         g->quiet_until_ms = now_ms() + GATE_QUIET_MS;
@@ -107,18 +140,31 @@ static int gated_read(struct larder__source *source, const struct larder__extent
     }
     pthread_mutex_lock(&g->lock);
     bool paced = now_ms() < g->active_until_ms;
+    if (!paced) g->whole++;
     pthread_mutex_unlock(&g->lock);
-    if (!paced) return larder__source_readv(inner, extents, count, flags); /* no reader about */
+    if (!paced) { /* no reader about */
+        uint64_t began = now_us();
+        rc = larder__source_readv(inner, extents, count, flags);
+        traced(now_us() - began, extent_bytes(extents, count));
+        pthread_mutex_lock(&g->lock);
+        g->whole--;
+        pthread_mutex_unlock(&g->lock);
+        return rc;
+    }
     for (size_t i = 0; rc >= 0 && i < count; i++)
         for (size_t done = 0; rc >= 0 && done < extents[i].length;) {
             size_t n = extents[i].length - done;
             if (n > GATE_PIECE) n = GATE_PIECE;
             struct larder__extent piece = {(uint8_t *)extents[i].buf + done,
                                            extents[i].offset + done, n};
+            uint64_t asked = now_us();
             pthread_mutex_lock(&g->lock);
             enter_background(g);
             pthread_mutex_unlock(&g->lock);
+            uint64_t began = now_us();
+            thread_trace.wait_us += began - asked;
             rc = larder__source_readv(inner, &piece, 1, flags);
+            traced(now_us() - began, n);
             pthread_mutex_lock(&g->lock);
             g->background--;
             pthread_cond_broadcast(&g->changed);
@@ -170,4 +216,18 @@ uint64_t larder__source_gate_waits(void)
     uint64_t n = process_gate.waited_pieces;
     pthread_mutex_unlock(&process_gate.lock);
     return n;
+}
+
+void larder__source_gate_trace_take(struct larder__gate_trace *out)
+{
+    *out = thread_trace;
+    memset(&thread_trace, 0, sizeof thread_trace);
+}
+
+void larder__source_gate_state(int *foreground, int *background)
+{
+    pthread_mutex_lock(&process_gate.lock);
+    *foreground = process_gate.foreground;
+    *background = process_gate.background + process_gate.whole;
+    pthread_mutex_unlock(&process_gate.lock);
 }
