@@ -17,6 +17,7 @@
  *   - a READ names a dataset this connection has opened, nothing else.
  */
 #include "larderd.h"
+#include "readers.h"
 #include "trace.h"
 
 #include "auth.h"
@@ -474,6 +475,8 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
         return ucx_offer(c, f, payload);
     case LARDER__TRANSFORM:
         return transform_request(c, f, payload);
+    case LARDER__READERS:
+        return readers_request(c, f, payload);
     default:
         return false; /* answers are not requests */
     }
