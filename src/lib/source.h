@@ -269,7 +269,7 @@ struct larder__gate_window {
     uint64_t epoch_us;     /* when this epoch began */
     uint64_t decreased_us; /* when the window last halved (0: never) */
 };
-/* A window of one piece (the first piece's time is then a true base), with no base yet. */
+/* A window of 2 pieces (as while readers read), with no base yet. */
 LARDER__HIDDEN void larder__gate_window_init(struct larder__gate_window *w);
 /* A piece took piece_us (at now_us, monotonic): grow the window while the
  * piece's time stays within 25 ms of the base (doubling within 12.5 ms),
@@ -287,6 +287,8 @@ LARDER__HIDDEN void larder__source_gate_hold(unsigned hold_ms);
  * the gate's lock: the daemon tells its peers (READERS).  It must not
  * block.  NULL: no watcher. */
 LARDER__HIDDEN void larder__source_gate_watch(void (*watcher)(void *context), void *context);
+/* Milliseconds left of a peer's hold (larder__source_gate_hold); 0: none. */
+LARDER__HIDDEN int larder__source_gate_held_ms(void);
 /* Background pieces that may be in flight now (this process's gate). */
 LARDER__HIDDEN int larder__source_gate_slots(void);
 /* Background pieces that waited for foreground reads so far (this process). */

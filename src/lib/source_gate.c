@@ -72,9 +72,10 @@ static struct gate process_gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITI
 
 void larder__gate_window_init(struct larder__gate_window *w)
 {
-    /* one piece first: its time is then a true base */
-    *w =
-        (struct larder__gate_window){.slots = 1, .base_us = UINT64_MAX, .last_base_us = UINT64_MAX};
+    /* as many pieces as while readers read: the pool's and the peers'
+     * guarantees (half the workers' reads reach the origin) start from it */
+    *w = (struct larder__gate_window){
+        .slots = GATE_SLOTS, .base_us = UINT64_MAX, .last_base_us = UINT64_MAX};
 }
 
 int larder__gate_window_update(struct larder__gate_window *w, uint64_t piece_us, uint64_t now_us)
@@ -329,4 +330,12 @@ void larder__source_gate_watch(void (*watcher)(void *context), void *context)
     process_gate.watcher = watcher;
     process_gate.watcher_context = context;
     pthread_mutex_unlock(&process_gate.lock);
+}
+
+int larder__source_gate_held_ms(void)
+{
+    pthread_mutex_lock(&process_gate.lock);
+    int64_t left = process_gate.held_until_ms - now_ms();
+    pthread_mutex_unlock(&process_gate.lock);
+    return left > 0 ? (int)left : 0;
 }

@@ -126,7 +126,7 @@ TEST(source_gate_window_opens_on_a_quiet_origin_and_halves_on_delay)
 {
     struct larder__gate_window w;
     larder__gate_window_init(&w);
-    CHECK_EQ(w.slots, 1);
+    CHECK_EQ(w.slots, 2);
     uint64_t now = 1000000;
     /* an object store: 40 ms a piece, every piece alike: no queue */
     for (int i = 0; i < 100; i++)
@@ -162,8 +162,9 @@ TEST(source_gate_window_stays_small_on_a_saturated_link)
         larder__gate_window_update(&w, piece, now += piece / (uint64_t)w.slots);
         if (i > 100 && w.slots > most) most = w.slots;
     }
-    /* past 25 ms of queue (3.5 pieces) it halves: never above 4 once settled */
-    CHECK(most >= 2 && most <= 4);
+    /* the base is learned with 2 pieces in flight (22 ms); past 25 ms more
+     * (2.5 pieces more) it halves: never above 5 once settled */
+    CHECK(most >= 2 && most <= 5);
     CHECK(w.slots >= 1);
 }
 
