@@ -28,7 +28,11 @@
 # (bench/results/restart.md; restart-measured.json and restart.png go
 # beside it), RESTART_WORK (scratch: bench/work/restart), HOW (which
 # storms of part 1: "direct unhinted hinted"), PARTS (what else runs:
-# "priorities replicate"; empty: part 1 and the simulation only).  Any
+# "priorities replicate"; empty: part 1 and the simulation only), TRACE (1:
+# each priorities run writes the daemons' request trace, LARDERD_TRACE, to
+# RESTART_WORK/daemons-LABEL-ROUND.trace beside the reader's step trace
+# train-LABEL-ROUND.trace, on one wall clock; bench/restart_trace.py lines
+# them up).  Any
 # READERS list works: the per-node figures come from the first storm.  Needs root (or fusermount3 rights)
 # and /dev/fuse: the origin is tools/slowfs with a bandwidth cap.
 #

@@ -8,7 +8,9 @@
  * a time.  Order and counts are
  * checked, never time.  The gate is the process's: each test runs in a process of its own.
  */
+#include "hedge.h"
 #include "source.h"
+#include "source_hedge.h"
 #include "test.h"
 
 #include <pthread.h>
@@ -270,4 +272,42 @@ TEST(source_gate_peer_readers_hold_background_then_one_small_piece)
     CHECK(larder__source_gate_waits() >= 1);
     CHECK(buf[0] == 'o' && buf[sizeof buf - 1] == 'o');
     larder__source_close(gate);
+}
+
+/* Background is never hedged (source_hedge.c): a HINTED read stalled at
+ * the origin well past the hedge's cold delay (500 ms) stays one read, and
+ * counts neither in the hedge budget nor in the latency window.  Without
+ * the rule a second, identical read reaches the origin after 500 ms. */
+TEST(source_hedge_leaves_background_reads_alone)
+{
+    static struct held_origin o;
+    origin_init(&o);
+    o.hold_at = 0;
+    struct larder__hedge_budget *budget;
+    CHECK_EQ(larder__hedge_open_local(&budget), 0);
+    struct larder__source *hedged;
+    CHECK_EQ(larder__source_hedge_open(&hedged, &o.base, budget), 0);
+    uint64_t hedges = larder__source_hedges();
+    static uint8_t buf[64 << 10];
+    struct gated_read background = {hedged, 0, sizeof buf, LARDER__HINTED, 0, buf};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, gated_read_thread, &background), 0);
+    for (int i = 0; i < 80; i++) { /* 800 ms */
+        struct timespec nap = {0, 10 * 1000000};
+        nanosleep(&nap, NULL);
+    }
+    pthread_mutex_lock(&o.lock);
+    CHECK_EQ(o.reads, 1);
+    o.release = true;
+    pthread_cond_broadcast(&o.changed);
+    pthread_mutex_unlock(&o.lock);
+    pthread_join(t, NULL);
+    CHECK_EQ(background.rc, LARDER__FROM_ORIGIN);
+    CHECK_EQ(larder__source_hedges(), hedges);
+    struct larder__hedge_stats st;
+    larder__hedge_stats_get(budget, &st);
+    CHECK_EQ(st.reads, 0);
+    CHECK_EQ(st.hedges, 0);
+    larder__source_close(hedged);
+    larder__hedge_close(budget);
 }
