@@ -28,7 +28,11 @@
 # (bench/results/restart.md; restart-measured.json and restart.png go
 # beside it), RESTART_WORK (scratch: bench/work/restart), HOW (which
 # storms of part 1: "direct unhinted hinted"), PARTS (what else runs:
-# "priorities replicate"; empty: part 1 and the simulation only).  Any
+# "priorities replicate"; empty: part 1 and the simulation only), TRACE (1:
+# each priorities run writes the daemons' request trace, LARDERD_TRACE, to
+# RESTART_WORK/daemons-LABEL-ROUND.trace beside the reader's step trace
+# train-LABEL-ROUND.trace, on one wall clock; bench/restart_trace.py lines
+# them up).  Any
 # READERS list works: the per-node figures come from the first storm.  Needs root (or fusermount3 rights)
 # and /dev/fuse: the origin is tools/slowfs with a bandwidth cap.
 #
@@ -152,7 +156,7 @@ start_cluster() { # four daemons with fresh caches, on fresh ports (sets base)
     for ((i = 0; i < daemons; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
     for ((i = 0; i < daemons; i++)); do
       rm -rf "$work/cache$i" "$work/sock$i"
-      "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+      LARDERD_TRACE=${daemon_trace:-} "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
         --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
       pids+=($!)
     done
@@ -336,7 +340,10 @@ fi
 
 # ---- 2. priorities: a training reader beside background staging ---------------------
 train_run() { # label, then the background command (or nothing)
+  # TRACE=1: the daemons' request traces (src/larderd/trace.h) beside the reader's
+  if [ "${TRACE:-0}" = 1 ]; then daemon_trace=$work/daemons-$1-$round.trace; rm -f "$daemon_trace"; fi
   start_cluster
+  daemon_trace=
   local bg=()
   if [ "$1" = warm ]; then
     for ((i = 0; i < daemons; i++)); do
@@ -347,7 +354,7 @@ train_run() { # label, then the background command (or nothing)
     LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
   fi
   sleep 0.5
-  RESTART_TRACE=$work/train-$1.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  RESTART_TRACE=$work/train-$1-$round.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
   for ((i = 0; i < daemons; i++)); do # kept for a look afterwards
     "$larder" stat --socket "$work/sock$i" --json >"$work/stat-train-$1-$i.json" 2>/dev/null || true
   done

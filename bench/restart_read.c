@@ -159,7 +159,11 @@ static int train(int argc, char **argv)
     }
     uint64_t samples = larder_num_samples(d), id = 0;
     double *waits = calloc((size_t)steps, sizeof *waits), sum = 0, began = now();
-    /* RESTART_TRACE=FILE: each step's start (s from the first) and wait (ms), for a look */
+    /* RESTART_TRACE=FILE: each step's start (wall clock, s since the epoch, to line up with
+     * the daemons' LARDERD_TRACE) and wait (ms), for a look */
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    double wall_began = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
     const char *trace_path = getenv("RESTART_TRACE");
     FILE *trace = trace_path && *trace_path ? fopen(trace_path, "w") : NULL;
     void *buf = NULL;
@@ -182,7 +186,7 @@ static int train(int argc, char **argv)
         }
         waits[s] = (now() - start) * 1000;
         sum += waits[s];
-        if (trace) fprintf(trace, "%.3f %.2f\n", start - began, waits[s]);
+        if (trace) fprintf(trace, "%.3f %.2f\n", wall_began + (start - began), waits[s]);
         struct timespec nap = {(time_t)compute, (long)((compute - (double)(time_t)compute) * 1e9)};
         nanosleep(&nap, NULL);
     }

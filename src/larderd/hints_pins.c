@@ -12,6 +12,7 @@
 
 #include "cache.h"
 #include "fill.h"
+#include "trace.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -176,7 +177,15 @@ static void stage_job(void *arg)
     d->hints->running = job;
     pthread_mutex_unlock(&d->hints->lock);
     int rc = 0;
+    struct trace_span trace = {.kind = "stage",
+                               .node = (int)d->self,
+                               .priority = LARDER__HINTED,
+                               .shard = job->shard,
+                               .offset = job->offset,
+                               .length = job->length,
+                               .arrived_us = trace_now_us()};
     if (!skip && !d->stopping) yield_to_readers(d);
+    trace_begin(&trace);
     if (!skip && !d->stopping) {
         int fd;
         struct larder__fill *fill = larder__dataset_fill(ds);
@@ -198,6 +207,8 @@ static void stage_job(void *arg)
             free(buf);
         }
         borrow_return(stripe, loan);
+        trace.borrowed_us = trace.started_us; /* the borrow is in the fill's time */
+        trace_end(&trace, rc);
         if (rc < 0)
             say("hint: staging shard %u at %llu: %s", job->shard, (unsigned long long)job->offset,
                 larder_errmsg());

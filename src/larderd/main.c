@@ -16,6 +16,7 @@
  * larderd.h says where the rest is.
  */
 #include "larderd.h"
+#include "readers.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -109,6 +110,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (ucx_daemon_start(d) < 0) return 1; /* --transport: says which */
+    if ((rc = readers_signal_start(d)) < 0)
+        say("not telling peers of readers: %s", larder_strerror(rc));
     int unix_fd, tcp_fd, metrics_fd;
     if (start_listening(&d->config, &unix_fd, &tcp_fd, &metrics_fd)) return 1;
     const struct larderd_config *config = &d->config;
@@ -120,6 +123,7 @@ int main(int argc, char **argv)
 
     say("stopping");
     if (config->socket_path) unlink(config->socket_path);
+    readers_signal_stop(d);
     larderd_free(d); /* finishes the reads in flight first */
     ucx_daemon_stop(d);
     return 0;

@@ -17,6 +17,8 @@
  *   - a READ names a dataset this connection has opened, nothing else.
  */
 #include "larderd.h"
+#include "readers.h"
+#include "trace.h"
 
 #include "auth.h"
 #include "fill.h"
@@ -38,6 +40,7 @@ struct read_job {
     struct larder__source *stripe; /* what was borrowed ahead for it, and from whose stripe */
     struct larder__stripe_loan *loan;
     struct larder__ucx_session *via; /* a READ that came over UCX: answered there (ucx.c) */
+    struct trace_span trace;         /* LARDERD_TRACE's line for it (trace.h) */
 };
 
 /* The job's ERROR answer: on its connection, or over UCX when it came that way. */
@@ -97,6 +100,7 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
 {
     struct connection *c = job->connection;
     unsigned reads = take_source_reads();
+    trace_end(&job->trace, bytes > 0);
     serving_peer(false);
     borrow_return(job->stripe, job->loan);
     served_count(&job->entry->served, reads == 0, (reads & SOURCE_READ_PEER) != 0, bytes == 0,
@@ -119,6 +123,7 @@ static void read_job(void *arg)
     size_t length = (size_t)job->read.length;
     int file = -1;
     take_source_reads(); /* what a warm job on this thread read is not this READ's */
+    trace_begin(&job->trace);
     serving_peer(job->connection->peer); /* a peer's READ: the origin only, never onward */
     /* at the READ's class all the way down: the owners it borrows from and
      * the origin's transfers see it too */
@@ -146,6 +151,7 @@ static void read_job(void *arg)
             job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset,
                                      job->read.length, priority, &job->stripe);
     }
+    job->trace.borrowed_us = trace_now_us();
     int staged = larder__fill_stage_range_at(fill, job->read.shard, job->read.offset,
                                              job->read.length, priority, &file);
     if (staged == 0 && job->via) { /* over UCX, from a mapping of the cache file */
@@ -409,6 +415,14 @@ void read_submit(struct connection *c, const struct larder__read *read, uint64_t
                              .request = request,
                              .arrived_us = now_us(),
                              .via = via};
+    job->trace = (struct trace_span){.kind = "read",
+                                     .node = (int)c->daemon->self,
+                                     .peer = c->peer,
+                                     .priority = read->priority,
+                                     .shard = read->shard,
+                                     .offset = read->offset,
+                                     .length = read->length,
+                                     .arrived_us = trace_now_us()};
     if (via) larder__ucx_session_hold(via);
     pthread_mutex_lock(&c->lock);
     c->refs++;
@@ -465,6 +479,8 @@ bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *
         return ucx_offer(c, f, payload);
     case LARDER__TRANSFORM:
         return transform_request(c, f, payload);
+    case LARDER__READERS:
+        return readers_request(c, f, payload);
     default:
         return false; /* answers are not requests */
     }

@@ -251,14 +251,62 @@ LARDER__HIDDEN int larder__source_hedge_open(struct larder__source **out,
 /*
  * `inner` (owned from now on, even when this fails) behind the process's
  * gate (source_gate.c): its HINTED and WARM reads go in pieces of 256 KiB,
- * at most 2 in flight for all gated sources, and none while a DEMAND or
- * NEAR read of a gated source is in flight or ended under 20 ms ago; so
- * background staging leaves a shared origin to the readers.  0 or -ENOMEM.
+ * as many in flight for all gated sources as the origin's delay allows
+ * (a LEDBAT-like window, larder__gate_window_update), at most 2 while
+ * readers are active, and none while a DEMAND or NEAR read of a gated
+ * source is in flight or ended under 20 ms ago; so background staging
+ * leaves a shared origin to the readers.  0 or -ENOMEM.
  */
 LARDER__HIDDEN int larder__source_gate_open(struct larder__source **out,
                                             struct larder__source *inner);
+/* The gate's window of background pieces in flight, with no reader about:
+ * LEDBAT-like (RFC 6817), from each piece's time at the origin. */
+struct larder__gate_window {
+    int slots;             /* pieces that may be in flight */
+    int counted;           /* pieces since the window last grew by one */
+    uint64_t base_us;      /* least piece time this epoch (UINT64_MAX: none yet) */
+    uint64_t last_base_us; /* ... in the epoch before */
+    uint64_t epoch_us;     /* when this epoch began */
+    uint64_t decreased_us; /* when the window last halved (0: never) */
+};
+/* A window of 2 pieces (as while readers read), with no base yet. */
+LARDER__HIDDEN void larder__gate_window_init(struct larder__gate_window *w);
+/* A piece took piece_us (at now_us, monotonic): grow the window while the
+ * piece's time stays within 25 ms of the base (doubling within 12.5 ms),
+ * halve it (once a piece time, to 1 at least) past that.  The new size. */
+LARDER__HIDDEN int larder__gate_window_update(struct larder__gate_window *w, uint64_t piece_us,
+                                              uint64_t now_us);
+/* A peer's readers read the shared origin now (its READERS frame): start
+ * no background piece for hold_ms (at most 1000), and while a peer's
+ * readers were heard from in the last second, keep one piece of 64 KiB at
+ * most in flight, so that what their reads find ahead of them at the
+ * origin is one small piece per node. */
+LARDER__HIDDEN void larder__source_gate_hold(unsigned hold_ms);
+/* Call watcher(context) at the start and at the end of each foreground
+ * (DEMAND, NEAR) read through the gate, on the reading thread, without
+ * the gate's lock: the daemon tells its peers (READERS).  It must not
+ * block.  NULL: no watcher. */
+LARDER__HIDDEN void larder__source_gate_watch(void (*watcher)(void *context), void *context);
+/* Milliseconds left of a peer's hold (larder__source_gate_hold); 0: none. */
+LARDER__HIDDEN int larder__source_gate_held_ms(void);
+/* Background pieces that may be in flight now (this process's gate). */
+LARDER__HIDDEN int larder__source_gate_slots(void);
 /* Background pieces that waited for foreground reads so far (this process). */
 LARDER__HIDDEN uint64_t larder__source_gate_waits(void);
+/* What the calling thread's reads through gates did since its last take:
+ * a request trace's breakdown (larderd's LARDERD_TRACE). */
+struct larder__gate_trace {
+    uint64_t wait_us;      /* its background pieces waiting at the gate */
+    uint64_t origin_us;    /* in the origin's reads (the inner source) */
+    uint64_t origin_bytes; /* read from the origin */
+    uint32_t origin_reads; /* reads (pieces) of the origin */
+    int background_ahead;  /* most background reads at the origin when a foreground one began */
+};
+/* The calling thread's figures since its last call into *out; starts over. */
+LARDER__HIDDEN void larder__source_gate_trace_take(struct larder__gate_trace *out);
+/* This process's gated reads in flight now: foreground (DEMAND, NEAR) and
+ * background (HINTED, WARM, whole or in pieces). */
+LARDER__HIDDEN void larder__source_gate_state(int *foreground, int *background);
 /* Hedged second requests sent so far by this process (all sources). */
 LARDER__HIDDEN uint64_t larder__source_hedges(void);
 

@@ -433,7 +433,12 @@ static int hedge_read_one(struct hedge_source *h, const struct larder__extent *e
 {
     double start = larder__now_ms();
     struct hedged_read *r = NULL;
-    bool sized = larder__hedge_policy_sized(extent->length);
+    /* background (HINTED, WARM) is neither hedged nor timed: nobody waits
+     * on its tail, a hedge doubles its bytes on a link that may be the
+     * bottleneck, and its pieces queue behind each other on purpose
+     * (source_gate.c), which would raise the p95 that DEMAND reads hedge at */
+    bool sized =
+        larder__hedge_policy_sized(extent->length) && larder__read_class(flags) < LARDER__HINTED;
     if (sized && !larder__hedge_policy_fast(&h->policy) && (r = read_new(h, extent, 1, flags))) {
         larder__hedge_policy_count_read(&h->policy);
         pthread_mutex_lock(&r->lock);

@@ -48,6 +48,8 @@ uint64_t larder__wire_max_payload(uint8_t type)
         return LARDER__TRANSFORM_FIXED + LARDER_TRANSFORM_MAX_SPEC - 1;
     case LARDER__TRANSFORMED:
         return LARDER__TRANSFORMED_FIXED + LARDER__WIRE_MAX_READ;
+    case LARDER__READERS:
+        return 4;
     default:
         return 0;
     }
@@ -59,7 +61,8 @@ static bool known_type(uint8_t type)
     return (type >= LARDER__HELLO && type <= LARDER__ANNOUNCE) ||        /* 1 .. 16, no gaps */
            (type >= LARDER__TRANSFORM && type <= LARDER__TRANSFORMED) || /* 17, 18 */
            type == LARDER__PROGRESS ||                                   /* 20, no payload */
-           type == LARDER__UCX_OFFER || type == LARDER__UCX_ACCEPT;      /* 24, 25 */
+           type == LARDER__UCX_OFFER || type == LARDER__UCX_ACCEPT ||    /* 24, 25 */
+           type == LARDER__READERS;                                      /* 26 */
 }
 
 int larder__wire_header(const uint8_t *buf, size_t available, struct larder__frame *frame)
@@ -267,6 +270,26 @@ int larder__wire_encode_opened(uint8_t *out, size_t capacity, uint64_t request,
     larder__put_le64(out + LARDER__WIRE_HEADER + 8, opened->id_high);
     larder__put_le32(out + LARDER__WIRE_HEADER + 16, opened->num_shards);
     return LARDER__WIRE_HEADER + 20;
+}
+
+/* ---- READERS ---- */
+
+int larder__wire_encode_readers(uint8_t *out, size_t capacity, uint64_t request, uint32_t hold_ms)
+{
+    if (capacity < LARDER__WIRE_HEADER + 4) return LARDER_ETOOSMALL;
+    larder__wire_encode_header(out, capacity, LARDER__READERS, 4, request);
+    larder__put_le32(out + LARDER__WIRE_HEADER, hold_ms);
+    return LARDER__WIRE_HEADER + 4;
+}
+
+int larder__wire_readers(const uint8_t *payload, uint32_t length, uint32_t *hold_ms)
+{
+    if (length != 4) return larder__fail(LARDER_EPROTOCOL, "READERS of %u bytes, not 4", length);
+    *hold_ms = larder__le32(payload);
+    if (*hold_ms > LARDER__READERS_MAX_HOLD_MS)
+        return larder__fail(LARDER_EPROTOCOL, "READERS holding %u ms, more than %d", *hold_ms,
+                            LARDER__READERS_MAX_HOLD_MS);
+    return 0;
 }
 
 /* ---- hints ---- */

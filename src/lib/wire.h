@@ -50,6 +50,10 @@ enum larder__frame_type {
      * "Transports"); a daemon without UCX answers ERROR */
     LARDER__UCX_OFFER = 24,
     LARDER__UCX_ACCEPT = 25,
+    /* priorities: a peer's readers read the shared origin now; start no
+     * background read of it for the next hold_ms (docs/protocol.md,
+     * "READERS"); answered with an empty READERS */
+    LARDER__READERS = 26,
 };
 #define LARDER__WIRE_MAX_UCX 4000 /* bytes of a UCX worker address in UCX_OFFER, UCX_ACCEPT */
 
@@ -347,5 +351,13 @@ LARDER__HIDDEN int larder__wire_encode_transform(uint8_t *out, size_t capacity, 
 /* TRANSFORMED's header and fixed part (the body, body_length bytes, follows). */
 LARDER__HIDDEN int larder__wire_encode_transformed(uint8_t *out, size_t capacity, uint64_t request,
                                                    uint32_t flags, uint64_t body_length);
+
+/* ---- READERS: u32 hold_ms, at most LARDER__READERS_MAX_HOLD_MS ---- */
+#define LARDER__READERS_MAX_HOLD_MS 1000
+/* READERS asking the peer to hold its background origin reads hold_ms. */
+LARDER__HIDDEN int larder__wire_encode_readers(uint8_t *out, size_t capacity, uint64_t request,
+                                               uint32_t hold_ms);
+/* READERS's hold_ms: 0, or LARDER_EPROTOCOL (not 4 bytes, or past the most). */
+LARDER__HIDDEN int larder__wire_readers(const uint8_t *payload, uint32_t length, uint32_t *hold_ms);
 
 #endif

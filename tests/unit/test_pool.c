@@ -235,3 +235,47 @@ TEST(pool_background_tasks_run_niced)
     CHECK_EQ(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)), mine);
     larder__pool_free(pool);
 }
+
+struct worker_seen {
+    struct larder__latch *done;
+    pid_t tid;
+};
+
+static void record_worker(void *arg)
+{
+    struct worker_seen *s = arg;
+    s->tid = (pid_t)syscall(SYS_gettid);
+    larder__latch_arrive(s->done);
+}
+
+/* A worker that ran a HINTED task goes idle at the process's own nice
+ * value, so that the DEMAND task that wakes it next is not first kept
+ * off a busy core at nice 10 (a peer's READ queued 20-45 ms that way).
+ * State, not time: the idle worker's nice value is looked at until it is
+ * back (10 s at most; it stays at 10 for good without the rule). */
+TEST(pool_worker_idles_at_its_own_nice_value)
+{
+    unsetenv("LARDER_BACKGROUND_NICE");
+    struct rlimit limit;
+    if (!(geteuid() == 0 || (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20)))
+        SKIP("a thread may not lower its nice value here (neither root nor RLIMIT_NICE 20)");
+    int mine = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    struct larder__pool *pool;
+    CHECK_EQ(larder__pool_new(&pool, 1), 0);
+    struct larder__latch done;
+    larder__latch_init(&done, 1);
+    struct worker_seen seen = {&done, 0};
+    CHECK_EQ(larder__pool_submit(pool, record_worker, &seen, LARDER__HINTED), 0);
+    larder__latch_wait(&done);
+    CHECK(seen.tid > 0);
+    int nice = 100;
+    for (int i = 0; i < 1000; i++) {
+        errno = 0;
+        nice = getpriority(PRIO_PROCESS, (id_t)seen.tid);
+        if (errno == 0 && nice == mine) break;
+        struct timespec nap = {0, 10 * 1000000};
+        nanosleep(&nap, NULL);
+    }
+    CHECK_EQ(nice, mine);
+    larder__pool_free(pool);
+}

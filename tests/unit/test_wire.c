@@ -225,3 +225,35 @@ TEST(wire_handshake_proofs)
     wrong[31] ^= 1;
     CHECK(!larder__auth_equal(wrong, server));
 }
+
+/* READERS (docs/protocol.md): type 26, a u32 hold in ms, little-endian;
+ * a wrong length or a hold past 1000 ms is refused (a peer must not hold
+ * another's staging for long with one frame). */
+TEST(wire_readers)
+{
+    uint8_t buf[LARDER__WIRE_HEADER + 4];
+    CHECK_EQ(larder__wire_encode_readers(buf, sizeof buf - 1, 5, 30), LARDER_ETOOSMALL);
+    CHECK_EQ(larder__wire_encode_readers(buf, sizeof buf, 5, 30), LARDER__WIRE_HEADER + 4);
+    struct larder__frame f;
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &f), 0);
+    CHECK_EQ(f.type, 26);
+    CHECK_EQ(f.length, 4);
+    CHECK_EQ(f.request, 5);
+    const uint8_t *p = buf + LARDER__WIRE_HEADER;
+    CHECK(p[0] == 30 && p[1] == 0 && p[2] == 0 && p[3] == 0);
+    uint32_t hold = 0;
+    CHECK_EQ(larder__wire_readers(p, 4, &hold), 0);
+    CHECK_EQ(hold, 30);
+    CHECK_EQ(larder__wire_readers(p, 3, &hold), LARDER_EPROTOCOL);
+    CHECK_EQ(larder__wire_readers(p, 5, &hold), LARDER_EPROTOCOL);
+    const uint8_t at_most[4] = {0xe8, 0x03, 0, 0}; /* 1000 */
+    CHECK_EQ(larder__wire_readers(at_most, 4, &hold), 0);
+    CHECK_EQ(hold, 1000);
+    const uint8_t too_long[4] = {0xe9, 0x03, 0, 0}; /* 1001 */
+    CHECK_EQ(larder__wire_readers(too_long, 4, &hold), LARDER_EPROTOCOL);
+    const uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+    CHECK_EQ(larder__wire_readers(huge, 4, &hold), LARDER_EPROTOCOL);
+    /* a header claiming more than 4 bytes of READERS is refused before any payload */
+    larder__wire_encode_header(buf, sizeof buf, LARDER__READERS, 5, 5);
+    CHECK(larder__wire_header(buf, sizeof buf, &f) < 0);
+}
