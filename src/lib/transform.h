@@ -103,5 +103,8 @@ LARDER__HIDDEN int larder__transform_error(char *error, size_t size, int code, c
 /* The process's measured wait for transformed reads and its budget, both
  * in microseconds (transform_read.c): what a TRANSFORM carries. */
 LARDER__HIDDEN void larder__transform_reader_load(uint32_t *wait_us, uint32_t *budget_us);
+/* A reader's step budget when none is set: `reads` transformed reads in
+ * flight (at least 1) made here one after another, at cost_us of CPU each. */
+LARDER__HIDDEN uint64_t larder__transform_step_budget(uint32_t reads, uint32_t cost_us);
 
 #endif

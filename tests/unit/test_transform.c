@@ -336,3 +336,15 @@ TEST(transform_loadable)
     CHECK_EQ(larder_transform_load_dir(test_path("builtin")), -EEXIST);
     CHECK(larder_transform_load_dir(test_path("missing")) == -ENOENT);
 }
+
+/* A reader's default budget: its transformed reads in flight, made here one
+ * after another (docs/transforms.md, "Placement"). */
+TEST(transform_step_budget)
+{
+    CHECK_EQ(larder__transform_step_budget(8, 4200), 33600);
+    CHECK_EQ(larder__transform_step_budget(1, 4200), 4200);
+    CHECK_EQ(larder__transform_step_budget(0, 4200), 4200); /* at least the read asking */
+    CHECK_EQ(larder__transform_step_budget(16, 0), 0);      /* not measured yet: run here */
+    CHECK_EQ(larder__transform_step_budget(UINT32_MAX, UINT32_MAX),
+             (uint64_t)UINT32_MAX * UINT32_MAX); /* no overflow; the frame clamps it */
+}
