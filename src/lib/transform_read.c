@@ -170,9 +170,12 @@ static int ask_daemon(larder_dataset *d, const struct larder__transform *t, uint
     uint8_t frame[LARDER__WIRE_HEADER + LARDER__TRANSFORM_FIXED + LARDER_TRANSFORM_MAX_SPEC];
     int n = larder__wire_encode_transform(frame, sizeof frame, 1, &request);
     if (n < 0) return 1;
-    size_t capacity =
-        LARDER__TRANSFORMED_FIXED +
-        (s.length > LARDER__TRANSFORM_MAX_RESULT ? (size_t)s.length : LARDER__TRANSFORM_MAX_RESULT);
+    /* room for the raw bytes or the most this transform can make of them
+     * (the daemon runs the same code at the same version): not the 48 MiB a
+     * result may reach, which malloc maps and unmaps on every call */
+    uint64_t most = larder__transform_result_max(t, s.num_fields, s.length);
+    if (most > LARDER__TRANSFORM_MAX_RESULT) most = LARDER__TRANSFORM_MAX_RESULT;
+    size_t capacity = LARDER__TRANSFORMED_FIXED + (size_t)(s.length > most ? s.length : most);
     uint8_t *payload = malloc(capacity);
     if (!payload) return -ENOMEM;
     struct larder__frame answer;
