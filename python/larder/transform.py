@@ -63,7 +63,9 @@ def load_dir(path):
 
 def set_budget(seconds):
     """How long this process's readers can wait for one transformed sample
-    (the daemon leaves work to the reader beyond it); None or 0: unknown."""
+    (the daemon leaves work to the reader beyond it); None or 0: the
+    default, the process's step budget (what its transformed reads in
+    flight would take it here, docs/transforms.md)."""
     lib.larder_transform_set_budget(int((seconds or 0) * 1e6))
 
 
