@@ -3,6 +3,7 @@
   transform.py make DIR N             N JPEGs of a few hundred KB (PIL), DIR/src
   transform.py train OUT.json ...     one training run: AU and per-step waits
   transform.py watch SOCKET OUT.json  poll the daemon's placement every 0.25 s
+  transform.py cost INDEX CACHE SPEC  CPU ms of one transform here (median of 5 x 50)
   transform.py report RESULTS.md PNG RUNS... -- TIMELINE.json EVENTS.json
 """
 
@@ -90,6 +91,23 @@ def watch(larder, socket, out, stop_file):
         time.sleep(0.25)
     with open(out, "w") as f:
         json.dump({"t0": t0, "rows": rows}, f)
+
+
+def cost(index, cache, spec):
+    """CPU milliseconds of one transformed read made in this process
+    (in-process, no daemon): the median of 5 rounds of 50 samples."""
+    import larder
+
+    ds = larder.Dataset(index, cache=cache)
+    for i in range(5):
+        ds.get(i, transform=spec)
+    rounds = []
+    for _ in range(5):
+        started = time.process_time()
+        for i in range(50):
+            ds.get(i, transform=spec)
+        rounds.append((time.process_time() - started) * 1000 / 50)
+    print(f"{statistics.median(rounds):.3f}")
 
 
 def report(results, png, run_files, timeline_file, events_file, note):
@@ -202,6 +220,8 @@ if __name__ == "__main__":
     elif cmd == "train":
         out, index, cache, spec, batch, workers, sleep_ms, skip = sys.argv[2:10]
         train(out, index, cache, spec, int(batch), int(workers), float(sleep_ms), int(skip))
+    elif cmd == "cost":
+        cost(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "watch":
         watch(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     elif cmd == "report":
