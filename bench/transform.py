@@ -115,7 +115,13 @@ def report(results, png, run_files, timeline_file, events_file, note):
     for path in run_files:
         name = os.path.basename(path).rsplit("-", 1)[0]
         with open(path) as f:
-            runs.setdefault(name, []).append(json.load(f))
+            run = json.load(f)
+        try:  # the daemon's STATS after the run (offload), for its busy share
+            with open(path[:-len(".json")] + ".stat") as f:
+                run["daemon"] = json.load(f)["transforms"]
+        except (OSError, ValueError, KeyError):
+            pass
+        runs.setdefault(name, []).append(run)
     med = {k: statistics.median(r["au"] for r in v) for k, v in runs.items()}
 
     def waits(k):
@@ -168,6 +174,13 @@ def report(results, png, run_files, timeline_file, events_file, note):
         r = med["offload"] / med["client"]
         lines.append(f"| offloaded AU / client-only AU | {r:.2f}x | >= 1.5x "
                      f"({'met' if r >= 1.5 else 'missed'}) |")
+    busy = [r["placements"].get("daemon", 0) * r["daemon"]["run_us"] / 1e6 / r["wall_s"]
+            for r in runs.get("offload", []) if r.get("daemon") and r["wall_s"] > 0]
+    if busy:
+        lines.append(f"| offloaded run: larderd's core busy with transforms (the samples it "
+                     f"made x its run time / the run's wall time; median) | "
+                     f"{100 * statistics.median(busy):.0f}% | near 100%: at capacity, what it "
+                     f"sheds it could not have made in time |")
     if "burner-client" in med and "burner-fallback" in med:
         r = med["burner-fallback"] / med["burner-client"]
         lines.append(f"| daemon core saturated: fallback AU / client-only AU | {r:.3f} | "

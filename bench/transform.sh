@@ -117,6 +117,7 @@ for run in $(seq "$RUNS"); do
   start_larderd --transform-cpu-limit 100
   train client "$run" ""
   train offload "$run" "$WORK/sock"
+  "$LARDER" stat --socket "$WORK/sock" --json >"$WORK/runs/offload-$run.stat" || true
   "$LARDER" stat --socket "$WORK/sock" | grep -A2 '^transforms' | sed 's/^/  offload: /' >&2
   stop_larderd
   # the placement as shipped (limit 80%) with a burner on larderd's core
