@@ -177,10 +177,14 @@ def report(results, png, run_files, timeline_file, events_file, note):
     busy = [r["placements"].get("daemon", 0) * r["daemon"]["run_us"] / 1e6 / r["wall_s"]
             for r in runs.get("offload", []) if r.get("daemon") and r["wall_s"] > 0]
     if busy:
+        run_ms = [r["daemon"]["run_us"] / 1000 for r in runs["offload"] if r.get("daemon")]
         lines.append(f"| offloaded run: larderd's core busy with transforms (the samples it "
                      f"made x its run time / the run's wall time; median) | "
                      f"{100 * statistics.median(busy):.0f}% | near 100%: at capacity, what it "
                      f"sheds it could not have made in time |")
+        lines.append(f"| offloaded runs: larderd's run time a transform (smoothed, at the end "
+                     f"of each run) | {', '.join(f'{v:.1f} ms' for v in run_ms)} | about a "
+                     f"decode's CPU here; more: other work took larderd's core |")
     if "burner-client" in med and "burner-fallback" in med:
         r = med["burner-fallback"] / med["burner-client"]
         lines.append(f"| daemon core saturated: fallback AU / client-only AU | {r:.3f} | "
