@@ -3,6 +3,7 @@
   transform.py make DIR N             N JPEGs of a few hundred KB (PIL), DIR/src
   transform.py train OUT.json ...     one training run: AU and per-step waits
   transform.py watch SOCKET OUT.json  poll the daemon's placement every 0.25 s
+  transform.py cost INDEX CACHE SPEC  CPU ms of one transform here (median of 5 x 50)
   transform.py report RESULTS.md PNG RUNS... -- TIMELINE.json EVENTS.json
 """
 
@@ -92,12 +93,35 @@ def watch(larder, socket, out, stop_file):
         json.dump({"t0": t0, "rows": rows}, f)
 
 
+def cost(index, cache, spec):
+    """CPU milliseconds of one transformed read made in this process
+    (in-process, no daemon): the median of 5 rounds of 50 samples."""
+    import larder
+
+    ds = larder.Dataset(index, cache=cache)
+    for i in range(5):
+        ds.get(i, transform=spec)
+    rounds = []
+    for _ in range(5):
+        started = time.process_time()
+        for i in range(50):
+            ds.get(i, transform=spec)
+        rounds.append((time.process_time() - started) * 1000 / 50)
+    print(f"{statistics.median(rounds):.3f}")
+
+
 def report(results, png, run_files, timeline_file, events_file, note):
     runs = {}
     for path in run_files:
         name = os.path.basename(path).rsplit("-", 1)[0]
         with open(path) as f:
-            runs.setdefault(name, []).append(json.load(f))
+            run = json.load(f)
+        try:  # the daemon's STATS after the run (offload), for its busy share
+            with open(path[:-len(".json")] + ".stat") as f:
+                run["daemon"] = json.load(f)["transforms"]
+        except (OSError, ValueError, KeyError):
+            pass
+        runs.setdefault(name, []).append(run)
     med = {k: statistics.median(r["au"] for r in v) for k, v in runs.items()}
 
     def waits(k):
@@ -150,6 +174,17 @@ def report(results, png, run_files, timeline_file, events_file, note):
         r = med["offload"] / med["client"]
         lines.append(f"| offloaded AU / client-only AU | {r:.2f}x | >= 1.5x "
                      f"({'met' if r >= 1.5 else 'missed'}) |")
+    busy = [r["placements"].get("daemon", 0) * r["daemon"]["run_us"] / 1e6 / r["wall_s"]
+            for r in runs.get("offload", []) if r.get("daemon") and r["wall_s"] > 0]
+    if busy:
+        run_ms = [r["daemon"]["run_us"] / 1000 for r in runs["offload"] if r.get("daemon")]
+        lines.append(f"| offloaded run: larderd's core busy with transforms (the samples it "
+                     f"made x its run time / the run's wall time; median) | "
+                     f"{100 * statistics.median(busy):.0f}% | near 100%: at capacity, what it "
+                     f"sheds it could not have made in time |")
+        lines.append(f"| offloaded runs: larderd's run time a transform (smoothed, at the end "
+                     f"of each run) | {', '.join(f'{v:.1f} ms' for v in run_ms)} | about a "
+                     f"decode's CPU here; more: other work took larderd's core |")
     if "burner-client" in med and "burner-fallback" in med:
         r = med["burner-fallback"] / med["burner-client"]
         lines.append(f"| daemon core saturated: fallback AU / client-only AU | {r:.3f} | "
@@ -202,6 +237,8 @@ if __name__ == "__main__":
     elif cmd == "train":
         out, index, cache, spec, batch, workers, sleep_ms, skip = sys.argv[2:10]
         train(out, index, cache, spec, int(batch), int(workers), float(sleep_ms), int(skip))
+    elif cmd == "cost":
+        cost(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "watch":
         watch(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     elif cmd == "report":

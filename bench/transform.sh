@@ -23,8 +23,17 @@
 #   bench/transform.sh            ~15 min: 2400 images, 5 runs
 #   bench/transform.sh --quick    ~4 min: 800 images, 3 runs
 #
+# The compute step is set from what a decode costs here, so that the
+# client core is the bottleneck by the same factor on any machine and at
+# any decode speed: the CPU of a step's decodes (BATCH x the measured CPU
+# of one, in-process on CPU 0) is LOADER_X (1.75) times the compute step.
+# (At b317b9a the fixed 40 ms step was 1.7x: 16 x 4.3 ms; a faster decode
+# under a fixed step makes the loader less of a bottleneck and caps what
+# offloading can give at 1 / client-only AU.)  SLEEP_MS=40 fixes it.
+#
 # Environment: BUILD_DIR (build), IMAGES, RUNS, BATCH (16), WORKERS (2),
-# SLEEP_MS (the compute step, 40), RESULTS (bench/results/transform.md).
+# SLEEP_MS (the compute step; default from LOADER_X), LOADER_X (1.75),
+# RESULTS (bench/results/transform.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QUICK=0
@@ -32,7 +41,7 @@ QUICK=0
 BUILD_DIR=${BUILD_DIR:-build}
 if [ $QUICK = 1 ]; then IMAGES=${IMAGES:-800} RUNS=${RUNS:-3} TIMELINE_S=${TIMELINE_S:-30}
 else IMAGES=${IMAGES:-2400} RUNS=${RUNS:-5} TIMELINE_S=${TIMELINE_S:-60}; fi
-BATCH=${BATCH:-16} WORKERS=${WORKERS:-2} SLEEP_MS=${SLEEP_MS:-40}
+BATCH=${BATCH:-16} WORKERS=${WORKERS:-2} SLEEP_MS=${SLEEP_MS:-} LOADER_X=${LOADER_X:-1.75}
 RESULTS=${RESULTS:-bench/results/transform.md}
 PNG=${RESULTS%.md}.png
 SPEC=jpeg_decode_resize:224
@@ -62,6 +71,16 @@ INDEX=$WORK/ds-$IMAGES/index.larder
 CACHE=$WORK/cache
 rm -rf "$CACHE" "$WORK/runs" && mkdir -p "$WORK/runs"
 "$LARDER" warm "$INDEX" --cache "$CACHE" >&2 # every run reads a warm node cache
+
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+step_note="a compute sleep of $SLEEP_MS ms per step"
+if [ -z "$SLEEP_MS" ]; then
+  decode_ms=$(taskset -c 0 $PY bench/transform.py cost "$INDEX" "$CACHE" "$SPEC")
+  SLEEP_MS=$($PY -c "print(round($BATCH * $decode_ms / $LOADER_X))")
+  step_note="a compute sleep of $SLEEP_MS ms per step (a decode takes $decode_ms ms of CPU \
+here: the step's $BATCH decodes are $LOADER_X times the compute step)"
+  echo "== a decode: $decode_ms ms of CPU; compute step $SLEEP_MS ms ==" >&2
+fi
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -98,6 +117,7 @@ for run in $(seq "$RUNS"); do
   start_larderd --transform-cpu-limit 100
   train client "$run" ""
   train offload "$run" "$WORK/sock"
+  "$LARDER" stat --socket "$WORK/sock" --json >"$WORK/runs/offload-$run.stat" || true
   "$LARDER" stat --socket "$WORK/sock" | grep -A2 '^transforms' | sed 's/^/  offload: /' >&2
   stop_larderd
   # the placement as shipped (limit 80%) with a burner on larderd's core
@@ -141,10 +161,11 @@ echo "{\"burner_on\": $on, \"burner_off\": $off}" >"$WORK/events.json"
 
 note="$(date -u +%Y-%m-%d) at $(git rev-parse --short HEAD), \`bench/transform.sh$([ $QUICK = 1 ] && echo ' --quick')\`: \
 $IMAGES JPEGs of 800 x 600 ($(du -sh "$WORK/ds-$IMAGES" | cut -f1) packed), $SPEC, global batch $BATCH, \
-$WORKERS DataLoader workers, a compute sleep of $SLEEP_MS ms per step; the training process and its \
+$WORKERS DataLoader workers, $step_note; the training process and its \
 workers on CPU 0, larderd (--transform-jobs 1, result cache off; --transform-cpu-limit 100 for the \
-offloaded run, the default 80 for the others) on CPU 1; the readers' budget their default (what a \
-transform takes them); a warm node cache; \
-$CPUS CPUs on the machine, shared with other work (absolute figures are noise, ratios are the result)."
+offloaded run, the default 80 for the others) on CPU 1; the readers' budget their default (their step \
+budget: reads in flight x a decode's CPU); a warm node cache; \
+$CPUS CPUs on the machine, shared with other work (absolute figures are noise, ratios are the result); \
+load average (1, 5, 15 min) $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
 $PY bench/transform.py report "$RESULTS" "$PNG" "$WORK"/runs/*.json -- \
   "$WORK/timeline.json" "$WORK/events.json" "$note"

@@ -431,8 +431,10 @@ LARDER_API void larder_transformed_free(larder_transformed *result);
  * Tell the daemon how long this process's readers can wait for one
  * transformed sample without stalling a step (microseconds; the
  * LARDER_TRANSFORM_BUDGET_MS environment variable sets it too).  0, the
- * default: what a transform takes this process itself (measured: a
- * process runs its first transform here).  It goes with every
+ * default: the process's step budget, what the transformed reads it has
+ * in flight would take it here one after another (the most under way at
+ * once lately times the CPU time of one, measured: a process runs its
+ * first transform here).  It goes with every
  * transformed read, with the process's measured wait for them, for the
  * daemon's placement (docs/transforms.md).
  */

@@ -20,6 +20,8 @@ void placement_init(struct placement *p, int limit, int64_t now_ms)
     p->limit = limit;
     p->at_reader = limit == 0;
     p->since_ms = now_ms;
+    const char *trace = getenv("LARDERD_TRACE_PLACEMENT");
+    p->trace = trace && *trace && strcmp(trace, "0") != 0;
 }
 
 void placement_free(struct placement *p)
@@ -145,6 +147,16 @@ bool placement_admit(struct placement *p, int64_t now, uint32_t reader_wait_us,
         if (predicted > budget || (reader_budget_us && reader_wait_us > 2.0 * budget))
             here = false, *shed = true;
     }
+    if (p->trace) /* the decision's inputs, one line a request (docs/transforms.md) */
+        fprintf(stderr,
+                "larderd: placement %lld ms: %s; queued %llu on %d jobs, run %.0f us, "
+                "queue wait %.0f us, reader wait %u us, budget %u us\n",
+                (long long)now,
+                here    ? "daemon"
+                : *shed ? "shed"
+                        : "reader",
+                (unsigned long long)queued, jobs, p->run_us, p->wait_us, reader_wait_us,
+                reader_budget_us);
     pthread_mutex_unlock(&p->lock);
     return here;
 }

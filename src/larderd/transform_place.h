@@ -58,6 +58,7 @@ struct placement {
     double wait_us, run_us;
     /* the readers, as last reported */
     uint32_t reader_wait_us, reader_budget_us;
+    bool trace; /* LARDERD_TRACE_PLACEMENT set: each admission's inputs to stderr */
 };
 
 void placement_init(struct placement *p, int limit, int64_t now_ms);

@@ -100,8 +100,28 @@ LARDER__HIDDEN uint16_t larder__half_from_double_bits(uint64_t d);
 LARDER__HIDDEN int larder__transform_error(char *error, size_t size, int code, const char *fmt, ...)
     LARDER__PRINTF(4, 5);
 
+/*
+ * Division by d without a divide instruction (the area resize divides
+ * every output byte's sum by the same source width or height):
+ * m = larder__reciprocal(d), then n / d is larder__divide(n, m), exactly,
+ * for 1 <= d < 2^16 and n < 256 d.  With m = ceil(2^42 / d) = (2^42 + e) / d,
+ * 0 <= e < d: n m / 2^42 = n / d + n e / (d 2^42), and n e < 256 d^2 < 2^40
+ * keeps the second term below 1 / d, so the floor is n / d's; n m < 2^51.
+ */
+static inline uint64_t larder__reciprocal(uint32_t d)
+{
+    return ((UINT64_C(1) << 42) + d - 1) / d;
+}
+static inline uint32_t larder__divide(uint32_t n, uint64_t m)
+{
+    return (uint32_t)(((uint64_t)n * m) >> 42);
+}
+
 /* The process's measured wait for transformed reads and its budget, both
  * in microseconds (transform_read.c): what a TRANSFORM carries. */
 LARDER__HIDDEN void larder__transform_reader_load(uint32_t *wait_us, uint32_t *budget_us);
+/* A reader's step budget when none is set: `reads` transformed reads in
+ * flight (at least 1) made here one after another, at cost_us of CPU each. */
+LARDER__HIDDEN uint64_t larder__transform_step_budget(uint32_t reads, uint32_t cost_us);
 
 #endif

@@ -22,6 +22,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include <turbojpeg.h>
 
@@ -168,26 +169,117 @@ static int64_t jpeg_bound(const void *state_, const larder_field_info *f, const 
     return (int64_t)state->side * state->side * 3;
 }
 
-/* Area resize of one axis: `count` lines of `from` pixels (stride apart,
- * `step` apart within a line) to `to` pixels, into out (same layout). */
-static void area_axis(const uint8_t *in, size_t in_stride, size_t in_step, uint8_t *out,
-                      size_t out_stride, size_t out_step, size_t count, uint32_t from, uint32_t to)
+/*
+ * Area resize of one axis from `from` pixels to `to`: for output pixel x,
+ * the source pixels [first[x], first[x] + count[x]) and their weights
+ * (the overlaps, in 1/to units of a source pixel; they add up to `from`),
+ * flattened in x order.  The sums are the same whatever order the passes
+ * take them in, so the output is the same bytes as the step 3 of
+ * docs/transforms.md computed one pixel at a time.
+ */
+struct area_plan {
+    uint32_t *first, *count, *weights;
+};
+
+static void area_plan_free(struct area_plan *p)
 {
-    for (uint32_t x = 0; x < to; x++) {
-        uint64_t lo = (uint64_t)x * from, hi = (uint64_t)(x + 1) * from; /* in 1/to units */
-        uint32_t first = (uint32_t)(lo / to), last = (uint32_t)((hi + to - 1) / to);
-        for (size_t line = 0; line < count; line++)
-            for (int c = 0; c < 3; c++) {
-                uint64_t sum = 0;
-                for (uint32_t i = first; i < last; i++) {
-                    uint64_t a = (uint64_t)i * to, b = a + to;
-                    uint64_t w = (b < hi ? b : hi) - (a > lo ? a : lo);
-                    sum += w * in[line * in_stride + i * in_step + (size_t)c];
-                }
-                out[line * out_stride + x * out_step + (size_t)c] =
-                    (uint8_t)((sum + from / 2) / from);
-            }
+    free(p->first), free(p->count), free(p->weights);
+}
+
+static int area_plan(struct area_plan *p, uint32_t from, uint32_t to)
+{
+    /* each output pixel takes at most from / to + 2 source pixels: the
+     * taps add up to at most from + 2 to */
+    p->first = malloc(to * sizeof *p->first);
+    p->count = malloc(to * sizeof *p->count);
+    p->weights = malloc(((size_t)from + 2 * (size_t)to) * sizeof *p->weights);
+    if (!p->first || !p->count || !p->weights) {
+        area_plan_free(p);
+        return -ENOMEM;
     }
+    size_t k = 0;
+    for (uint32_t x = 0; x < to; x++) {
+        uint64_t lo = (uint64_t)x * from, hi = lo + from; /* in 1/to units */
+        uint32_t first = (uint32_t)(lo / to), last = (uint32_t)((hi + to - 1) / to);
+        p->first[x] = first;
+        p->count[x] = last - first;
+        for (uint32_t i = first; i < last; i++) {
+            uint64_t a = (uint64_t)i * to, b = a + to;
+            p->weights[k++] = (uint32_t)((b < hi ? b : hi) - (a > lo ? a : lo));
+        }
+    }
+    return 0;
+}
+
+/* The rows' pass: h rows of w RGB pixels to h rows of n.  A sum is at
+ * most 255 x w (the weights add up to w), well within 32 bits, and with
+ * w / 2 added below 256 w: larder__divide's range (w and h are a JPEG's
+ * 16-bit sides, scaled). */
+static void area_rows(const struct area_plan *p, const uint8_t *in, uint32_t w, uint32_t h,
+                      uint8_t *out, uint32_t n)
+{
+    for (uint32_t line = 0; line < h; line++) {
+        const uint8_t *row = in + (size_t)line * w * 3;
+        uint8_t *o = out + (size_t)line * n * 3;
+        const uint32_t *weight = p->weights;
+        uint64_t m = larder__reciprocal(w);
+        for (uint32_t x = 0; x < n; x++) {
+            const uint8_t *s = row + (size_t)p->first[x] * 3;
+            uint32_t r = 0, g = 0, b = 0;
+            for (uint32_t i = 0; i < p->count[x]; i++, s += 3) {
+                uint32_t wi = weight[i];
+                r += wi * s[0], g += wi * s[1], b += wi * s[2];
+            }
+            weight += p->count[x];
+            o[3 * x] = (uint8_t)larder__divide(r + w / 2, m);
+            o[3 * x + 1] = (uint8_t)larder__divide(g + w / 2, m);
+            o[3 * x + 2] = (uint8_t)larder__divide(b + w / 2, m);
+        }
+    }
+}
+
+/* The columns' pass: h rows of n RGB pixels to n rows, a whole output row
+ * at a time (each source row weighted into `sums`, n x 3 of them). */
+static void area_columns(const struct area_plan *p, const uint8_t *in, uint32_t h, uint8_t *out,
+                         uint32_t n, uint32_t *sums)
+{
+    size_t line = (size_t)n * 3;
+    const uint32_t *weight = p->weights;
+    uint64_t m = larder__reciprocal(h);
+    for (uint32_t y = 0; y < n; y++) {
+        memset(sums, 0, line * sizeof *sums);
+        for (uint32_t i = 0; i < p->count[y]; i++) {
+            const uint8_t *row = in + (size_t)(p->first[y] + i) * line;
+            uint32_t wi = weight[i];
+            for (size_t j = 0; j < line; j++)
+                sums[j] += wi * row[j];
+        }
+        weight += p->count[y];
+        uint8_t *o = out + (size_t)y * line;
+        for (size_t j = 0; j < line; j++)
+            o[j] = (uint8_t)larder__divide(sums[j] + h / 2, m);
+    }
+}
+
+/* decoded (w x h RGB) to out (n x n RGB) through rows (h x n RGB). */
+static int area_resize(const uint8_t *decoded, uint32_t w, uint32_t h, uint8_t *rows, uint8_t *out,
+                       uint32_t n)
+{
+    struct area_plan across, down;
+    if (area_plan(&across, w, n) < 0) return -ENOMEM;
+    if (area_plan(&down, h, n) < 0) {
+        area_plan_free(&across);
+        return -ENOMEM;
+    }
+    uint32_t *sums = malloc((size_t)n * 3 * sizeof *sums);
+    if (sums) {
+        area_rows(&across, decoded, w, h, rows, n);
+        area_columns(&down, rows, h, out, n, sums);
+    }
+    free(sums);
+    area_plan_free(&across);
+    area_plan_free(&down);
+    return sums ? 0 : -ENOMEM;
 }
 
 static int64_t jpeg_run(const void *state_, const larder_field_info *f, const void *data, void *out,
@@ -213,9 +305,9 @@ static int64_t jpeg_run(const void *state_, const larder_field_info *f, const vo
                                  TJPF_RGB, TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0)
         rc = larder__transform_error(error, error_size, LARDER_EUNSUPPORTED, "corrupt JPEG: %s",
                                      tjGetErrorStr2(tj));
+    if (rc == 0 && area_resize(decoded, w, h, rows, out, n) < 0)
+        rc = larder__transform_error(error, error_size, -ENOMEM, "out of memory");
     if (rc == 0) {
-        area_axis(decoded, (size_t)w * 3, 3, rows, (size_t)n * 3, 3, h, w, n); /* rows */
-        area_axis(rows, 3, (size_t)n * 3, out, 3, (size_t)n * 3, n, h, n);     /* columns */
         result->dtype = LARDER_DTYPE_U8;
         result->ndim = 3;
         result->shape[0] = n;

@@ -6,9 +6,11 @@
  * index's checksum and the transform runs here: the same code as in the
  * daemon (transform.c), so the same bytes.  Each read reports the
  * process's recent wait for transformed samples and its budget, what the
- * daemon places work by (docs/transforms.md): the budget set, else what
- * a transform takes this process (its wall time, measured on the
- * first transformed read, which runs here, and whenever one runs here).
+ * daemon places work by (docs/transforms.md): the budget set, else the
+ * process's step budget, what the transformed reads it has in flight
+ * would take it one after another (their number times the CPU time of a
+ * transform here, measured on the first transformed read, which runs
+ * here, and whenever one runs here).
  * A daemon that says it leaves transforms to its readers is not asked
  * again for AT_READER_BACKOFF_US: the process transforms what it reads.
  */
@@ -31,6 +33,13 @@
 
 static uint32_t wait_ewma_us; /* the process's wait per transformed sample, smoothed */
 static uint32_t cost_ewma_us; /* CPU time of a transform run here, smoothed; 0: none yet */
+static uint32_t inflight;     /* larder_read_transformed calls under way in this process */
+/* the most of them under way at once lately (a step's reads: the first
+ * reads of a step find fewer under way than the step will have), and when
+ * it was last reached; older than STEP_PEAK_US, the number now replaces it */
+static uint32_t inflight_peak;
+static uint64_t inflight_peak_us;
+#define STEP_PEAK_US 1000000
 /* per daemon (by its address's hash; a collision only delays): now_us()
  * before which it is not asked */
 static uint64_t daemon_busy_until[64];
@@ -50,9 +59,16 @@ void larder__transform_reader_load(uint32_t *wait_us, uint32_t *budget)
         b = text && *text ? strtoull(text, NULL, 10) * 1000 : 0;
         __atomic_store_n(&budget_us, b, __ATOMIC_RELAXED);
     }
-    if (!b) b = __atomic_load_n(&cost_ewma_us, __ATOMIC_RELAXED);
+    if (!b)
+        b = larder__transform_step_budget(__atomic_load_n(&inflight_peak, __ATOMIC_RELAXED),
+                                          __atomic_load_n(&cost_ewma_us, __ATOMIC_RELAXED));
     *budget = b > UINT32_MAX ? UINT32_MAX : (uint32_t)b;
     *wait_us = __atomic_load_n(&wait_ewma_us, __ATOMIC_RELAXED);
+}
+
+uint64_t larder__transform_step_budget(uint32_t reads, uint32_t cost_us)
+{
+    return (uint64_t)(reads ? reads : 1) * cost_us;
 }
 
 static uint64_t *busy_until(larder_dataset *d)
@@ -76,6 +92,14 @@ static uint64_t now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* This thread's CPU time: what a transform costs, whatever else shares the CPU. */
+static uint64_t thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
@@ -104,11 +128,13 @@ static int run_here(larder_dataset *d, const struct larder__transform *t, uint64
     }
     uint8_t *result = NULL;
     size_t length = 0;
-    uint64_t began = now_us(); /* wall time, as the daemon measures its own */
+    /* CPU time: wall time would count the process's other transforms and
+     * threads sharing its CPUs, which the step budget counts by itself */
+    uint64_t began = thread_cpu_us();
     if (rc >= 0)
         rc = larder__transform_run(t, id, fields, info.num_fields, raw ? raw : bytes, info.length,
                                    &result, &length);
-    if (rc >= 0) note(&cost_ewma_us, now_us() - began);
+    if (rc >= 0) note(&cost_ewma_us, thread_cpu_us() - began);
     if (rc == 0) rc = larder__transform_decode(result, length, out);
     free(result), free(bytes), free(fields);
     return rc;
@@ -144,9 +170,12 @@ static int ask_daemon(larder_dataset *d, const struct larder__transform *t, uint
     uint8_t frame[LARDER__WIRE_HEADER + LARDER__TRANSFORM_FIXED + LARDER_TRANSFORM_MAX_SPEC];
     int n = larder__wire_encode_transform(frame, sizeof frame, 1, &request);
     if (n < 0) return 1;
-    size_t capacity =
-        LARDER__TRANSFORMED_FIXED +
-        (s.length > LARDER__TRANSFORM_MAX_RESULT ? (size_t)s.length : LARDER__TRANSFORM_MAX_RESULT);
+    /* room for the raw bytes or the most this transform can make of them
+     * (the daemon runs the same code at the same version): not the 48 MiB a
+     * result may reach, which malloc maps and unmaps on every call */
+    uint64_t most = larder__transform_result_max(t, s.num_fields, s.length);
+    if (most > LARDER__TRANSFORM_MAX_RESULT) most = LARDER__TRANSFORM_MAX_RESULT;
+    size_t capacity = LARDER__TRANSFORMED_FIXED + (size_t)(s.length > most ? s.length : most);
     uint8_t *payload = malloc(capacity);
     if (!payload) return -ENOMEM;
     struct larder__frame answer;
@@ -204,6 +233,13 @@ int larder_read_transformed(larder_dataset *d, uint64_t id, const char *spec,
     int rc = larder__transform_parse(spec, strlen(spec), &t);
     if (rc < 0) return rc;
     rc = 1;
+    uint32_t under_way = __atomic_add_fetch(&inflight, 1, __ATOMIC_RELAXED);
+    if (under_way >= __atomic_load_n(&inflight_peak, __ATOMIC_RELAXED) ||
+        started - __atomic_load_n(&inflight_peak_us, __ATOMIC_RELAXED) > STEP_PEAK_US) {
+        /* racing threads may store a smaller number: the next read corrects it */
+        __atomic_store_n(&inflight_peak, under_way, __ATOMIC_RELAXED);
+        __atomic_store_n(&inflight_peak_us, started, __ATOMIC_RELAXED);
+    }
     uint32_t wait, budget;
     larder__transform_reader_load(&wait, &budget);
     /* a first transform runs here, to know what one costs (the budget's
@@ -216,5 +252,6 @@ int larder_read_transformed(larder_dataset *d, uint64_t id, const char *spec,
         if (rc == 0) (*out)->placement = LARDER_PLACED_LOCAL;
     }
     if (rc == 0) note(&wait_ewma_us, now_us() - started);
+    __atomic_fetch_sub(&inflight, 1, __ATOMIC_RELAXED);
     return rc;
 }

@@ -9,6 +9,7 @@ field and the transform, and the daemon goes on.
 """
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -524,6 +525,40 @@ def test_default_budget_is_what_a_transform_costs_here(tdata, daemons, monkeypat
     stat = larder_cli("stat", "--socket", normal, "--json")
     budget = int(stat.split('"reader_budget_us": ')[1].split(",")[0])
     assert 0 < budget < 1000000, stat
+
+
+def test_default_budget_is_the_step_budget(tdata, daemons, monkeypatch):
+    """Without a budget, a reader tells the daemon its step budget: the
+    most transformed reads it had in flight at once lately times what one
+    costs it (docs/transforms.md, "Placement").  One read at a time, then
+    eight at once: the second budget is the first times that peak."""
+    index, _ = tdata
+    normal, _, _ = daemons
+    script = f"""
+import json, subprocess, larder
+ds = larder.Dataset({index!r}, cache="")
+spec = "jpeg_decode_resize:256"
+def budget():
+    out = subprocess.run([{LARDER!r}, "stat", "--socket", {normal!r}, "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["transforms"]["reader_budget_us"]
+first = ds.get(0, transform=spec)["__placement__"]   # here: what one costs
+alone = ds.get(1, transform=spec)["__placement__"]   # the daemon, 1 in flight
+one = budget()
+many = ds.get_many([0, 1, 2, 3, 4, 5, 0, 1], transform=spec)
+print(json.dumps([first, alone, one, budget(), [s["__placement__"] for s in many]]))
+"""
+    env = {**os.environ, "LARDER_SOCKET": normal}
+    env.pop("LARDER_TRANSFORM_BUDGET_MS", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    first, alone, one, eight, placements = json.loads(out)
+    assert (first, alone) == ("local", "daemon"), out
+    # what one costs moves only with transforms run here (a shed one, on a
+    # busy machine), by an eighth of the difference each: the budget is
+    # about a whole multiple of the first, between 2 (some overlapped) and 8
+    assert one > 0 and 1.5 * one <= eight <= 9 * one, out
+    assert placements.count("local") == 0, out
 
 
 def test_fallback_with_the_bytes_in_the_node_cache(tdata, daemons, monkeypatch):

@@ -336,3 +336,40 @@ TEST(transform_loadable)
     CHECK_EQ(larder_transform_load_dir(test_path("builtin")), -EEXIST);
     CHECK(larder_transform_load_dir(test_path("missing")) == -ENOENT);
 }
+
+/* A reader's default budget: its transformed reads in flight, made here one
+ * after another (docs/transforms.md, "Placement"). */
+TEST(transform_step_budget)
+{
+    CHECK_EQ(larder__transform_step_budget(8, 4200), 33600);
+    CHECK_EQ(larder__transform_step_budget(1, 4200), 4200);
+    CHECK_EQ(larder__transform_step_budget(0, 4200), 4200); /* at least the read asking */
+    CHECK_EQ(larder__transform_step_budget(16, 0), 0);      /* not measured yet: run here */
+    CHECK_EQ(larder__transform_step_budget(UINT32_MAX, UINT32_MAX),
+             (uint64_t)UINT32_MAX * UINT32_MAX); /* no overflow; the frame clamps it */
+}
+
+/* The area resize's division by multiplication (transform.h) against the
+ * divide instruction: every divisor a JPEG's side can be, the numerators
+ * at both ends of each quotient up to its range's end (256 d - 1). */
+TEST(transform_divide_by_reciprocal)
+{
+    uint64_t wrong = 0;
+    for (uint32_t d = 1; d < 65536; d++) {
+        uint64_t m = larder__reciprocal(d);
+        for (uint32_t q = 0; q < 256; q++) {
+            uint32_t low = q * d, high = q * d + d - 1;
+            wrong += larder__divide(low, m) != low / d;
+            wrong += larder__divide(high, m) != high / d;
+        }
+    }
+    CHECK_EQ(wrong, 0);
+    /* and every numerator for a few divisors: the largest, primes, powers of 2 */
+    const uint32_t some[] = {1, 2, 3, 7, 224, 299, 400, 4096, 65521, 65535};
+    for (size_t k = 0; k < sizeof some / sizeof *some; k++) {
+        uint64_t m = larder__reciprocal(some[k]);
+        for (uint32_t n = 0; n < 256 * some[k]; n++)
+            wrong += larder__divide(n, m) != n / some[k];
+    }
+    CHECK_EQ(wrong, 0);
+}
