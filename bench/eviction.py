@@ -50,6 +50,9 @@ def one_run(args, name, data_dir, groups, capacity, policy):
         result = seed_run.run_config(args, "larder", data_dir, groups)
         result["trace"] = trace
         result["seconds"] = time.time() - started
+        # the per-step waits, for where the time goes (bench/eviction_waits.py)
+        with open(os.path.join(args.work, f"run-{name}.json"), "w") as f:
+            json.dump(result, f)
     finally:
         args.larder_options = saved
         os.environ.pop("LARDER_EVICT", None)

@@ -45,7 +45,7 @@ scripts/install-deps >/dev/null
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DLARDER_WERROR=ON >/dev/null
 fi
-ninja -C "$build" larder larder_cli slowfs larder_bench_nextuse >/dev/null
+ninja -C "$build" larder larder_cli liblarder.so slowfs larder_bench_nextuse >/dev/null
 
 driver=""
 cleanup() {

@@ -235,9 +235,18 @@ LARDER__HIDDEN bool larder__cache_admit(struct larder__cache *cache, uint32_t sh
                                         uint64_t last);
 /* Steps until block `block` of `shard` is read next by a live plan of the
  * node (0: in the current step), or UINT64_MAX when none reads it in this
- * epoch or the next.  For tests and the benchmark. */
+ * epoch or the next.  A use in the next epoch counts at
+ * larder__nextuse_step (docs/cache.md).  For tests and the benchmark. */
 LARDER__HIDDEN uint64_t larder__cache_next_use(struct larder__cache *cache, uint32_t shard,
                                                uint64_t block);
+/* The key that places sample `id` in the next epoch for eviction
+ * (splitmix64's output function of the id, docs/cache.md). */
+LARDER__HIDDEN uint64_t larder__nextuse_spread(uint64_t id);
+/* The step of an epoch of `steps` at which sample `id`, which that epoch
+ * reads at `step`, counts for eviction while it is the next epoch: `step`
+ * in its first eighth (at least one step), else the eighth's end plus the
+ * spread key modulo the steps after it. */
+LARDER__HIDDEN uint64_t larder__nextuse_step(uint64_t steps, uint64_t step, uint64_t id);
 /* The most a reader's prefetch window may hold, in bytes, so that what it
  * stages is not evicted before it is read: a share of the capacity (0: no limit). */
 LARDER__HIDDEN uint64_t larder__cache_window_bytes(struct larder__cache *cache, int readers);

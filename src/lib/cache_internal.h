@@ -124,6 +124,9 @@ LARDER__HIDDEN void larder__cache_plans_detach(struct larder__cache *c);
 /* The resident block next use would evict next (its weighed use in *use),
  * or UINT64_MAX (no live plan, nothing left); and evicting it.  Call with
  * evict_lock held. */
+/* With LARDER_EVICT_TRACE, append this process's eviction decision costs
+ * to the trace ("# pid P scans N scan_cpu_us U admits A admit_wait_us W"). */
+LARDER__HIDDEN void larder__nextuse_trace_costs(struct larder__cache *c);
 LARDER__HIDDEN uint64_t larder__nextuse_farthest(struct larder__cache *c, bool pins, uint64_t *use);
 LARDER__HIDDEN bool larder__nextuse_evict_farthest(struct larder__cache *c, int lock_fd,
                                                    uint64_t block);

@@ -30,8 +30,10 @@
 #include "plan.h"
 #include "shardmap.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_GROUPS 8
 #define BORROWED_WEIGHT 4
@@ -79,6 +81,8 @@ struct larder__nextuse {
     bool candidates_valid;
     uint64_t last_scan_ns, scan_cost_ns;
     uint64_t resident_at_pick; /* with a node capacity, blocks stored since count too */
+    /* what deciding cost this process (LARDER_EVICT_TRACE reports it at close) */
+    uint64_t scans, scan_cpu_ns, admits, admit_wait_ns;
 };
 
 static uint64_t now_ns(void)
@@ -235,8 +239,38 @@ static uint64_t look_at_positions(struct larder__cache *c, struct larder__nextus
     return sum;
 }
 
-/* Steps until reader r reads the sample at positions p_now / p_next (-1: not in that epoch). */
-static uint64_t reader_distance(const struct reader *r, int64_t p_now, int64_t p_next)
+/*
+ * Where in the next pass a sample counts as read, for eviction.  Which of
+ * the blocks needed next pass are kept does not change how many that pass
+ * fetches (each at most once either way), but it decides when: keeping
+ * those it reads first (Belady's choice among equals) left the first
+ * quarter of every later pass without a fetch and its second half
+ * fetching at the first pass's full rate, so the origin's stalls showed
+ * as waits.  So a sample read in the first eighth of the next pass (at
+ * least one step) counts at its step there: the pass starts from the
+ * cache while the readers' read-ahead and prefetch fill up, and those
+ * reads find room among blocks already read.  Any later one counts at a
+ * fixed step of its own among the rest (splitmix64 of its id), the same
+ * pass after pass, so the pass's fetches fall evenly over it
+ * (bench/results/eviction.md, docs/cache.md).
+ */
+uint64_t larder__nextuse_spread(uint64_t id)
+{
+    uint64_t z = id + UINT64_C(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+uint64_t larder__nextuse_step(uint64_t steps, uint64_t step, uint64_t id)
+{
+    uint64_t head = steps / 8 ? steps / 8 : 1;
+    if (step < head || steps <= head) return step;
+    return head + larder__nextuse_spread(id) % (steps - head);
+}
+
+/* Steps until reader r reads sample id, at positions p_now / p_next (-1: not in that epoch). */
+static uint64_t reader_distance(const struct reader *r, uint64_t id, int64_t p_now, int64_t p_next)
 {
     uint64_t g = r->global_batch, b = r->local_batch;
     if (p_now >= 0) {
@@ -248,7 +282,7 @@ static uint64_t reader_distance(const struct reader *r, int64_t p_now, int64_t p
     if (p_next >= 0) {
         uint64_t p = (uint64_t)p_next, t = p / g;
         if (t < r->steps && (p % g) / b == r->rank && t % r->workers == r->worker)
-            return r->steps - r->cur + t;
+            return r->steps - r->cur + larder__nextuse_step(r->steps, t, id);
     }
     return NEVER;
 }
@@ -261,7 +295,7 @@ static uint64_t sample_distance(const struct larder__nextuse *n, uint64_t id)
     uint64_t best = NEVER;
     for (int i = 0; i < n->num_readers; i++) {
         const struct reader *r = &n->readers[i];
-        uint64_t d = reader_distance(r, r->now >= 0 ? position[r->now] : -1,
+        uint64_t d = reader_distance(r, id, r->now >= 0 ? position[r->now] : -1,
                                      r->next >= 0 ? position[r->next] : -1);
         if (d < best) best = d;
     }
@@ -374,6 +408,8 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
     n->candidates_valid = true;
     n->last_scan_ns = now_ns();
     n->scan_cost_ns = cpu_ns() - started;
+    n->scans++;
+    n->scan_cpu_ns += n->scan_cost_ns;
     n->resident_at_pick = atomic_load64(&c->header->resident_blocks);
     return true;
 }
@@ -443,6 +479,18 @@ bool larder__nextuse_evict_farthest(struct larder__cache *c, int lock_fd, uint64
     return true;
 }
 
+void larder__nextuse_trace_costs(struct larder__cache *c)
+{
+    struct larder__nextuse *n = c->nextuse;
+    if (c->trace_fd < 0 || !n || (!n->scans && !n->admits)) return;
+    char line[160];
+    int length = snprintf(
+        line, sizeof line, "# pid %ld scans %llu scan_cpu_us %llu admits %llu admit_wait_us %llu\n",
+        (long)getpid(), (unsigned long long)n->scans, (unsigned long long)(n->scan_cpu_ns / 1000),
+        (unsigned long long)n->admits, (unsigned long long)(n->admit_wait_ns / 1000));
+    if (length > 0 && write(c->trace_fd, line, (size_t)length) < 0) return;
+}
+
 void larder__nextuse_refresh(struct larder__cache *c, bool pins)
 {
     if (c->nextuse) current(c, c->nextuse, pins);
@@ -458,8 +506,13 @@ bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first
     bool node_full = larder__share_over(c, more << c->block_shift);
     if (!full && !node_full) return true;
     bool admit = true;
+    uint64_t asked = now_ns();
     pthread_mutex_lock(&c->evict_lock);
     struct larder__nextuse *n = c->nextuse;
+    if (n) {
+        n->admits++;
+        n->admit_wait_ns += now_ns() - asked;
+    }
     bool pins = pins_hold(c, larder__cache_clock_ms());
     if (n && current(c, n, pins)) {
         uint64_t farthest = NEVER; /* the resident block that would go next */
