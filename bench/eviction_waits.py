@@ -5,10 +5,11 @@ batch, per step), summed by quarter of each epoch, beside the origin
 misses of the same quarters under Belady's rule (bench/belady.py replayed
 over the run's recorded block sequence).
 
-    eviction_waits.py WORK [--capacity-share 0.5] [--policy plan]
+    eviction_waits.py WORK [--capacity-share 0.5] [--policy plan] [--tag=-rN]
 
 WORK is the bench's work directory (bench/work/eviction): it reads
-run-full.json, run-SHARE-POLICY.json and trace-SHARE-POLICY.txt.  Prints a
+run-full.json, run-SHARE-POLICY.json and trace-SHARE-POLICY.txt (with
+--tag, the round's: run-full-r2.json ...).  Prints a
 markdown table.  A cache that keeps the blocks needed first in the next
 epoch (Belady's choice among equally costly ones) fetches nothing in the
 first half of each later epoch and everything in the second: the origin
@@ -100,9 +101,10 @@ def main():
     p.add_argument("--capacity-share", type=float, default=0.5)
     p.add_argument("--policy", default="plan")
     p.add_argument("--block", type=int, default=65536)
+    p.add_argument("--tag", default="", help="a round's suffix (-r2) with REPEAT")
     args = p.parse_args()
-    name = f"{args.capacity_share:g}-{args.policy}"
-    full = json.load(open(os.path.join(args.work, "run-full.json")))
+    name = f"{args.capacity_share:g}-{args.policy}{args.tag}"
+    full = json.load(open(os.path.join(args.work, f"run-full{args.tag}.json")))
     run = json.load(open(os.path.join(args.work, f"run-{name}.json")))
     compute = run["compute_ms"] / 1000.0
     lines = [f"| run | epoch | wait s, quarters 1-4 of the epoch | steps waiting > 50 ms | "

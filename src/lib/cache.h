@@ -233,6 +233,10 @@ LARDER__HIDDEN void larder__cache_set_layout(struct larder__cache *cache,
  */
 LARDER__HIDDEN bool larder__cache_admit(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                         uint64_t last);
+/* larder__cache_admit for each block of [first, last] alone, in one
+ * decision (one take of the eviction lock): admit[i] for block first + i. */
+LARDER__HIDDEN void larder__cache_admit_each(struct larder__cache *cache, uint32_t shard,
+                                             uint64_t first, uint64_t last, bool *admit);
 /* Steps until block `block` of `shard` is read next by a live plan of the
  * node (0: in the current step), or UINT64_MAX when none reads it in this
  * epoch or the next.  A use in the next epoch counts at
@@ -250,6 +254,12 @@ LARDER__HIDDEN uint64_t larder__nextuse_step(uint64_t steps, uint64_t step, uint
 /* The most a reader's prefetch window may hold, in bytes, so that what it
  * stages is not evicted before it is read: a share of the capacity (0: no limit). */
 LARDER__HIDDEN uint64_t larder__cache_window_bytes(struct larder__cache *cache, int readers);
+/* With LARDER_EVICT_TRACE, append what this process's eviction decisions
+ * cost since it last did ("# pid P scans N scan_cpu_us U admits A
+ * admit_wait_us W": candidate scans, their CPU, admission checks and the
+ * time they waited for the eviction lock).  At a prefetcher's stop and at
+ * close. */
+LARDER__HIDDEN void larder__nextuse_trace_costs(struct larder__cache *cache);
 /* Record that a reader asks for blocks [first, last] of `shard` (LARDER_EVICT_TRACE). */
 LARDER__HIDDEN void larder__cache_trace(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                         uint64_t last);

@@ -435,7 +435,8 @@ static bool current(struct larder__cache *c, struct larder__nextuse *n, bool pin
     return true;
 }
 
-bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit, bool pins)
+bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit, bool pins,
+                          struct larder__evict_batch *batch)
 {
     struct larder__nextuse *n = c->nextuse;
     if (!n || !current(c, n, pins)) return false;
@@ -444,7 +445,7 @@ bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit, 
                atomic_load64(&c->header->resident_blocks) > limit) {
             uint64_t b = n->candidates[n->next_candidate++].block;
             if (!bit_get(c->resident, b) || (pins && bit_get(c->pinned, b))) continue;
-            larder__cache_evict_one(c, lock_fd, b);
+            larder__cache_evict_claim(c, lock_fd, b, batch);
         }
         if (atomic_load64(&c->header->resident_blocks) > limit && !pick(c, n, pins)) break;
     }
@@ -481,13 +482,20 @@ bool larder__nextuse_evict_farthest(struct larder__cache *c, int lock_fd, uint64
 
 void larder__nextuse_trace_costs(struct larder__cache *c)
 {
+    if (!c || c->trace_fd < 0) return;
+    pthread_mutex_lock(&c->evict_lock);
     struct larder__nextuse *n = c->nextuse;
-    if (c->trace_fd < 0 || !n || (!n->scans && !n->admits)) return;
+    if (!n || (!n->scans && !n->admits)) {
+        pthread_mutex_unlock(&c->evict_lock);
+        return;
+    }
     char line[160];
     int length = snprintf(
         line, sizeof line, "# pid %ld scans %llu scan_cpu_us %llu admits %llu admit_wait_us %llu\n",
         (long)getpid(), (unsigned long long)n->scans, (unsigned long long)(n->scan_cpu_ns / 1000),
         (unsigned long long)n->admits, (unsigned long long)(n->admit_wait_ns / 1000));
+    n->scans = n->scan_cpu_ns = n->admits = n->admit_wait_ns = 0; /* reported */
+    pthread_mutex_unlock(&c->evict_lock);
     if (length > 0 && write(c->trace_fd, line, (size_t)length) < 0) return;
 }
 
@@ -496,16 +504,18 @@ void larder__nextuse_refresh(struct larder__cache *c, bool pins)
     if (c->nextuse) current(c, c->nextuse, pins);
 }
 
-bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+/* Whether the cache (or the node) is full with `more` blocks more. */
+static void fullness(struct larder__cache *c, uint64_t more, bool *full, bool *node_full)
 {
     uint64_t capacity = __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
-    if (c->evict_clock || shard >= c->num_shards) return true;
-    uint64_t more = last - first + 1;
-    bool full =
+    *full =
         capacity && atomic_load64(&c->header->resident_blocks) + more > capacity >> c->block_shift;
-    bool node_full = larder__share_over(c, more << c->block_shift);
-    if (!full && !node_full) return true;
-    bool admit = true;
+    *node_full = larder__share_over(c, more << c->block_shift);
+}
+
+/* Take evict_lock for an admission decision, counting the wait. */
+static struct larder__nextuse *lock_for_admission(struct larder__cache *c)
+{
     uint64_t asked = now_ns();
     pthread_mutex_lock(&c->evict_lock);
     struct larder__nextuse *n = c->nextuse;
@@ -513,29 +523,68 @@ bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first
         n->admits++;
         n->admit_wait_ns += now_ns() - asked;
     }
-    bool pins = pins_hold(c, larder__cache_clock_ms());
-    if (n && current(c, n, pins)) {
-        uint64_t farthest = NEVER; /* the resident block that would go next */
-        bool found = false;
-        for (size_t i = n->next_candidate; i < n->num_candidates && !found; i++)
-            if (bit_get(c->resident, n->candidates[i].block)) {
-                farthest = n->candidates[i].use;
-                found = true;
-            }
-        uint64_t other; /* with a node capacity, another dataset's may go instead */
-        if (node_full && larder__share_farthest(c, &other) && (!found || other > farthest)) {
-            farthest = other;
+    return n;
+}
+
+/* The weighed next use of the resident block that would go next (here,
+ * or with a node capacity in another dataset); false when none would.
+ * With evict_lock held and the candidates current. */
+static bool next_to_go(struct larder__cache *c, struct larder__nextuse *n, bool node_full,
+                       uint64_t *farthest)
+{
+    bool found = false;
+    *farthest = NEVER;
+    for (size_t i = n->next_candidate; i < n->num_candidates && !found; i++)
+        if (bit_get(c->resident, n->candidates[i].block)) {
+            *farthest = n->candidates[i].use;
             found = true;
         }
+    uint64_t other; /* with a node capacity, another dataset's may go instead */
+    if (node_full && larder__share_farthest(c, &other) && (!found || other > *farthest)) {
+        *farthest = other;
+        found = true;
+    }
+    return found;
+}
+
+bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    if (c->evict_clock || shard >= c->num_shards) return true;
+    bool full, node_full;
+    fullness(c, last - first + 1, &full, &node_full);
+    if (!full && !node_full) return true;
+    bool admit = true;
+    struct larder__nextuse *n = lock_for_admission(c);
+    bool pins = pins_hold(c, larder__cache_clock_ms());
+    uint64_t farthest;
+    if (n && current(c, n, pins) && next_to_go(c, n, node_full, &farthest)) {
         uint64_t nearest = NEVER;
         for (uint64_t b = first; b <= last && nearest >= farthest; b++) {
             uint64_t d = block_distance(c, n, shard, b);
             if (d < nearest) nearest = d;
         }
-        admit = !found || nearest < farthest;
+        admit = nearest < farthest;
     }
     pthread_mutex_unlock(&c->evict_lock);
     return admit;
+}
+
+void larder__cache_admit_each(struct larder__cache *c, uint32_t shard, uint64_t first,
+                              uint64_t last, bool *admit)
+{
+    for (uint64_t b = first; b <= last; b++)
+        admit[b - first] = true;
+    if (c->evict_clock || shard >= c->num_shards) return;
+    bool full, node_full;
+    fullness(c, 1, &full, &node_full);
+    if (!full && !node_full) return;
+    struct larder__nextuse *n = lock_for_admission(c);
+    bool pins = pins_hold(c, larder__cache_clock_ms());
+    uint64_t farthest;
+    if (n && current(c, n, pins) && next_to_go(c, n, node_full, &farthest))
+        for (uint64_t b = first; b <= last; b++)
+            admit[b - first] = block_distance(c, n, shard, b) < farthest;
+    pthread_mutex_unlock(&c->evict_lock);
 }
 
 uint64_t larder__cache_next_use(struct larder__cache *c, uint32_t shard, uint64_t block)

@@ -382,6 +382,67 @@ TEST(nextuse_admission_reads_through_what_no_reader_needs)
     larder_close(dataset);
 }
 
+/* A fill's blocks are admitted in one decision (larder__cache_admit_each):
+ * in a full cache, exactly the blocks the reference says are needed
+ * sooner than the farthest resident one. */
+TEST(nextuse_admission_decides_each_block_like_the_reference)
+{
+    setup();
+    struct reader r[] = {{.params = plan(3, 2, 0, 1, 0, 0), .consumed = 2}};
+    register_all(r, 1);
+    uint64_t total = total_blocks(), present = 0;
+    for (uint64_t b = 0; b < total; b++)
+        present += resident(b);
+    long long use[1024], evict[1024];
+    uint64_t limit = present * 2 / 3;
+    int count = reference(r, 1, limit, use, evict);
+    CHECK(count > 0);
+    struct larder__cache *other;
+    CHECK_EQ(larder__cache_open(&other, test_path("cache"), larder__dataset_index(dataset), BLOCK,
+                                limit * BLOCK, 0),
+             0);
+    larder__cache_trim(cache); /* full: the limit exactly */
+    bool never_resident = false;
+    long long farthest = 0;
+    for (uint64_t b = 0; b < total; b++)
+        if (resident(b)) {
+            never_resident = never_resident || use[b] < 0;
+            if (use[b] > farthest) farthest = use[b];
+        }
+    int admitted = 0, refused = 0;
+    for (uint64_t b = 0; b < total; b++) {
+        uint32_t shard;
+        uint64_t block;
+        locate(b, &shard, &block);
+        bool admit[1];
+        larder__cache_admit_each(cache, shard, block, block, admit);
+        bool want = use[b] >= 0 && (never_resident || use[b] < farthest);
+        if (admit[0] != want)
+            fprintf(stderr, "    block %llu (next use %lld, farthest resident %lld): %s\n",
+                    (unsigned long long)b, use[b], never_resident ? -1 : farthest,
+                    admit[0] ? "admitted" : "refused");
+        CHECK_EQ(admit[0], want);
+        admitted += want;
+        refused += !want;
+    }
+    CHECK(admitted > 0 && refused > 0); /* the scenario says something */
+    /* a run of blocks: each decided alike */
+    uint32_t shard;
+    uint64_t block;
+    locate(0, &shard, &block);
+    uint64_t blocks = (larder__dataset_shard_size(dataset, shard) + BLOCK - 1) / BLOCK;
+    bool run[1024];
+    larder__cache_admit_each(cache, shard, 0, blocks - 1, run);
+    for (uint64_t b = 0; b < blocks; b++) {
+        bool alone[1];
+        larder__cache_admit_each(cache, shard, b, b, alone);
+        CHECK_EQ(run[b], alone[0]);
+    }
+    larder__cache_close(other);
+    unregister_all(r, 1);
+    larder_close(dataset);
+}
+
 TEST(nextuse_dead_readers_plans_are_dropped)
 {
     setup();
