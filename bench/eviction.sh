@@ -39,6 +39,9 @@ else
   work=$PWD/bench/work/eviction results=$PWD/bench/results name=eviction samples=${SAMPLES:-2560}
   command="bench/eviction.sh"
 fi
+for var in SAMPLES BATCH RANKS WORKERS COMPUTE EPOCHS FRACTIONS PROFILE FS_SEED SEED REPEAT POLICIES; do
+  if [ -n "${!var:-}" ]; then command="$var=${!var} $command"; fi  # as the report names it
+done
 mkdir -p "$work"
 mnt=$work/mnt
 
