@@ -239,36 +239,6 @@ static uint64_t look_at_positions(struct larder__cache *c, struct larder__nextus
     return sum;
 }
 
-/*
- * Where in the next pass a sample counts as read, for eviction.  Which of
- * the blocks needed next pass are kept does not change how many that pass
- * fetches (each at most once either way), but it decides when: keeping
- * those it reads first (Belady's choice among equals) left the first
- * quarter of every later pass without a fetch and its second half
- * fetching at the first pass's full rate, so the origin's stalls showed
- * as waits.  So a sample read in the first eighth of the next pass (at
- * least one step) counts at its step there: the pass starts from the
- * cache while the readers' read-ahead and prefetch fill up, and those
- * reads find room among blocks already read.  Any later one counts at a
- * fixed step of its own among the rest (splitmix64 of its id), the same
- * pass after pass, so the pass's fetches fall evenly over it
- * (bench/results/eviction.md, docs/cache.md).
- */
-uint64_t larder__nextuse_spread(uint64_t id)
-{
-    uint64_t z = id + UINT64_C(0x9e3779b97f4a7c15);
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-uint64_t larder__nextuse_step(uint64_t steps, uint64_t step, uint64_t id)
-{
-    uint64_t head = steps / 8 ? steps / 8 : 1;
-    if (step < head || steps <= head) return step;
-    return head + larder__nextuse_spread(id) % (steps - head);
-}
-
 /* Steps until reader r reads sample id, at positions p_now / p_next (-1: not in that epoch). */
 static uint64_t reader_distance(const struct reader *r, uint64_t id, int64_t p_now, int64_t p_next)
 {
