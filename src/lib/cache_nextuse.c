@@ -43,6 +43,12 @@
  * place of a block kept for reuse until it is read, so windows cost
  * refetches (measured: bench/results/eviction.md, docs/cache.md). */
 #define WINDOW_SHARE 8
+/* A reader that leaves at the end of its epoch (a DataLoader worker's
+ * pass ends, its process exits) still counts its next epoch's reads for
+ * this long, or until its successor registers: otherwise, between the
+ * first worker's exit and the next pass's start, its share of the next
+ * epoch was next used "never" and went first. */
+#define GHOST_NS (30ull * 1000000000u)
 /* Scans cheaper than this are never put off (small caches stay exact). */
 #define CHEAP_SCAN_NS 1000000
 
@@ -55,7 +61,9 @@ struct group {
 };
 
 struct reader {
-    int slot;
+    int slot;             /* -1: a reader that finished its epoch and left (a ghost) */
+    uint64_t ghost_until; /* now_ns() a ghost counts until (0: live) */
+    struct larder__plan_params params;
     int now, next; /* groups of its epoch and the next one (-1: none) */
     uint64_t global_batch, local_batch, steps, start_step;
     uint32_t rank, workers, worker;
@@ -73,9 +81,10 @@ struct larder__nextuse {
     uint64_t generation; /* of the registry, when readers[] was read */
     bool known;          /* readers[] was read at least once */
     struct group groups[MAX_GROUPS];
-    struct reader readers[LARDER__CACHE_PLAN_SLOTS];
+    struct reader readers[2 * LARDER__CACHE_PLAN_SLOTS]; /* live, then ghosts */
     int num_readers;
-    uint64_t positions; /* the readers' positions the candidates were picked at */
+    uint64_t ghost_deadline; /* the earliest ghost_until (0: no ghost) */
+    uint64_t positions;      /* the readers' positions the candidates were picked at */
     struct candidate *candidates;
     size_t num_candidates, next_candidate, cap_candidates;
     bool candidates_valid;
@@ -168,19 +177,70 @@ static int group_of(struct larder__nextuse *n, const struct larder__plan_params 
     return free_slot;
 }
 
-/* Read the registry again when it changed; false when no reader is live. */
+/* Whether live plan q continues ghost g's reads in the next epoch. */
+static bool succeeds(const struct larder__plan_params *q, const struct larder__plan_params *g)
+{
+    return q->seed == g->seed && q->epoch == g->epoch + 1 && q->mode == g->mode &&
+           q->locality_window == g->locality_window && q->global_batch == g->global_batch &&
+           q->world == g->world && q->rank == g->rank && q->workers == g->workers &&
+           q->worker == g->worker;
+}
+
+static bool same_plan(const struct larder__plan_params *a, const struct larder__plan_params *b)
+{
+    return a->seed == b->seed && a->epoch == b->epoch && a->mode == b->mode &&
+           a->locality_window == b->locality_window && a->global_batch == b->global_batch &&
+           a->world == b->world && a->rank == b->rank && a->workers == b->workers &&
+           a->worker == b->worker && a->start_step == b->start_step;
+}
+
+/* The readers that left at their epoch's end and still count (ghosts): of
+ * the readers known before, those gone from `live` that had reached their
+ * last step (or were ghosts already), within GHOST_NS, with no successor. */
+static int keep_ghosts(const struct larder__nextuse *n, const struct larder__cache_plan *live,
+                       int count, uint64_t now, struct reader *ghosts)
+{
+    int kept = 0;
+    for (int i = 0; i < n->num_readers && kept < LARDER__CACHE_PLAN_SLOTS; i++) {
+        const struct reader *o = &n->readers[i];
+        bool here = false, successor = false;
+        for (int j = 0; j < count; j++) {
+            here = here || (o->slot >= 0 && live[j].slot == o->slot &&
+                            same_plan(&live[j].params, &o->params));
+            successor = successor || succeeds(&live[j].params, &o->params);
+        }
+        bool ended = o->ghost_until ? now < o->ghost_until : o->cur + o->workers >= o->steps;
+        if (here || successor || !ended) continue;
+        ghosts[kept] = *o;
+        ghosts[kept].slot = -1;
+        ghosts[kept].ghost_until = o->ghost_until ? o->ghost_until : now + GHOST_NS;
+        ghosts[kept].cur = o->steps; /* done with its epoch */
+        kept++;
+    }
+    return kept;
+}
+
+/* Read the registry again when it changed (or a ghost's time is up);
+ * false when no reader counts. */
 static bool refresh_readers(struct larder__cache *c, struct larder__nextuse *n)
 {
     uint64_t generation = larder__cache_plans_generation(c);
-    if (n->known && generation == n->generation) return n->num_readers > 0;
-    struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
+    uint64_t now = now_ns();
+    if (n->known && generation == n->generation && (!n->ghost_deadline || now < n->ghost_deadline))
+        return n->num_readers > 0;
+    struct larder__cache_plan live[2 * LARDER__CACHE_PLAN_SLOTS];
     int count = larder__cache_plans_live(c, n->ix->num_samples, live, LARDER__CACHE_PLAN_SLOTS);
-    /* first free the orders no live plan needs any more, so that they
-     * cannot keep out the ones that are needed now */
+    struct reader ghosts[LARDER__CACHE_PLAN_SLOTS];
+    int num_ghosts = count < 0 ? 0 : keep_ghosts(n, live, count, now, ghosts);
+    for (int i = 0; i < num_ghosts && count >= 0; i++) /* a ghost's next epoch stays needed */
+        live[count + i] = (struct larder__cache_plan){.slot = -1, .params = ghosts[i].params};
+    int plans = count < 0 ? 0 : count + num_ghosts;
+    /* first free the orders no plan needs any more, so that they cannot
+     * keep out the ones that are needed now */
     for (int g = 0; g < MAX_GROUPS; g++) {
         struct group *x = &n->groups[g];
         bool needed = false;
-        for (int i = 0; i < count && x->plan && !needed; i++) {
+        for (int i = 0; i < plans && x->plan && !needed; i++) {
             const struct larder__plan_params *p = &live[i].params;
             needed = x->seed == p->seed && x->mode == p->mode && x->window == p->locality_window &&
                      (x->epoch == p->epoch || x->epoch == p->epoch + 1);
@@ -192,10 +252,14 @@ static bool refresh_readers(struct larder__cache *c, struct larder__nextuse *n)
         x->used = false;
     }
     n->num_readers = 0;
-    for (int i = 0; i < count; i++) {
+    n->ghost_deadline = 0;
+    for (int i = 0; i < plans; i++) {
         const struct larder__plan_params *p = &live[i].params;
         struct reader *r = &n->readers[n->num_readers];
+        bool ghost = i >= count;
         *r = (struct reader){.slot = live[i].slot,
+                             .ghost_until = ghost ? ghosts[i - count].ghost_until : 0,
+                             .params = *p,
                              .global_batch = p->global_batch,
                              .local_batch = p->global_batch / p->world,
                              .start_step = p->start_step,
@@ -205,9 +269,14 @@ static bool refresh_readers(struct larder__cache *c, struct larder__nextuse *n)
         uint64_t samples = n->ix->num_samples;
         r->steps = p->pad ? samples / p->global_batch + (samples % p->global_batch != 0)
                           : samples / p->global_batch;
-        r->now = group_of(n, p, p->epoch);
+        r->cur = ghost ? r->steps : 0;
+        r->now = ghost ? -1 : group_of(n, p, p->epoch); /* a ghost is done with its epoch */
         r->next = group_of(n, p, p->epoch + 1);
-        if (r->now >= 0 || r->next >= 0) n->num_readers++;
+        if (r->now >= 0 || r->next >= 0) {
+            n->num_readers++;
+            if (ghost && (!n->ghost_deadline || r->ghost_until < n->ghost_deadline))
+                n->ghost_deadline = r->ghost_until;
+        }
     }
     for (int g = 0; g < MAX_GROUPS; g++)
         if (!n->groups[g].used) {
@@ -226,6 +295,7 @@ static uint64_t look_at_positions(struct larder__cache *c, struct larder__nextus
     uint64_t sum = 0;
     for (int i = 0; i < n->num_readers; i++) {
         struct reader *r = &n->readers[i];
+        if (r->slot < 0) continue; /* a ghost: done with its epoch */
         uint64_t consumed = larder__cache_plan_consumed(c, r->slot);
         sum += consumed;
         /* the slot is written by another process: bound it before multiplying */
