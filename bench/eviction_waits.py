@@ -119,9 +119,12 @@ def main():
                          + f"{e['compute_s'] / e['wall_s']:.3f} |")
     trace = os.path.join(args.work, f"trace-{name}.txt")
     if os.path.exists(trace):
-        requests, costs = [], []
+        requests, costs, demand = [], [], []  # demand: request index of each reader's miss
         with open(trace) as f:
             for line in f:
+                if line.startswith("# miss"):
+                    demand.append(max(len(requests) - 1, 0))
+                    continue
                 if line.startswith("#"):
                     costs.append(line.split())
                     continue
@@ -142,6 +145,17 @@ def main():
                 lines.append(f"| {label} | {e + 1} | "
                              + " / ".join(str(m) for m in quarter_sums(part))
                              + f" | {sum(part)} |")
+        if demand:  # the reader's own misses (not staged in time), by eighth of each epoch
+            lines += ["", "Samples the readers themselves fetched (missed: not staged by the "
+                      "prefetcher in time) by eighth of each epoch, from the trace's "
+                      "\"# miss\" lines:", "", "| epoch | eighths 1-8 | in all |", "|---|---|---|"]
+            for e in range(len(run["epochs"])):
+                counts = [0] * 8
+                for k in demand:
+                    if k // epoch_reads == e:
+                        counts[min(k % epoch_reads * 8 // epoch_reads, 7)] += 1
+                lines.append(f"| {e + 1} | " + " / ".join(map(str, counts))
+                             + f" | {sum(counts)} |")
         if costs:  # "# pid P scans N scan_cpu_us U admits A admit_wait_us W" per process
             fields = [dict(zip(c[1::2], map(int, c[2::2]))) for c in costs]
             lines += ["", f"Eviction decisions over the whole run ({len(fields)} processes that "

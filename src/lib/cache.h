@@ -260,6 +260,10 @@ LARDER__HIDDEN uint64_t larder__cache_window_bytes(struct larder__cache *cache, 
  * time they waited for the eviction lock).  At a prefetcher's stop and at
  * close. */
 LARDER__HIDDEN void larder__nextuse_trace_costs(struct larder__cache *cache);
+/* Record that a reader's read of blocks [first, last] of `shard` missed
+ * the cache (LARDER_EVICT_TRACE: a "# miss FIRST LAST" line). */
+LARDER__HIDDEN void larder__cache_trace_miss(struct larder__cache *cache, uint32_t shard,
+                                             uint64_t first, uint64_t last);
 /* Record that a reader asks for blocks [first, last] of `shard` (LARDER_EVICT_TRACE). */
 LARDER__HIDDEN void larder__cache_trace(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                         uint64_t last);

@@ -2,7 +2,10 @@
  * cache_nextstep.c - where the next epoch's reads count for eviction by
  * next use (cache_nextuse.c, docs/cache.md "Next use").
  */
-#include "cache.h"
+#include "cache_internal.h"
+
+#include <stdio.h>
+#include <unistd.h>
 
 /*
  * Where in the next pass a sample counts as read, for eviction.  Which of
@@ -32,4 +35,16 @@ uint64_t larder__nextuse_step(uint64_t steps, uint64_t step, uint64_t id)
     uint64_t head = steps / 8 ? steps / 8 : 1;
     if (step < head || steps <= head) return step;
     return head + larder__nextuse_spread(id) % (steps - head);
+}
+
+void larder__cache_trace_miss(struct larder__cache *c, uint32_t shard, uint64_t first,
+                              uint64_t last)
+{
+    if (c->trace_fd < 0 || shard >= c->num_shards) return;
+    char line[80];
+    int length = snprintf(line, sizeof line, "# miss %llu %llu\n",
+                          (unsigned long long)(c->shard_base[shard] + first),
+                          (unsigned long long)(c->shard_base[shard] + last));
+    /* one short write to an O_APPEND file: lines of several processes never mix */
+    if (length > 0 && write(c->trace_fd, line, (size_t)length) < 0) return;
 }

@@ -491,6 +491,7 @@ int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, 
         larder__cache_count(&k->hits, 1);
         return 0;
     }
+    larder__cache_trace_miss(f->cache, s->shard, first, last);
     /* all resident yet wrong or unreadable: the cache is what is wrong */
     bool suspect = larder__cache_present(f->cache, s->shard, first, last);
     return fill(f, s, id, buf, suspect, LARDER__DEMAND);
