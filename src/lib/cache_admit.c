@@ -87,7 +87,7 @@ bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first
     struct larder__nextuse *n = lock_for_admission(c);
     bool pins = pins_hold(c, larder__cache_clock_ms());
     uint64_t farthest;
-    if (n && larder__nextuse_current(c, n, pins) && next_to_go(c, n, node_full, &farthest)) {
+    if (n && larder__nextuse_listed(c, n, pins) && next_to_go(c, n, node_full, &farthest)) {
         uint64_t nearest = LARDER__NEXTUSE_NEVER;
         for (uint64_t b = first; b <= last && nearest >= farthest; b++) {
             uint64_t d = larder__nextuse_block_distance(c, n, shard, b);
@@ -111,7 +111,7 @@ void larder__cache_admit_each(struct larder__cache *c, uint32_t shard, uint64_t 
     struct larder__nextuse *n = lock_for_admission(c);
     bool pins = pins_hold(c, larder__cache_clock_ms());
     uint64_t farthest;
-    if (n && larder__nextuse_current(c, n, pins) && next_to_go(c, n, node_full, &farthest))
+    if (n && larder__nextuse_listed(c, n, pins) && next_to_go(c, n, node_full, &farthest))
         for (uint64_t b = first; b <= last; b++)
             admit[b - first] = larder__nextuse_block_distance(c, n, shard, b) < farthest;
     pthread_mutex_unlock(&c->evict_lock);

@@ -348,7 +348,7 @@ static int compare_candidates(const void *x, const void *y)
 /* Pick the resident blocks to go first: the farthest `want` of them, in order. */
 static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
 {
-    uint64_t started = cpu_ns();
+    uint64_t started = cpu_ns(), wall = larder__nextuse_now_ns();
     uint64_t resident = atomic_load64(&c->header->resident_blocks);
     size_t want = (size_t)(resident / 32);
     if (want < 64) want = 64;
@@ -405,6 +405,8 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
     n->scan_cost_ns = cpu_ns() - started;
     n->scans++;
     n->scan_cpu_ns += n->scan_cost_ns;
+    /* what it held the eviction lock for: on a busy machine much more than its CPU */
+    n->scan_wall_ns = n->last_scan_ns - wall;
     n->resident_at_pick = atomic_load64(&c->header->resident_blocks);
     return true;
 }
@@ -419,10 +421,13 @@ bool larder__nextuse_current(struct larder__cache *c, struct larder__nextuse *n,
     bool moved = positions != n->positions ||
                  (c->share && atomic_load64(&c->header->resident_blocks) != n->resident_at_pick);
     /* a reader moved on: rescan, unless the last scan cost more than
-     * CHEAP_SCAN_NS and a twentieth of the time since it */
+     * CHEAP_SCAN_NS of CPU and a twentieth of the time since it, counting
+     * the time it held the eviction lock (every other thread's decisions
+     * wait that long) */
+    uint64_t cost = n->scan_wall_ns > n->scan_cost_ns ? n->scan_wall_ns : n->scan_cost_ns;
     bool due = !n->candidates_valid || n->next_candidate >= n->num_candidates ||
                (moved && (n->scan_cost_ns < CHEAP_SCAN_NS ||
-                          larder__nextuse_now_ns() - n->last_scan_ns >= 20 * n->scan_cost_ns));
+                          larder__nextuse_now_ns() - n->last_scan_ns >= 20 * cost));
     if (due) {
         n->positions = positions;
         if (!pick(c, n, pins)) return false;
@@ -478,4 +483,13 @@ bool larder__nextuse_evict_farthest(struct larder__cache *c, int lock_fd, uint64
 void larder__nextuse_refresh(struct larder__cache *c, bool pins)
 {
     if (c->nextuse) larder__nextuse_current(c, c->nextuse, pins);
+}
+
+bool larder__nextuse_listed(struct larder__cache *c, struct larder__nextuse *n, bool pins)
+{
+    if (!larder__nextuse_readers(c, n)) return false;
+    if (!n->candidates_valid || n->next_candidate >= n->num_candidates)
+        return larder__nextuse_current(c, n, pins);
+    larder__nextuse_positions(c, n); /* the block asked about, at where the readers are */
+    return true;
 }

@@ -48,7 +48,7 @@ struct larder__nextuse {
     struct larder__nextuse_candidate *candidates;
     size_t num_candidates, next_candidate, cap_candidates;
     bool candidates_valid;
-    uint64_t last_scan_ns, scan_cost_ns;
+    uint64_t last_scan_ns, scan_cost_ns, scan_wall_ns;
     uint64_t resident_at_pick; /* with a node capacity, blocks stored since count too */
     /* what deciding cost this process (LARDER_EVICT_TRACE reports it at close) */
     uint64_t scans, scan_cpu_ns, admits, admit_wait_ns;
@@ -59,6 +59,12 @@ LARDER__HIDDEN uint64_t larder__nextuse_now_ns(void);
 /* Make the candidate list current: false when no plan counts.  With evict_lock held. */
 LARDER__HIDDEN bool larder__nextuse_current(struct larder__cache *c, struct larder__nextuse *n,
                                             bool pins);
+/* The candidate list as it is (picked again only when it is used up or
+ * no longer valid), the readers' positions current: for admission, which
+ * needs the farthest resident block's next use, not a fresh pick on every
+ * fill.  With evict_lock held. */
+LARDER__HIDDEN bool larder__nextuse_listed(struct larder__cache *c, struct larder__nextuse *n,
+                                           bool pins);
 /* Read the registry again when due; false when no reader counts.  With evict_lock held. */
 LARDER__HIDDEN bool larder__nextuse_readers(struct larder__cache *c, struct larder__nextuse *n);
 /* Where every reader is now; the sum of their positions. */
