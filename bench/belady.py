@@ -6,7 +6,8 @@ recorded block sequence, independent of larder's C code.
 
 TRACE is what LARDER_EVICT_TRACE wrote: one line "FIRST LAST" (global
 block numbers) per sample a reader asked for, in the order the requests
-were made (several processes append to it).  Each sample's blocks are one
+were made (several processes append to it; lines starting with "#" are
+what a process's eviction decisions cost, skipped).  Each sample's blocks are one
 request.  A block not in the cache is a miss (one block fetched from the
 origin); it is then kept if something can go: when the cache is full, the
 block whose next request is farthest away goes -- the new block itself
@@ -74,6 +75,8 @@ def main():
     requests = []
     with open(args.trace) as f:
         for line in f:
+            if line.startswith("#"):  # a process's decision costs, at its close
+                continue
             first, last = map(int, line.split())
             requests.append(list(range(first, last + 1)))
     misses = replay(requests, args.capacity)

@@ -50,6 +50,9 @@ def one_run(args, name, data_dir, groups, capacity, policy):
         result = seed_run.run_config(args, "larder", data_dir, groups)
         result["trace"] = trace
         result["seconds"] = time.time() - started
+        # the per-step waits, for where the time goes (bench/eviction_waits.py)
+        with open(os.path.join(args.work, f"run-{name}.json"), "w") as f:
+            json.dump(result, f)
     finally:
         args.larder_options = saved
         os.environ.pop("LARDER_EVICT", None)
@@ -58,12 +61,32 @@ def one_run(args, name, data_dir, groups, capacity, policy):
 
 
 def epoch_rows(result):
+    if "rows" in result:  # medians over rounds (merged)
+        return result["rows"]
     rows = []
     for e in result["epochs"]:
         b, a = e["slowfs_before"], e["slowfs_after"]
         rows.append({"origin_bytes": a["bytes"] - b["bytes"],
                      "au": e["compute_s"] / e["wall_s"] if e["wall_s"] else 0.0})
     return rows
+
+
+def median(values):
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def merged(runs):
+    """Per epoch, the median over rounds of origin bytes and of AU."""
+    rows = [epoch_rows(r) for r in runs]
+    return {"rows": [{"origin_bytes": median([r[e]["origin_bytes"] for r in rows]),
+                      "au": median([r[e]["au"] for r in rows])} for e in range(len(rows[0]))]}
+
+
+def later_au(result):
+    rows = epoch_rows(result)[1:]
+    return sum(r["au"] for r in rows) / len(rows)
 
 
 def belady(trace, capacity_blocks, epoch_reads):
@@ -73,7 +96,7 @@ def belady(trace, capacity_blocks, epoch_reads):
     return json.loads(out)
 
 
-def report(args, total, results, optimum, full):
+def report(args, total, results, optimum, full, au_ratios):
     lines = []
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT).stdout.strip() or "?"
@@ -105,7 +128,7 @@ def report(args, total, results, optimum, full):
     for fraction in args.fractions:
         opt = optimum[fraction]
         opt_later = sum(e["bytes"] for e in opt["epochs"][1:])
-        for policy in ("clock", "plan"):
+        for policy in args.policies:
             rows = epoch_rows(results[fraction, policy])
             later = sum(r["origin_bytes"] for r in rows[1:])
             ratio = later / opt_later if opt_later else float("nan")
@@ -121,21 +144,27 @@ def report(args, total, results, optimum, full):
     lines += ["", "## Against the targets", ""]
     half = 0.5 if 0.5 in args.fractions else args.fractions[len(args.fractions) // 2]
     plan = summary[half, "plan"]
-    later_au = plan["au"][1:]
-    full_later = full_au[1:]
-    au_ratio = (sum(later_au) / len(later_au)) / (sum(full_later) / len(full_later))
     lines.append(f"- Next use within 5% of the optimum's origin bytes (epochs 2..{args.epochs}): "
                  + ", ".join(f"{f:.0%}: {summary[f, 'plan']['vs_optimum']:.3f}x"
                              for f in args.fractions) + ".")
     lines.append(f"- At {half:.0%} capacity, epochs 2..{args.epochs} fetch "
                  + ", ".join(f"{x:.2f}x" for x in plan["later_per_epoch"])
-                 + " the dataset (target at most 0.55x); the clock "
-                 + ", ".join(f"{x:.2f}x" for x in summary[half, "clock"]["later_per_epoch"]) + ".")
+                 + " the dataset (target at most 0.55x)"
+                 + ("; the clock " + ", ".join(f"{x:.2f}x" for x in summary[half, "clock"]
+                                                ["later_per_epoch"])
+                    if "clock" in args.policies else "") + ".")
+    ratios = au_ratios[half]
     lines.append(f"- AU at {half:.0%} capacity, epochs 2..{args.epochs}, against the fully cached "
-                 f"run's: {au_ratio:.3f} (target at least 0.95).")
+                 f"run's of the same round: {median(ratios):.3f}"
+                 + (f" (median of {len(ratios)} rounds: "
+                    + ", ".join(f"{x:.3f}" for x in ratios) + ")" if len(ratios) > 1 else "")
+                 + " (target at least 0.95).")
     lines.append("")
-    lines.append("Figures from one run each on a shared 2-core machine (other builds running): "
-                 "AU in particular moves by several percent from run to run.")
+    lines.append(("Figures from one run each" if args.repeat == 1 else
+                  f"Origin bytes and AU are medians over {args.repeat} rounds (each round runs "
+                  "every row once)") + " on a shared 2-core machine: AU in particular moves by "
+                 "several percent from run to run (the emulator's congestion episodes fall on "
+                 "different epochs).")
     text = "\n".join(lines) + "\n"
     return text, summary
 
@@ -173,19 +202,18 @@ def plot(args, path, total, results, optimum):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.25
     xs = range(len(args.fractions))
-    for k, (label, values) in enumerate([
-            ("clock", [sum(r["origin_bytes"] for r in epoch_rows(results[f, "clock"])[1:])
-                       / (args.epochs - 1) / total for f in args.fractions]),
-            ("next use (plan)", [sum(r["origin_bytes"] for r in epoch_rows(results[f, "plan"])[1:])
-                                 / (args.epochs - 1) / total for f in args.fractions]),
-            ("optimum (Belady)", [sum(e["bytes"] for e in optimum[f]["epochs"][1:])
-                                  / (args.epochs - 1) / total for f in args.fractions])]):
+    bars = [(("clock" if policy == "clock" else "next use (plan)"),
+             [sum(r["origin_bytes"] for r in epoch_rows(results[f, policy])[1:])
+              / (args.epochs - 1) / total for f in args.fractions]) for policy in args.policies]
+    bars.append(("optimum (Belady)", [sum(e["bytes"] for e in optimum[f]["epochs"][1:])
+                                      / (args.epochs - 1) / total for f in args.fractions]))
+    for k, (label, values) in enumerate(bars):
         axes[0].bar([x + (k - 1) * width for x in xs], values, width, label=label)
     axes[0].set_xticks(list(xs), [f"{f:.0%}" for f in args.fractions])
     axes[0].set_xlabel("cache capacity (share of the dataset)")
     axes[0].set_ylabel("origin bytes per epoch, epochs 2.. (x dataset)")
     axes[0].legend()
-    for k, policy in enumerate(("clock", "plan")):
+    for k, policy in enumerate(args.policies):
         values = [sum(r["au"] for r in epoch_rows(results[f, policy])[1:]) / (args.epochs - 1)
                   for f in args.fractions]
         axes[1].bar([x + (k - 0.5) * width for x in xs], values, width,
@@ -220,8 +248,14 @@ def main():
     p.add_argument("--name", default="eviction")
     p.add_argument("--command", default="bench/eviction.sh")
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of every run: medians, and AU ratios within each round")
+    p.add_argument("--policies", default="clock,plan", help="clock,plan or plan")
     args = p.parse_args()
     args.fractions = [float(x) for x in args.fractions.split(",")]
+    args.policies = [x for x in ("clock", "plan") if x in args.policies.split(",")]
+    if "plan" not in args.policies or args.repeat < 1:
+        p.error("--policies must include plan, --repeat at least 1")
     args.larder_options = "{}"
     args.slowfs_option = []
     args.direct_epochs = 1
@@ -232,22 +266,45 @@ def main():
     total = dataset_bytes(data_dir)
     groups = seed_run.Groups(os.path.join(args.work, "pids"))
     epoch_reads = args.samples // args.batch * args.batch
-    results, optimum = {}, {}
+    runs, optima, au_ratios = {}, {}, {f: [] for f in args.fractions}
     seed_run.log(f"eviction: dataset {total / 1e6:.0f} MB")
-    full = one_run(args, "full", data_dir, groups, 0, "plan")
-    for fraction in args.fractions:
-        capacity = int(total * fraction)
-        for policy in ("clock", "plan"):
-            seed_run.log(f"eviction: capacity {fraction:.0%}, {policy}")
-            results[fraction, policy] = one_run(args, f"{fraction:g}-{policy}", data_dir, groups,
-                                                capacity, policy)
-            rows = epoch_rows(results[fraction, policy])
-            seed_run.log("  origin per epoch: " + ", ".join(
-                f"{r['origin_bytes'] / total:.2f}x" for r in rows) + "; AU " + ", ".join(
-                f"{r['au']:.3f}" for r in rows))
-        optimum[fraction] = belady(results[fraction, "plan"]["trace"], capacity // BLOCK,
-                                   epoch_reads)
-    text, summary = report(args, total, results, optimum, full)
+    for k in range(args.repeat):
+        tag = f"-r{k + 1}" if args.repeat > 1 else ""
+        if tag:
+            seed_run.log(f"eviction: round {k + 1} of {args.repeat}")
+        full = one_run(args, "full" + tag, data_dir, groups, 0, "plan")
+        runs.setdefault("full", []).append(full)
+        for fraction in args.fractions:
+            capacity = int(total * fraction)
+            for policy in args.policies:
+                seed_run.log(f"eviction: capacity {fraction:.0%}, {policy}")
+                result = one_run(args, f"{fraction:g}-{policy}{tag}", data_dir, groups,
+                                 capacity, policy)
+                runs.setdefault((fraction, policy), []).append(result)
+                rows = epoch_rows(result)
+                seed_run.log("  origin per epoch: " + ", ".join(
+                    f"{r['origin_bytes'] / total:.2f}x" for r in rows) + "; AU " + ", ".join(
+                    f"{r['au']:.3f}" for r in rows))
+            au_ratios[fraction].append(later_au(runs[fraction, "plan"][-1]) / later_au(full))
+            optima.setdefault(fraction, []).append(
+                belady(runs[fraction, "plan"][-1]["trace"], capacity // BLOCK, epoch_reads))
+    full = merged(runs["full"])
+    results = {key: merged(value) for key, value in runs.items() if key != "full"}
+    optimum = {f: {"epochs": [{"bytes": median([o["epochs"][e]["bytes"] for o in opts])}
+                              for e in range(len(opts[0]["epochs"]))]}
+               for f, opts in optima.items()}
+    text, summary = report(args, total, results, optimum, full, au_ratios)
+    half = 0.5 if 0.5 in args.fractions else args.fractions[len(args.fractions) // 2]
+    tag = f"-r{args.repeat}" if args.repeat > 1 else ""
+    waits = subprocess.run([PYTHON, os.path.join(HERE, "eviction_waits.py"), args.work,
+                            "--capacity-share", f"{half:g}", f"--tag={tag}"],
+                           check=True, capture_output=True, text=True).stdout
+    text += "\n".join(["", "## Where the time goes", "",
+                        f"`bench/eviction_waits.py` over the last round: the per-step data waits "
+                        f"(the slowest rank's) of the fully cached run and of next use at "
+                        f"{half:.0%}, summed by quarter of each epoch, and the blocks each rule "
+                        "fetches by quarter, replayed over that run's recorded block sequence.",
+                        "", waits.strip(), ""])
     text += cost_table(args, data_dir)
     os.makedirs(args.results, exist_ok=True)
     with open(os.path.join(args.results, args.name + ".md"), "w") as f:

@@ -14,7 +14,9 @@
 #
 # Environment: SAMPLES (2560 [640]), BATCH (64), RANKS (2), WORKERS (2),
 #   COMPUTE (150 ms), EPOCHS (3), FRACTIONS (0.25,0.5,0.75), PROFILE
-#   (lustre-contended), FS_SEED (7), SEED (1), BUILD_DIR (build).
+#   (lustre-contended), FS_SEED (7), SEED (1), BUILD_DIR (build), REPEAT (1:
+#   rounds of every run, medians reported), POLICIES (clock,plan; "plan"
+#   skips the clock's runs).
 # Needs /dev/fuse (slowfs); every mount is undone and every process it
 # started ended on exit, failure or signal.
 set -euo pipefail
@@ -32,12 +34,15 @@ else
   work=$PWD/bench/work/eviction results=$PWD/bench/results name=eviction samples=${SAMPLES:-2560}
   command="bench/eviction.sh"
 fi
+for var in SAMPLES BATCH RANKS WORKERS COMPUTE EPOCHS FRACTIONS PROFILE FS_SEED SEED REPEAT POLICIES; do
+  if [ -n "${!var:-}" ]; then command="$var=${!var} $command"; fi  # as the report names it
+done
 mkdir -p "$work"
 mnt=$work/mnt
 
 bench_need_fuse eviction
 scripts/install-deps >/dev/null
-bench_build "$build" larder larder_cli slowfs larder_bench_nextuse
+bench_build "$build" larder larder_cli liblarder.so slowfs larder_bench_nextuse
 
 bench_guard "$work" "$mnt"
 
@@ -46,7 +51,7 @@ bench_guard "$work" "$mnt"
   --compute-ms "${COMPUTE:-150}" --epochs "${EPOCHS:-3}" --fractions "${FRACTIONS:-0.25,0.5,0.75}" \
   --profile "${PROFILE:-lustre-contended}" --fs-seed "${FS_SEED:-7}" --seed "${SEED:-1}" \
   --slowfs "$build/slowfs" --larder "$build/larder" --library "$build/liblarder.so" \
-  --command "$command" &
+  --repeat "${REPEAT:-1}" --policies "${POLICIES:-clock,plan}" --command "$command" &
 driver=$!
 wait "$driver"
 driver=""

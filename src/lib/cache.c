@@ -268,6 +268,7 @@ int larder__cache_open(struct larder__cache **out, const char *dir, const struct
 void larder__cache_close(struct larder__cache *c)
 {
     if (!c) return;
+    larder__nextuse_trace_costs(c); /* LARDER_EVICT_TRACE: what eviction decisions cost */
     larder__nextuse_free(c->nextuse);
     larder__share_close(c->share);
     larder__cache_plans_detach(c);

@@ -233,14 +233,37 @@ LARDER__HIDDEN void larder__cache_set_layout(struct larder__cache *cache,
  */
 LARDER__HIDDEN bool larder__cache_admit(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                         uint64_t last);
+/* larder__cache_admit for each block of [first, last] alone, in one
+ * decision (one take of the eviction lock): admit[i] for block first + i. */
+LARDER__HIDDEN void larder__cache_admit_each(struct larder__cache *cache, uint32_t shard,
+                                             uint64_t first, uint64_t last, bool *admit);
 /* Steps until block `block` of `shard` is read next by a live plan of the
  * node (0: in the current step), or UINT64_MAX when none reads it in this
- * epoch or the next.  For tests and the benchmark. */
+ * epoch or the next.  A use in the next epoch counts at
+ * larder__nextuse_step (docs/cache.md).  For tests and the benchmark. */
 LARDER__HIDDEN uint64_t larder__cache_next_use(struct larder__cache *cache, uint32_t shard,
                                                uint64_t block);
+/* The key that places sample `id` in the next epoch for eviction
+ * (splitmix64's output function of the id, docs/cache.md). */
+LARDER__HIDDEN uint64_t larder__nextuse_spread(uint64_t id);
+/* The step of an epoch of `steps` at which sample `id`, which that epoch
+ * reads at `step`, counts for eviction while it is the next epoch: `step`
+ * in its first eighth (at least one step), else the eighth's end plus the
+ * spread key modulo the steps after it. */
+LARDER__HIDDEN uint64_t larder__nextuse_step(uint64_t steps, uint64_t step, uint64_t id);
 /* The most a reader's prefetch window may hold, in bytes, so that what it
  * stages is not evicted before it is read: a share of the capacity (0: no limit). */
 LARDER__HIDDEN uint64_t larder__cache_window_bytes(struct larder__cache *cache, int readers);
+/* With LARDER_EVICT_TRACE, append what this process's eviction decisions
+ * cost since it last did ("# pid P scans N scan_cpu_us U admits A
+ * admit_wait_us W": candidate scans, their CPU, admission checks and the
+ * time they waited for the eviction lock).  At a prefetcher's stop and at
+ * close. */
+LARDER__HIDDEN void larder__nextuse_trace_costs(struct larder__cache *cache);
+/* Record that a reader's read of blocks [first, last] of `shard` missed
+ * the cache (LARDER_EVICT_TRACE: a "# miss FIRST LAST" line). */
+LARDER__HIDDEN void larder__cache_trace_miss(struct larder__cache *cache, uint32_t shard,
+                                             uint64_t first, uint64_t last);
 /* Record that a reader asks for blocks [first, last] of `shard` (LARDER_EVICT_TRACE). */
 LARDER__HIDDEN void larder__cache_trace(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                         uint64_t last);

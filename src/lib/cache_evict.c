@@ -44,8 +44,29 @@ uint32_t larder__cache_shard_of(const struct larder__cache *c, uint64_t global)
     return (uint32_t)low;
 }
 
-bool larder__cache_evict_one(struct larder__cache *c, int lock_fd, uint64_t b)
+/* The hole of global block b (its bits already cleared, its fill lock held). */
+static void punch(struct larder__cache *c, uint64_t b)
 {
+    uint32_t shard = larder__cache_shard_of(c, b);
+    int data = larder__cache_data_fd(c, shard);
+    uint64_t block = b - c->shard_base[shard];
+    if (data >= 0)
+        larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                              (off_t)(block << c->block_shift),
+                              (off_t)larder__cache_span(c, shard, block, block));
+}
+
+static void unlock_block(int lock_fd, uint64_t b)
+{
+    struct flock lock = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = (off_t)b, .l_len = 1};
+    fcntl(lock_fd, F_OFD_SETLK, &lock);
+}
+
+bool larder__cache_evict_claim(struct larder__cache *c, int lock_fd, uint64_t b,
+                               struct larder__evict_batch *batch)
+{
+    for (size_t i = 0; batch && i < batch->count; i++)
+        if (batch->blocks[i] == b) return false; /* claimed already: the lock is ours */
     struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)b, .l_len = 1};
     if (fcntl(lock_fd, F_OFD_SETLK, &lock) < 0) return false; /* being filled */
     bool evicted = false;
@@ -56,18 +77,30 @@ bool larder__cache_evict_one(struct larder__cache *c, int lock_fd, uint64_t b)
             __atomic_fetch_sub(&c->header->borrowed_blocks, 1, __ATOMIC_RELAXED);
         clear_bits(c->suspect, b, b);
         larder__cache_count(&c->header->counters.evictions, 1);
-        uint32_t shard = larder__cache_shard_of(c, b);
-        int data = larder__cache_data_fd(c, shard);
-        uint64_t block = b - c->shard_base[shard];
-        if (data >= 0)
-            larder__sys.fallocate(data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                                  (off_t)(block << c->block_shift),
-                                  (off_t)larder__cache_span(c, shard, block, block));
         evicted = true;
+        if (batch && batch->count < LARDER__EVICT_BATCH) {
+            batch->blocks[batch->count++] = b; /* the hole and the unlock come later */
+            return true;
+        }
+        punch(c, b);
     }
-    lock.l_type = F_UNLCK;
-    fcntl(lock_fd, F_OFD_SETLK, &lock);
+    unlock_block(lock_fd, b);
     return evicted;
+}
+
+bool larder__cache_evict_one(struct larder__cache *c, int lock_fd, uint64_t b)
+{
+    return larder__cache_evict_claim(c, lock_fd, b, NULL);
+}
+
+void larder__cache_evict_finish(struct larder__cache *c, int lock_fd,
+                                struct larder__evict_batch *batch)
+{
+    for (size_t i = 0; i < batch->count; i++) {
+        punch(c, batch->blocks[i]);
+        unlock_block(lock_fd, batch->blocks[i]);
+    }
+    batch->count = 0;
 }
 
 /* Evict one resident block if the clock allows; true when it did. */
@@ -117,13 +150,14 @@ void larder__cache_trim(struct larder__cache *c)
                        atomic_load64(&c->header->borrowed_blocks) <= borrow_limit && !c->share))
         return;
     bool pins = pins_hold(c, larder__cache_clock_ms());
-    pthread_mutex_lock(&c->evict_lock);
     int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, LARDER__CACHE_FILE_MODE);
+    struct larder__evict_batch batch = {.count = 0};
+    pthread_mutex_lock(&c->evict_lock);
     if (fd >= 0) {
         /* borrowed blocks past their own share go first in any case */
         evict_borrowed(c, fd, total, pins, limit, borrow_limit, false);
         bool by_plan = atomic_load64(&c->header->resident_blocks) > limit && !c->evict_clock &&
-                       larder__nextuse_trim(c, fd, limit, pins);
+                       larder__nextuse_trim(c, fd, limit, pins, &batch);
         if (!by_plan) evict_borrowed(c, fd, total, pins, limit, borrow_limit, true);
         /* the clock: without plans, or for what next use could not evict */
         for (uint64_t steps = 0;
@@ -140,7 +174,10 @@ void larder__cache_trim(struct larder__cache *c)
             larder__nextuse_refresh(c, pins); /* keeps what it publishes fresh */
             larder__share_trim(c, fd, pins);
         }
-        larder__sys.close(fd);
     }
     pthread_mutex_unlock(&c->evict_lock);
+    if (fd >= 0) {
+        larder__cache_evict_finish(c, fd, &batch); /* the holes, outside the lock */
+        larder__sys.close(fd);
+    }
 }

@@ -115,10 +115,21 @@ static inline void disturbed(struct larder__cache *c)
     __atomic_fetch_add(&c->header->generation, 1, __ATOMIC_ACQ_REL);
 }
 
+/* Blocks claimed for eviction under evict_lock (their bits cleared, their
+ * fill locks held) whose holes are punched after it is released, so that
+ * a trim's disk work does not hold up every other thread's admission and
+ * eviction decisions (cache_evict.c). */
+#define LARDER__EVICT_BATCH 256
+struct larder__evict_batch {
+    size_t count;
+    uint64_t blocks[LARDER__EVICT_BATCH];
+};
+
 /* Next use (cache_nextuse.c): pick and evict by it; false when there is
- * no live plan (the caller runs the clock).  Call with evict_lock held. */
+ * no live plan (the caller runs the clock).  Call with evict_lock held;
+ * the evicted blocks are claimed into `batch` (NULL: evicted at once). */
 LARDER__HIDDEN bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit,
-                                         bool pins);
+                                         bool pins, struct larder__evict_batch *batch);
 LARDER__HIDDEN void larder__nextuse_free(struct larder__nextuse *n);
 LARDER__HIDDEN void larder__cache_plans_detach(struct larder__cache *c);
 /* The resident block next use would evict next (its weighed use in *use),
@@ -155,6 +166,13 @@ LARDER__HIDDEN void larder__share_trim(struct larder__cache *c, int lock_fd, boo
 
 /* Evict block b (global) unless its fill lock is held; true when it did. */
 LARDER__HIDDEN bool larder__cache_evict_one(struct larder__cache *c, int lock_fd, uint64_t b);
+/* The same, but with `batch` (not full) only claimed: its bits cleared and
+ * its fill lock kept; larder__cache_evict_finish punches the holes and
+ * releases the locks (call it with the same lock_fd, after evict_lock). */
+LARDER__HIDDEN bool larder__cache_evict_claim(struct larder__cache *c, int lock_fd, uint64_t b,
+                                              struct larder__evict_batch *batch);
+LARDER__HIDDEN void larder__cache_evict_finish(struct larder__cache *c, int lock_fd,
+                                               struct larder__evict_batch *batch);
 /* Shard of a global block number. */
 LARDER__HIDDEN uint32_t larder__cache_shard_of(const struct larder__cache *c, uint64_t global);
 

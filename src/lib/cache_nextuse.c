@@ -26,62 +26,25 @@
  * spends at most about 5% of one core.  Memory: 16 bytes a candidate, and
  * per epoch group what the plan needs (O(1) in global mode).
  */
-#include "cache_internal.h"
-#include "plan.h"
+#include "cache_nextuse.h"
 #include "shardmap.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
-#define MAX_GROUPS 8
 #define BORROWED_WEIGHT 4
-#define NEVER UINT64_MAX
-/* All prefetch windows together hold at most 1/WINDOW_SHARE of the
- * capacity (and each at least one step): a block staged ahead takes the
- * place of a block kept for reuse until it is read, so windows cost
- * refetches (measured: bench/results/eviction.md, docs/cache.md). */
-#define WINDOW_SHARE 8
+/* A reader that leaves at the end of its epoch (a DataLoader worker's
+ * pass ends, its process exits) still counts its next epoch's reads for
+ * this long, or until its successor registers: otherwise, between the
+ * first worker's exit and the next pass's start, its share of the next
+ * epoch was next used "never" and went first. */
+#define GHOST_NS (30ull * 1000000000u)
 /* Scans cheaper than this are never put off (small caches stay exact). */
 #define CHEAP_SCAN_NS 1000000
 
-/* The order of one (seed, epoch, mode) that some reader reads now or next. */
-struct group {
-    uint64_t seed, epoch;
-    uint32_t mode, window;
-    larder_plan *plan;
-    bool used;
-};
-
-struct reader {
-    int slot;
-    int now, next; /* groups of its epoch and the next one (-1: none) */
-    uint64_t global_batch, local_batch, steps, start_step;
-    uint32_t rank, workers, worker;
-    uint64_t cur; /* global step it is at, as of the last look */
-};
-
-struct candidate {
-    uint64_t use; /* weighed steps to the next use */
-    uint64_t block;
-};
-
-struct larder__nextuse {
-    const struct larder__index *ix;
-    const struct larder__shard_map *map;
-    uint64_t generation; /* of the registry, when readers[] was read */
-    bool known;          /* readers[] was read at least once */
-    struct group groups[MAX_GROUPS];
-    struct reader readers[LARDER__CACHE_PLAN_SLOTS];
-    int num_readers;
-    uint64_t positions; /* the readers' positions the candidates were picked at */
-    struct candidate *candidates;
-    size_t num_candidates, next_candidate, cap_candidates;
-    bool candidates_valid;
-    uint64_t last_scan_ns, scan_cost_ns;
-    uint64_t resident_at_pick; /* with a node capacity, blocks stored since count too */
-};
-
-static uint64_t now_ns(void)
+uint64_t larder__nextuse_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -108,7 +71,7 @@ static int index_shard_of(void *userdata, uint64_t id, uint32_t *shard)
 void larder__nextuse_free(struct larder__nextuse *n)
 {
     if (!n) return;
-    for (int g = 0; g < MAX_GROUPS; g++)
+    for (int g = 0; g < LARDER__NEXTUSE_GROUPS; g++)
         larder_plan_destroy(n->groups[g].plan);
     free(n->candidates);
     free(n);
@@ -135,8 +98,8 @@ void larder__cache_set_layout(struct larder__cache *c, const struct larder__inde
 static int group_of(struct larder__nextuse *n, const struct larder__plan_params *p, uint64_t epoch)
 {
     int free_slot = -1;
-    for (int g = 0; g < MAX_GROUPS; g++) {
-        struct group *x = &n->groups[g];
+    for (int g = 0; g < LARDER__NEXTUSE_GROUPS; g++) {
+        struct larder__nextuse_group *x = &n->groups[g];
         if (x->plan && x->seed == p->seed && x->epoch == epoch && x->mode == p->mode &&
             x->window == p->locality_window) {
             x->used = true;
@@ -154,7 +117,7 @@ static int group_of(struct larder__nextuse *n, const struct larder__plan_params 
                              .seed = p->seed,
                              .epoch = epoch,
                              .locality_window = p->locality_window};
-    struct group *x = &n->groups[free_slot];
+    struct larder__nextuse_group *x = &n->groups[free_slot];
     if (larder__plan_create(&x->plan, &source, &o) < 0) return -1;
     x->seed = p->seed;
     x->epoch = epoch;
@@ -164,19 +127,70 @@ static int group_of(struct larder__nextuse *n, const struct larder__plan_params 
     return free_slot;
 }
 
-/* Read the registry again when it changed; false when no reader is live. */
-static bool refresh_readers(struct larder__cache *c, struct larder__nextuse *n)
+/* Whether live plan q continues ghost g's reads in the next epoch. */
+static bool succeeds(const struct larder__plan_params *q, const struct larder__plan_params *g)
+{
+    return q->seed == g->seed && q->epoch == g->epoch + 1 && q->mode == g->mode &&
+           q->locality_window == g->locality_window && q->global_batch == g->global_batch &&
+           q->world == g->world && q->rank == g->rank && q->workers == g->workers &&
+           q->worker == g->worker;
+}
+
+static bool same_plan(const struct larder__plan_params *a, const struct larder__plan_params *b)
+{
+    return a->seed == b->seed && a->epoch == b->epoch && a->mode == b->mode &&
+           a->locality_window == b->locality_window && a->global_batch == b->global_batch &&
+           a->world == b->world && a->rank == b->rank && a->workers == b->workers &&
+           a->worker == b->worker && a->start_step == b->start_step;
+}
+
+/* The readers that left at their epoch's end and still count (ghosts): of
+ * the readers known before, those gone from `live` that had reached their
+ * last step (or were ghosts already), within GHOST_NS, with no successor. */
+static int keep_ghosts(const struct larder__nextuse *n, const struct larder__cache_plan *live,
+                       int count, uint64_t now, struct larder__nextuse_reader *ghosts)
+{
+    int kept = 0;
+    for (int i = 0; i < n->num_readers && kept < LARDER__CACHE_PLAN_SLOTS; i++) {
+        const struct larder__nextuse_reader *o = &n->readers[i];
+        bool here = false, successor = false;
+        for (int j = 0; j < count; j++) {
+            here = here || (o->slot >= 0 && live[j].slot == o->slot &&
+                            same_plan(&live[j].params, &o->params));
+            successor = successor || succeeds(&live[j].params, &o->params);
+        }
+        bool ended = o->ghost_until ? now < o->ghost_until : o->cur + o->workers >= o->steps;
+        if (here || successor || !ended) continue;
+        ghosts[kept] = *o;
+        ghosts[kept].slot = -1;
+        ghosts[kept].ghost_until = o->ghost_until ? o->ghost_until : now + GHOST_NS;
+        ghosts[kept].cur = o->steps; /* done with its epoch */
+        kept++;
+    }
+    return kept;
+}
+
+/* Read the registry again when it changed (or a ghost's time is up);
+ * false when no reader counts. */
+bool larder__nextuse_readers(struct larder__cache *c, struct larder__nextuse *n)
 {
     uint64_t generation = larder__cache_plans_generation(c);
-    if (n->known && generation == n->generation) return n->num_readers > 0;
-    struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
+    uint64_t now = larder__nextuse_now_ns();
+    if (n->known && generation == n->generation && (!n->ghost_deadline || now < n->ghost_deadline))
+        return n->num_readers > 0;
+    struct larder__cache_plan live[2 * LARDER__CACHE_PLAN_SLOTS];
     int count = larder__cache_plans_live(c, n->ix->num_samples, live, LARDER__CACHE_PLAN_SLOTS);
-    /* first free the orders no live plan needs any more, so that they
-     * cannot keep out the ones that are needed now */
-    for (int g = 0; g < MAX_GROUPS; g++) {
-        struct group *x = &n->groups[g];
+    struct larder__nextuse_reader ghosts[LARDER__CACHE_PLAN_SLOTS];
+    int num_ghosts = count < 0 ? 0 : keep_ghosts(n, live, count, now, ghosts);
+    for (int i = 0; i < num_ghosts && count >= 0; i++) /* a ghost's next epoch stays needed */
+        live[count + i] = (struct larder__cache_plan){.slot = -1, .params = ghosts[i].params};
+    int plans = count < 0 ? 0 : count + num_ghosts;
+    /* first free the orders no plan needs any more, so that they cannot
+     * keep out the ones that are needed now */
+    for (int g = 0; g < LARDER__NEXTUSE_GROUPS; g++) {
+        struct larder__nextuse_group *x = &n->groups[g];
         bool needed = false;
-        for (int i = 0; i < count && x->plan && !needed; i++) {
+        for (int i = 0; i < plans && x->plan && !needed; i++) {
             const struct larder__plan_params *p = &live[i].params;
             needed = x->seed == p->seed && x->mode == p->mode && x->window == p->locality_window &&
                      (x->epoch == p->epoch || x->epoch == p->epoch + 1);
@@ -188,24 +202,34 @@ static bool refresh_readers(struct larder__cache *c, struct larder__nextuse *n)
         x->used = false;
     }
     n->num_readers = 0;
-    for (int i = 0; i < count; i++) {
+    n->ghost_deadline = 0;
+    for (int i = 0; i < plans; i++) {
         const struct larder__plan_params *p = &live[i].params;
-        struct reader *r = &n->readers[n->num_readers];
-        *r = (struct reader){.slot = live[i].slot,
-                             .global_batch = p->global_batch,
-                             .local_batch = p->global_batch / p->world,
-                             .start_step = p->start_step,
-                             .rank = p->rank,
-                             .workers = p->workers,
-                             .worker = p->worker};
+        struct larder__nextuse_reader *r = &n->readers[n->num_readers];
+        bool ghost = i >= count;
+        *r = (struct larder__nextuse_reader){.slot = live[i].slot,
+                                             .ghost_until =
+                                                 ghost ? ghosts[i - count].ghost_until : 0,
+                                             .params = *p,
+                                             .global_batch = p->global_batch,
+                                             .local_batch = p->global_batch / p->world,
+                                             .start_step = p->start_step,
+                                             .rank = p->rank,
+                                             .workers = p->workers,
+                                             .worker = p->worker};
         uint64_t samples = n->ix->num_samples;
         r->steps = p->pad ? samples / p->global_batch + (samples % p->global_batch != 0)
                           : samples / p->global_batch;
-        r->now = group_of(n, p, p->epoch);
+        r->cur = ghost ? r->steps : 0;
+        r->now = ghost ? -1 : group_of(n, p, p->epoch); /* a ghost is done with its epoch */
         r->next = group_of(n, p, p->epoch + 1);
-        if (r->now >= 0 || r->next >= 0) n->num_readers++;
+        if (r->now >= 0 || r->next >= 0) {
+            n->num_readers++;
+            if (ghost && (!n->ghost_deadline || r->ghost_until < n->ghost_deadline))
+                n->ghost_deadline = r->ghost_until;
+        }
     }
-    for (int g = 0; g < MAX_GROUPS; g++)
+    for (int g = 0; g < LARDER__NEXTUSE_GROUPS; g++)
         if (!n->groups[g].used) {
             larder_plan_destroy(n->groups[g].plan);
             n->groups[g].plan = NULL;
@@ -217,11 +241,12 @@ static bool refresh_readers(struct larder__cache *c, struct larder__nextuse *n)
 }
 
 /* Where every reader is now; returns the sum of their positions (changes when one moves). */
-static uint64_t look_at_positions(struct larder__cache *c, struct larder__nextuse *n)
+uint64_t larder__nextuse_positions(struct larder__cache *c, struct larder__nextuse *n)
 {
     uint64_t sum = 0;
     for (int i = 0; i < n->num_readers; i++) {
-        struct reader *r = &n->readers[i];
+        struct larder__nextuse_reader *r = &n->readers[i];
+        if (r->slot < 0) continue; /* a ghost: done with its epoch */
         uint64_t consumed = larder__cache_plan_consumed(c, r->slot);
         sum += consumed;
         /* the slot is written by another process: bound it before multiplying */
@@ -235,8 +260,9 @@ static uint64_t look_at_positions(struct larder__cache *c, struct larder__nextus
     return sum;
 }
 
-/* Steps until reader r reads the sample at positions p_now / p_next (-1: not in that epoch). */
-static uint64_t reader_distance(const struct reader *r, int64_t p_now, int64_t p_next)
+/* Steps until reader r reads sample id, at positions p_now / p_next (-1: not in that epoch). */
+static uint64_t reader_distance(const struct larder__nextuse_reader *r, uint64_t id, int64_t p_now,
+                                int64_t p_next)
 {
     uint64_t g = r->global_batch, b = r->local_batch;
     if (p_now >= 0) {
@@ -248,20 +274,20 @@ static uint64_t reader_distance(const struct reader *r, int64_t p_now, int64_t p
     if (p_next >= 0) {
         uint64_t p = (uint64_t)p_next, t = p / g;
         if (t < r->steps && (p % g) / b == r->rank && t % r->workers == r->worker)
-            return r->steps - r->cur + t;
+            return r->steps - r->cur + larder__nextuse_step(r->steps, t, id);
     }
-    return NEVER;
+    return LARDER__NEXTUSE_NEVER;
 }
 
 static uint64_t sample_distance(const struct larder__nextuse *n, uint64_t id)
 {
-    int64_t position[MAX_GROUPS];
-    for (int g = 0; g < MAX_GROUPS; g++)
+    int64_t position[LARDER__NEXTUSE_GROUPS];
+    for (int g = 0; g < LARDER__NEXTUSE_GROUPS; g++)
         position[g] = n->groups[g].plan ? larder_plan_position_of(n->groups[g].plan, id) : -1;
-    uint64_t best = NEVER;
+    uint64_t best = LARDER__NEXTUSE_NEVER;
     for (int i = 0; i < n->num_readers; i++) {
-        const struct reader *r = &n->readers[i];
-        uint64_t d = reader_distance(r, r->now >= 0 ? position[r->now] : -1,
+        const struct larder__nextuse_reader *r = &n->readers[i];
+        uint64_t d = reader_distance(r, id, r->now >= 0 ? position[r->now] : -1,
                                      r->next >= 0 ? position[r->next] : -1);
         if (d < best) best = d;
     }
@@ -269,14 +295,14 @@ static uint64_t sample_distance(const struct larder__nextuse *n, uint64_t id)
 }
 
 /* Steps until global block b (of `shard`) is read next by any live reader. */
-static uint64_t block_distance(struct larder__cache *c, struct larder__nextuse *n, uint32_t shard,
-                               uint64_t block)
+uint64_t larder__nextuse_block_distance(struct larder__cache *c, struct larder__nextuse *n,
+                                        uint32_t shard, uint64_t block)
 {
     uint64_t start = block << c->block_shift;
     uint64_t end = start + larder__cache_span(c, shard, block, block);
     uint64_t first, last;
     larder__shard_map_overlapping(n->map, shard, start, end, &first, &last);
-    uint64_t best = NEVER;
+    uint64_t best = LARDER__NEXTUSE_NEVER;
     for (uint64_t i = first; i < last; i++) {
         uint64_t d = sample_distance(n, larder__shard_map_id(n->map, i));
         if (d < best) best = d;
@@ -286,25 +312,27 @@ static uint64_t block_distance(struct larder__cache *c, struct larder__nextuse *
 
 static uint64_t weighed(const struct larder__cache *c, uint64_t global, uint64_t use)
 {
-    if (use == NEVER || !bit_get(c->borrowed, global)) return use;
-    return use > NEVER / BORROWED_WEIGHT ? NEVER - 1 : use * BORROWED_WEIGHT;
+    if (use == LARDER__NEXTUSE_NEVER || !bit_get(c->borrowed, global)) return use;
+    return use > LARDER__NEXTUSE_NEVER / BORROWED_WEIGHT ? LARDER__NEXTUSE_NEVER - 1
+                                                         : use * BORROWED_WEIGHT;
 }
 
 /* Farther first; among equals, the lower block number first. */
-static bool goes_before(const struct candidate *a, const struct candidate *b)
+static bool goes_before(const struct larder__nextuse_candidate *a,
+                        const struct larder__nextuse_candidate *b)
 {
     return a->use != b->use ? a->use > b->use : a->block < b->block;
 }
 
 /* Sift the heap (its root: the candidate that goes last) down from i. */
-static void sift_down(struct candidate *h, size_t count, size_t i)
+static void sift_down(struct larder__nextuse_candidate *h, size_t count, size_t i)
 {
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
         if (l < count && goes_before(&h[m], &h[l])) m = l;
         if (r < count && goes_before(&h[m], &h[r])) m = r;
         if (m == i) return;
-        struct candidate t = h[i];
+        struct larder__nextuse_candidate t = h[i];
         h[i] = h[m];
         h[m] = t;
         i = m;
@@ -313,27 +341,27 @@ static void sift_down(struct candidate *h, size_t count, size_t i)
 
 static int compare_candidates(const void *x, const void *y)
 {
-    const struct candidate *a = x, *b = y;
+    const struct larder__nextuse_candidate *a = x, *b = y;
     return goes_before(a, b) ? -1 : goes_before(b, a) ? 1 : 0;
 }
 
 /* Pick the resident blocks to go first: the farthest `want` of them, in order. */
 static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
 {
-    uint64_t started = cpu_ns();
+    uint64_t started = cpu_ns(), wall = larder__nextuse_now_ns();
     uint64_t resident = atomic_load64(&c->header->resident_blocks);
     size_t want = (size_t)(resident / 32);
     if (want < 64) want = 64;
     if (want > 65536) want = 65536;
     if (want > n->cap_candidates) {
-        struct candidate *more = realloc(n->candidates, want * sizeof *more);
+        struct larder__nextuse_candidate *more = realloc(n->candidates, want * sizeof *more);
         if (!more) return false;
         n->candidates = more;
         n->cap_candidates = want;
     }
     /* a heap whose root is the kept candidate that would go last */
     size_t count = 0;
-    struct candidate *h = n->candidates;
+    struct larder__nextuse_candidate *h = n->candidates;
     for (uint32_t shard = 0; shard < c->num_shards; shard++) {
         uint64_t base = c->shard_base[shard], blocks = c->shard_base[shard + 1] - base;
         for (uint64_t block = 0; block < blocks; block++) {
@@ -344,13 +372,14 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
                 continue;
             }
             if (!(word & 1) || (pins && bit_get(c->pinned, b))) continue;
-            struct candidate x = {.use = weighed(c, b, block_distance(c, n, shard, block)),
-                                  .block = b};
+            struct larder__nextuse_candidate x = {
+                .use = weighed(c, b, larder__nextuse_block_distance(c, n, shard, block)),
+                .block = b};
             if (count < want) {
                 size_t i = count++;
                 h[i] = x;
                 while (i > 0 && goes_before(&h[(i - 1) / 2], &h[i])) { /* sift up */
-                    struct candidate t = h[i];
+                    struct larder__nextuse_candidate t = h[i];
                     h[i] = h[(i - 1) / 2];
                     h[(i - 1) / 2] = t;
                     i = (i - 1) / 2;
@@ -372,26 +401,33 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
     n->num_candidates = count;
     n->next_candidate = 0;
     n->candidates_valid = true;
-    n->last_scan_ns = now_ns();
+    n->last_scan_ns = larder__nextuse_now_ns();
     n->scan_cost_ns = cpu_ns() - started;
+    n->scans++;
+    n->scan_cpu_ns += n->scan_cost_ns;
+    /* what it held the eviction lock for: on a busy machine much more than its CPU */
+    n->scan_wall_ns = n->last_scan_ns - wall;
     n->resident_at_pick = atomic_load64(&c->header->resident_blocks);
     return true;
 }
 
 /* Make the candidate list current: false when there is no live plan. */
-static bool current(struct larder__cache *c, struct larder__nextuse *n, bool pins)
+bool larder__nextuse_current(struct larder__cache *c, struct larder__nextuse *n, bool pins)
 {
-    if (!refresh_readers(c, n)) return false;
-    uint64_t positions = look_at_positions(c, n);
+    if (!larder__nextuse_readers(c, n)) return false;
+    uint64_t positions = larder__nextuse_positions(c, n);
     /* with a node capacity, other datasets take from what this one
      * publishes: blocks stored since the last pick may be farther */
     bool moved = positions != n->positions ||
                  (c->share && atomic_load64(&c->header->resident_blocks) != n->resident_at_pick);
     /* a reader moved on: rescan, unless the last scan cost more than
-     * CHEAP_SCAN_NS and a twentieth of the time since it */
+     * CHEAP_SCAN_NS of CPU and a twentieth of the time since it, counting
+     * the time it held the eviction lock (every other thread's decisions
+     * wait that long) */
+    uint64_t cost = n->scan_wall_ns > n->scan_cost_ns ? n->scan_wall_ns : n->scan_cost_ns;
     bool due = !n->candidates_valid || n->next_candidate >= n->num_candidates ||
                (moved && (n->scan_cost_ns < CHEAP_SCAN_NS ||
-                          now_ns() - n->last_scan_ns >= 20 * n->scan_cost_ns));
+                          larder__nextuse_now_ns() - n->last_scan_ns >= 20 * cost));
     if (due) {
         n->positions = positions;
         if (!pick(c, n, pins)) return false;
@@ -399,16 +435,17 @@ static bool current(struct larder__cache *c, struct larder__nextuse *n, bool pin
     return true;
 }
 
-bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit, bool pins)
+bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit, bool pins,
+                          struct larder__evict_batch *batch)
 {
     struct larder__nextuse *n = c->nextuse;
-    if (!n || !current(c, n, pins)) return false;
+    if (!n || !larder__nextuse_current(c, n, pins)) return false;
     for (int round = 0; round < 2 && atomic_load64(&c->header->resident_blocks) > limit; round++) {
         while (n->next_candidate < n->num_candidates &&
                atomic_load64(&c->header->resident_blocks) > limit) {
             uint64_t b = n->candidates[n->next_candidate++].block;
             if (!bit_get(c->resident, b) || (pins && bit_get(c->pinned, b))) continue;
-            larder__cache_evict_one(c, lock_fd, b);
+            larder__cache_evict_claim(c, lock_fd, b, batch);
         }
         if (atomic_load64(&c->header->resident_blocks) > limit && !pick(c, n, pins)) break;
     }
@@ -418,10 +455,10 @@ bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit, 
 uint64_t larder__nextuse_farthest(struct larder__cache *c, bool pins, uint64_t *use)
 {
     struct larder__nextuse *n = c->nextuse;
-    if (!n || !current(c, n, pins)) return UINT64_MAX;
+    if (!n || !larder__nextuse_current(c, n, pins)) return UINT64_MAX;
     for (int round = 0; round < 2; round++) {
         for (; n->next_candidate < n->num_candidates; n->next_candidate++) {
-            const struct candidate *x = &n->candidates[n->next_candidate];
+            const struct larder__nextuse_candidate *x = &n->candidates[n->next_candidate];
             if (bit_get(c->resident, x->block) && !(pins && bit_get(c->pinned, x->block))) {
                 *use = x->use;
                 return x->block;
@@ -445,62 +482,14 @@ bool larder__nextuse_evict_farthest(struct larder__cache *c, int lock_fd, uint64
 
 void larder__nextuse_refresh(struct larder__cache *c, bool pins)
 {
-    if (c->nextuse) current(c, c->nextuse, pins);
+    if (c->nextuse) larder__nextuse_current(c, c->nextuse, pins);
 }
 
-bool larder__cache_admit(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+bool larder__nextuse_listed(struct larder__cache *c, struct larder__nextuse *n, bool pins)
 {
-    uint64_t capacity = __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
-    if (c->evict_clock || shard >= c->num_shards) return true;
-    uint64_t more = last - first + 1;
-    bool full =
-        capacity && atomic_load64(&c->header->resident_blocks) + more > capacity >> c->block_shift;
-    bool node_full = larder__share_over(c, more << c->block_shift);
-    if (!full && !node_full) return true;
-    bool admit = true;
-    pthread_mutex_lock(&c->evict_lock);
-    struct larder__nextuse *n = c->nextuse;
-    bool pins = pins_hold(c, larder__cache_clock_ms());
-    if (n && current(c, n, pins)) {
-        uint64_t farthest = NEVER; /* the resident block that would go next */
-        bool found = false;
-        for (size_t i = n->next_candidate; i < n->num_candidates && !found; i++)
-            if (bit_get(c->resident, n->candidates[i].block)) {
-                farthest = n->candidates[i].use;
-                found = true;
-            }
-        uint64_t other; /* with a node capacity, another dataset's may go instead */
-        if (node_full && larder__share_farthest(c, &other) && (!found || other > farthest)) {
-            farthest = other;
-            found = true;
-        }
-        uint64_t nearest = NEVER;
-        for (uint64_t b = first; b <= last && nearest >= farthest; b++) {
-            uint64_t d = block_distance(c, n, shard, b);
-            if (d < nearest) nearest = d;
-        }
-        admit = !found || nearest < farthest;
-    }
-    pthread_mutex_unlock(&c->evict_lock);
-    return admit;
-}
-
-uint64_t larder__cache_next_use(struct larder__cache *c, uint32_t shard, uint64_t block)
-{
-    uint64_t d = NEVER;
-    pthread_mutex_lock(&c->evict_lock);
-    struct larder__nextuse *n = c->nextuse;
-    if (n && shard < c->num_shards && refresh_readers(c, n)) {
-        look_at_positions(c, n);
-        d = block_distance(c, n, shard, block);
-    }
-    pthread_mutex_unlock(&c->evict_lock);
-    return d;
-}
-
-uint64_t larder__cache_window_bytes(struct larder__cache *c, int readers)
-{
-    uint64_t capacity = __atomic_load_n(&c->header->capacity, __ATOMIC_ACQUIRE);
-    if (c->evict_clock || !capacity) return 0;
-    return capacity / (WINDOW_SHARE * (uint64_t)(readers > 0 ? readers : 1));
+    if (!larder__nextuse_readers(c, n)) return false;
+    if (!n->candidates_valid || n->next_candidate >= n->num_candidates)
+        return larder__nextuse_current(c, n, pins);
+    larder__nextuse_positions(c, n); /* the block asked about, at where the readers are */
+    return true;
 }

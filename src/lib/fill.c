@@ -325,6 +325,8 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
 {
     struct larder__cache *c = f->cache;
     uint64_t start = larder__cache_block_offset(c, p->first);
+    bool *admitted = malloc((size_t)(p->last - p->first + 1) * sizeof *admitted);
+    if (!admitted) return; /* served uncached */
     for (uint64_t b = p->first; b <= p->last;) {
         uint64_t end = b; /* a run of blocks kept alike, from the same place */
         while (end < p->last && keep[end + 1 - p->first] == keep[b - p->first] &&
@@ -333,20 +335,27 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
         uint8_t what = keep[b - p->first];
         if (what == LARDER__KEEP_CHECKED && fetched[b - p->first] == BLOCK_CACHED)
             larder__cache_trust(c, shard, b, end);
-        else if (what != LARDER__DISCARD && fetched[b - p->first] != BLOCK_CACHED)
-            /* admission, block by block: what would be the next to go is read through */
+        else if (what != LARDER__DISCARD && fetched[b - p->first] != BLOCK_CACHED) {
+            /* admission, block by block (in one decision): what would be
+             * the next to go is read through */
+            bool *admit = admitted + (b - p->first);
+            larder__cache_admit_each(c, shard, b, end, admit);
             for (uint64_t x = b, y; x <= end; x = y + 1) {
                 y = x;
-                if (!larder__cache_admit(c, shard, x, x)) continue;
-                while (y < end && larder__cache_admit(c, shard, y + 1, y + 1))
+                if (!admit[x - b]) continue;
+                while (y < end && admit[y + 1 - b])
                     y++;
                 if (larder__cache_store(
                         c, shard, x, y, span + larder__cache_block_offset(c, x) - start,
-                        fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0)
+                        fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0) {
+                    free(admitted);
                     return; /* disk full: served uncached (the cache counts it and warns once) */
+                }
             }
+        }
         b = end + 1;
     }
+    free(admitted);
 }
 
 /*
@@ -483,6 +492,7 @@ int larder__fill_sample(struct larder__fill *f, const struct larder__sample *s, 
         larder__cache_count(&k->hits, 1);
         return 0;
     }
+    larder__cache_trace_miss(f->cache, s->shard, first, last);
     /* all resident yet wrong or unreadable: the cache is what is wrong */
     bool suspect = larder__cache_present(f->cache, s->shard, first, last);
     return fill(f, s, id, buf, suspect, LARDER__DEMAND);

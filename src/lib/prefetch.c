@@ -223,6 +223,7 @@ void larder_prefetch_stop(larder_prefetch *p)
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->thread, NULL);
+    larder__nextuse_trace_costs(larder__dataset_cache(p->dataset)); /* LARDER_EVICT_TRACE */
     larder__cache_plan_unregister(larder__dataset_cache(p->dataset), p->slot);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->changed);

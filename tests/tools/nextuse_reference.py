@@ -8,7 +8,9 @@ reader, this walks every reader's future reads in time order, as the
 reader will make them (plan.md: its steps T + w, T + w + K, ... of this
 epoch from where it is, then w, w + K, ... of the next; its slice
 [t*G + r*G/W, t*G + (r+1)*G/W) of each step), and gives each block the
-first step at which one of its samples is read.
+first step at which one of its samples is read (a read in the next epoch
+counting where cache.md says: its step in the epoch's first eighth, else a
+fixed step of the sample's own).
 
     nextuse_reference.py DOC INPUT.json
 
@@ -26,6 +28,25 @@ import re
 import sys
 
 NEVER = float("inf")
+MASK = (1 << 64) - 1
+
+
+def spread(x):
+    """splitmix64's output function over x (docs/cache.md, "Next use")."""
+    z = (x + 0x9E3779B97F4A7C15) & MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
+
+
+def next_step(steps, t, sample):
+    """cache.md: a read at step t of the next epoch counts at t in the
+    epoch's first eighth (at least one step), else at a fixed step of the
+    sample's own among the rest."""
+    head = max(steps // 8, 1)
+    if t < head or steps <= head:
+        return t
+    return head + spread(sample) % (steps - head)
 
 
 def main():
@@ -66,12 +87,14 @@ def main():
             reads.append((t - cur, plan["epoch"], t))
             t += k
         for t in range(w, steps, k):
-            reads.append((steps - cur + t, plan["epoch"] + 1, t))
+            reads.append((None, plan["epoch"] + 1, t))
         for distance, epoch, t in reads:
             sequence = order(plan["seed"], epoch)
             for p in range(t * g + r * local, t * g + (r + 1) * local):
+                d = distance if distance is not None else steps - cur + next_step(
+                    steps, t, sequence[p])
                 for b in blocks_of[sequence[p]]:
-                    use[b] = min(use[b], distance)
+                    use[b] = min(use[b], d)
     for u in use:
         print(-1 if u == NEVER else u)
     resident = cfg.get("resident", [])
