@@ -40,9 +40,14 @@ static uint32_t inflight;     /* larder_read_transformed calls under way in this
 static uint32_t inflight_peak;
 static uint64_t inflight_peak_us;
 #define STEP_PEAK_US 1000000
-/* per daemon (by its address's hash; a collision only delays): now_us()
- * before which it is not asked */
-static uint64_t daemon_busy_until[64];
+/* the daemons that said they leave transforms to their readers lately, by
+ * their address's 64-bit hash, with the now_us() before which they are not
+ * asked (one daemon's word never holds back another's readers) */
+#define BUSY_DAEMONS 64
+static struct {
+    uint64_t hash, until;
+} busy_daemons[BUSY_DAEMONS];
+static pthread_mutex_t busy_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t budget_us = UINT64_MAX; /* UINT64_MAX: not set, read LARDER_TRANSFORM_BUDGET_MS */
 static pthread_once_t dir_once = PTHREAD_ONCE_INIT;
 
@@ -71,12 +76,43 @@ uint64_t larder__transform_step_budget(uint32_t reads, uint32_t cost_us)
     return (uint64_t)(reads ? reads : 1) * cost_us;
 }
 
-static uint64_t *busy_until(larder_dataset *d)
+static uint64_t daemon_hash(larder_dataset *d)
 {
     uint64_t h = 1469598103934665603u;
     for (const char *c = larder__endpoint_address(d->daemon); *c; c++)
         h = (h ^ (uint8_t)*c) * 1099511628211u;
-    return &daemon_busy_until[h % 64];
+    return h;
+}
+
+/* Whether d's daemon may be asked now (it did not say "readers" lately). */
+static bool daemon_askable(larder_dataset *d, uint64_t now)
+{
+    uint64_t h = daemon_hash(d);
+    bool askable = true;
+    pthread_mutex_lock(&busy_lock);
+    for (int i = 0; i < BUSY_DAEMONS; i++)
+        if (busy_daemons[i].hash == h && busy_daemons[i].until > now) askable = false;
+    pthread_mutex_unlock(&busy_lock);
+    return askable;
+}
+
+/* d's daemon leaves transforms to its readers: not asked until `until`
+ * (its own slot, else one whose time is up, else the soonest to end). */
+static void daemon_busy(larder_dataset *d, uint64_t until)
+{
+    uint64_t h = daemon_hash(d);
+    pthread_mutex_lock(&busy_lock);
+    int at = 0;
+    for (int i = 0; i < BUSY_DAEMONS; i++) {
+        if (busy_daemons[i].hash == h) {
+            at = i;
+            break;
+        }
+        if (busy_daemons[i].until < busy_daemons[at].until) at = i;
+    }
+    busy_daemons[at].hash = h;
+    busy_daemons[at].until = until;
+    pthread_mutex_unlock(&busy_lock);
 }
 
 /* Smooth a measurement into *ewma (the first one is taken as it is). */
@@ -198,8 +234,7 @@ static int ask_daemon(larder_dataset *d, const struct larder__transform *t, uint
     }
     const uint8_t *body = payload + LARDER__TRANSFORMED_FIXED;
     size_t body_length = answer.length - LARDER__TRANSFORMED_FIXED;
-    if (flags & LARDER__TRANSFORMED_AT_READER)
-        __atomic_store_n(busy_until(d), now_us() + AT_READER_BACKOFF_US, __ATOMIC_RELAXED);
+    if (flags & LARDER__TRANSFORMED_AT_READER) daemon_busy(d, now_us() + AT_READER_BACKOFF_US);
     if ((flags & LARDER__TRANSFORMED_RAW) && body_length == 0 && s.length &&
         (request.flags & LARDER__TRANSFORM_RESIDENT)) {
         rc = run_here(d, t, id, NULL, out); /* read here, from the node cache */
@@ -244,8 +279,8 @@ int larder_read_transformed(larder_dataset *d, uint64_t id, const char *spec,
     larder__transform_reader_load(&wait, &budget);
     /* a first transform runs here, to know what one costs (the budget's
      * default); a daemon that leaves transforms to readers is not asked */
-    bool ask = d->daemon && budget && !larder__endpoint_down(d->daemon) &&
-               now_us() >= __atomic_load_n(busy_until(d), __ATOMIC_RELAXED);
+    bool ask =
+        d->daemon && budget && !larder__endpoint_down(d->daemon) && daemon_askable(d, now_us());
     if (ask) rc = ask_daemon(d, &t, id, t.canonical, out);
     if (rc == 1) {
         rc = run_here(d, &t, id, NULL, out);

@@ -588,3 +588,44 @@ def test_get_many_keeps_the_order(tdata, no_daemon):
     for i, s in zip(ids, many):
         assert same(s["jpg"], jpeg_reference(inputs[i]["jpeg"], 16))
 
+
+
+def _fnv1a64(text):
+    """FNV-1a's loop with 64-bit FNV's prime and the reader's offset basis
+    (1469598103934665603, src/lib/transform_read.c): only to pick two
+    socket names that fell in one bucket of the reader's old table."""
+    h = 1469598103934665603
+    for b in text.encode():
+        h = ((h ^ b) * 1099511628211) % (1 << 64)
+    return h
+
+
+def test_one_daemons_back_off_never_holds_back_another(tdata, tmp_path, monkeypatch):
+    """A daemon that leaves transforms to its readers is not asked for a
+    while; another daemon whose address falls in the same one of 64
+    buckets (the reader kept one back-off per bucket) is still asked."""
+    index, _ = tdata
+    busy_name = "busy"
+    bucket = _fnv1a64(str(tmp_path / f"{busy_name}.sock")) % 64
+    other = next(f"normal{i}" for i in range(100000)
+                 if _fnv1a64(str(tmp_path / f"normal{i}.sock")) % 64 == bucket)
+    procs = []
+    try:
+        p1, busy = start_daemon(tmp_path, busy_name, "--transform-cpu-limit", "0")
+        procs.append(p1)
+        p2, normal = start_daemon(tmp_path, other)
+        procs.append(p2)
+        assert busy.endswith(".sock") and normal.endswith(".sock")
+        at_busy = open_with(index, monkeypatch, busy, cache="")
+        at_normal = open_with(index, monkeypatch, normal, cache="")
+        spec = "npy_cast:float16"
+        open_with(index, monkeypatch).get(0, transform=spec)  # a first one runs here
+        assert at_busy.get(0, transform=spec)["__placement__"] == "fallback"
+        # within the busy daemon's 0.5 s back-off
+        got = [at_normal.get(1, transform=spec)["__placement__"],
+               at_busy.get(1, transform=spec)["__placement__"]]
+        assert got == ["daemon", "local"], got
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=20)
