@@ -343,3 +343,50 @@ TEST(fill_engine_reads_the_missing_runs_of_a_fill_at_once)
     free(buf);
     teardown();
 }
+
+/* Whether any cache block holding bytes of sample s alone (none of a
+ * neighbour's) is resident. */
+static bool own_blocks_resident(const struct larder__sample *s)
+{
+    for (uint64_t b = (s->offset + 4095) / 4096; (b + 1) * 4096 <= s->offset + s->length; b++)
+        if (larder__fill_resident(t.fill, 0, b * 4096, 4096)) return true;
+    return false;
+}
+
+/* The owner's side of a whole-chunk borrow (borrow.c): a raw range over
+ * every sample of the shard, one of them wrong at the origin, after the
+ * others were staged one by one.  The range fails naming that sample and
+ * keeps none of the blocks holding its bytes alone; with the byte put
+ * back, the same range keeps every block. */
+TEST(fill_engine_a_range_over_many_samples_keeps_nothing_of_a_bad_one)
+{
+    setup(true, true);
+    uint64_t bad = 0;
+    struct larder__sample s, b = {0};
+    for (uint64_t id = 1; id + 1 < t.ix->num_samples; id++) { /* the longest with neighbours */
+        CHECK_EQ(larder__index_sample_range(t.ix, id, &s), 0);
+        if (s.length > b.length) bad = id, b = s;
+    }
+    CHECK(b.length >= 3 * 4096); /* blocks of its own */
+    for (uint64_t id = 0; id < t.ix->num_samples; id++)
+        if (id != bad) CHECK_EQ(larder__fill_stage(t.fill, id), 0);
+    t.fake.bytes[b.offset + b.length / 2] ^= 0xff;
+    struct larder__sample named;
+    CHECK_EQ(larder__index_sample(t.ix, bad, &named), 0);
+    int fd = -1;
+    CHECK_EQ(larder__fill_stage_range(t.fill, 0, 0, t.fake.size, &fd), LARDER_ECHECKSUM);
+    CHECK(strstr(larder_errmsg(), named.key) != NULL);
+    CHECK(!own_blocks_resident(&b));
+    uint8_t *buf = malloc(t.fake.size);
+    CHECK_EQ(larder__fill_range(t.fill, 0, 0, t.fake.size, buf), LARDER_ECHECKSUM);
+    CHECK(!own_blocks_resident(&b));
+    CHECK(!larder__fill_staged(t.fill, bad));
+    /* the byte put back: the same range keeps every block */
+    t.fake.bytes[b.offset + b.length / 2] ^= 0xff;
+    CHECK_EQ(larder__fill_stage_range(t.fill, 0, 0, t.fake.size, &fd), 0);
+    CHECK(larder__fill_resident(t.fill, 0, 0, t.fake.size));
+    CHECK_EQ(larder__fill_range(t.fill, 0, 0, t.fake.size, buf), 0);
+    CHECK(memcmp(buf, t.fake.bytes, t.fake.size) == 0);
+    free(buf);
+    teardown();
+}
