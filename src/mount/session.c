@@ -71,17 +71,25 @@ static void library_log(void *userdata, int level, const char *message)
     larder__mount_log(level, "%s", message);
 }
 
+/* `path` as the kernel writes mount points in /proc/self/mounts and
+ * mountinfo: ' ', '\t', '\n' and '\\' as octal escapes. */
+static void escape_mount_point(const char *path, char *escaped, size_t size)
+{
+    size_t n = 0;
+    for (const char *p = path; *p && n + 5 < size; p++)
+        if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\\')
+            n += (size_t)snprintf(escaped + n, size - n, "\\%03o", (unsigned char)*p);
+        else
+            escaped[n++] = *p;
+    escaped[n] = '\0';
+}
+
 /* Whether a FUSE file system is mounted at `path` (absolute), per /proc/self/mounts. */
 static bool fuse_mounted_at(const char *path)
 {
     char escaped[8192];
-    size_t n = 0;
-    for (const char *p = path; *p && n + 5 < sizeof escaped; p++)
-        if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\\')
-            n += (size_t)snprintf(escaped + n, sizeof escaped - n, "\\%03o", (unsigned char)*p);
-        else
-            escaped[n++] = *p;
-    escaped[n] = '\0';
+    escape_mount_point(path, escaped, sizeof escaped);
+    size_t n = strlen(escaped);
     FILE *f = fopen("/proc/self/mounts", "r");
     if (!f) return false;
     char line[16384];
@@ -105,6 +113,8 @@ static bool fuse_device_at(const char *path, unsigned *major, unsigned *minor)
 {
     FILE *f = fopen("/proc/self/mountinfo", "r");
     if (!f) return false;
+    char escaped[8192]; /* mountinfo escapes the mount point: compare it escaped */
+    escape_mount_point(path, escaped, sizeof escaped);
     char line[16384];
     bool found = false;
     while (!found && fgets(line, sizeof line, f)) {
@@ -114,15 +124,6 @@ static bool fuse_device_at(const char *path, unsigned *major, unsigned *minor)
         if (sscanf(line, "%*u %*u %u:%u %*s %8191s", &a, &b, point) != 3) continue;
         const char *type = strstr(line, " - ");
         if (!type || strncmp(type + 3, "fuse", 4) != 0) continue;
-        /* mountinfo escapes ' ', '\t', '\n' and '\\' as octal: compare escaped */
-        char escaped[8192];
-        size_t n = 0;
-        for (const char *p = path; *p && n + 5 < sizeof escaped; p++)
-            if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\\')
-                n += (size_t)snprintf(escaped + n, sizeof escaped - n, "\\%03o", (unsigned char)*p);
-            else
-                escaped[n++] = *p;
-        escaped[n] = '\0';
         if (strcmp(point, escaped) == 0) *major = a, *minor = b, found = true;
     }
     fclose(f);
