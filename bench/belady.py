@@ -24,9 +24,9 @@ import json
 import sys
 
 
-def replay(requests, capacity):
-    """Misses of each request under Belady's rule with bypass."""
-    # every access to a block, in order: (request index)
+def next_uses(requests):
+    """Every access to a block, in order; the request each belongs to; the
+    request that next needs the same block (`never` past the last one)."""
     accesses = [b for request in requests for b in request]
     owner = [i for i, request in enumerate(requests) for _ in request]
     never = len(requests) + 1
@@ -35,6 +35,12 @@ def replay(requests, capacity):
     for k in range(len(accesses) - 1, -1, -1):
         following[k] = seen.get(accesses[k], never)
         seen[accesses[k]] = owner[k]
+    return accesses, owner, following, never
+
+
+def replay(requests, capacity):
+    """Misses of each request under Belady's rule with bypass."""
+    accesses, owner, following, never = next_uses(requests)
     resident = {}  # block -> the request that needs it next
     heap = []  # (-next request, block), stale entries skipped
     misses = [0] * len(requests)

@@ -43,14 +43,7 @@ def replay_spread(requests, capacity, epoch_reads):
     needed later in the next epoch by a fixed key of their own (here
     spread(block)) instead: the rule of docs/cache.md, replayed with bypass
     like belady.replay."""
-    accesses = [b for request in requests for b in request]
-    owner = [i for i, request in enumerate(requests) for _ in request]
-    never = len(requests) + 1
-    following = [never] * len(accesses)
-    seen = {}
-    for k in range(len(accesses) - 1, -1, -1):
-        following[k] = seen.get(accesses[k], never)
-        seen[accesses[k]] = owner[k]
+    accesses, owner, following, never = belady.next_uses(requests)
 
     head = max(epoch_reads // 8, 1)
 
