@@ -120,25 +120,6 @@ TEST(nextuse_admission_decides_each_block_like_the_reference)
     larder_close(dataset);
 }
 
-/* The C's next use of every block equals the reference's for readers `r`
- * (registered or not: the reference is told who counts). */
-static void expect_next_uses(const struct reader *r, int count)
-{
-    long long want[1024], evict[1024];
-    reference(r, count, 0, want, evict);
-    for (uint64_t b = 0; b < total_blocks(); b++) {
-        uint32_t shard;
-        uint64_t block;
-        locate(b, &shard, &block);
-        uint64_t got = larder__cache_next_use(cache, shard, block);
-        long long have = got == UINT64_MAX ? -1 : (long long)got;
-        if (have != want[b])
-            fprintf(stderr, "    block %llu: next use %lld, the reference says %lld\n",
-                    (unsigned long long)b, have, want[b]);
-        CHECK_EQ(have, want[b]);
-    }
-}
-
 /* A DataLoader worker's pass ends and its process exits before the next
  * pass's worker registers: until then (or 30 s), its next epoch still
  * counts, as the reference counts a reader done with its epoch; its
