@@ -11,6 +11,8 @@
  *   stager.c     whole files staged in the background on their first
  *                open, a few large reads at a time, below the readers;
  *   adapt.c      how many: the limit grown and cut by the readers' misses;
+ *   hdf5*.c      an HDF5 file's metadata (all but its datasets' raw data)
+ *                found with libhdf5 and staged first (hdf5_layout.h);
  *   order.c      a reader's registered sample order (the control file
  *                .larder-order), driving the plan's prefetcher;
  *   session.c    start-up: the source opened, a stale mount point found or
@@ -179,6 +181,16 @@ void larder__mount_stager_kick(struct larder__mount *m);
 void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging);
 /* Unmounting: stage nothing more (pieces running end on their own). */
 void larder__mount_stager_stop(struct larder__mount *m);
+
+/* ---- hdf5_stage.c ---- */
+/* A file staged on open (shard bytes [base, base + length), sample
+ * `sample`): if it is HDF5, a background thread scans it through the
+ * cache at NEAR (hdf5_layout.h) and stages the blocks holding its metadata at
+ * NEAR, unless they are spread through most of the file; the log says
+ * what it found (every metadata extent with LARDER_MOUNT_TRACE).  Needs
+ * a node cache; waited for at unmount like a staging task. */
+void larder__mount_hdf5_stage(struct larder__mount *m, uint32_t shard, uint64_t base,
+                              uint64_t length, uint64_t sample);
 
 /* ---- order.c ---- */
 struct larder__mount_order;
