@@ -45,6 +45,9 @@ struct scan {
     size_t raw_capacity;
     uint64_t objects;
     int error; /* -ENOMEM while collecting */
+    /* larder__mount_hdf5_members: the addresses, in name order */
+    uint64_t *members;
+    size_t member_count, member_capacity;
 };
 
 #if LARDER__HDF5_SCAN_SUPPORTED
@@ -211,7 +214,8 @@ static herr_t visit(hid_t object, const char *name, const H5O_info_t *info, void
     return s->error ? -1 : 0;
 }
 
-static int scan_locked(struct scan *s)
+/* The file opened through the driver, or a negative code (scan_lock held). */
+static hid_t open_locked(struct scan *s)
 {
     if (driver_id < 0 && (driver_id = H5FDregister(&driver_class)) < 0)
         return larder__fail(LARDER_EHDF5, "cannot register the mount's HDF5 file driver");
@@ -223,10 +227,58 @@ static int scan_locked(struct scan *s)
     current = s;
     hid_t file = H5Fopen("larder-mount", H5F_ACC_RDONLY, access);
     H5Pclose(access);
+    if (file >= 0) return file;
+    current = NULL;
+    return s->read_error ? larder__fail(s->read_error, "HDF5 scan: a read of the file failed")
+                         : larder__fail(LARDER_EHDF5, "HDF5 scan: libhdf5 cannot open the file");
+}
+
+static herr_t member(hid_t group, const char *name, const H5L_info_t *info, void *data)
+{
+    (void)group, (void)name;
+    struct scan *s = data;
+    if (s->read_error && s->read_error != LARDER_ETRUNCATED) return -1;
+    if (info->type != H5L_TYPE_HARD) return 0;
+    if (s->member_count >= LARDER__MOUNT_HDF5_MAX_EXTENTS) return 1;
+    if (larder__reserve((void **)&s->members, &s->member_capacity, s->member_count + 1,
+                        sizeof s->members[0])) {
+        s->error = -ENOMEM;
+        return -1;
+    }
+    s->members[s->member_count++] = (uint64_t)info->u.address;
+    return 0;
+}
+
+static int members_locked(struct scan *s, const char *path)
+{
+    hid_t file = open_locked(s);
+    if (file < 0) return (int)file;
+    int rc = 0;
+    hid_t group = H5Gopen2(file, path, H5P_DEFAULT);
+    if (group < 0) {
+        rc = larder__fail(LARDER_ENOTFOUND, "HDF5 scan: no group %s", path);
+    } else {
+        hsize_t position = 0;
+        herr_t listed = H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, &position, member, s);
+        if (s->error)
+            rc = larder__fail(s->error, "HDF5 scan: out of memory");
+        else if (listed < 0)
+            rc = s->read_error
+                     ? larder__fail(s->read_error, "HDF5 scan: a read of the file failed")
+                     : larder__fail(LARDER_EHDF5, "HDF5 scan: cannot list the group %s", path);
+        H5Gclose(group);
+    }
+    H5Fclose(file);
+    current = NULL;
+    return rc;
+}
+
+static int scan_locked(struct scan *s)
+{
+    hid_t file = open_locked(s);
     int rc = 0;
     if (file < 0) {
-        rc = s->read_error ? larder__fail(s->read_error, "HDF5 scan: a read of the file failed")
-                           : larder__fail(LARDER_EHDF5, "HDF5 scan: libhdf5 cannot open the file");
+        rc = (int)file;
     } else {
         herr_t visited = H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit, s, H5O_INFO_BASIC);
         if (s->error)
@@ -283,6 +335,33 @@ int larder__mount_hdf5_scan(larder__mount_hdf5_read_fn read, void *context, uint
     for (size_t i = 0; i < l->metadata_count; i++)
         l->metadata_bytes += l->metadata[i].length;
     *out = l;
+    return 0;
+}
+
+int larder__mount_hdf5_members(larder__mount_hdf5_read_fn read, void *context, uint64_t file_size,
+                               const char *group, uint64_t **addresses, size_t *count)
+{
+    *addresses = NULL, *count = 0;
+    struct larder__mount_hdf5_layout unused = {0};
+    struct scan s = {.read = read, .context = context, .file_size = file_size, .layout = &unused};
+#if LARDER__HDF5_SCAN_SUPPORTED
+    pthread_mutex_lock(&scan_lock);
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    int rc = members_locked(&s, group);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    pthread_mutex_unlock(&scan_lock);
+#else
+    (void)group;
+    int rc = larder__fail(LARDER_EUNSUPPORTED, "HDF5 scan: built for libhdf5 1.10's file drivers");
+#endif
+    if (rc < 0) {
+        free(s.members);
+        return rc;
+    }
+    *addresses = s.members, *count = s.member_count;
     return 0;
 }
 

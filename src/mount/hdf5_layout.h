@@ -97,4 +97,17 @@ int larder__mount_hdf5_scan(larder__mount_hdf5_read_fn read, void *context, uint
                             struct larder__mount_hdf5_layout **out);
 void larder__mount_hdf5_layout_free(struct larder__mount_hdf5_layout *layout);
 
+/*
+ * The members of group `group` ("/" for the root) of the HDF5 file that
+ * `read` reads, in name order (as h5py lists them): the address of each
+ * hard link's object header in *addresses (malloc'd, the caller frees),
+ * their number in *count (at most LARDER__MOUNT_HDF5_MAX_EXTENTS; soft and
+ * external links are skipped).  Only the group's own index is read (its
+ * B-tree and heap, or its link messages), no member is opened.  0, or a
+ * negative code with larder_errmsg().  The addresses come from the file:
+ * hostile, not checked here.
+ */
+int larder__mount_hdf5_members(larder__mount_hdf5_read_fn read, void *context, uint64_t file_size,
+                               const char *group, uint64_t **addresses, size_t *count);
+
 #endif

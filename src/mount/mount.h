@@ -203,9 +203,34 @@ void larder__mount_order_free(struct larder__mount_order *order);
  * 0, or a negative code with larder_errmsg() saying what was wrong.
  */
 int larder__mount_order_register(struct larder__mount *m, const char *text, size_t length);
-/* Sample `id` was read: the registered orders that hold it move on. */
-void larder__mount_order_read(struct larder__mount *m, uint64_t id);
+/* Data bytes [offset, offset + length) of sample `id` were read: the
+ * registered orders that hold it move on. */
+void larder__mount_order_read(struct larder__mount *m, uint64_t id, uint64_t offset,
+                              uint64_t length);
 /* What the control file reads back: the registrations and their progress. */
 int larder__mount_order_describe(struct larder__mount *m, char *buf, size_t capacity);
+
+/* ---- hdf5_order.c: registered orders over the members of one HDF5 file ---- */
+struct larder__mount_file_orders;
+struct larder__mount_file_order_spec {
+    const char *file;  /* the file's path under the mount */
+    const char *group; /* whose members are the samples, "/" by default */
+    uint64_t seed, epoch, batch, window;
+    uint32_t rank, world;
+};
+int larder__mount_file_orders_new(struct larder__mount_file_orders **out);
+void larder__mount_file_orders_free(struct larder__mount_file_orders *orders);
+/* Register (or replace, for the same file, rank and world) the order of
+ * torch's DistributedSampler over the group's members: 0, or a negative
+ * code with larder_errmsg().  The members are listed in the background. */
+int larder__mount_file_order_register(struct larder__mount *m,
+                                      struct larder__mount_file_orders *orders,
+                                      const struct larder__mount_file_order_spec *spec);
+/* Data bytes [offset, offset + length) of sample `sample` were read: the
+ * orders over that file move on, and stage what comes next. */
+void larder__mount_file_orders_read(struct larder__mount_file_orders *orders, uint64_t sample,
+                                    uint64_t offset, uint64_t length);
+int larder__mount_file_orders_describe(struct larder__mount_file_orders *orders, char *buf,
+                                       size_t capacity);
 
 #endif
