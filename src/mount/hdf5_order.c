@@ -37,8 +37,9 @@
 
 #define MAX_FILE_ORDERS 64
 #define MEMBER_SPAN_MAX (UINT64_C(64) << 20) /* one member's bytes staged at most */
-#define PAGE (UINT64_C(64) << 10)            /* the listing's unchecked reads */
-#define PAGES 256
+#define PAGE (UINT64_C(16) << 10)            /* the listing's unchecked reads */
+#define PAGES 2048                           /* of them kept, direct-mapped: 32 MiB */
+#define PREFETCH_AT_ONCE 16                  /* a B-tree node's children read at once */
 
 struct file_order {
     struct larder__mount *m;
@@ -86,6 +87,77 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Page `page` of the file into its slot, from the origin (unchecked). */
+static int read_page(struct file_order *o, struct larder__source *source, uint64_t page)
+{
+    uint64_t slot = page % PAGES, from = page * PAGE;
+    uint64_t n = o->size - from < PAGE ? o->size - from : PAGE;
+    int rc = larder__source_read(source, o->pages + slot * PAGE, (size_t)n, o->base + from,
+                                 larder__read_at(LARDER__NEAR));
+    o->page_of[slot] = rc < 0 ? 0 : page + 1;
+    return rc < 0 ? rc : 0;
+}
+
+struct prefetch {
+    struct file_order *o;
+    struct larder__source *source;
+    uint64_t page;
+};
+
+static void *run_prefetch(void *arg)
+{
+    struct prefetch *p = arg;
+    read_page(p->o, p->source, p->page); /* a failure leaves the slot empty: read again later */
+    return NULL;
+}
+
+/*
+ * libhdf5 reads a group's version-1 B-tree node, then each child it
+ * points to (symbol-table nodes, or nodes a level down) one at a time, each
+ * a round trip to the origin: 800 of them, serially, for a group of 12800
+ * members.  So when a read brings a group B-tree node ("TREE", type 0),
+ * its children's pages are read here at once, PREFETCH_AT_ONCE at a time.
+ * The node is parsed as the format lays it out (signature, type, level,
+ * entries used, two sibling addresses, then key, child, key, ... with the
+ * usual 8-byte offsets and lengths); every field is the file's, so the
+ * entries are bounded by the bytes read and the addresses by the file's
+ * size, and a wrong guess only reads other pages of the same file.
+ */
+static void prefetch_children(struct file_order *o, struct larder__source *source,
+                              const uint8_t *node, size_t length)
+{
+    if (length < 24 || memcmp(node, "TREE", 4) != 0 || node[4] != 0) return;
+    size_t used = (size_t)node[6] | (size_t)node[7] << 8;
+    uint64_t pages[PREFETCH_AT_ONCE * 8];
+    size_t count = 0;
+    for (size_t i = 0; i < used && count < sizeof pages / sizeof pages[0]; i++) {
+        size_t at = 24 + 8 + i * 16; /* past the header and key i */
+        if (at + 8 > length) break;
+        uint64_t address = 0;
+        for (int b = 7; b >= 0; b--)
+            address = address << 8 | node[at + (size_t)b];
+        if (address >= o->size) continue;
+        uint64_t page = address / PAGE;
+        if (o->page_of[page % PAGES] == page + 1) continue;
+        bool dup = false;
+        for (size_t k = 0; k < count && !dup; k++)
+            dup = pages[k] % PAGES == page % PAGES;
+        if (!dup) pages[count++] = page;
+    }
+    for (size_t first = 0; first < count; first += PREFETCH_AT_ONCE) {
+        size_t n = count - first < PREFETCH_AT_ONCE ? count - first : PREFETCH_AT_ONCE;
+        struct prefetch jobs[PREFETCH_AT_ONCE];
+        pthread_t threads[PREFETCH_AT_ONCE];
+        bool started[PREFETCH_AT_ONCE] = {false};
+        for (size_t k = 0; k < n; k++) {
+            jobs[k] = (struct prefetch){o, source, pages[first + k]};
+            started[k] = pthread_create(&threads[k], NULL, run_prefetch, &jobs[k]) == 0;
+        }
+        for (size_t k = 0; k < n; k++)
+            if (started[k]) pthread_join(threads[k], NULL);
+    }
+}
+
 /* The listing's reads: the cache's where resident, else the origin's, unchecked, by pages. */
 static int read_listing(void *context, uint64_t offset, void *buf, size_t length)
 {
@@ -100,21 +172,16 @@ static int read_listing(void *context, uint64_t offset, void *buf, size_t length
     int rc = larder__fill_source(fill, o->shard, &source);
     if (rc < 0) return rc;
     uint8_t *out = buf;
+    size_t total = length;
     while (length > 0) {
         uint64_t page = offset / PAGE, slot = page % PAGES, in = offset % PAGE;
-        uint8_t *p = o->pages + slot * PAGE;
-        if (o->page_of[slot] != page + 1) {
-            uint64_t from = o->base + page * PAGE;
-            uint64_t n = o->size - page * PAGE < PAGE ? o->size - page * PAGE : PAGE;
-            rc = larder__source_read(source, p, (size_t)n, from, larder__read_at(LARDER__NEAR));
-            if (rc < 0) return rc;
-            o->page_of[slot] = page + 1;
-        }
+        if (o->page_of[slot] != page + 1 && (rc = read_page(o, source, page)) < 0) return rc;
         size_t n = PAGE - in < length ? (size_t)(PAGE - in) : length;
         if (page * PAGE + in + n > o->size) return LARDER_ETRUNCATED;
-        memcpy(out, p + in, n);
+        memcpy(out, o->pages + slot * PAGE + in, n);
         out += n, offset += n, length -= n;
     }
+    prefetch_children(o, source, buf, total);
     return 0;
 }
 
@@ -173,10 +240,8 @@ static int list_members(struct file_order *o)
     uint64_t *addresses;
     size_t n;
     int rc = 0;
-    pthread_mutex_lock(&o->registry->listing);
     if (!(addresses = listed_before(o, &n)))
         rc = larder__mount_hdf5_members(read_listing, o, o->size, o->group, &addresses, &n);
-    pthread_mutex_unlock(&o->registry->listing);
     if (rc < 0) return rc;
     if (n == 0 || n > UINT32_MAX) {
         free(addresses);
@@ -228,7 +293,11 @@ static void *run_listing(void *arg)
 {
     struct file_order *o = arg;
     double began = now_s();
+    /* one listing at a time, until it is ready: a second registration of
+     * the same file then copies it (listed_before) */
+    pthread_mutex_lock(&o->registry->listing);
     int rc = list_members(o);
+    pthread_mutex_unlock(&o->registry->listing);
     o->listed_s = now_s() - began;
     free(o->pages);
     o->pages = NULL;
