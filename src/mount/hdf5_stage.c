@@ -31,6 +31,7 @@
 #define SIGNATURE_LIMIT (UINT64_C(1) << 20) /* where a superblock is looked for: 0, 512, ... */
 #define SPREAD_SHARE 8                      /* metadata in over 1/8 of the blocks: not first */
 #define MIN_PIECES 64                       /* ... unless that is at most this many blocks */
+#define SMALL_FILE (UINT64_C(5) << 20)      /* stager.c's HEAD + TAIL: staged at once anyway */
 #define TRACE_LINES 4096                    /* metadata extents traced at most per file */
 /* Blocks the scan may fetch (misses) before it stops: a file whose
  * metadata needs more is one whose metadata is spread through it, and
@@ -161,7 +162,9 @@ void larder__mount_hdf5_stage(struct larder__mount *m, uint32_t shard, uint64_t 
                               uint64_t length, uint64_t sample)
 {
     const char *off = getenv("LARDER_MOUNT_HDF5"); /* "0": off, to compare (bench/mount.sh) */
-    if (!m->cached || length < 512 || (off && strcmp(off, "0") == 0)) return;
+    /* a file within the head and tail stager.c stages at once at NEAR has
+     * nothing to put first (and small files are opened by the thousand) */
+    if (!m->cached || length <= SMALL_FILE || (off && strcmp(off, "0") == 0)) return;
     struct hdf5_task *t = malloc(sizeof *t);
     if (!t) return;
     *t = (struct hdf5_task){m, shard, base, length, sample};

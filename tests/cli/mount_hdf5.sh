@@ -8,9 +8,10 @@
 # here), and every block holding them reaches the origin while the whole
 # file's first staging read is still held.  Then files that lie: a
 # dataset whose address points past the end of the file (the extent is
-# clipped away, nothing outside the file is logged or read), and a file
-# cut short (its scan fails with a warning); both read back byte-exact and
-# the mount stays up.  Order and counts are checked, never time.
+# clipped away, nothing outside the file is logged or read), a file cut
+# short and one with only the signature (their scans fail with a
+# warning), and one within the 5 MiB staged at once (not scanned); all
+# read back byte-exact and the mount stays up.  Order and counts are checked, never time.
 source "$(dirname "$0")/lib.sh"
 source "$TESTS/cli/mount.lib"
 export PYTHONPATH=$TESTS/tools
@@ -149,7 +150,7 @@ mkdir -p bad
 /usr/bin/python3 - <<'PY'
 import h5py, numpy as np, struct
 with h5py.File("bad/far.h5", "w") as f:
-    f.create_dataset("before", data=np.zeros(300000, dtype=np.int64))
+    f.create_dataset("before", data=np.zeros(600000, dtype=np.int64))  # over 5 MiB in all
     f.create_dataset("labels", data=np.full(200000, 7, dtype=np.int64))
     offset = f["labels"].id.get_offset()
 data = bytearray(open("bad/far.h5", "rb").read())
@@ -162,12 +163,13 @@ with h5py.File("bad/far.h5", "r") as f:
     assert f["labels"].id.get_offset() == len(data) + (1 << 40)
 whole = open("src/rows.h5", "rb").read()
 open("bad/short.h5", "wb").write(whole[: len(whole) // 2])
-open("bad/notes.bin", "wb").write(b"\x89HDF\r\n\x1a\n" + bytes(5000))  # a signature, no file
+open("bad/notes.bin", "wb").write(b"\x89HDF\r\n\x1a\n" + bytes(6 << 20))  # a signature, no file
+open("bad/tiny.h5", "wb").write(whole[:4096])  # within the head: not scanned
 PY
 /usr/bin/python3 expected_metadata.py bad/far.h5 >expected-far.txt
 "$LARDER" index --files bad -o bad.larder >/dev/null
 LARDER_MOUNT_TRACE=1 mount_larder bad bad.larder --cache "$WORK/cache-bad" --stage-on-open
-for f in far.h5 short.h5 notes.bin; do
+for f in far.h5 short.h5 notes.bin tiny.h5; do
   cmp "bad/$f" "mnt-bad/$f" || fail "$f read through the mount differs"
 done
 for _ in $(seq 200); do
@@ -176,6 +178,9 @@ for _ in $(seq 200); do
 done
 grep 'hdf5: sample' mnt-bad.log | grep -q "staged first" ||
   fail "far.h5 was not scanned: $(grep hdf5 mnt-bad.log)"
+sleep 0.5
+[ "$(grep -c 'hdf5: sample' mnt-bad.log)" -eq 3 ] ||
+  fail "want far.h5, short.h5 and notes.bin scanned, not tiny.h5: $(grep hdf5 mnt-bad.log)"
 [ "$(grep -c 'warning: hdf5: sample' mnt-bad.log)" -eq 2 ] ||
   fail "want warnings for short.h5 and notes.bin: $(grep hdf5 mnt-bad.log)"
 size=$(stat -c %s bad/far.h5)
