@@ -273,6 +273,105 @@ static int members_locked(struct scan *s, const char *path)
     return rc;
 }
 
+/* Rows of an open dataset (scan_lock held). */
+static int rows_of(struct scan *s, hid_t dataset, const char *path,
+                   struct larder__mount_hdf5_extent **out, size_t *count)
+{
+    hid_t space = H5Dget_space(dataset), type = H5Dget_type(dataset);
+    hid_t create = H5Dget_create_plist(dataset);
+    hsize_t dims[H5S_MAX_RANK], chunk[H5S_MAX_RANK];
+    int rank = space >= 0 ? H5Sget_simple_extent_dims(space, dims, NULL) : -1;
+    size_t item = type >= 0 ? H5Tget_size(type) : 0;
+    H5D_layout_t layout = create >= 0 ? H5Pget_layout(create) : H5D_LAYOUT_ERROR;
+    int filters = create >= 0 ? H5Pget_nfilters(create) : -1;
+    int chunk_rank = layout == H5D_CHUNKED ? H5Pget_chunk(create, H5S_MAX_RANK, chunk) : 0;
+    int rc = 0;
+    uint64_t row_bytes = item;
+    for (int d = 1; d < rank && rc == 0; d++)
+        if (dims[d] && row_bytes > UINT64_MAX / dims[d])
+            rc = larder__fail(LARDER_EUNSUPPORTED, "%s: rows too large", path);
+        else
+            row_bytes *= dims[d];
+    if (rc == 0 && (rank < 1 || item == 0 || filters < 0))
+        rc = larder__fail(LARDER_EHDF5, "%s: cannot read its shape", path);
+    else if (rc == 0 && filters > 0)
+        rc = larder__fail(LARDER_EUNSUPPORTED, "%s: compressed: its rows are no byte ranges", path);
+    else if (rc == 0 && layout != H5D_CONTIGUOUS && layout != H5D_CHUNKED)
+        rc = larder__fail(LARDER_EUNSUPPORTED, "%s: neither contiguous nor chunked", path);
+    else if (rc == 0 && (dims[0] == 0 || dims[0] > LARDER__MOUNT_HDF5_MAX_ROWS))
+        rc = larder__fail(LARDER_EUNSUPPORTED, "%s: %llu rows (1 to %llu)", path,
+                          (unsigned long long)dims[0],
+                          (unsigned long long)LARDER__MOUNT_HDF5_MAX_ROWS);
+    else if (rc == 0 && layout == H5D_CHUNKED && (chunk_rank != rank || chunk[0] == 0))
+        rc = larder__fail(LARDER_EHDF5, "%s: cannot read its chunks", path);
+    struct larder__mount_hdf5_extent *rows = NULL;
+    if (rc == 0 && !(rows = calloc((size_t)dims[0], sizeof *rows))) rc = -ENOMEM;
+    if (rc == 0 && layout == H5D_CONTIGUOUS) {
+        haddr_t offset = H5Dget_offset(dataset);
+        if (offset == HADDR_UNDEF) rc = larder__fail(LARDER_EEMPTY, "%s: no data written", path);
+        for (hsize_t i = 0; rc == 0 && i < dims[0]; i++) /* wraps only past any file: clipped */
+            rows[i] =
+                (struct larder__mount_hdf5_extent){(uint64_t)offset + i * row_bytes, row_bytes};
+    } else if (rc == 0) {
+        bool whole_rows = true; /* chunks span every dimension but the first */
+        for (int d = 1; d < rank; d++)
+            whole_rows = whole_rows && chunk[d] >= dims[d];
+        hsize_t chunks = 0;
+        if (H5Dget_num_chunks(dataset, space, &chunks) < 0) chunks = 0;
+        if (chunks > LARDER__MOUNT_HDF5_MAX_CHUNKS) chunks = LARDER__MOUNT_HDF5_MAX_CHUNKS;
+        hsize_t coords[H5S_MAX_RANK];
+        for (hsize_t k = 0; k < chunks; k++) {
+            unsigned mask;
+            haddr_t address;
+            hsize_t size;
+            if (H5Dget_chunk_info(dataset, space, k, coords, &mask, &address, &size) < 0) break;
+            if (address == HADDR_UNDEF || coords[0] >= dims[0]) continue;
+            for (hsize_t r = coords[0]; r < dims[0] && r < coords[0] + chunk[0]; r++) {
+                struct larder__mount_hdf5_extent *e = &rows[r];
+                if (!whole_rows) { /* the row is spread over chunks: take them all */
+                    uint64_t end = e->length ? e->offset + e->length : 0;
+                    uint64_t start = e->length ? e->offset : address;
+                    if (address < start) start = address;
+                    if (address + size > end) end = address + size;
+                    *e = (struct larder__mount_hdf5_extent){start, end - start};
+                } else {
+                    *e = (struct larder__mount_hdf5_extent){
+                        (uint64_t)address + (r - coords[0]) * row_bytes, row_bytes};
+                }
+            }
+        }
+    }
+    (void)s;
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (create >= 0) H5Pclose(create);
+    if (rc < 0) {
+        free(rows);
+        return rc;
+    }
+    *out = rows, *count = (size_t)dims[0];
+    return 0;
+}
+
+static int rows_locked(struct scan *s, const char *path, struct larder__mount_hdf5_extent **out,
+                       size_t *count)
+{
+    hid_t file = open_locked(s);
+    if (file < 0) return (int)file;
+    int rc;
+    hid_t dataset = H5Dopen2(file, path, H5P_DEFAULT);
+    if (dataset < 0) {
+        rc = s->read_error ? larder__fail(s->read_error, "HDF5 scan: a read of the file failed")
+                           : larder__fail(LARDER_ENOTFOUND, "HDF5 scan: no dataset %s", path);
+    } else {
+        rc = rows_of(s, dataset, path, out, count);
+        H5Dclose(dataset);
+    }
+    H5Fclose(file);
+    current = NULL;
+    return rc;
+}
+
 static int scan_locked(struct scan *s)
 {
     hid_t file = open_locked(s);
@@ -363,6 +462,29 @@ int larder__mount_hdf5_members(larder__mount_hdf5_read_fn read, void *context, u
     }
     *addresses = s.members, *count = s.member_count;
     return 0;
+}
+
+int larder__mount_hdf5_rows(larder__mount_hdf5_read_fn read, void *context, uint64_t file_size,
+                            const char *path, struct larder__mount_hdf5_extent **rows,
+                            size_t *count)
+{
+    *rows = NULL, *count = 0;
+    struct larder__mount_hdf5_layout unused = {0};
+    struct scan s = {.read = read, .context = context, .file_size = file_size, .layout = &unused};
+#if LARDER__HDF5_SCAN_SUPPORTED
+    pthread_mutex_lock(&scan_lock);
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    int rc = rows_locked(&s, path, rows, count);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    pthread_mutex_unlock(&scan_lock);
+#else
+    (void)path;
+    int rc = larder__fail(LARDER_EUNSUPPORTED, "HDF5 scan: built for libhdf5 1.10's file drivers");
+#endif
+    return rc;
 }
 
 void larder__mount_hdf5_layout_free(struct larder__mount_hdf5_layout *l)

@@ -110,4 +110,21 @@ void larder__mount_hdf5_layout_free(struct larder__mount_hdf5_layout *layout);
 int larder__mount_hdf5_members(larder__mount_hdf5_read_fn read, void *context, uint64_t file_size,
                                const char *group, uint64_t **addresses, size_t *count);
 
+/* Rows of a dataset kept at most (each costs the order about 40 bytes). */
+#define LARDER__MOUNT_HDF5_MAX_ROWS (UINT64_C(1) << 22)
+
+/*
+ * The rows of dataset `path` (its first dimension) as byte extents of the
+ * file: rows[i] for row i, malloc'd (the caller frees), *count of them.
+ * Contiguous: its offset + i x the row's bytes.  Chunked without filters:
+ * within row i's chunk, at (i mod the chunk's rows) x the row's bytes when
+ * the chunks span whole rows, else the whole chunk.  A compressed
+ * dataset's rows are no byte ranges: LARDER_EUNSUPPORTED.  0, or a
+ * negative code with larder_errmsg().  Offsets come from the file:
+ * hostile, not clipped here.
+ */
+int larder__mount_hdf5_rows(larder__mount_hdf5_read_fn read, void *context, uint64_t file_size,
+                            const char *path, struct larder__mount_hdf5_extent **rows,
+                            size_t *count);
+
 #endif

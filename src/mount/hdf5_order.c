@@ -44,8 +44,9 @@
 struct file_order {
     struct larder__mount *m;
     struct larder__mount_file_orders *registry;
-    char file[256], group[256];
-    uint64_t sample; /* the file's sample in the index */
+    char file[256], group[256],
+        dataset[256]; /* dataset: its rows are the samples, else group's members */
+    uint64_t sample;  /* the file's sample in the index */
     uint32_t shard;
     uint64_t base, size; /* the file: shard bytes [base, base + size) */
     uint64_t seed, epoch, batch, window;
@@ -222,7 +223,8 @@ static uint64_t *listed_before(struct file_order *o, size_t *n)
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->count && !copy; i++) {
         struct file_order *other = r->orders[i];
-        if (other == o || other->sample != o->sample || strcmp(other->group, o->group) != 0)
+        if (other == o || other->sample != o->sample || strcmp(other->group, o->group) != 0 ||
+            other->dataset[0] || o->dataset[0])
             continue;
         pthread_mutex_lock(&other->lock);
         if (other->ready && (copy = malloc(other->members * sizeof *copy))) {
@@ -237,16 +239,35 @@ static uint64_t *listed_before(struct file_order *o, size_t *n)
 
 static int list_members(struct file_order *o)
 {
-    uint64_t *addresses;
-    size_t n;
+    uint64_t *addresses = NULL, *row_end = NULL; /* row_end: a dataset's rows' own ends */
+    size_t n = 0;
     int rc = 0;
-    if (!(addresses = listed_before(o, &n)))
+    if (o->dataset[0]) {
+        struct larder__mount_hdf5_extent *rows;
+        rc = larder__mount_hdf5_rows(read_listing, o, o->size, o->dataset, &rows, &n);
+        if (rc < 0) return rc;
+        addresses = malloc(n * sizeof *addresses), row_end = malloc(n * sizeof *row_end);
+        for (size_t i = 0; addresses && row_end && i < n; i++) {
+            addresses[i] = rows[i].offset;
+            /* hostile: a wrapping length ends at the file's end */
+            row_end[i] = rows[i].offset + rows[i].length < rows[i].offset
+                             ? o->size
+                             : rows[i].offset + rows[i].length;
+        }
+        free(rows);
+        if (!addresses || !row_end) {
+            free(addresses), free(row_end);
+            return -ENOMEM;
+        }
+    } else if (!(addresses = listed_before(o, &n))) {
         rc = larder__mount_hdf5_members(read_listing, o, o->size, o->group, &addresses, &n);
-    if (rc < 0) return rc;
+        if (rc < 0) return rc;
+    }
     if (n == 0 || n > UINT32_MAX) {
-        free(addresses);
-        return larder__fail(LARDER_EEMPTY, "%s: group %s has no members to order", o->file,
-                            o->group);
+        free(addresses), free(row_end);
+        return larder__fail(LARDER_EEMPTY, "%s: %s has no %s to order", o->file,
+                            o->dataset[0] ? o->dataset : o->group,
+                            o->dataset[0] ? "rows" : "members");
     }
     size_t length = larder__mount_torch_distributed_length((uint32_t)n, o->world);
     uint64_t *end = calloc(n, sizeof *end), *sorted = calloc(n, sizeof *sorted);
@@ -257,7 +278,7 @@ static int list_members(struct file_order *o)
     uint8_t *seen = calloc(length, 1);
     if (!end || !sorted || !sorted_of || !list || !scratch || !position_of || !placed || !seen) {
         free(addresses), free(end), free(sorted), free(sorted_of), free(list), free(scratch);
-        free(position_of), free(placed), free(seen);
+        free(position_of), free(placed), free(seen), free(row_end);
         return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
@@ -271,9 +292,12 @@ static int list_members(struct file_order *o)
         uint32_t i = placed[k].member;
         sorted[k] = placed[k].address, sorted_of[k] = i;
         if (k + 1 < n && placed[k + 1].address > placed[k].address) next = placed[k + 1].address;
-        end[i] = next - addresses[i] > MEMBER_SPAN_MAX ? addresses[i] + MEMBER_SPAN_MAX : next;
+        uint64_t to = row_end ? row_end[i] : next; /* a row's own end, or the next member's */
+        if (to > o->size) to = o->size;
+        if (to < addresses[i]) to = addresses[i];
+        end[i] = to - addresses[i] > MEMBER_SPAN_MAX ? addresses[i] + MEMBER_SPAN_MAX : to;
     }
-    free(placed);
+    free(placed), free(row_end);
     length = larder__mount_torch_distributed(o->seed, o->epoch, o->rank, o->world, (uint32_t)n,
                                              scratch, list);
     for (size_t k = length; k-- > 0;)
@@ -309,10 +333,11 @@ static void *run_listing(void *arg)
             larder__mount_log(LARDER_LOG_WARN, "order for %s: %s", o->file, larder_errmsg());
     } else {
         larder__mount_log(LARDER_LOG_INFO,
-                          "order for %s: %zu members of %s listed in %.2f s; rank %u of %u "
+                          "order for %s: %zu %s of %s listed in %.2f s; rank %u of %u "
                           "reads %zu, staged %" PRIu64 " steps ahead",
-                          o->file, o->members, o->group, o->listed_s, o->rank, o->world, o->length,
-                          o->window);
+                          o->file, o->members, o->dataset[0] ? "rows" : "members",
+                          o->dataset[0] ? o->dataset : o->group, o->listed_s, o->rank, o->world,
+                          o->length, o->window);
     }
     return NULL;
 }
@@ -353,8 +378,9 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     if (!m->cached)
         return larder__fail(LARDER_EUSAGE, "a registered order needs a node cache (--cache)");
     if (strlen(spec->file) >= sizeof((struct file_order *)0)->file ||
-        strlen(spec->group) >= sizeof((struct file_order *)0)->group)
-        return larder__fail(LARDER_EUSAGE, "file= or group= over 255 bytes");
+        strlen(spec->group) >= sizeof((struct file_order *)0)->group ||
+        (spec->dataset && strlen(spec->dataset) >= sizeof((struct file_order *)0)->dataset))
+        return larder__fail(LARDER_EUSAGE, "file=, group= or dataset= over 255 bytes");
     uint64_t ino = larder__mount_tree_resolve(m->tree, spec->file);
     const struct larder__mount_node *n = ino ? larder__mount_tree_node(m->tree, ino) : NULL;
     if (!n || n->directory || n->header_length)
@@ -374,6 +400,7 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     o->m = m, o->registry = r;
     snprintf(o->file, sizeof o->file, "%s", spec->file);
     snprintf(o->group, sizeof o->group, "%s", spec->group);
+    snprintf(o->dataset, sizeof o->dataset, "%s", spec->dataset ? spec->dataset : "");
     o->sample = n->sample, o->shard = s.shard, o->base = s.offset + field.offset, o->size = n->size;
     o->seed = spec->seed, o->epoch = spec->epoch, o->batch = spec->batch;
     o->window = spec->window, o->rank = spec->rank, o->world = spec->world;
@@ -462,15 +489,17 @@ int larder__mount_file_orders_describe(struct larder__mount_file_orders *r, char
     for (size_t i = 0; i < r->count && used < capacity; i++) {
         struct file_order *o = r->orders[i];
         pthread_mutex_lock(&o->lock);
-        int n = snprintf(buf + used, capacity - used,
-                         "file=%s group=%s sampler=torch seed=%" PRIu64 " epoch=%" PRIu64
-                         " rank=%u world=%u batch=%" PRIu64 " window=%" PRIu64
-                         " members=%zu read=%zu staged=%zu staged_bytes=%" PRIu64 "%s\n",
-                         o->file, o->group, o->seed, o->epoch, o->rank, o->world, o->batch,
-                         o->window, o->members, o->position, o->staged_until, o->staged_bytes,
-                         o->error   ? " failed"
-                         : o->ready ? ""
-                                    : " listing");
+        int n =
+            snprintf(buf + used, capacity - used,
+                     "file=%s %s=%s sampler=torch seed=%" PRIu64 " epoch=%" PRIu64
+                     " rank=%u world=%u batch=%" PRIu64 " window=%" PRIu64
+                     " members=%zu read=%zu staged=%zu staged_bytes=%" PRIu64 "%s\n",
+                     o->file, o->dataset[0] ? "dataset" : "group",
+                     o->dataset[0] ? o->dataset : o->group, o->seed, o->epoch, o->rank, o->world,
+                     o->batch, o->window, o->members, o->position, o->staged_until, o->staged_bytes,
+                     o->error   ? " failed"
+                     : o->ready ? ""
+                                : " listing");
         pthread_mutex_unlock(&o->lock);
         if (n < 0 || (size_t)n >= capacity - used) break;
         used += (size_t)n;

@@ -213,8 +213,9 @@ int larder__mount_order_describe(struct larder__mount *m, char *buf, size_t capa
 /* ---- hdf5_order.c: registered orders over the members of one HDF5 file ---- */
 struct larder__mount_file_orders;
 struct larder__mount_file_order_spec {
-    const char *file;  /* the file's path under the mount */
-    const char *group; /* whose members are the samples, "/" by default */
+    const char *file;    /* the file's path under the mount */
+    const char *group;   /* whose members are the samples, "/" by default */
+    const char *dataset; /* or NULL: whose rows are the samples (its first dimension) */
     uint64_t seed, epoch, batch, window;
     uint32_t rank, world;
 };

@@ -144,9 +144,10 @@ int larder__mount_order_register(struct larder__mount *m, const char *text, size
                             (unsigned long long)window);
     if (!m->cached)
         return larder__fail(LARDER_EUSAGE, "a registered order needs a node cache (--cache)");
-    char file[256], group[256] = "/", sampler[16] = "";
-    if (word(line, "file", file, sizeof file)) { /* the members of one HDF5 file */
+    char file[256], group[256] = "/", dataset[256] = "", sampler[16] = "";
+    if (word(line, "file", file, sizeof file)) { /* the members or rows of one HDF5 file */
         word(line, "group", group, sizeof group);
+        word(line, "dataset", dataset, sizeof dataset);
         word(line, "sampler", sampler, sizeof sampler);
         if (strcmp(sampler, "torch") != 0)
             return larder__fail(LARDER_EUSAGE,
@@ -155,6 +156,7 @@ int larder__mount_order_register(struct larder__mount *m, const char *text, size
                                 file);
         struct larder__mount_file_order_spec spec = {.file = file,
                                                      .group = group,
+                                                     .dataset = dataset[0] ? dataset : NULL,
                                                      .seed = seed,
                                                      .epoch = epoch,
                                                      .batch = batch,

@@ -10,7 +10,10 @@
 # reads.  Reading the first step through h5py moves the registration on
 # and stages the next; the file reads back byte-exact; registrations that
 # name no file, an unknown sampler or a file that is not HDF5 are refused
-# or reported.  Order and counts are checked, never time.
+# or reported.  The same for the rows of a contiguous and of a chunked
+# 2-D dataset (dataset=PATH; offsets from h5py's get_offset and
+# get_chunk_info); a compressed dataset's rows are refused.  Order and
+# counts are checked, never time.
 source "$(dirname "$0")/lib.sh"
 source "$TESTS/cli/mount.lib"
 export PYTHONPATH=$TESTS/tools
@@ -24,6 +27,11 @@ with h5py.File("src/samples.h5", "w") as f:
         g.create_dataset("x", data=np.full(25000, i, dtype=np.float32))  # 100 KB
         g.create_dataset("y", data=np.arange(i, i + 10))
 open("src/notes.bin", "wb").write(bytes(300000))
+with h5py.File("src/rows.h5", "w") as f:  # rows of 2-D datasets as samples
+    f.create_dataset("images", data=np.arange(400 * 16384, dtype=np.float32).reshape(400, 16384))
+    f.create_dataset("chunked", data=np.ones((400, 4096), dtype=np.float32), chunks=(10, 4096))
+    f.create_dataset("zipped", data=np.zeros((400, 256), dtype=np.float32), chunks=(10, 256),
+                     compression="gzip")
 PY
 cp -r src www/shard-files
 "$LARDER" index --files www/shard-files -o www/files.larder >/dev/null
@@ -116,6 +124,77 @@ else:
 print("after a step: read=%d, staged=%d" % (read, field(text, "staged")))
 PY
 cmp src/samples.h5 mnt-o/samples.h5 || fail "samples.h5 read through the mount differs"
+
+# rows of a contiguous and of a chunked dataset (uncompressed), as h5py places them
+/usr/bin/python3 - "$base" <<'PY' || fail "row orders: $(tail -5 mnt-o.log)"
+import json, os, sys, time, urllib.request
+import h5py, torch.utils.data as tud
+base = sys.argv[1]
+MiB = 1 << 20
+with h5py.File("src/rows.h5", "r") as f:
+    images = f["images"].id.get_offset()
+    image_row = 16384 * 4
+    chunk_of = {}
+    for k in range(f["chunked"].id.get_num_chunks()):
+        info = f["chunked"].id.get_chunk_info(k)
+        chunk_of[info.chunk_offset[0]] = info.byte_offset
+
+def rows(dataset):
+    if dataset == "/images":
+        return lambda r: (images + r * image_row, images + (r + 1) * image_row)
+    return lambda r: (chunk_of[r - r % 10] + (r % 10) * 16384,
+                      chunk_of[r - r % 10] + (r % 10 + 1) * 16384)
+
+def fills():
+    out = set()
+    for path, rng in json.load(urllib.request.urlopen(base + "/__log", timeout=10)):
+        first, last = map(int, rng.split("=")[1].split("-"))
+        if path.endswith("/rows.h5") and last + 1 - first > 64 * 1024:
+            out.update(range(first // MiB, last // MiB + 1))
+    return out
+
+class Items:
+    def __len__(self):
+        return 400
+seen = set()
+for dataset, seed in (("/images", 11), ("/chunked", 12)):
+    sampler = tud.distributed.DistributedSampler(Items(), num_replicas=2, rank=1, shuffle=True,
+                                                 seed=seed)
+    order = list(sampler)  # epoch 0
+    with open("mnt-o/.larder-order", "w") as f:
+        f.write("file=rows.h5 dataset=%s sampler=torch seed=%d epoch=0 rank=1 world=2 batch=8 "
+                "window=2\n" % (dataset, seed))
+    want = set()
+    for r in order[:8]:
+        a, e = rows(dataset)(r)
+        want.update(range(a // MiB, (e - 1) // MiB + 1))
+    want -= seen  # blocks staged for the dataset before are resident: not asked again
+    for _ in range(400):
+        text = open("mnt-o/.larder-order").read()
+        if "dataset=%s " % dataset in text and "staged=8 " in text and fills() - seen >= want:
+            break
+        time.sleep(0.05)
+    else:
+        raise SystemExit("%s: the first window was not staged: %s; fills %s, want %s"
+                         % (dataset, text, sorted(fills() - seen), sorted(want)))
+    time.sleep(0.5)
+    assert fills() - seen == want, "%s: fills %s, want %s" % (dataset, sorted(fills() - seen),
+                                                              sorted(want))
+    assert "members=400 " in open("mnt-o/.larder-order").read()
+    seen = fills()
+    print("%s: the origin filled exactly the blocks of the rank's first 8 rows" % dataset)
+with open("mnt-o/.larder-order", "w") as f:
+    f.write("file=rows.h5 dataset=/zipped sampler=torch seed=1 epoch=0 rank=1 world=2 batch=8\n")
+for _ in range(200):
+    if "dataset=/zipped" in open("mnt-o/.larder-order").read() and \
+            "compressed" in open("mnt-o.log").read():
+        break
+    time.sleep(0.05)
+assert "failed" in [l for l in open("mnt-o/.larder-order").read().splitlines()
+                    if "rows.h5" in l][0], "a compressed dataset's rows were ordered"
+print("a compressed dataset's rows are refused")
+PY
+cmp src/rows.h5 mnt-o/rows.h5 || fail "rows.h5 read through the mount differs"
 
 # registrations refused or reported
 for line in "file=missing.h5 sampler=torch seed=1 epoch=0 rank=0 world=1 batch=4" \
