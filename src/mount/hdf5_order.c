@@ -38,8 +38,11 @@
 #define MAX_FILE_ORDERS 64
 #define MEMBER_SPAN_MAX (UINT64_C(64) << 20) /* one member's bytes staged at most */
 #define PAGE (UINT64_C(16) << 10)            /* the listing's unchecked reads */
-#define PAGES 2048                           /* of them kept, direct-mapped: 32 MiB */
-#define PREFETCH_AT_ONCE 16                  /* a B-tree node's children read at once */
+#define PAGES 4096 /* of them kept, direct-mapped: 64 MiB while a listing runs, one at a time */
+#define PREFETCH_AT_ONCE 64 /* B-tree nodes' children read at once */
+#define PREFETCH_MAX 16384  /* children a level of the tree read ahead */
+#define NODE_SPAN                                                                                  \
+    512 /* bytes of a node read ahead: a symbol-table node of 8 entries (h5py's) is 328 */
 
 struct file_order {
     struct larder__mount *m;
@@ -70,6 +73,7 @@ struct file_order {
     uint64_t staged_bytes; /* queued */
     double listed_s;
     /* the listing's page cache (its thread only) */
+    _Atomic uint64_t pages_read, pages_prefetched; /* from the origin: by libhdf5's reads, ahead */
     uint8_t *pages;
     uint64_t page_of[PAGES];
 };
@@ -108,55 +112,98 @@ struct prefetch {
 static void *run_prefetch(void *arg)
 {
     struct prefetch *p = arg;
+    atomic_fetch_add(&p->o->pages_prefetched, 1);
     read_page(p->o, p->source, p->page); /* a failure leaves the slot empty: read again later */
     return NULL;
+}
+
+/* The child addresses of a group B-tree node ("TREE", type 0) in
+ * node[0..length), at most `capacity`, within the file: how many. */
+static size_t tree_children(const struct file_order *o, const uint8_t *node, size_t length,
+                            uint64_t *out, size_t capacity)
+{
+    if (length < 24 || memcmp(node, "TREE", 4) != 0 || node[4] != 0) return 0;
+    size_t used = (size_t)node[6] | (size_t)node[7] << 8, count = 0;
+    for (size_t i = 0; i < used && count < capacity; i++) {
+        size_t at = 24 + 8 + i * 16; /* past the header and key i */
+        if (at + 8 > length) break;
+        uint64_t address = 0;
+        for (int b = 7; b >= 0; b--)
+            address = address << 8 | node[at + (size_t)b];
+        if (address < o->size) out[count++] = address;
+    }
+    return count;
+}
+
+/* Read the pages of addresses[0..count) not kept yet, PREFETCH_AT_ONCE at a time. */
+static void fetch_pages(struct file_order *o, struct larder__source *source,
+                        const uint64_t *addresses, size_t count)
+{
+    uint64_t pages[PREFETCH_AT_ONCE];
+    size_t n = 0;
+    /* each node's first page, and the next where a node may run into it */
+    for (size_t i = 0; i <= 2 * count; i++) {
+        if (i < 2 * count) {
+            uint64_t at = addresses[i / 2] + (i % 2 ? NODE_SPAN - 1 : 0);
+            if (at >= o->size) at = o->size - 1;
+            uint64_t page = at / PAGE;
+            bool dup = o->page_of[page % PAGES] == page + 1;
+            for (size_t k = 0; k < n && !dup; k++)
+                dup = pages[k] % PAGES == page % PAGES;
+            if (!dup) pages[n++] = page;
+        }
+        if (n == PREFETCH_AT_ONCE || (i == 2 * count && n > 0)) {
+            struct prefetch jobs[PREFETCH_AT_ONCE];
+            pthread_t threads[PREFETCH_AT_ONCE];
+            bool started[PREFETCH_AT_ONCE] = {false};
+            for (size_t k = 0; k < n; k++) {
+                jobs[k] = (struct prefetch){o, source, pages[k]};
+                started[k] = pthread_create(&threads[k], NULL, run_prefetch, &jobs[k]) == 0;
+            }
+            for (size_t k = 0; k < n; k++)
+                if (started[k]) pthread_join(threads[k], NULL);
+            n = 0;
+        }
+    }
 }
 
 /*
  * libhdf5 reads a group's version-1 B-tree node, then each child it
  * points to (symbol-table nodes, or nodes a level down) one at a time, each
  * a round trip to the origin: 800 of them, serially, for a group of 12800
- * members.  So when a read brings a group B-tree node ("TREE", type 0),
- * its children's pages are read here at once, PREFETCH_AT_ONCE at a time.
- * The node is parsed as the format lays it out (signature, type, level,
- * entries used, two sibling addresses, then key, child, key, ... with the
- * usual 8-byte offsets and lengths); every field is the file's, so the
- * entries are bounded by the bytes read and the addresses by the file's
- * size, and a wrong guess only reads other pages of the same file.
+ * members.  So when a read brings a group B-tree node, the pages of the
+ * whole tree below it are read here first, a level at a time, each level's
+ * PREFETCH_AT_ONCE at once: a few round trips a level, then libhdf5 finds
+ * them kept.  The nodes are parsed as the format lays them out (signature,
+ * type, level, entries used, two sibling addresses, then key, child, key,
+ * ... with the usual 8-byte offsets and lengths), from the bytes of the
+ * page they start in; every field is the file's, so the entries are
+ * bounded by those bytes, the addresses by the file's size and their
+ * number by PREFETCH_MAX, and a wrong guess only reads other pages of the
+ * same file.
  */
 static void prefetch_children(struct file_order *o, struct larder__source *source,
                               const uint8_t *node, size_t length)
 {
-    if (length < 24 || memcmp(node, "TREE", 4) != 0 || node[4] != 0) return;
-    size_t used = (size_t)node[6] | (size_t)node[7] << 8;
-    uint64_t pages[PREFETCH_AT_ONCE * 8];
-    size_t count = 0;
-    for (size_t i = 0; i < used && count < sizeof pages / sizeof pages[0]; i++) {
-        size_t at = 24 + 8 + i * 16; /* past the header and key i */
-        if (at + 8 > length) break;
-        uint64_t address = 0;
-        for (int b = 7; b >= 0; b--)
-            address = address << 8 | node[at + (size_t)b];
-        if (address >= o->size) continue;
-        uint64_t page = address / PAGE;
-        if (o->page_of[page % PAGES] == page + 1) continue;
-        bool dup = false;
-        for (size_t k = 0; k < count && !dup; k++)
-            dup = pages[k] % PAGES == page % PAGES;
-        if (!dup) pages[count++] = page;
-    }
-    for (size_t first = 0; first < count; first += PREFETCH_AT_ONCE) {
-        size_t n = count - first < PREFETCH_AT_ONCE ? count - first : PREFETCH_AT_ONCE;
-        struct prefetch jobs[PREFETCH_AT_ONCE];
-        pthread_t threads[PREFETCH_AT_ONCE];
-        bool started[PREFETCH_AT_ONCE] = {false};
-        for (size_t k = 0; k < n; k++) {
-            jobs[k] = (struct prefetch){o, source, pages[first + k]};
-            started[k] = pthread_create(&threads[k], NULL, run_prefetch, &jobs[k]) == 0;
+    uint64_t *level = malloc(2 * PREFETCH_MAX * sizeof *level);
+    if (!level) return;
+    uint64_t *next = level + PREFETCH_MAX;
+    size_t count = tree_children(o, node, length, level, PREFETCH_MAX);
+    for (int depth = 0; depth < 8 && count > 0 && !o->m->stopping; depth++) {
+        fetch_pages(o, source, level, count);
+        size_t found = 0;
+        for (size_t i = 0; i < count && found < PREFETCH_MAX; i++) {
+            uint64_t page = level[i] / PAGE, in = level[i] % PAGE;
+            if (o->page_of[page % PAGES] != page + 1) continue; /* not read, or overwritten */
+            uint64_t kept = o->size - page * PAGE < PAGE ? o->size - page * PAGE : PAGE;
+            if (in >= kept) continue;
+            found += tree_children(o, o->pages + (page % PAGES) * PAGE + in, (size_t)(kept - in),
+                                   next + found, PREFETCH_MAX - found);
         }
-        for (size_t k = 0; k < n; k++)
-            if (started[k]) pthread_join(threads[k], NULL);
+        uint64_t *swap = level;
+        level = next, next = swap, count = found;
     }
+    free(level < next ? level : next);
 }
 
 /* The listing's reads: the cache's where resident, else the origin's, unchecked, by pages. */
@@ -176,7 +223,10 @@ static int read_listing(void *context, uint64_t offset, void *buf, size_t length
     size_t total = length;
     while (length > 0) {
         uint64_t page = offset / PAGE, slot = page % PAGES, in = offset % PAGE;
-        if (o->page_of[slot] != page + 1 && (rc = read_page(o, source, page)) < 0) return rc;
+        if (o->page_of[slot] != page + 1) {
+            atomic_fetch_add(&o->pages_read, 1);
+            if ((rc = read_page(o, source, page)) < 0) return rc;
+        }
         size_t n = PAGE - in < length ? (size_t)(PAGE - in) : length;
         if (page * PAGE + in + n > o->size) return LARDER_ETRUNCATED;
         memcpy(out, o->pages + slot * PAGE + in, n);
@@ -320,11 +370,12 @@ static void *run_listing(void *arg)
     /* one listing at a time, until it is ready: a second registration of
      * the same file then copies it (listed_before) */
     pthread_mutex_lock(&o->registry->listing);
-    int rc = list_members(o);
-    pthread_mutex_unlock(&o->registry->listing);
-    o->listed_s = now_s() - began;
+    o->pages = malloc(PAGE * PAGES); /* one listing's pages at a time */
+    int rc = o->pages ? list_members(o) : -ENOMEM;
     free(o->pages);
     o->pages = NULL;
+    pthread_mutex_unlock(&o->registry->listing);
+    o->listed_s = now_s() - began;
     if (rc < 0) {
         pthread_mutex_lock(&o->lock);
         o->error = rc;
@@ -333,11 +384,13 @@ static void *run_listing(void *arg)
             larder__mount_log(LARDER_LOG_WARN, "order for %s: %s", o->file, larder_errmsg());
     } else {
         larder__mount_log(LARDER_LOG_INFO,
-                          "order for %s: %zu %s of %s listed in %.2f s; rank %u of %u "
+                          "order for %s: %zu %s of %s listed in %.2f s (%" PRIu64
+                          " pages of the origin read in turn, %" PRIu64 " ahead); rank %u of %u "
                           "reads %zu, staged %" PRIu64 " steps ahead",
                           o->file, o->members, o->dataset[0] ? "rows" : "members",
-                          o->dataset[0] ? o->dataset : o->group, o->listed_s, o->rank, o->world,
-                          o->length, o->window);
+                          o->dataset[0] ? o->dataset : o->group, o->listed_s,
+                          atomic_load(&o->pages_read), atomic_load(&o->pages_prefetched), o->rank,
+                          o->world, o->length, o->window);
     }
     return NULL;
 }
@@ -393,10 +446,7 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
         rc = larder_field_info_get(m->dataset, n->sample, (uint32_t)n->field, &field);
     if (rc < 0) return rc;
     struct file_order *o = calloc(1, sizeof *o);
-    if (!o || !(o->pages = malloc(PAGE * PAGES))) {
-        free(o);
-        return -ENOMEM;
-    }
+    if (!o) return -ENOMEM;
     o->m = m, o->registry = r;
     snprintf(o->file, sizeof o->file, "%s", spec->file);
     snprintf(o->group, sizeof o->group, "%s", spec->group);
@@ -413,13 +463,13 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     if (i == r->count && r->count == MAX_FILE_ORDERS) {
         pthread_mutex_unlock(&r->lock);
         pthread_mutex_destroy(&o->lock);
-        free(o->pages), free(o);
+        free(o);
         return larder__fail(LARDER_EUSAGE, "%d file orders registered already", MAX_FILE_ORDERS);
     }
     if (pthread_create(&o->thread, NULL, run_listing, o) != 0) {
         pthread_mutex_unlock(&r->lock);
         pthread_mutex_destroy(&o->lock);
-        free(o->pages), free(o);
+        free(o);
         return -EAGAIN;
     }
     struct file_order *old = i < r->count ? r->orders[i] : NULL;
