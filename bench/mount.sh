@@ -4,12 +4,14 @@
 # workers, a compute sleep per step) three ways in one run -- straight
 # from the slow-storage emulator (tools/slowfs), through `larder mount` of
 # a --files index of the emulator's directory, by default (staging on
-# open) and with --no-stage-on-open (epoch 1 cold, 2 and 3
+# open), by default with the harness's sampler order registered for the
+# file (docs/mount.md, "A registered row order for an HDF5 file") and with
+# --no-stage-on-open (epoch 1 cold, 2 and 3
 # warm), and from local disk -- then cached throughput through the mount
 # against the same reads of the cache's data file.  Writes
 # bench/results/mount.md and mount.png.
 #
-#   bench/mount.sh            # the full benchmark (about 15 minutes on 2 cores; the
+#   bench/mount.sh            # the full benchmark (about 17 minutes on 2 cores; the
 #                             # first run also generates the seed benchmark's dataset,
 #                             # 3 x 3.7 GB under bench/work/mount, reused afterwards)
 #   bench/mount.sh --quick    # a cut of 2-4 minutes: prints the table, writes only

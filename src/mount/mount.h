@@ -11,6 +11,8 @@
  *   stager.c     whole files staged in the background on their first
  *                open, a few large reads at a time, below the readers;
  *   adapt.c      how many: the limit grown and cut by the readers' misses;
+ *   hdf5*.c      an HDF5 file's metadata (all but its datasets' raw data)
+ *                found with libhdf5 and staged first (hdf5_layout.h);
  *   order.c      a reader's registered sample order (the control file
  *                .larder-order), driving the plan's prefetcher;
  *   session.c    start-up: the source opened, a stale mount point found or
@@ -180,6 +182,16 @@ void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging)
 /* Unmounting: stage nothing more (pieces running end on their own). */
 void larder__mount_stager_stop(struct larder__mount *m);
 
+/* ---- hdf5_stage.c ---- */
+/* A file staged on open (shard bytes [base, base + length), sample
+ * `sample`): if it is HDF5, a background thread scans it through the
+ * cache at NEAR (hdf5_layout.h) and stages the blocks holding its metadata at
+ * NEAR, unless they are spread through most of the file; the log says
+ * what it found (every metadata extent with LARDER_MOUNT_TRACE).  Needs
+ * a node cache; waited for at unmount like a staging task. */
+void larder__mount_hdf5_stage(struct larder__mount *m, uint32_t shard, uint64_t base,
+                              uint64_t length, uint64_t sample);
+
 /* ---- order.c ---- */
 struct larder__mount_order;
 /* The control file's name at the mount's root: LARDER__MOUNT_ORDER_FILE (tree.h). */
@@ -191,9 +203,35 @@ void larder__mount_order_free(struct larder__mount_order *order);
  * 0, or a negative code with larder_errmsg() saying what was wrong.
  */
 int larder__mount_order_register(struct larder__mount *m, const char *text, size_t length);
-/* Sample `id` was read: the registered orders that hold it move on. */
-void larder__mount_order_read(struct larder__mount *m, uint64_t id);
+/* Data bytes [offset, offset + length) of sample `id` were read: the
+ * registered orders that hold it move on. */
+void larder__mount_order_read(struct larder__mount *m, uint64_t id, uint64_t offset,
+                              uint64_t length);
 /* What the control file reads back: the registrations and their progress. */
 int larder__mount_order_describe(struct larder__mount *m, char *buf, size_t capacity);
+
+/* ---- hdf5_order.c: registered orders over the members of one HDF5 file ---- */
+struct larder__mount_file_orders;
+struct larder__mount_file_order_spec {
+    const char *file;    /* the file's path under the mount */
+    const char *group;   /* whose members are the samples, "/" by default */
+    const char *dataset; /* or NULL: whose rows are the samples (its first dimension) */
+    uint64_t seed, epoch, batch, window;
+    uint32_t rank, world;
+};
+int larder__mount_file_orders_new(struct larder__mount_file_orders **out);
+void larder__mount_file_orders_free(struct larder__mount_file_orders *orders);
+/* Register (or replace, for the same file, rank and world) the order of
+ * torch's DistributedSampler over the group's members: 0, or a negative
+ * code with larder_errmsg().  The members are listed in the background. */
+int larder__mount_file_order_register(struct larder__mount *m,
+                                      struct larder__mount_file_orders *orders,
+                                      const struct larder__mount_file_order_spec *spec);
+/* Data bytes [offset, offset + length) of sample `sample` were read: the
+ * orders over that file move on, and stage what comes next. */
+void larder__mount_file_orders_read(struct larder__mount_file_orders *orders, uint64_t sample,
+                                    uint64_t offset, uint64_t length);
+int larder__mount_file_orders_describe(struct larder__mount_file_orders *orders, char *buf,
+                                       size_t capacity);
 
 #endif

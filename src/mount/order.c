@@ -44,12 +44,19 @@ struct larder__mount_order {
     struct registration orders[MAX_ORDERS];
     size_t count;
     _Atomic size_t live; /* count, read without the lock on every read */
+    struct larder__mount_file_orders
+        *files;            /* orders over one HDF5 file's members (hdf5_order.c) */
+    atomic_bool any_files; /* one was registered */
 };
 
 int larder__mount_order_new(struct larder__mount_order **out)
 {
     struct larder__mount_order *o = calloc(1, sizeof *o);
     if (!o) return -ENOMEM;
+    if (larder__mount_file_orders_new(&o->files) < 0) {
+        free(o);
+        return -ENOMEM;
+    }
     pthread_mutex_init(&o->lock, NULL);
     *out = o;
     return 0;
@@ -67,6 +74,7 @@ void larder__mount_order_free(struct larder__mount_order *o)
     if (!o) return;
     for (size_t i = 0; i < o->count; i++)
         end_registration(&o->orders[i]);
+    larder__mount_file_orders_free(o->files);
     pthread_mutex_destroy(&o->lock);
     free(o);
 }
@@ -136,6 +144,30 @@ int larder__mount_order_register(struct larder__mount *m, const char *text, size
                             (unsigned long long)window);
     if (!m->cached)
         return larder__fail(LARDER_EUSAGE, "a registered order needs a node cache (--cache)");
+    char file[256], group[256] = "/", dataset[256] = "", sampler[16] = "";
+    if (word(line, "file", file, sizeof file)) { /* the members or rows of one HDF5 file */
+        word(line, "group", group, sizeof group);
+        word(line, "dataset", dataset, sizeof dataset);
+        word(line, "sampler", sampler, sizeof sampler);
+        if (strcmp(sampler, "torch") != 0)
+            return larder__fail(LARDER_EUSAGE,
+                                "file=%s: sampler=torch (PyTorch's "
+                                "DistributedSampler) is the order known for a file",
+                                file);
+        struct larder__mount_file_order_spec spec = {.file = file,
+                                                     .group = group,
+                                                     .dataset = dataset[0] ? dataset : NULL,
+                                                     .seed = seed,
+                                                     .epoch = epoch,
+                                                     .batch = batch,
+                                                     .window = window,
+                                                     .rank = (uint32_t)rank,
+                                                     .world = (uint32_t)world};
+        if ((rc = larder__mount_file_order_register(m, o->files, &spec)) < 0) return rc;
+        atomic_store(&o->any_files, true);
+        larder__mount_log(LARDER_LOG_INFO, "order registered: %s", line);
+        return 0;
+    }
     larder_plan_options po = {.version = LARDER_PLAN_OPTIONS_VERSION,
                               .mode = mode,
                               .seed = seed,
@@ -181,9 +213,12 @@ int larder__mount_order_register(struct larder__mount *m, const char *text, size
     return 0;
 }
 
-void larder__mount_order_read(struct larder__mount *m, uint64_t id)
+void larder__mount_order_read(struct larder__mount *m, uint64_t id, uint64_t offset,
+                              uint64_t length)
 {
     struct larder__mount_order *o = m->order;
+    if (o && atomic_load(&o->any_files))
+        larder__mount_file_orders_read(o->files, id, offset, length);
     if (!o || atomic_load(&o->live) == 0) return;
     pthread_mutex_lock(&o->lock);
     for (size_t i = 0; i < o->count; i++) {
@@ -222,5 +257,9 @@ int larder__mount_order_describe(struct larder__mount *m, char *buf, size_t capa
         used += (size_t)n;
     }
     pthread_mutex_unlock(&o->lock);
+    if (used < capacity) {
+        int n = larder__mount_file_orders_describe(o->files, buf + used, capacity - used);
+        if (n > 0) used += (size_t)n;
+    }
     return (int)used;
 }

@@ -171,6 +171,7 @@ bool larder__mount_stage_file(struct larder__mount *m, uint32_t shard, uint64_t 
                                           .sample = sample,
                                           .began = now_s()};
     larder__mount_stage(m, shard, base, head, LARDER__NEAR);
+    larder__mount_hdf5_stage(m, shard, base, length, sample); /* its metadata next, if HDF5 */
     if (length > head) {
         uint64_t tail = length - head < TAIL ? length - head : TAIL;
         larder__mount_stage(m, shard, base + length - tail, tail, LARDER__NEAR);

@@ -1,0 +1,211 @@
+# A registered row order for one HDF5 file (docs/mount.md "A registered
+# row order for an HDF5 file"), with a real mount over an HTTP origin that
+# logs every read (tests/tools/gated_origin.py, all let go).  An h5py file
+# of one group per sample is mounted without staging on open; a rank
+# registers torch's DistributedSampler order for it; before anything is
+# read, the blocks the origin is asked for are exactly those holding the
+# first `window` steps of that rank's members -- the order computed here
+# by torch itself, each member's bytes from its object header (h5py's
+# h5o.get_info) to the next member's -- besides the listing's own 64 KiB
+# reads.  Reading the first step through h5py moves the registration on
+# and stages the next; the file reads back byte-exact; registrations that
+# name no file, an unknown sampler or a file that is not HDF5 are refused
+# or reported.  The same for the rows of a contiguous and of a chunked
+# 2-D dataset (dataset=PATH; offsets from h5py's get_offset and
+# get_chunk_info); a compressed dataset's rows are refused.  Order and
+# counts are checked, never time.
+source "$(dirname "$0")/lib.sh"
+source "$TESTS/cli/mount.lib"
+export PYTHONPATH=$TESTS/tools
+
+mkdir -p src www
+/usr/bin/python3 - <<'PY'
+import h5py, numpy as np
+with h5py.File("src/samples.h5", "w") as f:
+    for i in range(200):
+        g = f.create_group("s%06d" % i)
+        g.create_dataset("x", data=np.full(25000, i, dtype=np.float32))  # 100 KB
+        g.create_dataset("y", data=np.arange(i, i + 10))
+open("src/notes.bin", "wb").write(bytes(300000))
+with h5py.File("src/rows.h5", "w") as f:  # rows of 2-D datasets as samples
+    f.create_dataset("images", data=np.arange(400 * 16384, dtype=np.float32).reshape(400, 16384))
+    f.create_dataset("chunked", data=np.ones((400, 4096), dtype=np.float32), chunks=(10, 4096))
+    f.create_dataset("zipped", data=np.zeros((400, 256), dtype=np.float32), chunks=(10, 256),
+                     compression="gzip")
+PY
+cp -r src www/shard-files
+"$LARDER" index --files www/shard-files -o www/files.larder >/dev/null
+
+/usr/bin/python3 "$TESTS/tools/gated_origin.py" www port.txt 2>origin.log &
+origin=$!
+cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port.txt)/__release/all >/dev/null; kill $origin")
+for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
+[ -s port.txt ] || fail "the origin did not start: $(cat origin.log)"
+base=http://127.0.0.1:$(cat port.txt)
+curl -s "$base/__release/all" >/dev/null
+
+mount_larder o "$base/files.larder" --cache "$WORK/cache-o" --no-stage-on-open
+/usr/bin/python3 - "$base" <<'PY' || fail "registered order: $(tail -5 mnt-o.log)"
+import json, os, sys, time, urllib.request
+import h5py, torch.utils.data as tud
+base = sys.argv[1]
+MiB = 1 << 20
+N, SEED, EPOCH, WORLD, BATCH, WINDOW = 200, 3, 1, 2, 8, 2
+local = BATCH // WORLD
+
+class Items:
+    def __len__(self):
+        return N
+sampler = tud.distributed.DistributedSampler(Items(), num_replicas=WORLD, rank=0, shuffle=True,
+                                             seed=SEED)
+sampler.set_epoch(EPOCH)
+order = list(sampler)
+size = os.path.getsize("src/samples.h5")
+with h5py.File("src/samples.h5", "r") as f:
+    address = [h5py.h5o.get_info(f["s%06d" % i].id).addr for i in range(N)]
+ordered = sorted(set(address))
+def span(i):
+    later = [a for a in ordered if a > address[i]]
+    return address[i], later[0] if later else size
+def blocks_of(members):
+    out = set()
+    for i in members:
+        a, e = span(i)
+        out.update(range(a // MiB, (e - 1) // MiB + 1))
+    return out
+
+def fills():  # the blocks the origin was asked to fill: reads other than the listing's pages
+    out = set()
+    for path, rng in json.load(urllib.request.urlopen(base + "/__log", timeout=10)):
+        first, last = map(int, rng.split("=")[1].split("-"))
+        if path.endswith("/samples.h5") and last + 1 - first > 64 * 1024:
+            out.update(range(first // MiB, last // MiB + 1))
+    return out
+
+def control():
+    return open("mnt-o/.larder-order").read()
+
+def field(text, name):
+    return int(text.split(name + "=")[1].split()[0])
+
+with open("mnt-o/.larder-order", "w") as f:
+    f.write("file=samples.h5 sampler=torch seed=%d epoch=%d rank=0 world=%d batch=%d window=%d\n"
+            % (SEED, EPOCH, WORLD, BATCH, WINDOW))
+want = blocks_of(order[:WINDOW * local])
+for _ in range(400):
+    text = control()
+    if "listing" not in text and field(text, "staged") == WINDOW * local and fills() >= want:
+        break
+    time.sleep(0.05)
+else:
+    raise SystemExit("the first window was not staged: %s, fills %s, want %s"
+                     % (control(), sorted(fills()), sorted(want)))
+time.sleep(0.5)
+text = control()
+assert "members=%d" % N in text and field(text, "read") == 0, text
+assert fills() == want, "fills %s, want the first window's blocks %s" % (sorted(fills()), sorted(want))
+print("registered: the origin filled exactly the blocks of the first %d members (%s)"
+      % (WINDOW * local, sorted(want)))
+
+# the first step, read as the DataLoader would
+with h5py.File("mnt-o/samples.h5", "r") as f:
+    for i in order[:local]:
+        assert f["s%06d" % i]["x"][0] == i and list(f["s%06d" % i]["y"][()]) == list(range(i, i + 10))
+for _ in range(400):  # staging is queued first, then reaches the origin
+    text = control()
+    read = field(text, "read")
+    if (read >= local and field(text, "staged") == min(len(order), read + WINDOW * local)
+            and fills() >= blocks_of(order[:read + WINDOW * local])):
+        break
+    time.sleep(0.05)
+else:
+    raise SystemExit("the order did not move on, or its next window was not staged: %s; "
+                     "fills %s" % (control(), sorted(fills())))
+print("after a step: read=%d, staged=%d" % (read, field(text, "staged")))
+PY
+cmp src/samples.h5 mnt-o/samples.h5 || fail "samples.h5 read through the mount differs"
+
+# rows of a contiguous and of a chunked dataset (uncompressed), as h5py places them
+/usr/bin/python3 - "$base" <<'PY' || fail "row orders: $(tail -5 mnt-o.log)"
+import json, os, sys, time, urllib.request
+import h5py, torch.utils.data as tud
+base = sys.argv[1]
+MiB = 1 << 20
+with h5py.File("src/rows.h5", "r") as f:
+    images = f["images"].id.get_offset()
+    image_row = 16384 * 4
+    chunk_of = {}
+    for k in range(f["chunked"].id.get_num_chunks()):
+        info = f["chunked"].id.get_chunk_info(k)
+        chunk_of[info.chunk_offset[0]] = info.byte_offset
+
+def rows(dataset):
+    if dataset == "/images":
+        return lambda r: (images + r * image_row, images + (r + 1) * image_row)
+    return lambda r: (chunk_of[r - r % 10] + (r % 10) * 16384,
+                      chunk_of[r - r % 10] + (r % 10 + 1) * 16384)
+
+def fills():
+    out = set()
+    for path, rng in json.load(urllib.request.urlopen(base + "/__log", timeout=10)):
+        first, last = map(int, rng.split("=")[1].split("-"))
+        if path.endswith("/rows.h5") and last + 1 - first > 64 * 1024:
+            out.update(range(first // MiB, last // MiB + 1))
+    return out
+
+class Items:
+    def __len__(self):
+        return 400
+seen = set()
+for dataset, seed in (("/images", 11), ("/chunked", 12)):
+    sampler = tud.distributed.DistributedSampler(Items(), num_replicas=2, rank=1, shuffle=True,
+                                                 seed=seed)
+    order = list(sampler)  # epoch 0
+    with open("mnt-o/.larder-order", "w") as f:
+        f.write("file=rows.h5 dataset=%s sampler=torch seed=%d epoch=0 rank=1 world=2 batch=8 "
+                "window=2\n" % (dataset, seed))
+    want = set()
+    for r in order[:8]:
+        a, e = rows(dataset)(r)
+        want.update(range(a // MiB, (e - 1) // MiB + 1))
+    want -= seen  # blocks staged for the dataset before are resident: not asked again
+    for _ in range(400):
+        text = open("mnt-o/.larder-order").read()
+        if "dataset=%s " % dataset in text and "staged=8 " in text and fills() - seen >= want:
+            break
+        time.sleep(0.05)
+    else:
+        raise SystemExit("%s: the first window was not staged: %s; fills %s, want %s"
+                         % (dataset, text, sorted(fills() - seen), sorted(want)))
+    time.sleep(0.5)
+    assert fills() - seen == want, "%s: fills %s, want %s" % (dataset, sorted(fills() - seen),
+                                                              sorted(want))
+    assert "members=400 " in open("mnt-o/.larder-order").read()
+    seen = fills()
+    print("%s: the origin filled exactly the blocks of the rank's first 8 rows" % dataset)
+with open("mnt-o/.larder-order", "w") as f:
+    f.write("file=rows.h5 dataset=/zipped sampler=torch seed=1 epoch=0 rank=1 world=2 batch=8\n")
+for _ in range(200):
+    if "dataset=/zipped" in open("mnt-o/.larder-order").read() and \
+            "compressed" in open("mnt-o.log").read():
+        break
+    time.sleep(0.05)
+assert "failed" in [l for l in open("mnt-o/.larder-order").read().splitlines()
+                    if "rows.h5" in l][0], "a compressed dataset's rows were ordered"
+print("a compressed dataset's rows are refused")
+PY
+cmp src/rows.h5 mnt-o/rows.h5 || fail "rows.h5 read through the mount differs"
+
+# registrations refused or reported
+for line in "file=missing.h5 sampler=torch seed=1 epoch=0 rank=0 world=1 batch=4" \
+  "file=samples.h5 sampler=plan seed=1 epoch=0 rank=0 world=1 batch=4" \
+  "file=samples.h5 seed=1 epoch=0 rank=0 world=1 batch=4"; do
+  if echo "$line" >mnt-o/.larder-order 2>/dev/null; then fail "accepted: $line"; fi
+done
+echo "file=notes.bin sampler=torch seed=1 epoch=0 rank=0 world=1 batch=4" >mnt-o/.larder-order
+for _ in $(seq 200); do grep -q "file=notes.bin.* failed" mnt-o/.larder-order && break; sleep 0.05; done
+grep -q "file=notes.bin.* failed" mnt-o/.larder-order || fail "notes.bin's order: $(cat mnt-o/.larder-order)"
+grep -q "warning: order for notes.bin" mnt-o.log || fail "no warning for notes.bin: $(tail -3 mnt-o.log)"
+cmp src/notes.bin mnt-o/notes.bin || fail "notes.bin differs"
+umount_larder o
+echo "bad registrations refused; a file that is not HDF5 reported; the mount stays up"
