@@ -37,20 +37,29 @@ def spread(x):
     return z ^ (z >> 31)
 
 
-def replay_spread(requests, capacity, epoch_reads):
-    """Misses of each request when blocks needed later in the current epoch
-    or in the next epoch's first eighth are ranked by when, and blocks next
-    needed later in the next epoch by a fixed key of their own (here
-    spread(block)) instead: the rule of docs/cache.md, replayed with bypass
-    like belady.replay."""
-    accesses, owner, following, never = belady.next_uses(requests)
+def lead_steps(run, capacity_share, total_blocks, block):
+    """The next epoch's head in global steps (docs/cache.md, "Next use"):
+    K x (window + 1), the window as prefetch.c sizes it with every reader
+    of the run live (an eighth of the capacity over the readers, in steps
+    of the dataset's mean sample size, 1 to 8)."""
+    readers = run["world"] * run["workers"]
+    step_bytes = total_blocks * block // run["samples"] * (run["batch"] // run["world"])
+    window = int(total_blocks * block * capacity_share) // (8 * readers) // max(step_bytes, 1)
+    return run["workers"] * (min(max(window, 1), 8) + 1)
 
-    head = max(epoch_reads // 8, 1)
+
+def replay_spread(requests, capacity, epoch_reads, head):
+    """Misses of each request when blocks needed later in the current epoch
+    or in the next epoch's first `head` requests are ranked by when, and
+    blocks next needed later in the next epoch by a fixed key of their own
+    (here spread(block)) instead: the rule of docs/cache.md, replayed with
+    bypass like belady.replay."""
+    accesses, owner, following, never = belady.next_uses(requests)
 
     def key(epoch, nxt, b):  # larger goes first
         if nxt == never or nxt // epoch_reads > epoch + 1:
             return (3, 0, -b)
-        if nxt // epoch_reads > epoch:  # the next epoch: its first eighth where it is
+        if nxt // epoch_reads > epoch:  # the next epoch: its head where it is
             return (2, spread(b), -b) if nxt % epoch_reads >= head else (1, nxt, -b)
         return (0, nxt, -b)
 
@@ -126,8 +135,10 @@ def main():
         epoch_reads = len(requests) // len(run["epochs"])
         total_blocks = len({b for r in requests for b in r})
         capacity = int(total_blocks * args.capacity_share)
+        head = lead_steps(run, args.capacity_share, total_blocks, args.block)
         rules = (("Belady (next epoch by its order)", belady.replay(requests, capacity)),
-                 ("next epoch past its first eighth by a fixed key", replay_spread(requests, capacity, epoch_reads)))
+                 (f"next epoch past its first {head} steps (the readers' lead) by a fixed key",
+                  replay_spread(requests, capacity, epoch_reads, min(head * run["batch"], epoch_reads))))
         lines += ["", f"Blocks fetched by quarter of each epoch, replayed over the run's "
                   f"recorded block sequence with bypass, capacity {capacity} blocks of "
                   f"{total_blocks}:", "",

@@ -113,6 +113,8 @@ static void register_plan(struct larder_prefetch *p)
         if (steps < 1) steps = 1;
         if (steps < p->window) p->window = steps;
     }
+    /* how far ahead it stages: where the next epoch's head ends for eviction */
+    larder__cache_plan_set_window(c, slot, p->window < (1u << 20) ? (uint32_t)p->window : 1u << 20);
 }
 
 static void *prefetch_thread(void *arg)
