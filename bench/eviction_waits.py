@@ -122,8 +122,12 @@ def main():
     trace = os.path.join(args.work, f"trace-{name}.txt")
     if os.path.exists(trace):
         requests, costs, demand = [], [], []  # demand: request index of each reader's miss
+        windows = []  # (window, workers) of each prefetcher, as it registered
         with open(trace) as f:
             for line in f:
+                if line.startswith("# window"):
+                    windows.append((int(line.split()[2]), int(line.split()[4])))
+                    continue
                 if line.startswith("# miss"):
                     demand.append(max(len(requests) - 1, 0))
                     continue
@@ -136,6 +140,9 @@ def main():
         total_blocks = len({b for r in requests for b in r})
         capacity = int(total_blocks * args.capacity_share)
         head = lead_steps(run, args.capacity_share, total_blocks, args.block)
+        if windows:  # as the prefetchers said: the median reader's head
+            heads = sorted(k * (w + 1) for w, k in windows)
+            head = heads[len(heads) // 2]
         rules = (("Belady (next epoch by its order)", belady.replay(requests, capacity)),
                  (f"next epoch past its first {head} steps (the readers' lead) by a fixed key",
                   replay_spread(requests, capacity, epoch_reads, min(head * run["batch"], epoch_reads))))
@@ -160,6 +167,14 @@ def main():
                         counts[min(k % epoch_reads * 8 // epoch_reads, 7)] += 1
                 lines.append(f"| {e + 1} | " + " / ".join(map(str, counts))
                              + f" | {sum(counts)} |")
+        if windows:
+            seen = {}
+            for w, k in windows:
+                seen[w] = seen.get(w, 0) + 1
+            lines += ["", "Prefetch windows as the prefetchers registered them (their reader's "
+                      "steps; from the trace's \"# window\" lines): "
+                      + ", ".join(f"{w} step{'s' if w != 1 else ''} x {n}"
+                                  for w, n in sorted(seen.items())) + "."]
         if costs:  # "# pid P scans N scan_cpu_us U admits A admit_wait_us W" per process
             fields = [dict(zip(c[1::2], map(int, c[2::2]))) for c in costs]
             lines += ["", f"Eviction decisions over the whole run ({len(fields)} processes that "

@@ -273,6 +273,10 @@ LARDER__HIDDEN uint64_t larder__cache_window_bytes(struct larder__cache *cache, 
  * time they waited for the eviction lock).  At a prefetcher's stop and at
  * close. */
 LARDER__HIDDEN void larder__nextuse_trace_costs(struct larder__cache *cache);
+/* Record a prefetcher's window, in its reader's steps, as registered
+ * (LARDER_EVICT_TRACE: a "# window W workers K" line). */
+LARDER__HIDDEN void larder__cache_trace_window(struct larder__cache *cache, uint64_t window,
+                                               uint32_t workers);
 /* Record that a reader's read of blocks [first, last] of `shard` missed
  * the cache (LARDER_EVICT_TRACE: a "# miss FIRST LAST" line). */
 LARDER__HIDDEN void larder__cache_trace_miss(struct larder__cache *cache, uint32_t shard,

@@ -52,6 +52,15 @@ uint64_t larder__nextuse_step(uint64_t steps, uint64_t head, uint64_t step, uint
     return head + larder__nextuse_spread(id) % (steps - head);
 }
 
+void larder__cache_trace_window(struct larder__cache *c, uint64_t window, uint32_t workers)
+{
+    if (c->trace_fd < 0) return;
+    char line[80];
+    int length = snprintf(line, sizeof line, "# window %llu workers %u\n",
+                          (unsigned long long)window, workers);
+    if (length > 0 && write(c->trace_fd, line, (size_t)length) < 0) return;
+}
+
 void larder__cache_trace_miss(struct larder__cache *c, uint32_t shard, uint64_t first,
                               uint64_t last)
 {

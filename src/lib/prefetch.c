@@ -109,12 +109,14 @@ static void register_plan(struct larder_prefetch *p)
     uint64_t step_bytes = ix->num_samples ? total / ix->num_samples : 0;
     step_bytes *= params.global_batch / params.world;
     if (window_bytes && step_bytes) {
-        uint64_t steps = window_bytes / step_bytes;
-        if (steps < 1) steps = 1;
+        /* the step the reader is on is read now in any case (by it, or its
+         * read-ahead): the share holds the steps staged past it */
+        uint64_t steps = window_bytes / step_bytes + 1;
         if (steps < p->window) p->window = steps;
     }
     /* how far ahead it stages: where the next epoch's head ends for eviction */
     larder__cache_plan_set_window(c, slot, p->window < (1u << 20) ? (uint32_t)p->window : 1u << 20);
+    larder__cache_trace_window(c, p->window, params.workers);
 }
 
 static void *prefetch_thread(void *arg)
