@@ -139,9 +139,10 @@ static uint64_t shard_bytes(void)
 
 /* With a capacity, the window is what an eighth of it holds over the live
  * readers, in steps of the dataset's mean sample size, past the step the
- * reader is on (which it reads now in any case), and the prefetcher
- * registers it for eviction (docs/cache.md, "Admission"): arithmetic
- * from the shards' sizes, against the window in the registry. */
+ * reader is on (which it reads now in any case), cut again when another
+ * reader comes, and the prefetcher registers it for eviction
+ * (docs/cache.md, "Admission"): arithmetic from the shards' sizes,
+ * against the window in the registry. */
 TEST(prefetch_window_is_the_capacity_share_past_the_readers_step)
 {
     make_dataset(64);
@@ -179,6 +180,22 @@ TEST(prefetch_window_is_the_capacity_share_past_the_readers_step)
             fprintf(stderr, "    case %zu: window %u, expected %llu\n", i, live[0].window,
                     (unsigned long long)cases[i].window);
         CHECK_EQ(live[0].window, cases[i].window);
+        if (i == 0) { /* a second reader comes: the share is cut in two, 1.25 steps */
+            struct larder__plan_params other = {
+                .seed = 4, .global_batch = 8, .num_samples = 64, .world = 1, .workers = 1};
+            struct larder__cache *cache = larder__dataset_cache(d);
+            int slot = larder__cache_plan_register(cache, &other);
+            CHECK(slot >= 0);
+            uint32_t now = 0;
+            for (int tries = 0; tries < 200 && now != 2; tries++) {
+                larder_prefetch_advance(pf, 0); /* wakes it: it looks at the registry */
+                usleep(10 * 1000);
+                CHECK_EQ(larder__cache_plans_live(cache, 64, live, LARDER__CACHE_PLAN_SLOTS), 2);
+                now = live[0].slot == slot ? live[1].window : live[0].window;
+            }
+            CHECK_EQ(now, 2);
+            larder__cache_plan_unregister(cache, slot);
+        }
         larder_prefetch_stop(pf);
         larder_plan_destroy(plan);
         larder_close(d);
