@@ -23,8 +23,10 @@
  * `candidates` blocks (a heap); the list serves evictions until a reader
  * moves on a step (or a plan changes), and a scan is skipped while the
  * last one cost more than a twentieth of the time since it, so eviction
- * spends at most about 5% of one core.  Memory: 16 bytes a candidate, and
- * per epoch group what the plan needs (O(1) in global mode).
+ * spends at most about 5% of one core.  A scan runs without evict_lock,
+ * over a copy of the readers, so admission never waits for one (pick).
+ * Memory: 16 bytes a candidate (twice: the list and the one being
+ * picked), and per epoch group what the plan needs (O(1) in global mode).
  */
 #include "cache_nextuse.h"
 #include "shardmap.h"
