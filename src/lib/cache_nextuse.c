@@ -431,7 +431,7 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
     if (!n->view && !(n->view = malloc(sizeof *n->view))) return false;
     *n->view = *n; /* the readers where they are now, and their orders */
     struct larder__nextuse_candidate *h = n->scratch;
-    n->scanning = true;
+    __atomic_store_n(&n->scanning, true, __ATOMIC_RELEASE); /* tests look without the lock */
     pthread_mutex_unlock(&c->evict_lock);
     size_t count = scan(c, n->view, pins, h, want);
     uint64_t cost = cpu_ns() - started;
@@ -441,7 +441,7 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
     size_t cap = n->cap_scratch;
     n->cap_scratch = n->cap_candidates;
     n->cap_candidates = cap;
-    n->scanning = false;
+    __atomic_store_n(&n->scanning, false, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&n->scanned);
     if (c->share) { /* what the other datasets of the node may take from this one */
         uint64_t blocks[LARDER__SHARE_VICTIMS], uses[LARDER__SHARE_VICTIMS];
