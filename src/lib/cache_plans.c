@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -71,6 +72,7 @@ struct plans_file {
 };
 
 _Static_assert(sizeof(struct plan_slot) == 128, "slot layout");
+_Static_assert(offsetof(struct plan_slot, window) == 92, "docs/cache.md names its offset");
 
 /* When process `pid` started (clock ticks after boot), or 0 when it is gone. */
 static uint64_t process_start(int64_t pid)
