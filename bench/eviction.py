@@ -28,6 +28,7 @@ import generate  # noqa: E402
 import run as seed_run  # noqa: E402
 
 BLOCK = 65536
+LOAD_AT_START = os.getloadavg()[0]  # the machine's 1-minute load as the run began
 
 
 def dataset_bytes(data_dir):
@@ -104,7 +105,8 @@ def report(args, total, results, optimum, full, au_ratios):
                            capture_output=True, text=True, cwd=ROOT).stdout.strip()
     lines += ["# Eviction by next use (issue 14)", "",
               f"Written by `{args.command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-              f"{os.cpu_count()} cores; commit {commit}{' (with uncommitted changes)' if dirty else ''}.",
+              f"{os.cpu_count()} cores; commit {commit}{' (with uncommitted changes)' if dirty else ''}; "
+              f"load average {LOAD_AT_START:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.",
               "",
               f"{args.ranks} ranks x {args.workers} DataLoader workers of `larder.torch`, "
               f"global batch {args.batch}, {args.samples} samples of {generate.SAMPLE_BYTES} bytes "

@@ -37,20 +37,29 @@ def spread(x):
     return z ^ (z >> 31)
 
 
-def replay_spread(requests, capacity, epoch_reads):
-    """Misses of each request when blocks needed later in the current epoch
-    or in the next epoch's first eighth are ranked by when, and blocks next
-    needed later in the next epoch by a fixed key of their own (here
-    spread(block)) instead: the rule of docs/cache.md, replayed with bypass
-    like belady.replay."""
-    accesses, owner, following, never = belady.next_uses(requests)
+def lead_steps(run, capacity_share, total_blocks, block):
+    """The next epoch's head in global steps (docs/cache.md, "Next use"):
+    K x (window + 1), the window as prefetch.c sizes it with every reader
+    of the run live (an eighth of the capacity over the readers, in steps
+    of the dataset's mean sample size, 1 to 8)."""
+    readers = run["world"] * run["workers"]
+    step_bytes = total_blocks * block // run["samples"] * (run["batch"] // run["world"])
+    window = int(total_blocks * block * capacity_share) // (8 * readers) // max(step_bytes, 1)
+    return run["workers"] * (min(max(window, 1), 8) + 1)
 
-    head = max(epoch_reads // 8, 1)
+
+def replay_spread(requests, capacity, epoch_reads, head):
+    """Misses of each request when blocks needed later in the current epoch
+    or in the next epoch's first `head` requests are ranked by when, and
+    blocks next needed later in the next epoch by a fixed key of their own
+    (here spread(block)) instead: the rule of docs/cache.md, replayed with
+    bypass like belady.replay."""
+    accesses, owner, following, never = belady.next_uses(requests)
 
     def key(epoch, nxt, b):  # larger goes first
         if nxt == never or nxt // epoch_reads > epoch + 1:
             return (3, 0, -b)
-        if nxt // epoch_reads > epoch:  # the next epoch: its first eighth where it is
+        if nxt // epoch_reads > epoch:  # the next epoch: its head where it is
             return (2, spread(b), -b) if nxt % epoch_reads >= head else (1, nxt, -b)
         return (0, nxt, -b)
 
@@ -113,8 +122,12 @@ def main():
     trace = os.path.join(args.work, f"trace-{name}.txt")
     if os.path.exists(trace):
         requests, costs, demand = [], [], []  # demand: request index of each reader's miss
+        windows = []  # (window, workers) of each prefetcher, as it registered
         with open(trace) as f:
             for line in f:
+                if line.startswith("# window"):
+                    windows.append((int(line.split()[2]), int(line.split()[4])))
+                    continue
                 if line.startswith("# miss"):
                     demand.append(max(len(requests) - 1, 0))
                     continue
@@ -126,8 +139,13 @@ def main():
         epoch_reads = len(requests) // len(run["epochs"])
         total_blocks = len({b for r in requests for b in r})
         capacity = int(total_blocks * args.capacity_share)
+        head = lead_steps(run, args.capacity_share, total_blocks, args.block)
+        if windows:  # as the prefetchers said: the median reader's head
+            heads = sorted(k * (w + 1) for w, k in windows)
+            head = heads[len(heads) // 2]
         rules = (("Belady (next epoch by its order)", belady.replay(requests, capacity)),
-                 ("next epoch past its first eighth by a fixed key", replay_spread(requests, capacity, epoch_reads)))
+                 (f"next epoch past its first {head} steps (the readers' lead) by a fixed key",
+                  replay_spread(requests, capacity, epoch_reads, min(head * run["batch"], epoch_reads))))
         lines += ["", f"Blocks fetched by quarter of each epoch, replayed over the run's "
                   f"recorded block sequence with bypass, capacity {capacity} blocks of "
                   f"{total_blocks}:", "",
@@ -149,6 +167,14 @@ def main():
                         counts[min(k % epoch_reads * 8 // epoch_reads, 7)] += 1
                 lines.append(f"| {e + 1} | " + " / ".join(map(str, counts))
                              + f" | {sum(counts)} |")
+        if windows:
+            seen = {}
+            for w, k in windows:
+                seen[w] = seen.get(w, 0) + 1
+            lines += ["", "Prefetch windows as the prefetchers registered them (their reader's "
+                      "steps; from the trace's \"# window\" lines): "
+                      + ", ".join(f"{w} step{'s' if w != 1 else ''} x {n}"
+                                  for w, n in sorted(seen.items())) + "."]
         if costs:  # "# pid P scans N scan_cpu_us U admits A admit_wait_us W" per process
             fields = [dict(zip(c[1::2], map(int, c[2::2]))) for c in costs]
             lines += ["", f"Eviction decisions over the whole run ({len(fields)} processes that "

@@ -198,6 +198,7 @@ LARDER__HIDDEN void larder__cache_record_fill(struct larder__cache *cache, uint6
 struct larder__cache_plan {
     int slot;
     struct larder__plan_params params;
+    uint32_t window; /* its prefetch window in its own steps (0: not said) */
 };
 
 /* Register a reader's plan; returns its slot (>= 0) or a negative code
@@ -209,6 +210,11 @@ LARDER__HIDDEN int larder__cache_plan_register(struct larder__cache *cache,
 LARDER__HIDDEN void larder__cache_plan_advance(struct larder__cache *cache, int slot,
                                                uint64_t consumed);
 LARDER__HIDDEN void larder__cache_plan_unregister(struct larder__cache *cache, int slot);
+/* The reader of `slot` stages `window` of its own steps ahead (its
+ * prefetch window, at most 2^20): where the next epoch's head ends for
+ * eviction (larder__nextuse_step). */
+LARDER__HIDDEN void larder__cache_plan_set_window(struct larder__cache *cache, int slot,
+                                                  uint32_t window);
 /* The live, sane plans of this dataset (num_samples: its N), at most `max`. */
 LARDER__HIDDEN int larder__cache_plans_live(struct larder__cache *cache, uint64_t num_samples,
                                             struct larder__cache_plan *out, int max);
@@ -246,11 +252,18 @@ LARDER__HIDDEN uint64_t larder__cache_next_use(struct larder__cache *cache, uint
 /* The key that places sample `id` in the next epoch for eviction
  * (splitmix64's output function of the id, docs/cache.md). */
 LARDER__HIDDEN uint64_t larder__nextuse_spread(uint64_t id);
+/* The steps of the next epoch that count at their own step for eviction
+ * (its head): those a reader of `workers` DataLoader workers with a
+ * prefetch window of `window` of its own steps reads or stages when the
+ * epoch starts, workers * (window + 1); without a window (0: a reader
+ * that did not say), the epoch's first eighth.  At least 1, at most steps. */
+LARDER__HIDDEN uint64_t larder__nextuse_head(uint64_t steps, uint64_t workers, uint64_t window);
 /* The step of an epoch of `steps` at which sample `id`, which that epoch
  * reads at `step`, counts for eviction while it is the next epoch: `step`
- * in its first eighth (at least one step), else the eighth's end plus the
- * spread key modulo the steps after it. */
-LARDER__HIDDEN uint64_t larder__nextuse_step(uint64_t steps, uint64_t step, uint64_t id);
+ * in its head (larder__nextuse_head), else the head's end plus the spread
+ * key modulo the steps after it. */
+LARDER__HIDDEN uint64_t larder__nextuse_step(uint64_t steps, uint64_t head, uint64_t step,
+                                             uint64_t id);
 /* The most a reader's prefetch window may hold, in bytes, so that what it
  * stages is not evicted before it is read: a share of the capacity (0: no limit). */
 LARDER__HIDDEN uint64_t larder__cache_window_bytes(struct larder__cache *cache, int readers);
@@ -260,6 +273,10 @@ LARDER__HIDDEN uint64_t larder__cache_window_bytes(struct larder__cache *cache, 
  * time they waited for the eviction lock).  At a prefetcher's stop and at
  * close. */
 LARDER__HIDDEN void larder__nextuse_trace_costs(struct larder__cache *cache);
+/* Record a prefetcher's window, in its reader's steps, as registered
+ * (LARDER_EVICT_TRACE: a "# window W workers K" line). */
+LARDER__HIDDEN void larder__cache_trace_window(struct larder__cache *cache, uint64_t window,
+                                               uint32_t workers);
 /* Record that a reader's read of blocks [first, last] of `shard` missed
  * the cache (LARDER_EVICT_TRACE: a "# miss FIRST LAST" line). */
 LARDER__HIDDEN void larder__cache_trace_miss(struct larder__cache *cache, uint32_t shard,

@@ -126,7 +126,8 @@ struct larder__evict_batch {
 };
 
 /* Next use (cache_nextuse.c): pick and evict by it; false when there is
- * no live plan (the caller runs the clock).  Call with evict_lock held;
+ * no live plan (the caller runs the clock).  Call with evict_lock held (a
+ * candidate scan releases it while it runs: other decisions go on);
  * the evicted blocks are claimed into `batch` (NULL: evicted at once). */
 LARDER__HIDDEN bool larder__nextuse_trim(struct larder__cache *c, int lock_fd, uint64_t limit,
                                          bool pins, struct larder__evict_batch *batch);
@@ -134,11 +135,12 @@ LARDER__HIDDEN void larder__nextuse_free(struct larder__nextuse *n);
 LARDER__HIDDEN void larder__cache_plans_detach(struct larder__cache *c);
 /* The resident block next use would evict next (its weighed use in *use),
  * or UINT64_MAX (no live plan, nothing left); and evicting it.  Call with
- * evict_lock held. */
+ * evict_lock held (released while a candidate scan runs). */
 LARDER__HIDDEN uint64_t larder__nextuse_farthest(struct larder__cache *c, bool pins, uint64_t *use);
 LARDER__HIDDEN bool larder__nextuse_evict_farthest(struct larder__cache *c, int lock_fd,
                                                    uint64_t block);
-/* Pick candidates again when due (and publish them, with a node capacity). */
+/* Pick candidates again when due (and publish them, with a node capacity).
+ * Call with evict_lock held (released while the scan runs). */
 LARDER__HIDDEN void larder__nextuse_refresh(struct larder__cache *c, bool pins);
 
 /* A claim of a slot in a shared file (the plan registry, node-share), as

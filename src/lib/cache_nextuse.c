@@ -23,8 +23,10 @@
  * `candidates` blocks (a heap); the list serves evictions until a reader
  * moves on a step (or a plan changes), and a scan is skipped while the
  * last one cost more than a twentieth of the time since it, so eviction
- * spends at most about 5% of one core.  Memory: 16 bytes a candidate, and
- * per epoch group what the plan needs (O(1) in global mode).
+ * spends at most about 5% of one core.  A scan runs without evict_lock,
+ * over a copy of the readers, so admission never waits for one (pick).
+ * Memory: 16 bytes a candidate (twice: the list and the one being
+ * picked), and per epoch group what the plan needs (O(1) in global mode).
  */
 #include "cache_nextuse.h"
 #include "shardmap.h"
@@ -74,6 +76,9 @@ void larder__nextuse_free(struct larder__nextuse *n)
     for (int g = 0; g < LARDER__NEXTUSE_GROUPS; g++)
         larder_plan_destroy(n->groups[g].plan);
     free(n->candidates);
+    free(n->scratch);
+    free(n->view);
+    pthread_cond_destroy(&n->scanned);
     free(n);
 }
 
@@ -82,6 +87,8 @@ void larder__cache_set_layout(struct larder__cache *c, const struct larder__inde
 {
     pthread_mutex_lock(&c->evict_lock);
     if (!ix || !map) {
+        while (c->nextuse && c->nextuse->scanning) /* its scan reads the orders */
+            pthread_cond_wait(&c->nextuse->scanned, &c->evict_lock);
         larder__nextuse_free(c->nextuse);
         c->nextuse = NULL;
     } else if (!c->nextuse) {
@@ -89,6 +96,7 @@ void larder__cache_set_layout(struct larder__cache *c, const struct larder__inde
         if (c->nextuse) {
             c->nextuse->ix = ix;
             c->nextuse->map = map;
+            pthread_cond_init(&c->nextuse->scanned, NULL);
         }
     }
     pthread_mutex_unlock(&c->evict_lock);
@@ -178,12 +186,16 @@ bool larder__nextuse_readers(struct larder__cache *c, struct larder__nextuse *n)
     uint64_t now = larder__nextuse_now_ns();
     if (n->known && generation == n->generation && (!n->ghost_deadline || now < n->ghost_deadline))
         return n->num_readers > 0;
+    /* a scan without the lock walks the orders as they are: the readers
+     * are read again when it is done (a scan's time late) */
+    if (n->known && n->scanning) return n->num_readers > 0;
     struct larder__cache_plan live[2 * LARDER__CACHE_PLAN_SLOTS];
     int count = larder__cache_plans_live(c, n->ix->num_samples, live, LARDER__CACHE_PLAN_SLOTS);
     struct larder__nextuse_reader ghosts[LARDER__CACHE_PLAN_SLOTS];
     int num_ghosts = count < 0 ? 0 : keep_ghosts(n, live, count, now, ghosts);
     for (int i = 0; i < num_ghosts && count >= 0; i++) /* a ghost's next epoch stays needed */
-        live[count + i] = (struct larder__cache_plan){.slot = -1, .params = ghosts[i].params};
+        live[count + i] = (struct larder__cache_plan){
+            .slot = -1, .params = ghosts[i].params, .window = ghosts[i].window};
     int plans = count < 0 ? 0 : count + num_ghosts;
     /* first free the orders no plan needs any more, so that they cannot
      * keep out the ones that are needed now */
@@ -211,6 +223,7 @@ bool larder__nextuse_readers(struct larder__cache *c, struct larder__nextuse *n)
                                              .ghost_until =
                                                  ghost ? ghosts[i - count].ghost_until : 0,
                                              .params = *p,
+                                             .window = live[i].window,
                                              .global_batch = p->global_batch,
                                              .local_batch = p->global_batch / p->world,
                                              .start_step = p->start_step,
@@ -220,6 +233,7 @@ bool larder__nextuse_readers(struct larder__cache *c, struct larder__nextuse *n)
         uint64_t samples = n->ix->num_samples;
         r->steps = p->pad ? samples / p->global_batch + (samples % p->global_batch != 0)
                           : samples / p->global_batch;
+        r->head = larder__nextuse_head(r->steps, p->workers, live[i].window);
         r->cur = ghost ? r->steps : 0;
         r->now = ghost ? -1 : group_of(n, p, p->epoch); /* a ghost is done with its epoch */
         r->next = group_of(n, p, p->epoch + 1);
@@ -274,7 +288,7 @@ static uint64_t reader_distance(const struct larder__nextuse_reader *r, uint64_t
     if (p_next >= 0) {
         uint64_t p = (uint64_t)p_next, t = p / g;
         if (t < r->steps && (p % g) / b == r->rank && t % r->workers == r->worker)
-            return r->steps - r->cur + larder__nextuse_step(r->steps, t, id);
+            return r->steps - r->cur + larder__nextuse_step(r->steps, r->head, t, id);
     }
     return LARDER__NEXTUSE_NEVER;
 }
@@ -345,23 +359,14 @@ static int compare_candidates(const void *x, const void *y)
     return goes_before(a, b) ? -1 : goes_before(b, a) ? 1 : 0;
 }
 
-/* Pick the resident blocks to go first: the farthest `want` of them, in order. */
-static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
+/* The farthest `want` resident blocks into h, in the order they go; how
+ * many.  Reads only `view` (a copy of the state), the geometry and the
+ * bitmaps: runs without evict_lock. */
+static size_t scan(struct larder__cache *c, const struct larder__nextuse *view, bool pins,
+                   struct larder__nextuse_candidate *h, size_t want)
 {
-    uint64_t started = cpu_ns(), wall = larder__nextuse_now_ns();
-    uint64_t resident = atomic_load64(&c->header->resident_blocks);
-    size_t want = (size_t)(resident / 32);
-    if (want < 64) want = 64;
-    if (want > 65536) want = 65536;
-    if (want > n->cap_candidates) {
-        struct larder__nextuse_candidate *more = realloc(n->candidates, want * sizeof *more);
-        if (!more) return false;
-        n->candidates = more;
-        n->cap_candidates = want;
-    }
     /* a heap whose root is the kept candidate that would go last */
     size_t count = 0;
-    struct larder__nextuse_candidate *h = n->candidates;
     for (uint32_t shard = 0; shard < c->num_shards; shard++) {
         uint64_t base = c->shard_base[shard], blocks = c->shard_base[shard + 1] - base;
         for (uint64_t block = 0; block < blocks; block++) {
@@ -373,7 +378,9 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
             }
             if (!(word & 1) || (pins && bit_get(c->pinned, b))) continue;
             struct larder__nextuse_candidate x = {
-                .use = weighed(c, b, larder__nextuse_block_distance(c, n, shard, block)),
+                .use = weighed(c, b,
+                               larder__nextuse_block_distance(c, (struct larder__nextuse *)view,
+                                                              shard, block)),
                 .block = b};
             if (count < want) {
                 size_t i = count++;
@@ -391,6 +398,51 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
         }
     }
     qsort(h, count, sizeof *h, compare_candidates);
+    return count;
+}
+
+/*
+ * Pick the resident blocks to go first: the farthest of them, in order.
+ * With evict_lock held; the scan itself runs without it, over a copy of
+ * the readers and their positions (the registry is not read again until
+ * it is done, so the orders the copy names stay), so admission decides
+ * against the list as it was while a scan runs; the new list is swapped
+ * in under the lock.  A thread that needs a pick while another thread's
+ * scan runs waits for that one instead.
+ */
+static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
+{
+    if (n->scanning) {
+        while (n->scanning)
+            pthread_cond_wait(&n->scanned, &c->evict_lock);
+        return n->candidates_valid;
+    }
+    uint64_t started = cpu_ns(), wall = larder__nextuse_now_ns();
+    uint64_t resident = atomic_load64(&c->header->resident_blocks);
+    size_t want = (size_t)(resident / 32);
+    if (want < 64) want = 64;
+    if (want > 65536) want = 65536;
+    if (want > n->cap_scratch) {
+        struct larder__nextuse_candidate *more = realloc(n->scratch, want * sizeof *more);
+        if (!more) return false;
+        n->scratch = more;
+        n->cap_scratch = want;
+    }
+    if (!n->view && !(n->view = malloc(sizeof *n->view))) return false;
+    *n->view = *n; /* the readers where they are now, and their orders */
+    struct larder__nextuse_candidate *h = n->scratch;
+    __atomic_store_n(&n->scanning, true, __ATOMIC_RELEASE); /* tests look without the lock */
+    pthread_mutex_unlock(&c->evict_lock);
+    size_t count = scan(c, n->view, pins, h, want);
+    uint64_t cost = cpu_ns() - started;
+    pthread_mutex_lock(&c->evict_lock);
+    n->scratch = n->candidates; /* swap the lists */
+    n->candidates = h;
+    size_t cap = n->cap_scratch;
+    n->cap_scratch = n->cap_candidates;
+    n->cap_candidates = cap;
+    __atomic_store_n(&n->scanning, false, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&n->scanned);
     if (c->share) { /* what the other datasets of the node may take from this one */
         uint64_t blocks[LARDER__SHARE_VICTIMS], uses[LARDER__SHARE_VICTIMS];
         size_t k = 0;
@@ -402,11 +454,10 @@ static bool pick(struct larder__cache *c, struct larder__nextuse *n, bool pins)
     n->next_candidate = 0;
     n->candidates_valid = true;
     n->last_scan_ns = larder__nextuse_now_ns();
-    n->scan_cost_ns = cpu_ns() - started;
+    n->scan_cost_ns = cost;
     n->scans++;
     n->scan_cpu_ns += n->scan_cost_ns;
-    /* what it held the eviction lock for: on a busy machine much more than its CPU */
-    n->scan_wall_ns = n->last_scan_ns - wall;
+    n->scan_wall_ns = n->last_scan_ns - wall; /* on a busy machine much more than its CPU */
     n->resident_at_pick = atomic_load64(&c->header->resident_blocks);
     return true;
 }
@@ -421,13 +472,13 @@ bool larder__nextuse_current(struct larder__cache *c, struct larder__nextuse *n,
     bool moved = positions != n->positions ||
                  (c->share && atomic_load64(&c->header->resident_blocks) != n->resident_at_pick);
     /* a reader moved on: rescan, unless the last scan cost more than
-     * CHEAP_SCAN_NS of CPU and a twentieth of the time since it, counting
-     * the time it held the eviction lock (every other thread's decisions
-     * wait that long) */
-    uint64_t cost = n->scan_wall_ns > n->scan_cost_ns ? n->scan_wall_ns : n->scan_cost_ns;
+     * CHEAP_SCAN_NS of CPU and a twentieth of the time since it (a scan
+     * holds no lock: what it costs is CPU) */
     bool due = !n->candidates_valid || n->next_candidate >= n->num_candidates ||
                (moved && (n->scan_cost_ns < CHEAP_SCAN_NS ||
-                          larder__nextuse_now_ns() - n->last_scan_ns >= 20 * cost));
+                          larder__nextuse_now_ns() - n->last_scan_ns >= 20 * n->scan_cost_ns));
+    if (due && n->scanning && n->candidates_valid && n->next_candidate < n->num_candidates)
+        return true; /* another thread's scan is coming: the list serves until then */
     if (due) {
         n->positions = positions;
         if (!pick(c, n, pins)) return false;

@@ -24,8 +24,10 @@ struct larder__nextuse_reader {
     int slot;             /* -1: a reader that finished its epoch and left (a ghost) */
     uint64_t ghost_until; /* now_ns() a ghost counts until (0: live) */
     struct larder__plan_params params;
-    int now, next; /* groups of its epoch and the next one (-1: none) */
+    uint32_t window; /* its prefetch window, as registered (0: not said) */
+    int now, next;   /* groups of its epoch and the next one (-1: none) */
     uint64_t global_batch, local_batch, steps, start_step;
+    uint64_t head; /* the next epoch's steps that count where they are (larder__nextuse_head) */
     uint32_t rank, workers, worker;
     uint64_t cur; /* global step it is at, as of the last look */
 };
@@ -48,6 +50,15 @@ struct larder__nextuse {
     struct larder__nextuse_candidate *candidates;
     size_t num_candidates, next_candidate, cap_candidates;
     bool candidates_valid;
+    /* A scan runs without evict_lock (admission never waits for one): on
+     * a copy of this state (`view`: the readers and their orders as they
+     * were) into `scratch`, swapped in when done.  While `scanning`, the
+     * registry is not read again, so the orders the copy points to stay. */
+    bool scanning;
+    pthread_cond_t scanned; /* broadcast when a scan is swapped in */
+    struct larder__nextuse *view;
+    struct larder__nextuse_candidate *scratch;
+    size_t cap_scratch;
     uint64_t last_scan_ns, scan_cost_ns, scan_wall_ns;
     uint64_t resident_at_pick; /* with a node capacity, blocks stored since count too */
     /* what deciding cost this process (LARDER_EVICT_TRACE reports it at close) */

@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -55,7 +56,8 @@ struct plan_slot {
     uint64_t start_time; /* the process's start, in clock ticks after boot */
     uint64_t seed, epoch, global_batch, start_step, num_samples;
     uint32_t world, rank, workers, worker;
-    uint32_t mode, locality_window, pad, reserved32;
+    uint32_t mode, locality_window, pad;
+    uint32_t window;   /* the reader's prefetch window, its own steps (0: not said) */
     uint64_t consumed; /* atomic: the reader's own steps done */
     uint64_t reserved[3];
 };
@@ -70,6 +72,7 @@ struct plans_file {
 };
 
 _Static_assert(sizeof(struct plan_slot) == 128, "slot layout");
+_Static_assert(offsetof(struct plan_slot, window) == 92, "docs/cache.md names its offset");
 
 /* When process `pid` started (clock ticks after boot), or 0 when it is gone. */
 static uint64_t process_start(int64_t pid)
@@ -220,6 +223,7 @@ int larder__cache_plan_register(struct larder__cache *c, const struct larder__pl
             s->mode = p->mode;
             s->locality_window = p->locality_window;
             s->pad = p->pad;
+            s->window = 0;
             __atomic_store_n(&s->consumed, 0, __ATOMIC_RELEASE);
             __atomic_store_n(&s->pid, (int64_t)getpid(), __ATOMIC_RELEASE);
             /* live only if still our claim (one held past CLAIM_FOR_S may have
@@ -247,6 +251,15 @@ void larder__cache_plan_unregister(struct larder__cache *c, int slot)
     if (s->pid != (int64_t)getpid()) return; /* not ours (any more) */
     __atomic_store_n(&s->state, SLOT_FREE, __ATOMIC_RELEASE);
     bump(c->plans);
+}
+
+void larder__cache_plan_set_window(struct larder__cache *c, int slot, uint32_t window)
+{
+    if (!c || !c->plans || slot < 0 || slot >= LARDER__CACHE_PLAN_SLOTS) return;
+    struct plan_slot *s = &c->plans->slot[slot];
+    if (s->pid != (int64_t)getpid()) return; /* not ours (any more) */
+    __atomic_store_n(&s->window, window, __ATOMIC_RELEASE);
+    bump(c->plans); /* the evicting processes read it again */
 }
 
 uint64_t larder__cache_plans_generation(struct larder__cache *c)
@@ -277,19 +290,22 @@ int larder__cache_plans_live(struct larder__cache *c, uint64_t num_samples,
         if (reap(f, i)) continue;
         struct plan_slot copy = *s;
         if (!sane(&copy, num_samples)) continue;
-        out[n++] = (struct larder__cache_plan){.slot = i,
-                                               .params = {.seed = copy.seed,
-                                                          .epoch = copy.epoch,
-                                                          .global_batch = copy.global_batch,
-                                                          .start_step = copy.start_step,
-                                                          .num_samples = copy.num_samples,
-                                                          .world = copy.world,
-                                                          .rank = copy.rank,
-                                                          .workers = copy.workers,
-                                                          .worker = copy.worker,
-                                                          .mode = copy.mode,
-                                                          .locality_window = copy.locality_window,
-                                                          .pad = copy.pad != 0}};
+        out[n++] =
+            (struct larder__cache_plan){.slot = i,
+                                        .params = {.seed = copy.seed,
+                                                   .epoch = copy.epoch,
+                                                   .global_batch = copy.global_batch,
+                                                   .start_step = copy.start_step,
+                                                   .num_samples = copy.num_samples,
+                                                   .world = copy.world,
+                                                   .rank = copy.rank,
+                                                   .workers = copy.workers,
+                                                   .worker = copy.worker,
+                                                   .mode = copy.mode,
+                                                   .locality_window = copy.locality_window,
+                                                   .pad = copy.pad != 0},
+                                        /* a window past 2^20 steps says nothing */
+                                        .window = copy.window <= (1u << 20) ? copy.window : 0};
     }
     return n;
 }

@@ -44,6 +44,10 @@ struct larder_prefetch {
     int slot;                 /* the plan's slot in the cache's registry, or -1 */
     uint64_t start_after;     /* stage nothing before the reader consumed this many steps */
     uint64_t skipped;         /* samples not staged: they would be evicted first */
+    /* the window: asked for, and as cut to the capacity (cut_window) */
+    uint64_t asked, step_bytes, generation;
+    uint32_t workers;
+    bool published;
 };
 
 struct fill_task {
@@ -82,8 +86,36 @@ static bool admitted(struct larder_prefetch *p, uint64_t id)
     return larder__cache_admit(c, s.shard, first, last);
 }
 
-/* Register the plan with the node cache, and cut the window to what the
- * capacity holds for every live reader. */
+/* Cut the window to what the capacity holds for every live reader of
+ * the node, and publish it (for the next epoch's head, and the trace)
+ * when it changed.  Again whenever the registry's generation moves: a
+ * reader that registered first would otherwise keep the window of one
+ * reader alone after the others came. */
+static void cut_window(struct larder_prefetch *p)
+{
+    struct larder__cache *c = larder__dataset_cache(p->dataset);
+    if (!c || p->slot < 0) return;
+    p->generation = larder__cache_plans_generation(c);
+    const struct larder__index *ix = larder__dataset_index(p->dataset);
+    struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
+    int readers = larder__cache_plans_live(c, ix->num_samples, live, LARDER__CACHE_PLAN_SLOTS);
+    uint64_t window_bytes = larder__cache_window_bytes(c, readers);
+    uint64_t window = p->asked;
+    if (window_bytes && p->step_bytes) {
+        /* the step the reader is on is read now in any case (by it, or its
+         * read-ahead): the share holds the steps staged past it */
+        uint64_t steps = window_bytes / p->step_bytes + 1;
+        if (steps < window) window = steps;
+    }
+    if (window == p->window && p->published) return;
+    p->window = window;
+    p->published = true;
+    larder__cache_plan_set_window(c, p->slot, window < (1u << 20) ? (uint32_t)window : 1u << 20);
+    p->generation = larder__cache_plans_generation(c); /* its own change */
+    larder__cache_trace_window(c, window, p->workers);
+}
+
+/* Register the plan with the node cache, and cut the window. */
 static void register_plan(struct larder_prefetch *p)
 {
     p->slot = -1;
@@ -96,23 +128,17 @@ static void register_plan(struct larder_prefetch *p)
         return;
     }
     p->slot = slot;
+    p->workers = params.workers;
     const struct larder__index *ix = larder__dataset_index(p->dataset);
-    struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
-    int readers = larder__cache_plans_live(c, ix->num_samples, live, LARDER__CACHE_PLAN_SLOTS);
-    uint64_t window_bytes = larder__cache_window_bytes(c, readers);
     uint64_t total = 0;
     for (uint64_t i = 0; i < ix->num_shards; i++) {
         struct larder__shard shard;
         larder__index_shard(ix, i, &shard);
         total += shard.size;
     }
-    uint64_t step_bytes = ix->num_samples ? total / ix->num_samples : 0;
-    step_bytes *= params.global_batch / params.world;
-    if (window_bytes && step_bytes) {
-        uint64_t steps = window_bytes / step_bytes;
-        if (steps < 1) steps = 1;
-        if (steps < p->window) p->window = steps;
-    }
+    p->step_bytes = ix->num_samples ? total / ix->num_samples : 0;
+    p->step_bytes *= params.global_batch / params.world;
+    cut_window(p);
 }
 
 static void *prefetch_thread(void *arg)
@@ -126,6 +152,13 @@ static void *prefetch_thread(void *arg)
     while (ids && !p->stopping) {
         uint64_t consumed = __atomic_load_n(&p->consumed, __ATOMIC_ACQUIRE);
         if (p->staged_steps < consumed) p->staged_steps = consumed; /* behind: skip ahead */
+        struct larder__cache *c = larder__dataset_cache(p->dataset);
+        if (c && p->slot >= 0 && larder__cache_plans_generation(c) != p->generation) {
+            pthread_mutex_unlock(&p->lock);
+            cut_window(p); /* readers came or went */
+            pthread_mutex_lock(&p->lock);
+            continue; /* look at stopping and the reader again */
+        }
         if (consumed < p->start_after || p->staged_steps >= consumed + p->window) {
             pthread_cond_wait(&p->changed, &p->lock);
             continue;
@@ -180,6 +213,7 @@ int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const 
     p->dataset = dataset;
     p->plan = plan;
     p->window = options && options->window_steps ? options->window_steps : 8;
+    p->asked = p->window;
     p->max_inflight = options && options->max_inflight > 0 ? options->max_inflight
                                                            : larder__dataset_inflight(dataset);
     p->start_after = options && options->version >= 2 ? options->start_after : 0;

@@ -9,7 +9,9 @@ reader will make them (plan.md: its steps T + w, T + w + K, ... of this
 epoch from where it is, then w, w + K, ... of the next; its slice
 [t*G + r*G/W, t*G + (r+1)*G/W) of each step), and gives each block the
 first step at which one of its samples is read (a read in the next epoch
-counting where cache.md says: its step in the epoch's first eighth, else a
+counting where cache.md says: its step in the epoch's head -- the steps
+the reader's workers read or stage as it starts, workers x (window + 1),
+or the first eighth for a reader that did not say its window -- else a
 fixed step of the sample's own).
 
     nextuse_reference.py DOC INPUT.json
@@ -17,7 +19,7 @@ fixed step of the sample's own).
 INPUT: {"block_size", "shard_blocks": [blocks per shard], "samples":
 [[shard, offset, length], ...], "plans": [{"seed", "epoch",
 "global_batch", "world", "rank", "workers", "worker", "start_step",
-"consumed"}], "resident": [global blocks], "limit": blocks}
+"consumed", "window" (optional, 0: not said)}], "resident": [global blocks], "limit": blocks}
 Prints one line per global block (its next use in steps, -1 for never),
 then "evict" and the blocks that go to bring the resident ones down to
 the limit, in the order they go (farthest first, lower block first among
@@ -39,11 +41,18 @@ def spread(x):
     return z ^ (z >> 31)
 
 
-def next_step(steps, t, sample):
+def head_of(steps, workers, window):
+    """cache.md: the next epoch's head is what a reader's workers read or
+    stage as it starts: each worker's first step and its prefetch window
+    of `window` of its own steps; the first eighth when it said no window;
+    at least one step, at most the epoch."""
+    head = workers * (window + 1) if window else steps // 8
+    return max(1, min(head, steps))
+
+
+def next_step(steps, head, t, sample):
     """cache.md: a read at step t of the next epoch counts at t in the
-    epoch's first eighth (at least one step), else at a fixed step of the
-    sample's own among the rest."""
-    head = max(steps // 8, 1)
+    epoch's head, else at a fixed step of the sample's own among the rest."""
     if t < head or steps <= head:
         return t
     return head + spread(sample) % (steps - head)
@@ -80,6 +89,7 @@ def main():
         k, w, start = plan["workers"], plan["worker"], plan["start_step"]
         local = g // w_
         steps = n // g
+        head = head_of(steps, k, plan.get("window", 0))
         cur = min(start + w + plan["consumed"] * k, steps)
         reads = []  # (steps from now, epoch, step)
         t = cur
@@ -92,7 +102,7 @@ def main():
             sequence = order(plan["seed"], epoch)
             for p in range(t * g + r * local, t * g + (r + 1) * local):
                 d = distance if distance is not None else steps - cur + next_step(
-                    steps, t, sequence[p])
+                    steps, head, t, sequence[p])
                 for b in blocks_of[sequence[p]]:
                     use[b] = min(use[b], d)
     for u in use:

@@ -81,6 +81,7 @@ struct reader {
     struct larder__plan_params params;
     uint64_t consumed;
     int slot;
+    uint32_t window; /* its prefetch window as registered (0: not said) */
 };
 
 /* Write the reference's input: the layout, the readers, the resident blocks and the limit. */
@@ -105,10 +106,10 @@ static inline void write_input(const char *path, const struct reader *r, int cou
         fprintf(f,
                 "%s{\"seed\": %llu, \"epoch\": %llu, \"global_batch\": %llu, \"world\": %u, "
                 "\"rank\": %u, \"workers\": %u, \"worker\": %u, \"start_step\": %llu, "
-                "\"consumed\": %llu}",
+                "\"consumed\": %llu, \"window\": %u}",
                 i ? ", " : "", (unsigned long long)p->seed, (unsigned long long)p->epoch,
                 (unsigned long long)p->global_batch, p->world, p->rank, p->workers, p->worker,
-                (unsigned long long)p->start_step, (unsigned long long)r[i].consumed);
+                (unsigned long long)p->start_step, (unsigned long long)r[i].consumed, r[i].window);
     }
     fprintf(f, "], \"resident\": [");
     bool first = true;
@@ -155,6 +156,7 @@ static inline void register_all(struct reader *r, int count)
         r[i].slot = larder__cache_plan_register(cache, &r[i].params);
         CHECK(r[i].slot >= 0);
         larder__cache_plan_advance(cache, r[i].slot, r[i].consumed);
+        if (r[i].window) larder__cache_plan_set_window(cache, r[i].slot, r[i].window);
     }
 }
 

@@ -21,10 +21,10 @@ TEST(nextuse_next_epoch_counts_at_a_fixed_step_per_sample)
     CHECK_EQ(larder__nextuse_spread(0), UINT64_C(0xe220a8397b1dcdaf));
     CHECK_EQ(larder__nextuse_spread(UINT64_C(0x9e3779b97f4a7c15)), UINT64_C(0x6e789e6aa1b965f4));
     /* 40 steps: the first 5 count where they are, the rest at 5 + key % 35 */
-    CHECK_EQ(larder__nextuse_step(40, 4, 0), 4);
-    CHECK_EQ(larder__nextuse_step(40, 5, 0), 5 + 0xe220a8397b1dcdaf % 35);
-    CHECK_EQ(larder__nextuse_step(40, 39, 0), 5 + 0xe220a8397b1dcdaf % 35);
-    CHECK_EQ(larder__nextuse_step(1, 0, 0), 0);
+    CHECK_EQ(larder__nextuse_step(40, 5, 4, 0), 4);
+    CHECK_EQ(larder__nextuse_step(40, 5, 5, 0), 5 + 0xe220a8397b1dcdaf % 35);
+    CHECK_EQ(larder__nextuse_step(40, 5, 39, 0), 5 + 0xe220a8397b1dcdaf % 35);
+    CHECK_EQ(larder__nextuse_step(1, 1, 0, 0), 0);
     setup();
     uint64_t steps = SAMPLES / 4, total = total_blocks(); /* the first eighth: step 0 */
     uint64_t use[2][1024];
@@ -56,6 +56,66 @@ TEST(nextuse_next_epoch_counts_at_a_fixed_step_per_sample)
         seen = use[0][b];
     }
     CHECK(first > 0 && alike > first && varied); /* the scenario says something */
+    larder_close(dataset);
+}
+
+/* The head of the next epoch (the steps that count where they are) is
+ * what the readers read or stage as it starts: K workers' first steps and
+ * their prefetch windows, K * (window + 1) global steps, for short and
+ * long epochs alike; the first eighth for a reader that said no window.
+ * Arithmetic from docs/cache.md, then every block's next use and the
+ * eviction order against the reference with the window registered. */
+TEST(nextuse_next_epoch_head_is_the_readers_lead)
+{
+    CHECK_EQ(larder__nextuse_head(40, 2, 1), 4);  /* 2 workers, 1 step each: 2 x 2 */
+    CHECK_EQ(larder__nextuse_head(10, 2, 1), 4);  /* a short epoch: the same lead */
+    CHECK_EQ(larder__nextuse_head(40, 0, 0), 5);  /* no window said: the eighth */
+    CHECK_EQ(larder__nextuse_head(10, 2, 0), 1);  /* at least one step */
+    CHECK_EQ(larder__nextuse_head(10, 4, 8), 10); /* at most the epoch */
+    CHECK_EQ(larder__nextuse_head(10, 1u << 16, 1u << 20), 10);
+    CHECK_EQ(larder__nextuse_head(UINT64_MAX, UINT64_MAX, UINT64_MAX), UINT64_MAX);
+    /* past the head, at head + key % (steps - head) */
+    CHECK_EQ(larder__nextuse_step(10, 4, 3, 0), 3);
+    CHECK_EQ(larder__nextuse_step(10, 4, 4, 0), 4 + 0xe220a8397b1dcdaf % 6);
+    setup();
+    uint64_t steps = SAMPLES / 4; /* 12: the eighth is 1 step, 2 x (1 + 1) = 4 */
+    /* two workers done with epoch 3, one with a window of 1 step, and one
+     * mid-epoch with a window of 2: blocks of the next epoch's steps 0-3
+     * count where they are, for the first two */
+    struct reader r[] = {{.params = plan(3, 1, 0, 2, 0, 0), .consumed = steps / 2, .window = 1},
+                         {.params = plan(3, 1, 0, 2, 1, 0), .consumed = steps / 2, .window = 1},
+                         {.params = plan(5, 1, 0, 1, 0, 0), .consumed = 7, .window = 2}};
+    check_next_uses(r, 3);
+    register_all(r, 3);
+    uint64_t total = total_blocks(), present = 0;
+    for (uint64_t b = 0; b < total; b++)
+        present += resident(b);
+    long long use[1024], evict[1024];
+    uint64_t limit = present / 2;
+    int count = reference(r, 3, limit, use, evict);
+    CHECK(count > 0);
+    /* the reference's order differs from the one without windows (so the
+     * window is what decides here) */
+    struct reader plain[3];
+    memcpy(plain, r, sizeof plain);
+    for (int i = 0; i < 3; i++)
+        plain[i].window = 0;
+    long long use_plain[1024], evict_plain[1024];
+    CHECK_EQ(reference(plain, 3, limit, use_plain, evict_plain), count);
+    CHECK(memcmp(use, use_plain, total * sizeof *use) != 0);
+    struct larder__cache *other; /* the capacity, set by another opener */
+    CHECK_EQ(larder__cache_open(&other, test_path("cache"), larder__dataset_index(dataset), BLOCK,
+                                limit * BLOCK, 0),
+             0);
+    larder__cache_trim(cache);
+    larder__cache_close(other);
+    for (int i = 0; i < count; i++)
+        CHECK(!resident((uint64_t)evict[i]));
+    uint64_t left = 0;
+    for (uint64_t b = 0; b < total; b++)
+        left += resident(b);
+    CHECK_EQ(left, limit);
+    unregister_all(r, 3);
     larder_close(dataset);
 }
 

@@ -3,7 +3,8 @@
  * them while eviction by next use runs: threads and processes read random
  * samples through a cache a quarter of the dataset's size, with plans
  * registered and moving on (so every store evicts by next use and the
- * candidates are picked again and again), and every byte they get must be
+ * candidates are picked again and again, without the eviction lock, while
+ * plans come and go), and every byte they get must be
  * the sample's own, regenerated here from its seed.  Repeated; also run
  * under ASan by the CI's sanitizer build.
  */
@@ -62,6 +63,7 @@ struct worker {
     uint64_t seed;
     int failures;
     int slot;
+    struct larder__plan_params plan; /* as registered */
 };
 
 /* Read random samples and compare every byte with the sample's own. */
@@ -86,6 +88,12 @@ static void *read_random(void *arg)
         }
         if (w->slot >= 0 && i % 16 == 0) /* the reader moves on: next uses change */
             larder__cache_plan_advance(cache, w->slot, (uint64_t)(i / 16) % 8);
+        if (w->slot >= 0 && i % 200 == 199) { /* a new epoch: the orders scans walk change */
+            larder__cache_plan_unregister(cache, w->slot);
+            w->plan.epoch += 2;
+            w->slot = larder__cache_plan_register(cache, &w->plan);
+            larder__cache_plan_set_window(cache, w->slot, (uint32_t)(i % 3));
+        }
     }
     return NULL;
 }
@@ -106,7 +114,7 @@ static int run_readers(uint64_t seed)
                                         .rank = (uint32_t)t % 2,
                                         .workers = 2,
                                         .worker = (uint32_t)t / 2};
-        w[t] = (struct worker){.d = d, .seed = seed * 100 + (uint64_t)t};
+        w[t] = (struct worker){.d = d, .seed = seed * 100 + (uint64_t)t, .plan = p};
         w[t].slot = larder__cache_plan_register(cache, &p);
         CHECK(w[t].slot >= 0);
         CHECK_EQ(pthread_create(&threads[t], NULL, read_random, &w[t]), 0);

@@ -2,10 +2,14 @@
  * test_prefetch.c - the prefetcher stages what the plan asks next, so a
  * reader that computes between steps finds its samples in the cache.
  */
+#include "cache.h"
+#include "dataset.h"
 #include "larder_pack.h"
 #include "sys.h"
 #include "test.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -114,4 +118,86 @@ TEST(prefetch_needs_a_cache_and_stops_cleanly)
     larder_prefetch_stop(pf);
     larder_plan_destroy(plan);
     larder_close(d);
+}
+
+/* The bytes of the packed shards (every file but the index). */
+static uint64_t shard_bytes(void)
+{
+    uint64_t total = 0;
+    DIR *dir = opendir(test_path("packed"));
+    CHECK(dir != NULL);
+    for (struct dirent *e; (e = readdir(dir));) {
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", test_path("packed"), e->d_name);
+        if (e->d_name[0] != '.' && strcmp(e->d_name, "index.larder") != 0 && stat(path, &st) == 0)
+            total += (uint64_t)st.st_size;
+    }
+    closedir(dir);
+    return total;
+}
+
+/* With a capacity, the window is what an eighth of it holds over the live
+ * readers, in steps of the dataset's mean sample size, past the step the
+ * reader is on (which it reads now in any case), cut again when another
+ * reader comes, and the prefetcher registers it for eviction
+ * (docs/cache.md, "Admission"): arithmetic from the shards' sizes,
+ * against the window in the registry. */
+TEST(prefetch_window_is_the_capacity_share_past_the_readers_step)
+{
+    make_dataset(64);
+    uint64_t step = shard_bytes() / 64 * 8; /* global batch 8, one rank */
+    struct {
+        uint64_t capacity;
+        uint64_t asked, window; /* window_steps asked, window expected */
+    } cases[] = {
+        {step * 8 * 2 + step * 4, 8, 3}, /* 2.5 steps in the share: 2 past the reader's */
+        {step * 8 / 2, 8, 1},            /* half a step: the reader's own step only */
+        {step * 8 * 20, 4, 4},           /* 20 steps: the window asked for */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[64];
+        snprintf(dir, sizeof dir, "cache-%zu", i);
+        larder_open_options oo = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                                  .cache_dir = test_path(dir),
+                                  .cache_capacity = cases[i].capacity};
+        larder_dataset *d;
+        CHECK_EQ(larder_open(&d, test_path("packed/index.larder"), &oo), 0);
+        larder_plan_options po = {
+            .version = LARDER_PLAN_OPTIONS_VERSION, .seed = 3, .global_batch = 8};
+        larder_plan *plan;
+        CHECK_EQ(larder_plan_create(&plan, d, &po), 0);
+        larder_prefetch_options fo = {.version = LARDER_PREFETCH_OPTIONS_VERSION,
+                                      .window_steps = cases[i].asked,
+                                      .start_after = 1000}; /* stage nothing */
+        larder_prefetch *pf;
+        CHECK_EQ(larder_prefetch_start(&pf, d, plan, &fo), 0);
+        struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
+        CHECK_EQ(
+            larder__cache_plans_live(larder__dataset_cache(d), 64, live, LARDER__CACHE_PLAN_SLOTS),
+            1);
+        if (live[0].window != cases[i].window)
+            fprintf(stderr, "    case %zu: window %u, expected %llu\n", i, live[0].window,
+                    (unsigned long long)cases[i].window);
+        CHECK_EQ(live[0].window, cases[i].window);
+        if (i == 0) { /* a second reader comes: the share is cut in two, 1.25 steps */
+            struct larder__plan_params other = {
+                .seed = 4, .global_batch = 8, .num_samples = 64, .world = 1, .workers = 1};
+            struct larder__cache *cache = larder__dataset_cache(d);
+            int slot = larder__cache_plan_register(cache, &other);
+            CHECK(slot >= 0);
+            uint32_t now = 0;
+            for (int tries = 0; tries < 200 && now != 2; tries++) {
+                larder_prefetch_advance(pf, 0); /* wakes it: it looks at the registry */
+                usleep(10 * 1000);
+                CHECK_EQ(larder__cache_plans_live(cache, 64, live, LARDER__CACHE_PLAN_SLOTS), 2);
+                now = live[0].slot == slot ? live[1].window : live[0].window;
+            }
+            CHECK_EQ(now, 2);
+            larder__cache_plan_unregister(cache, slot);
+        }
+        larder_prefetch_stop(pf);
+        larder_plan_destroy(plan);
+        larder_close(d);
+    }
 }
