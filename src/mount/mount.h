@@ -13,6 +13,8 @@
  *   adapt.c      how many: the limit grown and cut by the readers' misses;
  *   order.c      a reader's registered sample order (the control file
  *                .larder-order), driving the plan's prefetcher;
+ *   passthrough.c  FUSE passthrough: files the node cache holds whole read
+ *                by the kernel from the cache's data files (passthrough.h);
  *   session.c    start-up: the source opened, a stale mount point found or
  *                cleared, the mount, daemonizing once ready, the loop,
  *                a clean unmount on SIGTERM/SIGINT/SIGHUP.
@@ -49,6 +51,7 @@ struct larder__mount_options {
     int stage_on_open;        /* a file's first open stages all of it in the background:
                                  1 yes, 0 no, -1 (auto) where the cache evicts nothing */
     int stage_inflight;       /* staging reads in flight at most; 0: adaptive (stager.c) */
+    bool no_passthrough;      /* never FUSE passthrough (passthrough.c), even where it could be */
 };
 
 /* What one mount keeps: set up by session.c, read by every FUSE thread. */
@@ -75,7 +78,8 @@ struct larder__mount {
     pthread_mutex_t lock;
     pthread_cond_t idle;
     uint64_t staging;
-    struct larder__mount_order *order; /* the registered sample orders (order.c) */
+    struct larder__mount_order *order;             /* the registered sample orders (order.c) */
+    struct larder__mount_passthrough *passthrough; /* FUSE passthrough (passthrough.h) */
     /* one bit per sample that passed larder__mount_check_cached; made on
      * first use, freed with the mount */
     _Atomic uint64_t *_Atomic checked;
@@ -101,6 +105,9 @@ void larder__mount_log(int level, const char *fmt, ...) __attribute__((format(pr
  * bytes are wrong and could not be put right.
  */
 int larder__mount_check_cached(struct larder__mount *m, uint64_t id);
+/* Whether sample `id` passed larder__mount_check_cached in this mount (its
+ * bytes in the cache were hashed and matched). */
+bool larder__mount_check_passed(struct larder__mount *m, uint64_t id);
 
 /*
  * The errno a failed open or read answers for larder's code rc: ENOMEM
