@@ -70,7 +70,7 @@ struct larder__mount_passthrough {
     bool enabled;
     int fuse_fd;
     _Atomic int state;
-    char why_off[192]; /* set once, before state turns STATE_OFF */
+    char why_off[200]; /* "off: WHY", set once, before state turns STATE_OFF */
     pthread_mutex_t lock;
     struct entry *buckets[BUCKETS];
     _Atomic uint64_t opens, fallbacks, ids, pinned;
@@ -103,7 +103,7 @@ static void turn_off(struct larder__mount_passthrough *p, const char *why)
 {
     int state = atomic_load(&p->state);
     if (state == STATE_OFF) return;
-    snprintf(p->why_off, sizeof p->why_off, "%s", why);
+    snprintf(p->why_off, sizeof p->why_off, "off: %s", why);
     atomic_store(&p->state, STATE_OFF);
     larder__mount_log(LARDER_LOG_INFO,
                       "FUSE passthrough not used: %s; every read is served by the mount", why);
