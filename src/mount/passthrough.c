@@ -98,15 +98,25 @@ static bool may_register(void)
     return found ? (caps >> 21) & 1 : geteuid() == 0;
 }
 
-/* Turn passthrough off for the rest of the mount, saying why once. */
-static void turn_off(struct larder__mount_passthrough *p, const char *why)
+/* Turn passthrough off for the rest of the mount, saying why once (at
+ * start, before the mount's log is set up: larder__mount_passthrough_log says it). */
+static void turn_off(struct larder__mount_passthrough *p, const char *why, bool log)
 {
     int state = atomic_load(&p->state);
     if (state == STATE_OFF) return;
     snprintf(p->why_off, sizeof p->why_off, "off: %s", why);
     atomic_store(&p->state, STATE_OFF);
-    larder__mount_log(LARDER_LOG_INFO,
-                      "FUSE passthrough not used: %s; every read is served by the mount", why);
+    if (log)
+        larder__mount_log(LARDER_LOG_INFO,
+                          "FUSE passthrough not used: %s; every read is served by the mount", why);
+}
+
+void larder__mount_passthrough_log(const struct larder__mount_passthrough *p)
+{
+    if (p && atomic_load(&p->state) == STATE_OFF)
+        larder__mount_log(LARDER_LOG_INFO,
+                          "FUSE passthrough not used: %s; every read is served by the mount",
+                          p->why_off + strlen("off: "));
 }
 
 int larder__mount_passthrough_new(struct larder__mount_passthrough **out, bool enabled)
@@ -117,10 +127,10 @@ int larder__mount_passthrough_new(struct larder__mount_passthrough **out, bool e
     p->fuse_fd = -1;
     pthread_mutex_init(&p->lock, NULL);
     if (!enabled)
-        turn_off(p, "--no-passthrough");
+        turn_off(p, "--no-passthrough", false);
     else if (!may_register())
-        turn_off(p, "registering backing files with the kernel needs CAP_SYS_ADMIN (mount as "
-                    "root)");
+        turn_off(p, "registering backing files with the kernel needs CAP_SYS_ADMIN (mount as root)",
+                 false);
     *out = p;
     return 0;
 }
@@ -177,8 +187,10 @@ void larder__mount_passthrough_request(struct larder__mount_passthrough *p, cons
     bool offered = n >= offsetof(struct fuse_init_in, flags2) + sizeof in.flags2 && in.major == 7 &&
                    (in.flags & FUSE_INIT_EXT) && (in.flags2 & PT_PASSTHROUGH_FLAGS2);
     if (!offered)
-        turn_off(p, "the kernel does not offer FUSE passthrough (Linux 6.9 or later with "
-                    "CONFIG_FUSE_PASSTHROUGH)");
+        turn_off(p,
+                 "the kernel does not offer FUSE passthrough (Linux 6.9 or later with "
+                 "CONFIG_FUSE_PASSTHROUGH)",
+                 true);
 }
 
 void larder__mount_passthrough_reply(struct larder__mount_passthrough *p, struct iovec *iov,
@@ -201,7 +213,7 @@ void larder__mount_passthrough_reply(struct larder__mount_passthrough *p, struct
         init->major != 7)
         return; /* an old kernel's INIT (or the 7.x renegotiation): leave it */
     if (init->flags & FUSE_WRITEBACK_CACHE) {
-        turn_off(p, "the kernel refuses passthrough beside the writeback cache");
+        turn_off(p, "the kernel refuses passthrough beside the writeback cache", true);
         return;
     }
     init->flags |= FUSE_INIT_EXT;
@@ -282,7 +294,7 @@ static int start_backing(struct larder__mount *m, struct entry *e, uint32_t shar
                  "the kernel refused a backing file (FUSE_DEV_IOC_BACKING_OPEN: %s)",
                  strerror(err));
         if (err == EPERM || err == ENOTTY || err == ELOOP || err == EOPNOTSUPP)
-            turn_off(p, why);
+            turn_off(p, why, true);
         else
             larder__mount_log(LARDER_LOG_WARN, "FUSE passthrough: %s", why);
         goto fail;

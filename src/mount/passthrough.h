@@ -72,6 +72,10 @@ void larder__mount_passthrough_free(struct larder__mount_passthrough *p);
  * --no-passthrough, no privileges, or p NULL). */
 bool larder__mount_passthrough_wanted(const struct larder__mount_passthrough *p);
 
+/* Once the mount's log is set up: say why passthrough is off, if it was
+ * turned off from the start (--no-passthrough, no privileges). */
+void larder__mount_passthrough_log(const struct larder__mount_passthrough *p);
+
 /* The session's /dev/fuse descriptor, once mounted (the backing ioctls go there). */
 void larder__mount_passthrough_set_fd(struct larder__mount_passthrough *p, int fuse_fd);
 

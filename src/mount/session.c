@@ -404,6 +404,7 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
             tell_parent(ready, 0);
             detach(o);
         }
+        larder__mount_passthrough_log(m->passthrough);
         if (!fuse_device_at(resolved, &m->dev_major, &m->dev_minor))
             larder__mount_log(LARDER_LOG_WARN, "%s: not found in /proc/self/mountinfo",
                               o->mountpoint);
