@@ -1,12 +1,11 @@
 /*
  * passthrough.c - FUSE passthrough for files the node cache holds whole,
  * spoken through libfuse 3.14's custom I/O (passthrough.h says what and
- * why).  The protocol pieces that Debian's linux-libc-dev 6.1 headers lack
- * (FUSE 7.40: FUSE_PASSTHROUGH, max_stack_depth, FOPEN_PASSTHROUGH, the
- * backing_id of fuse_open_out, the backing ioctls) are defined here with
- * the kernel's values and checked against the older layouts they reuse.
+ * why): which opens, the per-inode modes, the backing ids and the holds.
+ * The messages themselves are passthrough_proto.c's.
  */
 #include "passthrough.h"
+#include "passthrough_proto.h"
 
 #include "mount.h"
 
@@ -28,10 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* FUSE 7.40 (include/uapi/linux/fuse.h of Linux 6.9) */
-#define PT_PASSTHROUGH_FLAGS2 (1u << (37 - 32)) /* FUSE_PASSTHROUGH: bit 37, in flags2 */
-#define PT_FOPEN_PASSTHROUGH (1u << 7)
-#define PT_MAX_STACK_DEPTH 1 /* backing files on a file system that stacks nothing (ext4, xfs) */
+/* the backing-file ioctls of FUSE 7.40 (include/uapi/linux/fuse.h of Linux 6.9) */
 struct pt_backing_map {
     int32_t fd;
     uint32_t flags;
@@ -39,12 +35,6 @@ struct pt_backing_map {
 };
 #define PT_IOC_BACKING_OPEN _IOW(229, 1, struct pt_backing_map)
 #define PT_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
-/* max_stack_depth is the first of 7.38's unused words after flags2; backing_id is
- * fuse_open_out's padding */
-_Static_assert(offsetof(struct fuse_init_out, flags2) == 32, "fuse_init_out layout");
-_Static_assert(offsetof(struct fuse_init_out, unused) == 36, "max_stack_depth's place");
-_Static_assert(offsetof(struct fuse_open_out, padding) == 12 && sizeof(struct fuse_open_out) == 16,
-               "fuse_open_out layout");
 
 enum state {
     STATE_OFF = -1, /* why_off says why */
@@ -176,17 +166,10 @@ void larder__mount_passthrough_set_fd(struct larder__mount_passthrough *p, int f
 void larder__mount_passthrough_request(struct larder__mount_passthrough *p, const void *buf,
                                        size_t length)
 {
-    struct fuse_in_header h;
-    if (length < sizeof h) return;
-    memcpy(&h, buf, sizeof h);
-    current.opcode = h.opcode, current.unique = h.unique;
-    if (!p || h.opcode != FUSE_INIT || atomic_load(&p->state) != STATE_NONE) return;
-    struct fuse_init_in in = {0};
-    size_t n = length - sizeof h < sizeof in ? length - sizeof h : sizeof in;
-    memcpy(&in, (const char *)buf + sizeof h, n);
-    bool offered = n >= offsetof(struct fuse_init_in, flags2) + sizeof in.flags2 && in.major == 7 &&
-                   (in.flags & FUSE_INIT_EXT) && (in.flags2 & PT_PASSTHROUGH_FLAGS2);
-    if (!offered)
+    struct larder__fuse_request r;
+    if (larder__fuse_parse_request(buf, length, &r) < 0) return;
+    current.opcode = r.opcode, current.unique = r.unique;
+    if (p && r.init && !r.offers_passthrough && atomic_load(&p->state) == STATE_NONE)
         turn_off(p,
                  "the kernel does not offer FUSE passthrough (Linux 6.9 or later with "
                  "CONFIG_FUSE_PASSTHROUGH)",
@@ -196,30 +179,23 @@ void larder__mount_passthrough_request(struct larder__mount_passthrough *p, cons
 void larder__mount_passthrough_reply(struct larder__mount_passthrough *p, struct iovec *iov,
                                      int count)
 {
-    if (!p || count != 2 || iov[0].iov_len < sizeof(struct fuse_out_header)) return;
-    struct fuse_out_header *out = iov[0].iov_base;
-    if (out->unique != current.unique || out->error != 0) return;
-    if (current.opcode == FUSE_OPEN && current.backing_id > 0 &&
-        iov[1].iov_len == sizeof(struct fuse_open_out)) {
-        struct fuse_open_out *open = iov[1].iov_base;
-        open->open_flags &= ~(uint32_t)FOPEN_KEEP_CACHE; /* refused with passthrough */
-        open->open_flags |= PT_FOPEN_PASSTHROUGH;
-        open->padding = (uint32_t)current.backing_id;
+    if (!p) return;
+    if (current.opcode == FUSE_OPEN) {
+        if (current.backing_id > 0)
+            larder__fuse_patch_open_reply(iov, count, current.unique, current.backing_id);
         return;
     }
     if (current.opcode != FUSE_INIT || atomic_load(&p->state) != STATE_NONE) return;
-    struct fuse_init_out *init = iov[1].iov_base;
-    if (iov[1].iov_len < offsetof(struct fuse_init_out, unused) + sizeof init->unused[0] ||
-        init->major != 7)
-        return; /* an old kernel's INIT (or the 7.x renegotiation): leave it */
-    if (init->flags & FUSE_WRITEBACK_CACHE) {
+    switch (larder__fuse_patch_init_reply(iov, count, current.unique)) {
+    case LARDER__FUSE_PATCH_DONE:
+        atomic_store(&p->state, STATE_OFFERED);
+        break;
+    case LARDER__FUSE_PATCH_WRITEBACK:
         turn_off(p, "the kernel refuses passthrough beside the writeback cache", true);
-        return;
+        break;
+    default: /* an old kernel's INIT (or the 7.x renegotiation): left as it is */
+        break;
     }
-    init->flags |= FUSE_INIT_EXT;
-    init->flags2 |= PT_PASSTHROUGH_FLAGS2;
-    init->unused[0] = PT_MAX_STACK_DEPTH; /* max_stack_depth */
-    atomic_store(&p->state, STATE_OFFERED);
 }
 
 void larder__mount_passthrough_arm(int32_t backing_id)
