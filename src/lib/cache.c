@@ -333,6 +333,15 @@ bool larder__cache_present(const struct larder__cache *c, uint32_t shard, uint64
     return true;
 }
 
+bool larder__cache_any_borrowed(const struct larder__cache *c, uint32_t shard, uint64_t first,
+                                uint64_t last)
+{
+    uint64_t base = c->shard_base[shard];
+    for (uint64_t b = first; b <= last; b++)
+        if (bit_get(c->borrowed, base + b)) return true;
+    return false;
+}
+
 static void set_bits(uint64_t *bits, uint64_t from, uint64_t to, uint64_t *newly)
 {
     for (uint64_t b = from; b <= to; b++) {

@@ -80,6 +80,10 @@ LARDER__HIDDEN bool larder__cache_resident(const struct larder__cache *cache, ui
  * (a fill may read suspect blocks, and checks them). */
 LARDER__HIDDEN bool larder__cache_present(const struct larder__cache *cache, uint32_t shard,
                                           uint64_t first, uint64_t last);
+/* Whether any of blocks [first, last] of `shard` came from another node
+ * (borrowed: a daemon with a borrowed share evicts them first). */
+LARDER__HIDDEN bool larder__cache_any_borrowed(const struct larder__cache *cache, uint32_t shard,
+                                               uint64_t first, uint64_t last);
 /* Trust suspect blocks a fill has checked.  Call with the fill lock held. */
 LARDER__HIDDEN void larder__cache_trust(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                         uint64_t last);

@@ -80,6 +80,7 @@ struct larder__mount {
     uint64_t staging;
     struct larder__mount_order *order;             /* the registered sample orders (order.c) */
     struct larder__mount_passthrough *passthrough; /* FUSE passthrough (passthrough.h) */
+    const char *cache_root; /* the node cache's directory (absolute), or NULL */
     /* one bit per sample that passed larder__mount_check_cached; made on
      * first use, freed with the mount */
     _Atomic uint64_t *_Atomic checked;

@@ -287,6 +287,22 @@ fail:
     return rc;
 }
 
+/*
+ * Whether anyone may evict from this cache: its capacity (node-wide, in the
+ * shared header), this opener's borrowed share, or a node-wide capacity
+ * over all the datasets of the directory (LARDER_NODE_CACHE_SIZE in some
+ * process, which leaves DIR/node-share behind: cache_share.c).
+ */
+static bool evicting(const struct larder__mount *m, const struct larder__cache *cache)
+{
+    if (larder__cache_evicts(cache)) return true;
+    if (!m->cache_root) return false;
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/node-share", m->cache_root);
+    return getenv("LARDER_NODE_CACHE_SIZE") || stat(path, &st) == 0;
+}
+
 enum larder__mount_open_mode larder__mount_passthrough_open(struct larder__mount *m, uint64_t ino,
                                                             const struct larder__mount_node *n,
                                                             uint32_t shard, uint64_t base,
@@ -303,8 +319,11 @@ enum larder__mount_open_mode larder__mount_passthrough_open(struct larder__mount
     /* what can be looked at without the lock: whole, trusted, checked, and
      * in a cache that evicts nothing (a mapping of a passthrough file
      * outlives its release, and with it the hold) */
-    bool eligible = !larder__cache_evicts(cache) &&
-                    larder__fill_resident(larder__dataset_fill(d), shard, 0, n->size);
+    uint64_t first, last;
+    larder__cache_blocks(cache, 0, n->size, &first, &last);
+    bool eligible = !evicting(m, cache) &&
+                    larder__fill_resident(larder__dataset_fill(d), shard, 0, n->size) &&
+                    !larder__cache_any_borrowed(cache, shard, first, last);
     if (eligible && !larder__dataset_index(d)->unchecked)
         eligible = larder__mount_check_cached(m, n->sample) == 0 &&
                    larder__mount_check_passed(m, n->sample);

@@ -472,6 +472,7 @@ int larder__mount_run(const struct larder__mount_options *given)
     }
     struct larder__mount m = {.readahead_max =
                                   o->readahead_max ? o->readahead_max : UINT64_C(32) << 20,
+                              .cache_root = o->cache_dir && o->cache_dir[0] ? o->cache_dir : NULL,
                               .uid = (uint32_t)getuid(),
                               .gid = (uint32_t)getgid()};
     pthread_mutex_init(&m.lock, NULL);

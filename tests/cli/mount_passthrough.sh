@@ -8,7 +8,8 @@
 # open of the file, whole by then, goes through passthrough; eviction set
 # off by another process (a capacity set under an open passthrough file)
 # does not touch that file's blocks, and does once it is closed (the
-# control); --no-passthrough and an unprivileged mount (a user namespace:
+# control); a node-wide capacity (LARDER_NODE_CACHE_SIZE) means no
+# passthrough; --no-passthrough and an unprivileged mount (a user namespace:
 # the kernel refuses the backing ioctl) fall back and read right; a clean
 # unmount and a kill -9 leave no FUSE connection (and with it no backing
 # id) behind.  Needs root and a kernel with CONFIG_FUSE_PASSTHROUGH;
@@ -96,6 +97,17 @@ cmp -s src/big.bin "$data" && fail "control: with no open file, eviction left bi
 cmp src/big.bin mnt-evict/big.bin || fail "big.bin after its blocks were evicted"
 umount_larder evict
 echo "eviction: blocks kept under an open passthrough file, evicted once it closed"
+
+# a node-wide capacity over the cache directory (LARDER_NODE_CACHE_SIZE, which
+# leaves DIR/node-share) may evict from any dataset there: no passthrough
+LARDER_NODE_CACHE_SIZE=1G "$LARDER" warm files.larder --cache "$WORK/cache-share" >/dev/null
+[ -e "$WORK/cache-share/node-share" ] || fail "LARDER_NODE_CACHE_SIZE left no node-share file"
+mount_larder share files.larder --cache "$WORK/cache-share"
+cmp_all share
+[ "$(stat_of share passthrough_opens)" = 0 ] || fail "passthrough beside a node-wide capacity"
+[ "$(stat_of share passthrough_fallbacks)" -ge 4 ] || fail "node-wide capacity: fallbacks"
+umount_larder share
+echo "a node-wide capacity: served by the mount, byte-exact"
 
 # 3. partly resident: served by the mount, byte-exact; an open held through
 # the mount keeps later opens there too; then passthrough once all are closed
