@@ -243,7 +243,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     larder__mount_passthrough_arm(backing_id); /* the reply below carries it */
     int replied = fuse_reply_open(req, fi);
     larder__mount_passthrough_arm(0);
-    if (replied == -ENOENT) { /* the opener was interrupted */
+    if (replied < 0) { /* the opener was interrupted (ENOENT), or the mount is going */
         larder__mount_passthrough_close(m, ino, f->mode);
         larder__mount_stream_clear(&f->stream);
         larder_file_close(f->file);
