@@ -242,7 +242,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fi->noflush = 1;
     larder__mount_passthrough_arm(backing_id); /* the reply below carries it */
     int replied = fuse_reply_open(req, fi);
-    larder__mount_passthrough_arm(0);
+    if (!larder__mount_passthrough_disarm() && f->mode == LARDER__MOUNT_OPEN_PASSTHROUGH)
+        f->mode = larder__mount_passthrough_demote(m, ino); /* never expected with libfuse 3.14 */
     if (replied < 0) { /* the opener was interrupted (ENOENT), or the mount is going */
         larder__mount_passthrough_close(m, ino, f->mode);
         larder__mount_stream_clear(&f->stream);

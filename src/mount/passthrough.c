@@ -66,12 +66,15 @@ struct larder__mount_passthrough {
     _Atomic uint64_t opens, fallbacks, ids, pinned;
 };
 
+static struct entry *find(struct larder__mount_passthrough *p, uint64_t ino, bool create);
+
 /* The request this thread is serving (libfuse's workers read a request and
  * answer it in the same thread), and the backing id its OPEN reply takes. */
 static _Thread_local struct {
     uint32_t opcode;
     uint64_t unique;
     int32_t backing_id;
+    bool patched; /* the OPEN reply carried backing_id */
 } current;
 
 /* Whether this process may register backing files (CAP_SYS_ADMIN, bit 21 of CapEff). */
@@ -181,8 +184,10 @@ void larder__mount_passthrough_reply(struct larder__mount_passthrough *p, struct
 {
     if (!p) return;
     if (current.opcode == FUSE_OPEN) {
-        if (current.backing_id > 0)
-            larder__fuse_patch_open_reply(iov, count, current.unique, current.backing_id);
+        if (current.backing_id > 0 &&
+            larder__fuse_patch_open_reply(iov, count, current.unique, current.backing_id) ==
+                LARDER__FUSE_PATCH_DONE)
+            current.patched = true;
         return;
     }
     if (current.opcode != FUSE_INIT || atomic_load(&p->state) != STATE_NONE) return;
@@ -201,6 +206,30 @@ void larder__mount_passthrough_reply(struct larder__mount_passthrough *p, struct
 void larder__mount_passthrough_arm(int32_t backing_id)
 {
     current.backing_id = backing_id;
+    current.patched = false;
+}
+
+bool larder__mount_passthrough_disarm(void)
+{
+    bool patched = current.patched;
+    current.backing_id = 0, current.patched = false;
+    return patched;
+}
+
+enum larder__mount_open_mode larder__mount_passthrough_demote(struct larder__mount *m, uint64_t ino)
+{
+    struct larder__mount_passthrough *p = m->passthrough;
+    larder__mount_log(LARDER_LOG_WARN,
+                      "FUSE passthrough: an open reply went out without its backing id; that "
+                      "open is served by the mount");
+    pthread_mutex_lock(&p->lock);
+    struct entry *e = find(p, ino, false);
+    if (e && e->passthrough > 0 && --e->passthrough == 0) drop_backing(p, e);
+    if (e) e->cached++;
+    pthread_mutex_unlock(&p->lock);
+    atomic_fetch_sub(&p->opens, 1);
+    atomic_fetch_add(&p->fallbacks, 1);
+    return e ? LARDER__MOUNT_OPEN_CACHED : LARDER__MOUNT_OPEN_PLAIN;
 }
 
 /* The entry of `ino` (made when `create`), under the lock. */

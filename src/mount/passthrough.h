@@ -99,6 +99,14 @@ enum larder__mount_open_mode larder__mount_passthrough_open(struct larder__mount
                                                             int32_t *backing_id);
 /* The next OPEN reply this thread sends carries backing_id (0: none). */
 void larder__mount_passthrough_arm(int32_t backing_id);
+/* After that reply: whether it carried the backing id (false also when
+ * none was armed). */
+bool larder__mount_passthrough_disarm(void);
+/* A passthrough open of `ino` whose reply went out without its backing id
+ * (the kernel opened it through its page cache): counted so from now on.
+ * The mode the open has now. */
+enum larder__mount_open_mode larder__mount_passthrough_demote(struct larder__mount *m,
+                                                              uint64_t ino);
 /* The open of `ino` in `mode` has ended (released, or its reply never
  * reached the kernel): the last passthrough one closes the backing id and
  * the pin. */
