@@ -20,7 +20,7 @@ static const char mount_help[] =
     "usage: larder mount SOURCE MOUNTPOINT [--cache DIR] [--socket PATH] [--foreground]\n"
     "                    [--log FILE] [--force-unmount-stale] [--allow-other] [--plain]\n"
     "                    [--threads N] [--readahead SIZE] [--stage-on-open]\n"
-    "                    [--no-stage-on-open] [--stage-inflight N]\n"
+    "                    [--no-stage-on-open] [--stage-inflight N] [--no-passthrough]\n"
     "\n"
     "Show SOURCE read-only at MOUNTPOINT, every read going through larder:\n"
     "the node cache, the node daemon, peers and the origin, checked against the\n"
@@ -53,10 +53,15 @@ static const char mount_help[] =
     "  --stage-inflight N     staging reads in flight at most, for all files, half of\n"
     "                         it while a reader waits on a miss (default: adaptive,\n"
     "                         1 to 32, grown while readers' misses stay fast)\n"
+    "  --no-passthrough       never hand a file's reads to the kernel (by default a\n"
+    "                         file the node cache holds whole, in a cache that\n"
+    "                         evicts nothing, is read by the kernel from the cache's\n"
+    "                         data file: FUSE passthrough, Linux 6.9+, as root)\n"
     "\n"
     "Unmount with 'fusermount3 -u MOUNTPOINT' or by sending the mount SIGTERM.\n"
     "A reader may register its sample order by writing\n"
-    "'seed=S epoch=E rank=R world=W batch=G' to MOUNTPOINT/.larder-order.\n";
+    "'seed=S epoch=E rank=R world=W batch=G' to MOUNTPOINT/.larder-order;\n"
+    "MOUNTPOINT/.larder-stats reads back the mount's counters.\n";
 
 int cmd_mount(int argc, char **argv)
 {
@@ -72,10 +77,12 @@ int cmd_mount(int argc, char **argv)
                                             {"stage-on-open", no_argument, 0, 'O'},
                                             {"no-stage-on-open", no_argument, 0, 'N'},
                                             {"stage-inflight", required_argument, 0, 'i'},
+                                            {"no-passthrough", no_argument, 0, 'P'},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
     const char *cache = NULL, *socket = NULL, *log = NULL;
     bool foreground = false, force = false, allow_other = false, plain = false;
+    bool no_passthrough = false;
     /* auto: where the node cache evicts nothing (docs/mount.md: with the
      * adaptive limit, a cold random epoch measured faster with it) */
     int stage_on_open = -1;
@@ -109,6 +116,9 @@ int cmd_mount(int argc, char **argv)
             break;
         case 'N':
             stage_on_open = 0;
+            break;
+        case 'P':
+            no_passthrough = true;
             break;
         case 'i':
             if (args_parse_u64(optarg, &stage_inflight) < 0 || stage_inflight == 0 ||
@@ -146,11 +156,12 @@ int cmd_mount(int argc, char **argv)
                                       .threads = (int)threads,
                                       .readahead_max = readahead,
                                       .stage_on_open = stage_on_open,
-                                      .stage_inflight = (int)stage_inflight};
+                                      .stage_inflight = (int)stage_inflight,
+                                      .no_passthrough = no_passthrough};
     return larder__mount_run(&o);
 #else
     (void)cache, (void)socket, (void)log, (void)foreground, (void)force, (void)allow_other;
-    (void)plain, (void)stage_on_open, (void)stage_inflight;
+    (void)plain, (void)stage_on_open, (void)stage_inflight, (void)no_passthrough;
     fprintf(stderr,
             "%s: mount: this larder was built without libfuse3 (scripts/install-deps "
             "installs libfuse3-dev; then rebuild)\n",

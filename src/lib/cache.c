@@ -333,6 +333,15 @@ bool larder__cache_present(const struct larder__cache *c, uint32_t shard, uint64
     return true;
 }
 
+bool larder__cache_any_borrowed(const struct larder__cache *c, uint32_t shard, uint64_t first,
+                                uint64_t last)
+{
+    uint64_t base = c->shard_base[shard];
+    for (uint64_t b = first; b <= last; b++)
+        if (bit_get(c->borrowed, base + b)) return true;
+    return false;
+}
+
 static void set_bits(uint64_t *bits, uint64_t from, uint64_t to, uint64_t *newly)
 {
     for (uint64_t b = from; b <= to; b++) {
@@ -482,6 +491,23 @@ bool larder__cache_try_lock(struct larder__cache *c, int lock, uint32_t shard, u
 {
     struct flock more = blocks_lock(c, shard, first, last);
     return fcntl(lock, F_OFD_SETLK, &more) == 0; /* the same description: one lock, grown */
+}
+
+int larder__cache_hold(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last)
+{
+    if (shard >= c->num_shards || first > last ||
+        last >= c->shard_base[shard + 1] - c->shard_base[shard])
+        return -EINVAL;
+    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, LARDER__CACHE_FILE_MODE);
+    if (fd < 0) return fd;
+    struct flock lock = blocks_lock(c, shard, first, last);
+    lock.l_type = F_RDLCK; /* shared: holders never wait on each other */
+    if (fcntl(fd, F_OFD_SETLK, &lock) < 0) {
+        int err = errno;
+        larder__sys.close(fd);
+        return err == EACCES ? -EAGAIN : -err;
+    }
+    return fd;
 }
 
 void larder__cache_unlock(struct larder__cache *c, int lock)

@@ -80,6 +80,10 @@ LARDER__HIDDEN bool larder__cache_resident(const struct larder__cache *cache, ui
  * (a fill may read suspect blocks, and checks them). */
 LARDER__HIDDEN bool larder__cache_present(const struct larder__cache *cache, uint32_t shard,
                                           uint64_t first, uint64_t last);
+/* Whether any of blocks [first, last] of `shard` came from another node
+ * (borrowed: a daemon with a borrowed share evicts them first). */
+LARDER__HIDDEN bool larder__cache_any_borrowed(const struct larder__cache *cache, uint32_t shard,
+                                               uint64_t first, uint64_t last);
 /* Trust suspect blocks a fill has checked.  Call with the fill lock held. */
 LARDER__HIDDEN void larder__cache_trust(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                         uint64_t last);
@@ -111,6 +115,17 @@ LARDER__HIDDEN void larder__cache_touch(struct larder__cache *cache, uint32_t sh
 LARDER__HIDDEN int larder__cache_lock(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                       uint64_t last);
 LARDER__HIDDEN void larder__cache_unlock(struct larder__cache *cache, int lock);
+/*
+ * Hold blocks [first, last] of `shard` against eviction and repair: a
+ * shared fill lock, which every eviction (and every fill, which would
+ * rewrite them) must take exclusively first; never waits.  For bytes that
+ * are read from the data file by someone larder cannot check, such as the
+ * kernel serving a FUSE passthrough file (src/mount/passthrough.c).
+ * Returns a lock handle (>= 0) for larder__cache_unlock, or a negative
+ * code (-EAGAIN: a fill or an eviction holds some of them now).
+ */
+LARDER__HIDDEN int larder__cache_hold(struct larder__cache *cache, uint32_t shard, uint64_t first,
+                                      uint64_t last);
 /* Add blocks [first, last] to a fill lock if no one holds them now; false
  * (and nothing added) when someone does.  Never waits. */
 LARDER__HIDDEN bool larder__cache_try_lock(struct larder__cache *cache, int lock, uint32_t shard,

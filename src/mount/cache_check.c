@@ -72,6 +72,13 @@ static void stripes_init(void)
 
 static int check_once(struct larder__mount *m, uint64_t id, _Atomic uint64_t *b, uint64_t bit);
 
+bool larder__mount_check_passed(struct larder__mount *m, uint64_t id)
+{
+    _Atomic uint64_t *b = atomic_load(&m->checked);
+    return b &&
+           (atomic_load_explicit(&b[id / 64], memory_order_relaxed) & (UINT64_C(1) << (id % 64)));
+}
+
 int larder__mount_check_cached(struct larder__mount *m, uint64_t id)
 {
     _Atomic uint64_t *b = bits(m);

@@ -18,6 +18,7 @@
 #include "fill.h"
 #include "priority.h"
 #include "npy.h"
+#include "passthrough.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +32,8 @@
 
 #define FOREVER 86400.0                 /* seconds: nothing here changes while mounted */
 #define CONTROL_INO (UINT64_C(1) << 62) /* the control file's inode, past any node */
+#define STATS_INO (CONTROL_INO + 1)     /* the stats file's */
+#define STATS_MAX 2048                  /* bytes the stats file reads back at most */
 #define CONTROL_MAX 4096                /* bytes of one registration */
 #define MISS_SPAN (UINT64_C(512) << 10) /* bytes a miss brings in a file being staged */
 
@@ -42,6 +45,7 @@ struct open_file {
     uint64_t base; /* the field's first byte in its shard */
     uint8_t header[LARDER__NPY_MAX_HEADER];
     struct larder__mount_stream stream;
+    enum larder__mount_open_mode mode; /* passthrough.c's verdict, undone at release */
 };
 
 static struct larder__mount *mount_of(fuse_req_t req)
@@ -55,8 +59,8 @@ static void fill_attr(const struct larder__mount *m, fuse_ino_t ino,
     memset(st, 0, sizeof *st);
     st->st_ino = ino;
     st->st_uid = m->uid, st->st_gid = m->gid;
-    if (ino == CONTROL_INO) {
-        st->st_mode = S_IFREG | 0644, st->st_nlink = 1;
+    if (ino == CONTROL_INO || ino == STATS_INO) {
+        st->st_mode = S_IFREG | (ino == CONTROL_INO ? 0644 : 0444), st->st_nlink = 1;
         return;
     }
     if (n->directory) {
@@ -95,6 +99,13 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         fuse_reply_entry(req, &e);
         return;
     }
+    if (parent == LARDER__MOUNT_ROOT && strcmp(name, LARDER__MOUNT_STATS_FILE) == 0) {
+        e.ino = STATS_INO;
+        e.attr_timeout = e.entry_timeout = 0;
+        fill_attr(m, STATS_INO, NULL, &e.attr);
+        fuse_reply_entry(req, &e);
+        return;
+    }
     const struct larder__mount_node *dir = larder__mount_tree_node(m->tree, parent);
     if (!dir || !dir->directory) {
         fuse_reply_err(req, dir ? ENOTDIR : ENOENT);
@@ -113,13 +124,13 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     (void)fi;
     struct larder__mount *m = mount_of(req);
     const struct larder__mount_node *n = larder__mount_tree_node(m->tree, ino);
-    if (!n && ino != CONTROL_INO) {
+    if (!n && ino != CONTROL_INO && ino != STATS_INO) {
         fuse_reply_err(req, ENOENT);
         return;
     }
     struct stat st;
     fill_attr(m, ino, n, &st);
-    fuse_reply_attr(req, &st, ino == CONTROL_INO ? 0 : FOREVER);
+    fuse_reply_attr(req, &st, ino == CONTROL_INO || ino == STATS_INO ? 0 : FOREVER);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
@@ -165,7 +176,11 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct larder__mount *m = mount_of(req);
-    if (ino == CONTROL_INO) { /* read back or written: never cached */
+    if (ino == STATS_INO && (fi->flags & O_ACCMODE) != O_RDONLY) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    if (ino == CONTROL_INO || ino == STATS_INO) { /* read back or written: never cached */
         fi->direct_io = 1;
         fi->fh = 0;
         fuse_reply_open(req, fi);
@@ -212,25 +227,54 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     f->shard = s.shard;
     f->base = s.offset + field.offset;
     uint64_t length = n->size - n->header_length;
-    if (m->staged_on_open && !atomic_exchange(&m->staged_on_open[ino - 1], 1) &&
+    int32_t backing_id = 0;
+    f->mode = larder__mount_passthrough_open(m, ino, n, f->shard, f->base, &backing_id);
+    if (f->mode != LARDER__MOUNT_OPEN_PASSTHROUGH && m->staged_on_open &&
+        !atomic_exchange(&m->staged_on_open[ino - 1], 1) &&
         larder__mount_stage_file(m, f->shard, f->base, length, n->sample))
         larder__mount_log(LARDER_LOG_INFO, "staging sample %llu (%llu bytes) on its first open",
                           (unsigned long long)n->sample, (unsigned long long)length);
     larder__mount_stream_init(&f->stream);
     fi->fh = (uint64_t)(uintptr_t)f;
-    fi->keep_cache = 1; /* immutable: what the kernel cached stays right */
+    /* immutable: what the kernel cached stays right (not with passthrough,
+     * which the kernel refuses beside keep_cache: it reads the cache file) */
+    fi->keep_cache = f->mode != LARDER__MOUNT_OPEN_PASSTHROUGH;
     fi->noflush = 1;
-    if (fuse_reply_open(req, fi) == -ENOENT) { /* the opener was interrupted */
+    larder__mount_passthrough_arm(backing_id); /* the reply below carries it */
+    int replied = fuse_reply_open(req, fi);
+    if (!larder__mount_passthrough_disarm() && f->mode == LARDER__MOUNT_OPEN_PASSTHROUGH)
+        f->mode = larder__mount_passthrough_demote(m, ino); /* never expected with libfuse 3.14 */
+    if (replied < 0) { /* the opener was interrupted (ENOENT), or the mount is going */
+        larder__mount_passthrough_close(m, ino, f->mode);
         larder__mount_stream_clear(&f->stream);
         larder_file_close(f->file);
         free(f);
     }
 }
 
-static void read_control(fuse_req_t req, size_t size, off_t offset)
+/* What the stats file reads: the mount's counters and passthrough's state. */
+static int describe_stats(struct larder__mount *m, char *text, size_t capacity)
 {
-    char text[CONTROL_MAX];
-    int length = larder__mount_order_describe(mount_of(req), text, sizeof text);
+    struct larder__mount_passthrough_stats pt;
+    larder__mount_passthrough_stats(m->passthrough, &pt);
+    int n = snprintf(text, capacity,
+                     "reads %llu\nread_bytes %llu\nread_errors %llu\nreadahead_bytes %llu\n"
+                     "passthrough %s\npassthrough_opens %llu\npassthrough_fallbacks %llu\n"
+                     "passthrough_backing_ids %llu\npassthrough_pinned_files %llu\n",
+                     (unsigned long long)atomic_load(&m->reads),
+                     (unsigned long long)atomic_load(&m->read_bytes),
+                     (unsigned long long)atomic_load(&m->read_errors),
+                     (unsigned long long)atomic_load(&m->readahead_bytes), pt.state,
+                     (unsigned long long)pt.opens, (unsigned long long)pt.fallbacks,
+                     (unsigned long long)pt.backing_ids, (unsigned long long)pt.pinned);
+    return n < 0 ? 0 : (size_t)n < capacity ? n : (int)capacity - 1;
+}
+
+static void read_control(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset)
+{
+    char text[CONTROL_MAX > STATS_MAX ? CONTROL_MAX : STATS_MAX];
+    int length = ino == STATS_INO ? describe_stats(mount_of(req), text, sizeof text)
+                                  : larder__mount_order_describe(mount_of(req), text, sizeof text);
     if (length < 0) length = 0;
     if (offset >= length) {
         fuse_reply_buf(req, NULL, 0);
@@ -328,8 +372,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
                     struct fuse_file_info *fi)
 {
     struct larder__mount *m = mount_of(req);
-    if (ino == CONTROL_INO) {
-        read_control(req, size, offset);
+    if (ino == CONTROL_INO || ino == STATS_INO) {
+        read_control(req, ino, size, offset);
         return;
     }
     struct open_file *f = (struct open_file *)(uintptr_t)fi->fh;
@@ -393,7 +437,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct open_file *f = (struct open_file *)(uintptr_t)fi->fh;
-    if (ino != CONTROL_INO && f) {
+    if (ino != CONTROL_INO && ino != STATS_INO && f) {
+        larder__mount_passthrough_close(mount_of(req), ino, f->mode);
         larder__mount_stream_clear(&f->stream);
         larder_file_close(f->file);
         free(f);

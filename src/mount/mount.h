@@ -15,6 +15,8 @@
  *                found with libhdf5 and staged first (hdf5_layout.h);
  *   order.c      a reader's registered sample order (the control file
  *                .larder-order), driving the plan's prefetcher;
+ *   passthrough.c  FUSE passthrough: files the node cache holds whole read
+ *                by the kernel from the cache's data files (passthrough.h);
  *   session.c    start-up: the source opened, a stale mount point found or
  *                cleared, the mount, daemonizing once ready, the loop,
  *                a clean unmount on SIGTERM/SIGINT/SIGHUP.
@@ -51,6 +53,7 @@ struct larder__mount_options {
     int stage_on_open;        /* a file's first open stages all of it in the background:
                                  1 yes, 0 no, -1 (auto) where the cache evicts nothing */
     int stage_inflight;       /* staging reads in flight at most; 0: adaptive (stager.c) */
+    bool no_passthrough;      /* never FUSE passthrough (passthrough.c), even where it could be */
 };
 
 /* What one mount keeps: set up by session.c, read by every FUSE thread. */
@@ -77,7 +80,9 @@ struct larder__mount {
     pthread_mutex_t lock;
     pthread_cond_t idle;
     uint64_t staging;
-    struct larder__mount_order *order; /* the registered sample orders (order.c) */
+    struct larder__mount_order *order;             /* the registered sample orders (order.c) */
+    struct larder__mount_passthrough *passthrough; /* FUSE passthrough (passthrough.h) */
+    const char *cache_root; /* the node cache's directory (absolute), or NULL */
     /* one bit per sample that passed larder__mount_check_cached; made on
      * first use, freed with the mount */
     _Atomic uint64_t *_Atomic checked;
@@ -103,6 +108,9 @@ void larder__mount_log(int level, const char *fmt, ...) __attribute__((format(pr
  * bytes are wrong and could not be put right.
  */
 int larder__mount_check_cached(struct larder__mount *m, uint64_t id);
+/* Whether sample `id` passed larder__mount_check_cached in this mount (its
+ * bytes in the cache were hashed and matched). */
+bool larder__mount_check_passed(struct larder__mount *m, uint64_t id);
 
 /*
  * The errno a failed open or read answers for larder's code rc: ENOMEM

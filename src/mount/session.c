@@ -15,6 +15,7 @@
 #define FUSE_USE_VERSION 312
 #include "mount.h"
 
+#include "passthrough.h"
 #include "source_plain.h"
 
 #include "cache.h"
@@ -31,6 +32,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <syslog.h>
 #include <time.h>
@@ -311,6 +313,38 @@ static void detach(const struct larder__mount_options *o)
     if (chdir("/") < 0) larder__mount_log(LARDER_LOG_WARN, "chdir /: %s", strerror(errno));
 }
 
+/*
+ * libfuse's custom I/O (fuse_session_custom_io): the same reads, writes
+ * and splices of /dev/fuse as libfuse's own, with passthrough.c looking at
+ * each request and reply on the way (the INIT negotiation and the backing
+ * id of an OPEN reply, which libfuse 3.14 cannot send).
+ */
+static ssize_t io_read(int fd, void *buf, size_t length, void *userdata)
+{
+    ssize_t n = read(fd, buf, length);
+    if (n > 0)
+        larder__mount_passthrough_request(((struct larder__mount *)userdata)->passthrough, buf,
+                                          (size_t)n);
+    return n;
+}
+
+static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+    larder__mount_passthrough_reply(((struct larder__mount *)userdata)->passthrough, iov, count);
+    return writev(fd, iov, count);
+}
+
+/* given, so that libfuse still splices READ replies from the cache files */
+static ssize_t io_splice_send(int in, off_t *in_offset, int out, off_t *out_offset, size_t length,
+                              unsigned int flags, void *userdata)
+{
+    (void)userdata;
+    return splice(in, in_offset, out, out_offset, length, flags);
+}
+
+static const struct fuse_custom_io passthrough_io = {
+    .read = io_read, .writev = io_writev, .splice_send = io_splice_send};
+
 static struct fuse_session *active; /* what a signal ends */
 
 static void on_signal(int signum)
@@ -357,10 +391,20 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
         fprintf(stderr, "larder: %s: the mount failed (is /dev/fuse there, and may you mount?)\n",
                 o->mountpoint);
     } else {
+        struct larder__mount_passthrough_stats pt;
+        /* before the loop reads INIT; where passthrough is off, libfuse's own I/O */
+        if (larder__mount_passthrough_wanted(m->passthrough)) {
+            int fd = fuse_session_fd(se);
+            if (fuse_session_custom_io(se, &passthrough_io, fd) == 0)
+                larder__mount_passthrough_set_fd(m->passthrough, fd);
+            else
+                larder__mount_log(LARDER_LOG_WARN, "FUSE passthrough: no custom I/O; not used");
+        }
         if (!o->foreground) {
             tell_parent(ready, 0);
             detach(o);
         }
+        larder__mount_passthrough_log(m->passthrough);
         if (!fuse_device_at(resolved, &m->dev_major, &m->dev_minor))
             larder__mount_log(LARDER_LOG_WARN, "%s: not found in /proc/self/mountinfo",
                               o->mountpoint);
@@ -378,15 +422,20 @@ static int serve(struct larder__mount *m, const struct larder__mount_options *o,
         fuse_loop_cfg_set_idle_threads(config, 4);
         int rc = fuse_session_loop_mt(se, config);
         fuse_loop_cfg_destroy(config);
+        /* the kernel drops its backing ids with the connection */
+        larder__mount_passthrough_set_fd(m->passthrough, -1);
         fuse_session_unmount(se);
         status = rc < 0 ? 1 : 0;
+        larder__mount_passthrough_stats(m->passthrough, &pt);
         larder__mount_log(LARDER_LOG_INFO,
                           "%s unmounted: %llu reads, %llu bytes, %llu failed, %llu bytes staged "
-                          "ahead",
+                          "ahead; FUSE passthrough %s, %llu opens through it, %llu served by the "
+                          "mount",
                           o->mountpoint, (unsigned long long)atomic_load(&m->reads),
                           (unsigned long long)atomic_load(&m->read_bytes),
                           (unsigned long long)atomic_load(&m->read_errors),
-                          (unsigned long long)atomic_load(&m->readahead_bytes));
+                          (unsigned long long)atomic_load(&m->readahead_bytes), pt.state,
+                          (unsigned long long)pt.opens, (unsigned long long)pt.fallbacks);
     }
     set_signals(se, false);
     fuse_session_destroy(se);
@@ -423,6 +472,7 @@ int larder__mount_run(const struct larder__mount_options *given)
     }
     struct larder__mount m = {.readahead_max =
                                   o->readahead_max ? o->readahead_max : UINT64_C(32) << 20,
+                              .cache_root = o->cache_dir && o->cache_dir[0] ? o->cache_dir : NULL,
                               .uid = (uint32_t)getuid(),
                               .gid = (uint32_t)getgid()};
     pthread_mutex_init(&m.lock, NULL);
@@ -430,6 +480,8 @@ int larder__mount_run(const struct larder__mount_options *given)
     struct larder__plain *plain = NULL;
     int status = open_source(&m, o, &plain);
     if (status == 0 && larder__mount_order_new(&m.order) < 0) status = 1;
+    if (status == 0 && larder__mount_passthrough_new(&m.passthrough, !o->no_passthrough) < 0)
+        status = 1;
     uint64_t nodes = 0;
     if (status == 0) larder__mount_tree_counts(m.tree, &nodes, NULL, NULL);
     m.stage_inflight = o->stage_inflight > 0 ? (unsigned)o->stage_inflight : 0;
@@ -451,6 +503,7 @@ int larder__mount_run(const struct larder__mount_options *given)
     tell_parent(&ready, (unsigned char)status);
     larder__mount_stager_stop(&m);
     larder__mount_order_free(m.order);
+    larder__mount_passthrough_free(m.passthrough);
     larder__mount_stage_wait(&m);
     larder__mount_tree_free(m.tree);
     free((void *)m.staged_on_open);

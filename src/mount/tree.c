@@ -128,8 +128,10 @@ static int64_t place(struct larder__mount_tree *t, const char *path, const char 
     for (const char *p = path;;) {
         const char *slash = strchr(p, '/');
         size_t length = slash ? (size_t)(slash - p) : strlen(p);
-        if (dir == LARDER__MOUNT_ROOT && length == strlen(LARDER__MOUNT_ORDER_FILE) &&
-            memcmp(p, LARDER__MOUNT_ORDER_FILE, length) == 0) {
+        if (dir == LARDER__MOUNT_ROOT && ((length == strlen(LARDER__MOUNT_ORDER_FILE) &&
+                                           memcmp(p, LARDER__MOUNT_ORDER_FILE, length) == 0) ||
+                                          (length == strlen(LARDER__MOUNT_STATS_FILE) &&
+                                           memcmp(p, LARDER__MOUNT_STATS_FILE, length) == 0))) {
             *why = "the name of the mount's control file"; /* it would be shadowed */
             return 0;
         }

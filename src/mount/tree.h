@@ -29,6 +29,8 @@
 /* The name of the mount's control file at its root (order.c): no file or
  * directory of the index may take it there. */
 #define LARDER__MOUNT_ORDER_FILE ".larder-order"
+/* The mount's read-only stats file at its root (fs.c), reserved likewise. */
+#define LARDER__MOUNT_STATS_FILE ".larder-stats"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -342,30 +342,37 @@ TEST(mount_errno_of_a_failure)
     CHECK_EQ(larder__mount_errno(LARDER_EBADINDEX), EIO);
 }
 
-/* The control file's name at the root is the mount's own: an index's file
- * or directory of that name there would be shadowed (listed, but looked
- * up as the control file), so it is left out and counted; deeper down it
- * is a name like any other. */
+/* The control file's and the stats file's names at the root are the
+ * mount's own: an index's file or directory of either name there would be
+ * shadowed (listed, but looked up as the mount's file), so it is left out
+ * and counted; deeper down they are names like any other. */
 TEST(mount_tree_leaves_out_the_control_files_name_at_the_root)
 {
-    const char *keys[] = {"ok", ".larder-order", ".larder-order/x", "sub/.larder-order"};
+    const char *keys[] = {"ok",
+                          ".larder-order",
+                          ".larder-order/x",
+                          "sub/.larder-order",
+                          ".larder-stats",
+                          "sub/.larder-stats"};
     struct larder__field data = {.name = "data", .length = 4};
-    write_index(test_path("control.larder"), keys, 4, &data);
+    write_index(test_path("control.larder"), keys, 6, &data);
     test_write_file(test_path("shard.bin"), "", 0);
     larder_dataset *d = open_index(test_path("control.larder"));
     struct larder__mount_tree *t;
     uint64_t skipped = 0;
     skipped_calls = 0;
     CHECK_EQ(larder__mount_tree_new(&t, d, count_skip, NULL, &skipped), 0);
-    CHECK_EQ(skipped, 2);
-    CHECK_EQ(skipped_calls, 2);
+    CHECK_EQ(skipped, 3);
+    CHECK_EQ(skipped_calls, 3);
     CHECK_EQ(larder__mount_tree_resolve(t, ".larder-order"), 0);
     CHECK_EQ(larder__mount_tree_resolve(t, ".larder-order/x"), 0);
+    CHECK_EQ(larder__mount_tree_resolve(t, ".larder-stats"), 0);
     CHECK(!file_at(t, "sub/.larder-order")->directory);
+    CHECK(!file_at(t, "sub/.larder-stats")->directory);
     CHECK(!file_at(t, "ok")->directory);
     uint64_t nodes, files, bytes;
     larder__mount_tree_counts(t, &nodes, &files, &bytes);
-    CHECK_EQ(files, 2);
+    CHECK_EQ(files, 3);
     larder__mount_tree_free(t);
     larder_close(d);
 }
