@@ -40,7 +40,7 @@
 /* The registry, made (with this node's own publications from before a
  * restart) on first use: on the loop thread, or from open_dataset on a
  * job, and never by two at once (jobs start after it is made). */
-static struct publications *registry(struct larderd *d)
+struct publications *registry(struct larderd *d)
 {
     if (!d->publications) {
         struct publications *r = calloc(1, sizeof *r);

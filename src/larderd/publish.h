@@ -64,6 +64,8 @@ struct name_job {
 };
 
 /* publish.c; find, forget, add and answer_waiters with the registry lock held */
+/* d's registry, made on first use (see publish.c); NULL when out of memory. */
+struct publications *registry(struct larderd *d);
 struct publication *find(struct publications *r, const char *name, size_t length);
 void forget(struct publications *r, struct publication *p);
 struct publication *add(struct publications *r, const char *name, size_t length);

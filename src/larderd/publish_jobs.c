@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- jobs on the pool: announcing, learning ---------------------------------- */
@@ -286,6 +287,55 @@ struct name_job *name_job_new(struct larderd *d, const char *name, size_t length
     memcpy(job->name, name, length);
     job->producer_member = SIZE_MAX;
     return job;
+}
+
+/* ---- a publication opened by name (hints by name) ------------------------------ */
+
+#define NAME_POLL_MS 20 /* how often publication_open looks at the registry again */
+
+int publication_open(struct larderd *d, const char *name, unsigned how, int wait_ms,
+                     struct dataset_entry **out)
+{
+    struct publications *r = registry(d);
+    if (!r) return -ENOMEM;
+    size_t length = strlen(name);
+    int64_t deadline = now_ms() + (wait_ms > 0 ? wait_ms : 0);
+    bool asked = false; /* a learn job was started for it by this call */
+    char *local = NULL;
+    int rc = 0;
+    for (;;) {
+        struct name_job *job = NULL;
+        pthread_mutex_lock(&r->lock);
+        struct publication *p = find(r, name, length);
+        if (p && p->state == READY && !(local = strdup(p->local))) rc = -ENOMEM;
+        if (!p && !asked && d->members.count > 1) { /* unknown here: ask the members */
+            asked = true;
+            if ((job = name_job_new(d, name, length)) && !add(r, name, length))
+                name_job_free(job), job = NULL;
+        }
+        /* unknown, and not being learned (any more): no wait brings it */
+        bool gone = !p && !job;
+        pthread_mutex_unlock(&r->lock);
+        if (job && !submit(d, learn_job, job)) { /* forget what we added (submit freed job) */
+            pthread_mutex_lock(&r->lock);
+            struct publication *q = find(r, name, length);
+            if (q && q->state == LEARNING) forget(r, q);
+            pthread_mutex_unlock(&r->lock);
+        }
+        if (local || rc < 0) break;
+        if (gone || d->stopping || now_ms() >= deadline) {
+            rc = larder__fail(LARDER_ENOTFOUND, "no publication named %s on this node%s", name,
+                              d->members.count > 1 ? " or its members" : "");
+            break;
+        }
+        struct timespec pause = {0, NAME_POLL_MS * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    if (rc < 0) return rc;
+    int slot;
+    rc = open_dataset(d, local, how, out, &slot);
+    free(local);
+    return rc;
 }
 
 /* ---- this node's own publications, kept across restarts ---------------------- */

@@ -186,7 +186,8 @@ enum larder__hint_kind {
 #define LARDER__HINT_ALL_NODES 0x01u /* hot: every member of the cluster */
 #define LARDER__HINT_WAIT 0x02u      /* answer when the staging is done, not when accepted */
 #define LARDER__HINT_HERE 0x04u      /* this node only: what a daemon forwards to a member */
-#define LARDER__HINT_FLAGS 0x07u
+#define LARDER__HINT_NAME 0x08u      /* url is a publication's name, resolved by each daemon */
+#define LARDER__HINT_FLAGS 0x0fu
 
 /* HINT.  Strings are not NUL-terminated; parsed, they point into the payload. */
 struct larder__hint {
@@ -195,7 +196,7 @@ struct larder__hint {
     uint32_t replicas; /* hot: nodes to stage on, this one included (0: this one alone) */
     uint64_t ttl_ms;   /* how long the pins hold, 1 .. LARDER__HINT_MAX_TTL_MS (LIST: 0) */
     uint32_t url_length, targets_length, num_keys;
-    const char *url;     /* the index (LIST: none) */
+    const char *url;     /* the index (LIST: none); with LARDER__HINT_NAME a valid publication name */
     const char *targets; /* replicate: "host:port,..." members (else none) */
     /* parsed: num_keys records (u16 length, bytes), keys_length bytes in all;
      * walk them with larder__wire_hint_key */
