@@ -363,17 +363,21 @@ train_run() { # label, then the background command (or nothing)
   stop_cluster
 }
 skipped_part="not run (PARTS)"
-train_idle=$skipped_part train_warm=$skipped_part train_hinted=$skipped_part
+train_idle=$skipped_part train_warm=$skipped_part train_hinted=$skipped_part train_control=$skipped_part
 if wants "$parts" priorities; then
   echo "restart: priorities" >&2
   # ROUNDS rounds, the three runs interleaved in each, so that the load of a
   # shared machine falls on all three alike; each figure is the median of
   # its rounds, and the p99 ratio to idle is taken within each round
-  idle_runs=() warm_runs=() hinted_runs=()
+  # Each round ends with a second idle run, the control: its p99 over the
+  # round's first idle p99 is what this machine's noise alone does to the
+  # ratio, against which hinted's and warm's ratios are to be judged.
+  idle_runs=() warm_runs=() hinted_runs=() control_runs=()
   for ((round = 1; round <= train_rounds; round++)); do
     idle_runs+=("$(train_run idle)")
     warm_runs+=("$(train_run warm)")
     if has hint hot; then hinted_runs+=("$(train_run hinted)"); fi
+    control_runs+=("$(train_run control)")
   done
   medians() { # "mean p50 p99 max" lines -> the median of each column
     printf '%s\n' "$@" | $py -c '
@@ -391,6 +395,8 @@ print("%.3f (rounds: %s)" % (statistics.median(r), ", ".join("%.3f" % x for x in
 PY
   }
   train_idle=$(medians "${idle_runs[@]}")
+  train_control=$(medians "${control_runs[@]}")
+  control_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${control_runs[@]}")")
   train_warm=$(medians "${warm_runs[@]}")
   warm_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${warm_runs[@]}")")
   if has hint hot; then
@@ -507,19 +513,24 @@ PY
   echo
   echo "One reader on daemon 0 (\`larder_bench_restart train\`): $steps steps of $batch samples of 128 KiB"
   echo "from a cold dataset on the same origin, $compute_ms ms of compute a step; per-step data wait in ms."
-  echo "$train_rounds rounds, idle, warm and hinted interleaved in each; each figure the median over the"
-  echo "rounds, and p99 / idle the median of each round's p99 over that round's idle p99 (target for"
-  echo "hinted: at most 1.10)."
+  echo "$train_rounds rounds, idle, warm, hinted and idle again (the control) in each; each figure the"
+  echo "median over the rounds, and p99 / idle the median of each round's p99 over that round's first"
+  echo "idle p99 (target for hinted: at most 1.10). The control is nothing but the machine's noise: with"
+  echo "$steps steps the p99 is the $(awk -v s=$steps 'BEGIN { printf "%d", s - int((s - 1) * 0.99) }')th slowest step, and its ratio between two idle runs says how far"
+  echo "a ratio moves with no background at all. CPU pressure: the time in which some runnable task on"
+  echo "the machine waited for a core (Linux PSI \"some\", whoever's task) during the reader's waits, ms"
+  echo "per step, over all steps and over the steps at or above the p99 wait (-1: no PSI)."
   echo
-  echo "| beside it | mean | p50 | p99 | max | p99 / idle |"
-  echo "|---|---|---|---|---|---|"
-  for label in idle warm hinted; do
+  echo "| beside it | mean | p50 | p99 | max | CPU pressure, all steps | CPU pressure, p99 steps | p99 / idle |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for label in idle control warm hinted; do
     case $label in
       idle) v=$train_idle what="nothing (idle)" ratio=1 ;;
+      control) v=$train_control what="nothing again (control: idle vs idle)" ratio=${control_ratio:--} ;;
       warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (WARM class)" ratio=${warm_ratio:--} ;;
       hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ratio=${hinted_ratio:--} ;;
     esac
-    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | | |"; else echo "| $what | ${v// / | } | $ratio |"; fi
+    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | | | | |"; else echo "| $what | ${v// / | } | $ratio |"; fi
   done
   echo
   echo "## 3. Predictive replication"

@@ -38,6 +38,11 @@ for n in 1 2; do
     fail "$n unhinted readers: origin/checkpoint '$ratio', want a number from 1"
 done
 grep -q '^| nothing (idle) | [0-9.]* | ' "$report" || fail "no idle training wait"
+# the control (a second idle run in each round) and its ratio to the first, and the CPU
+# pressure columns (-1 where there is no PSI)
+grep -q '^| nothing again (control: idle vs idle) | [0-9.]* | .* | [0-9.]* (rounds: [0-9.]*, [0-9.]*) |$' "$report" ||
+  fail "no idle-vs-idle control: $(grep 'control' "$report")"
+grep -q '^| nothing (idle) |\( -\?[0-9.]* |\)\{6\} 1 |$' "$report" || fail "idle row without 6 figures: $(grep 'nothing (idle)' "$report")"
 # beside hinted replication: the median of two rounds' p99 over idle, a number
 if "$LARDER" hint --help >/dev/null 2>&1; then
   grep -q '^| `larder hint hot`.* | [0-9.]* (rounds: [0-9.]*, [0-9.]*) |$' "$report" ||
