@@ -796,7 +796,7 @@ typedef struct larder_publication {
     char origin[4097];   /* the written-through index, or "" */
 } larder_publication;
 
-#define LARDER_PUBLISH_OPTIONS_VERSION 1
+#define LARDER_PUBLISH_OPTIONS_VERSION 2 /* 2 added `replace`; 1 is still taken */
 typedef struct larder_publish_options {
     int version; /* LARDER_PUBLISH_OPTIONS_VERSION */
     /* an index of the directory's files already made (it must name them
@@ -808,13 +808,20 @@ typedef struct larder_publish_options {
      * there in the same layout, each synced, before the name is published,
      * so that readers fall back to it when the producer is gone; NULL: none */
     const char *write_through;
+    /* version 2: nonzero: `name` may be published already (on any node):
+     * this publication replaces it for every open (and RESOLVE) from now
+     * on, on every node, one generation up; readers that opened the one
+     * before keep reading its bytes (another dataset, checked against its
+     * own index), so its files must stay in place: publish each version
+     * from a directory of its own */
+    int replace;
 } larder_publish_options;
 
 /*
  * Publish the files under `dir` as `name` through this node's daemon
  * (which must be allowed to open the index, as for any OPEN).  On
  * success, 0 and *result (may be NULL) says what was published; a name
- * already published on that node is -EEXIST.
+ * already published on that node is -EEXIST (unless options->replace).
  */
 LARDER_API int larder_publish(const char *socket, const char *dir, const char *name,
                               const larder_publish_options *options, larder_publication *result);

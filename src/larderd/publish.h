@@ -26,6 +26,7 @@ struct publication {
     char name[NAME_CAPACITY];
     enum state state;
     uint64_t id_low, id_high;
+    uint64_t generation;    /* publications of the name it replaced (--replace); 0: the first */
     bool mine;              /* produced by this node */
     size_t producer_member; /* the producer's index in members; SIZE_MAX: this node alone */
     char *producer;         /* the producer's member name */
@@ -57,6 +58,7 @@ struct name_job {
     struct larderd *d;
     char name[NAME_CAPACITY];
     uint64_t id_low, id_high; /* announced (learn: expected when `announced`) */
+    uint64_t generation;      /* announced: the publication's generation */
     bool announced;
     size_t producer_member; /* whom to ask first; SIZE_MAX: every member */
     size_t target;          /* announce_job: the one member told */

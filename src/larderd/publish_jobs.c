@@ -58,6 +58,7 @@ void announce_job(void *arg)
         .id_low = job->id_low,
         .id_high = job->id_high,
         .flags = job->origin ? LARDER__PUBLISHED_ORIGIN : 0,
+        .generation = job->generation,
         .name_length = (uint32_t)strlen(job->name),
         .name = job->name,
         .producer_length = (uint32_t)strlen(job->producer),
@@ -167,8 +168,12 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     if (rc == 0 && p->state == FETCHING && job->announced == false &&
         (p->id_low != m->id_low || p->id_high != m->id_high))
         rc = larder__fail(LARDER_EPROTOCOL, "%s: announced as another dataset", job->name);
+    if (rc == 0 && m->generation < p->generation) /* a newer one came meanwhile */
+        rc = larder__fail(LARDER_EPROTOCOL, "%s: told of generation %llu after %llu", job->name,
+                          (unsigned long long)m->generation, (unsigned long long)p->generation);
     if (rc == 0) {
         p->id_low = m->id_low, p->id_high = m->id_high;
+        p->generation = m->generation;
         p->mine = mine;
         p->producer_member = producer;
         free(p->producer), free(p->location), free(p->origin), free(p->local);
@@ -200,6 +205,8 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     pthread_mutex_unlock(&d->lock);
     pthread_mutex_lock(&r->lock);
     p = find(r, job->name, strlen(job->name));
+    /* (not when a newer publication of the name was announced meanwhile: its own job ends it) */
+    if (p && (p->id_low != m->id_low || p->id_high != m->id_high)) p = NULL;
     if (p) {
         p->state = READY;
         answer_waiters(r, p);
@@ -227,6 +234,7 @@ void learn_job(void *arg)
             .id_low = job->id_low,
             .id_high = job->id_high,
             .flags = LARDER__PUBLISHED_ORIGIN,
+            .generation = job->generation,
             .name_length = (uint32_t)strlen(job->name),
             .name = job->name,
             .producer_length = (uint32_t)strlen(job->producer),
@@ -341,8 +349,9 @@ int publication_open(struct larderd *d, const char *name, unsigned how, int wait
 /* ---- this node's own publications, kept across restarts ---------------------- */
 
 /* The cache's published/mine: one line per publication, "NAME\tID\tINDEX\tORIGIN"
- * (ID in hex as larder prints it; ORIGIN "-" when none; the wire allows no
- * tab or newline in any of them). */
+ * and, for a replacement, "\tGENERATION" (ID in hex as larder prints it; ORIGIN
+ * "-" when none; the wire allows no tab or newline in any of them).  A later
+ * line of a name is a --replace of it: the last one stands. */
 static int mine_path(const struct larderd *d, char *path, size_t capacity)
 {
     if (!d->config.cache_dir) return -1;
@@ -365,7 +374,9 @@ void publication_remember(struct larderd *d, const char *name)
     if (f) {
         char id[33];
         larder__hex128(p->id_high, p->id_low, id);
-        fprintf(f, "%s\t%s\t%s\t%s\n", p->name, id, p->location, p->origin ? p->origin : "-");
+        fprintf(f, "%s\t%s\t%s\t%s", p->name, id, p->location, p->origin ? p->origin : "-");
+        if (p->generation) fprintf(f, "\t%llu", (unsigned long long)p->generation);
+        fputc('\n', f);
         if (fclose(f) != 0) say("%s: %s", path, strerror(errno));
     }
     pthread_mutex_unlock(&r->lock);
@@ -389,24 +400,34 @@ void publications_load(struct larderd *d, struct publications *r)
     if (!f) return;
     size_t loaded = 0;
     while (fgets(line, sizeof line, f)) {
-        char *fields[4] = {line, NULL, NULL, NULL}, *end;
-        for (int k = 1; k < 4 && fields[k - 1]; k++)
+        char *fields[5] = {line, NULL, NULL, NULL, NULL}, *end;
+        for (int k = 1; k < 5 && fields[k - 1]; k++)
             if ((fields[k] = strchr(fields[k - 1], '\t'))) *fields[k]++ = '\0';
-        if (!fields[3] || !(end = strchr(fields[3], '\n'))) continue; /* cut or hand-edited */
+        char *last = fields[4] ? fields[4] : fields[3];
+        if (!fields[3] || !(end = strchr(last, '\n'))) continue; /* cut or hand-edited */
         *end = '\0';
         const char *name = fields[0], *index = fields[2], *origin = fields[3];
+        char *digits_end = NULL;
+        unsigned long long generation = fields[4] ? strtoull(fields[4], &digits_end, 10) : 0;
+        if (fields[4] && (!fields[4][0] || *digits_end || generation == 0)) continue;
+        struct publication *before = find(r, name, strlen(name));
+        if (before && before->generation >= generation) continue; /* (not a replacement) */
+        /* replaced: the later line stands, even when its index is gone (then so is the
+         * name: it never falls back to the publication it replaced) */
+        if (before) forget(r, before), loaded--;
         uint64_t low, high;
         char id[33];
         /* the file is the daemon's own, but the names are checked as any;
          * an index gone, or rewritten as another dataset: so is the publication */
         if (larder__wire_check_publication(name, strlen(name)) < 0 || index[0] != '/' ||
-            find(r, name, strlen(name)) || !claimed_id(index, &low, &high))
+            !claimed_id(index, &low, &high))
             continue;
         larder__hex128(high, low, id);
         if (strcmp(id, fields[1]) != 0) continue;
         struct publication *p = add(r, name, strlen(name));
         if (!p) break;
         p->state = READY;
+        p->generation = generation;
         p->mine = true;
         p->id_low = low, p->id_high = high;
         p->producer_member = d->self;
@@ -473,6 +494,7 @@ void announce_all(struct larderd *d, struct name_job *job)
         struct name_job *copy = name_job_new(d, job->name, strlen(job->name));
         if (!copy) break;
         copy->id_low = job->id_low, copy->id_high = job->id_high;
+        copy->generation = job->generation;
         copy->target = m;
         copy->producer = strdup(job->producer);
         copy->location = strdup(job->location);
