@@ -45,6 +45,7 @@ set -euo pipefail
 # during a run does not change the run
 {
 cd "$(dirname "$0")/.."
+load_start=$(cut -d' ' -f1-3 /proc/loadavg) # the machine's load (1, 5, 15 min) when the run began
 [ "${1:-}" = --quick ] && QUICK=1
 quick=${QUICK:-0}
 build=${BUILD_DIR:-build}
@@ -354,10 +355,38 @@ train_run() { # label, then the background command (or nothing)
     LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
   fi
   sleep 0.5
-  RESTART_TRACE=$work/train-$1-$round.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  local waits
+  waits=$(RESTART_TRACE=$work/train-$1-$round.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms")
   for ((i = 0; i < daemons; i++)); do # kept for a look afterwards
     "$larder" stat --socket "$work/sock$i" --json >"$work/stat-train-$1-$i.json" 2>/dev/null || true
   done
+  # where the daemons' CPU went in this run (all four, from their start): their
+  # loop threads (the main thread: sockets, sendfile of every answer, peers'
+  # too), their pool's foreground (DEMAND, NEAR) and background (HINTED, WARM)
+  # tasks (STAT's classes cpu_us), and the processes in all; seconds
+  echo "$waits $($py - "$work" "$1" "${pids[@]}" <<'PY'
+import json, os, sys
+work, label, pids = sys.argv[1], sys.argv[2], sys.argv[3:]
+tick = os.sysconf("SC_CLK_TCK")
+def ticks(path):
+    try:
+        fields = open(path).read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return 0.0
+loop = sum(ticks(f"/proc/{p}/task/{p}/stat") for p in pids)
+total = sum(ticks(f"/proc/{p}/stat") for p in pids)
+fg = bg = 0.0
+for i in range(len(pids)):
+    try:
+        classes = json.load(open(os.path.join(work, f"stat-train-{label}-{i}.json")))["classes"]
+    except (OSError, ValueError, KeyError):
+        continue
+    fg += sum(classes[c].get("cpu_us", 0) for c in ("demand", "near")) / 1e6
+    bg += sum(classes[c].get("cpu_us", 0) for c in ("hinted", "warm")) / 1e6
+print("%.2f %.2f %.2f %.2f" % (loop, fg, bg, total))
+PY
+)"
   for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   jobs_=()
   stop_cluster
@@ -485,7 +514,8 @@ PY
   echo "# The restart storm, on loopback"
   echo
   echo "Written by \`bench/restart.sh$([ "$quick" = 1 ] && echo " --quick")\` on $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores, shared;"
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' with uncommitted changes')."
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' with uncommitted changes');"
+  echo "load average (1, 5, 15 min) $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
   echo "Checkpoint: $(awk -v b="$ckpt_bytes" 'BEGIN { printf "%.1f", b / 1048576 }') MiB, $($py -c 'import json; print(len(json.load(open("bench/sim/params/checkpoint.json"))["files"]))') files"
   echo "(bench/sim/params/checkpoint.json's mix), $layout. Origin: tools/slowfs, profile"
   echo "none, a shared link capped at $origin_mbps MB/s. $daemons larderd on loopback, each with its own cache."
@@ -516,13 +546,16 @@ PY
   echo "$train_rounds rounds, idle, warm, hinted and idle again (the control) in each; each figure the"
   echo "median over the rounds, and p99 / idle the median of each round's p99 over that round's first"
   echo "idle p99 (target for hinted: at most 1.10). The control is nothing but the machine's noise: with"
-  echo "$steps steps the p99 is the $(awk -v s=$steps 'BEGIN { printf "%d", s - int((s - 1) * 0.99) }')th slowest step, and its ratio between two idle runs says how far"
+  echo "$steps steps the p99 is step $(awk -v s=$steps 'BEGIN { printf "%d", s - int((s - 1) * 0.99) }') counted from the slowest, and its ratio between two idle runs says how far"
   echo "a ratio moves with no background at all. CPU pressure: the time in which some runnable task on"
   echo "the machine waited for a core (Linux PSI \"some\", whoever's task) during the reader's waits, ms"
-  echo "per step, over all steps and over the steps at or above the p99 wait (-1: no PSI)."
+  echo "per step, over all steps and over the steps at or above the p99 wait (-1: no PSI). Daemons' CPU:"
+  echo "seconds of CPU the four daemons used from their start to the reader's end, on their loop threads"
+  echo "(sockets and the sendfile of every answer, peers' included, at nice 0), in their pools' DEMAND"
+  echo "and NEAR tasks, in their HINTED and WARM tasks (at nice 10), and in all."
   echo
-  echo "| beside it | mean | p50 | p99 | max | CPU pressure, all steps | CPU pressure, p99 steps | p99 / idle |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| beside it | mean | p50 | p99 | max | CPU pressure, all steps | CPU pressure, p99 steps | daemons' CPU s: loops | DEMAND+NEAR | HINTED+WARM | all | p99 / idle |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   for label in idle control warm hinted; do
     case $label in
       idle) v=$train_idle what="nothing (idle)" ratio=1 ;;
@@ -530,7 +563,7 @@ PY
       warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (WARM class)" ratio=${warm_ratio:--} ;;
       hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ratio=${hinted_ratio:--} ;;
     esac
-    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | | | | |"; else echo "| $what | ${v// / | } | $ratio |"; fi
+    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | | | | | | | | |"; else echo "| $what | ${v// / | } | $ratio |"; fi
   done
   echo
   echo "## 3. Predictive replication"

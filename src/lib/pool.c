@@ -145,13 +145,24 @@ static void nice_for(int priority)
         current = want;
 }
 
+/* This thread's CPU time in microseconds (0 where the clock is missing). */
+static uint64_t thread_cpu_us(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
 /* Run t outside the lock, then count it done; lock held on entry and return. */
 static void run_task(struct larder__pool *p, const struct task *t)
 {
     pthread_mutex_unlock(&p->lock);
+    uint64_t cpu = thread_cpu_us();
     t->fn(t->arg);
+    cpu = thread_cpu_us() - cpu;
     pthread_mutex_lock(&p->lock);
     p->stats.running[t->priority]--;
+    p->stats.cpu_us[t->priority] += cpu;
 }
 
 static void *worker(void *arg)

@@ -42,7 +42,7 @@ grep -q '^| nothing (idle) | [0-9.]* | ' "$report" || fail "no idle training wai
 # pressure columns (-1 where there is no PSI)
 grep -q '^| nothing again (control: idle vs idle) | [0-9.]* | .* | [0-9.]* (rounds: [0-9.]*, [0-9.]*) |$' "$report" ||
   fail "no idle-vs-idle control: $(grep 'control' "$report")"
-grep -q '^| nothing (idle) |\( -\?[0-9.]* |\)\{6\} 1 |$' "$report" || fail "idle row without 6 figures: $(grep 'nothing (idle)' "$report")"
+grep -q '^| nothing (idle) |\( -\?[0-9.]* |\)\{10\} 1 |$' "$report" || fail "idle row without 10 figures: $(grep 'nothing (idle)' "$report")"
 # beside hinted replication: the median of two rounds' p99 over idle, a number
 if "$LARDER" hint --help >/dev/null 2>&1; then
   grep -q '^| `larder hint hot`.* | [0-9.]* (rounds: [0-9.]*, [0-9.]*) |$' "$report" ||
