@@ -6,8 +6,11 @@
  *   PUBLISH  (a local client): open the index with this node as the owner
  *            of every shard (the bytes are here: no origin read), check
  *            a written-through copy is the same index, register the name
- *            and ANNOUNCE it to every member (a pool job).
- *   ANNOUNCE (a peer): register the name and fetch its index in a pool
+ *            and ANNOUNCE it to every member (a pool job).  With REPLACE,
+ *            a known name takes the new publication in place of the old,
+ *            one generation up, once the new index is open and checked.
+ *   ANNOUNCE (a peer): register the name (or replace it, when of a higher
+ *            generation than the one known) and fetch its index in a pool
  *            job: from the origin when written through, else its bytes
  *            from the producer (RESOLVE with LARDER__RESOLVE_INDEX), kept
  *            in the cache directory (published/ID.index), where local
@@ -289,46 +292,6 @@ static bool malformed(struct connection *c, const struct larder__frame *f, int r
     return true;
 }
 
-/* The registry as JSON (RESOLVE with LARDER__RESOLVE_LIST), in a STATS frame. */
-static void send_list(struct connection *c, uint64_t request, struct publications *r)
-{
-    size_t capacity = LARDER__WIRE_MAX_STATS, used = 0;
-    char *frame = malloc(LARDER__WIRE_HEADER + capacity);
-    if (!frame) {
-        send_error(c, request, -ENOMEM, "out of memory");
-        return;
-    }
-    char *text = frame + LARDER__WIRE_HEADER;
-    used += (size_t)snprintf(text, capacity, "{\"names\": [");
-    pthread_mutex_lock(&r->lock);
-    for (struct publication *p = r->list; p && used < capacity - 20000; p = p->next) {
-        if (p->state != READY) continue;
-        char id[33];
-        larder__hex128(p->id_high, p->id_low, id);
-        /* names are plain by construction; locations are quoted with \" and \\ escaped */
-        used +=
-            (size_t)snprintf(text + used, capacity - used,
-                             "%s{\"name\": \"%s\", \"dataset_id\": \"%s\", \"producer\": \"%s\", "
-                             "\"index\": \"",
-                             used > 11 ? ", " : "", p->name, id, p->producer);
-        const char *fields[2] = {c->peer ? p->location : p->local, p->origin ? p->origin : ""};
-        for (int k = 0; k < 2; k++) {
-            for (const char *s = fields[k]; *s && used < capacity - 16; s++) {
-                if (*s == '"' || *s == '\\') text[used++] = '\\';
-                text[used++] = *s;
-            }
-            used +=
-                (size_t)snprintf(text + used, capacity - used, k ? "\"}" : "\", \"origin\": \"");
-        }
-    }
-    pthread_mutex_unlock(&r->lock);
-    used += (size_t)snprintf(text + used, capacity - used, "]}");
-    larder__wire_encode_header((uint8_t *)frame, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
-                               request);
-    enqueue(c, frame, LARDER__WIRE_HEADER + used);
-    free(frame);
-}
-
 bool resolve_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
 {
     struct larderd *d = c->daemon;
@@ -341,7 +304,7 @@ bool resolve_request(struct connection *c, const struct larder__frame *f, const 
         return true;
     }
     if (q.flags & LARDER__RESOLVE_LIST) {
-        send_list(c, f->request, r);
+        send_names(c, f->request, r);
         return true;
     }
     if ((q.flags & LARDER__RESOLVE_INDEX) && !c->peer) { /* a local reader opens its path */

@@ -5,7 +5,9 @@
  * member: its index fetched and kept in the cache directory, or taken
  * from the written-through origin, then opened with the producer as the
  * owner of every shard.  Also this node's own publications, kept in the
- * cache directory across restarts, and the reading of index files.
+ * cache directory across restarts, the reading of index files, the
+ * registry as JSON (RESOLVE's list) and a publication opened by name (a
+ * hint by name, which may wait for the name).
  */
 #include "publish.h"
 #include "source.h"
@@ -295,6 +297,48 @@ struct name_job *name_job_new(struct larderd *d, const char *name, size_t length
     memcpy(job->name, name, length);
     job->producer_member = SIZE_MAX;
     return job;
+}
+
+/* ---- the registry as JSON ------------------------------------------------------ */
+
+/* The registry as JSON (RESOLVE with LARDER__RESOLVE_LIST), in a STATS frame. */
+void send_names(struct connection *c, uint64_t request, struct publications *r)
+{
+    size_t capacity = LARDER__WIRE_MAX_STATS, used = 0;
+    char *frame = malloc(LARDER__WIRE_HEADER + capacity);
+    if (!frame) {
+        send_error(c, request, -ENOMEM, "out of memory");
+        return;
+    }
+    char *text = frame + LARDER__WIRE_HEADER;
+    used += (size_t)snprintf(text, capacity, "{\"names\": [");
+    pthread_mutex_lock(&r->lock);
+    for (struct publication *p = r->list; p && used < capacity - 20000; p = p->next) {
+        if (p->state != READY) continue;
+        char id[33];
+        larder__hex128(p->id_high, p->id_low, id);
+        /* names are plain by construction; locations are quoted with \" and \\ escaped */
+        used +=
+            (size_t)snprintf(text + used, capacity - used,
+                             "%s{\"name\": \"%s\", \"dataset_id\": \"%s\", \"producer\": \"%s\", "
+                             "\"index\": \"",
+                             used > 11 ? ", " : "", p->name, id, p->producer);
+        const char *fields[2] = {c->peer ? p->location : p->local, p->origin ? p->origin : ""};
+        for (int k = 0; k < 2; k++) {
+            for (const char *s = fields[k]; *s && used < capacity - 16; s++) {
+                if (*s == '"' || *s == '\\') text[used++] = '\\';
+                text[used++] = *s;
+            }
+            used +=
+                (size_t)snprintf(text + used, capacity - used, k ? "\"}" : "\", \"origin\": \"");
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    used += (size_t)snprintf(text + used, capacity - used, "]}");
+    larder__wire_encode_header((uint8_t *)frame, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
+                               request);
+    enqueue(c, frame, LARDER__WIRE_HEADER + used);
+    free(frame);
 }
 
 /* ---- a publication opened by name (hints by name) ------------------------------ */
