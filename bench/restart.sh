@@ -364,29 +364,7 @@ train_run() { # label, then the background command (or nothing)
   # loop threads (the main thread: sockets, sendfile of every answer, peers'
   # too), their pool's foreground (DEMAND, NEAR) and background (HINTED, WARM)
   # tasks (STAT's classes cpu_us), and the processes in all; seconds
-  echo "$waits $($py - "$work" "$1" "${pids[@]}" <<'PY'
-import json, os, sys
-work, label, pids = sys.argv[1], sys.argv[2], sys.argv[3:]
-tick = os.sysconf("SC_CLK_TCK")
-def ticks(path):
-    try:
-        fields = open(path).read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    except (OSError, IndexError, ValueError):
-        return 0.0
-loop = sum(ticks(f"/proc/{p}/task/{p}/stat") for p in pids)
-total = sum(ticks(f"/proc/{p}/stat") for p in pids)
-fg = bg = 0.0
-for i in range(len(pids)):
-    try:
-        classes = json.load(open(os.path.join(work, f"stat-train-{label}-{i}.json")))["classes"]
-    except (OSError, ValueError, KeyError):
-        continue
-    fg += sum(classes[c].get("cpu_us", 0) for c in ("demand", "near")) / 1e6
-    bg += sum(classes[c].get("cpu_us", 0) for c in ("hinted", "warm")) / 1e6
-print("%.2f %.2f %.2f %.2f" % (loop, fg, bg, total))
-PY
-)"
+  echo "$waits $($py bench/restart_figures.py cpu "$work" "$1" "${pids[@]}")"
   for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   jobs_=()
   stop_cluster
@@ -408,21 +386,8 @@ if wants "$parts" priorities; then
     if has hint hot; then hinted_runs+=("$(train_run hinted)"); fi
     control_runs+=("$(train_run control)")
   done
-  medians() { # "mean p50 p99 max" lines -> the median of each column
-    printf '%s\n' "$@" | $py -c '
-import statistics, sys
-rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
-print(" ".join("%.2f" % statistics.median(c) for c in zip(*rows)))'
-  }
-  ratios() { # the p99 of each run over the idle p99 of its round, and their median
-    $py - "$1" "$2" <<'PY'
-import statistics, sys
-idle = [float(l.split()[2]) for l in sys.argv[1].splitlines() if l.strip()]
-other = [float(l.split()[2]) for l in sys.argv[2].splitlines() if l.strip()]
-r = [o / i for o, i in zip(other, idle)]
-print("%.3f (rounds: %s)" % (statistics.median(r), ", ".join("%.3f" % x for x in r)) if r else "-")
-PY
-  }
+  medians() { printf '%s\n' "$@" | $py bench/restart_figures.py medians; } # of each column
+  ratios() { $py bench/restart_figures.py ratios "$1" "$2"; } # p99 over its round's idle p99
   train_idle=$(medians "${idle_runs[@]}")
   train_control=$(medians "${control_runs[@]}")
   control_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${control_runs[@]}")")
