@@ -25,9 +25,13 @@ def daemon(tmp_path):
     cache, sock = tmp_path / "cache", tmp_path / "sock"
     log = open(tmp_path / "daemon.log", "w")
     proc = subprocess.Popen([LARDERD, "--cache", str(cache), "--socket", str(sock)], stderr=log)
-    for _ in range(200):
+    for _ in range(400):  # answering, not only bound: the file appears before listen()
         if sock.exists():
-            break
+            try:
+                larder.hints(socket=str(sock))
+                break
+            except larder.LarderError:
+                pass
         time.sleep(0.025)
     else:
         proc.kill()
