@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -335,4 +336,40 @@ TEST(pool_counts_cpu_by_class)
     CHECK(stats.cpu_us[LARDER__DEMAND] < 30000);
     CHECK_EQ(stats.cpu_us[LARDER__NEAR] + stats.cpu_us[LARDER__WARM], 0);
     larder__pool_free(pool);
+}
+
+struct policy_seen {
+    struct larder__latch *done;
+    int policy;
+};
+
+static void record_policy(void *arg)
+{
+    struct policy_seen *s = arg;
+    s->policy = sched_getscheduler(0);
+    larder__latch_arrive(s->done);
+}
+
+/* LARDER_BACKGROUND_SCHED=idle: HINTED and WARM tasks run at SCHED_IDLE,
+ * DEMAND and NEAR ones (on the same worker, after them) at SCHED_OTHER;
+ * without it every task runs at SCHED_OTHER.  (This test runs in a child
+ * process of its own: the pool reads the setting once.) */
+TEST(pool_background_sched_idle_when_asked)
+{
+    struct rlimit limit;
+    bool may = geteuid() == 0 || (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20);
+    setenv("LARDER_BACKGROUND_SCHED", "idle", 1);
+    struct larder__pool *pool;
+    CHECK_EQ(larder__pool_new(&pool, 1), 0);
+    int classes[] = {LARDER__HINTED, LARDER__DEMAND, LARDER__WARM, LARDER__NEAR, LARDER__HINTED};
+    for (int i = 0; i < 5; i++) {
+        struct larder__latch done;
+        larder__latch_init(&done, 1);
+        struct policy_seen seen = {&done, -1};
+        CHECK_EQ(larder__pool_submit(pool, record_policy, &seen, classes[i]), 0);
+        larder__latch_wait(&done);
+        CHECK_EQ(seen.policy, may && classes[i] >= LARDER__HINTED ? SCHED_IDLE : SCHED_OTHER);
+    }
+    larder__pool_free(pool);
+    unsetenv("LARDER_BACKGROUND_SCHED");
 }
