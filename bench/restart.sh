@@ -28,7 +28,8 @@
 # (bench/results/restart.md; restart-measured.json and restart.png go
 # beside it), RESTART_WORK (scratch: bench/work/restart), HOW (which
 # storms of part 1: "direct unhinted hinted"), PARTS (what else runs:
-# "priorities replicate"; empty: part 1 and the simulation only), TRACE (1:
+# "priorities replicate"; empty: part 1 and the simulation only), SCHED_IDLE (1: a
+# hinted run with the daemons' background at SCHED_IDLE too, in each round), TRACE (1:
 # each priorities run writes the daemons' request trace, LARDERD_TRACE, to
 # RESTART_WORK/daemons-LABEL-ROUND.trace beside the reader's step trace
 # train-LABEL-ROUND.trace, on one wall clock; bench/restart_trace.py lines
@@ -157,7 +158,7 @@ start_cluster() { # four daemons with fresh caches, on fresh ports (sets base)
     for ((i = 0; i < daemons; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
     for ((i = 0; i < daemons; i++)); do
       rm -rf "$work/cache$i" "$work/sock$i"
-      LARDERD_TRACE=${daemon_trace:-} "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+      LARDERD_TRACE=${daemon_trace:-} LARDER_BACKGROUND_SCHED=${daemon_sched:-} "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
         --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
       pids+=($!)
     done
@@ -343,15 +344,16 @@ fi
 train_run() { # label, then the background command (or nothing)
   # TRACE=1: the daemons' request traces (src/larderd/trace.h) beside the reader's
   if [ "${TRACE:-0}" = 1 ]; then daemon_trace=$work/daemons-$1-$round.trace; rm -f "$daemon_trace"; fi
+  [ "$1" = hinted-idle ] && daemon_sched=idle # background tasks at SCHED_IDLE (src/lib/pool.c)
   start_cluster
-  daemon_trace=
+  daemon_trace= daemon_sched=
   local bg=()
   if [ "$1" = warm ]; then
     for ((i = 0; i < daemons; i++)); do
       "$larder" warm "$index" --socket "$work/sock$i" >/dev/null 2>&1 &
       bg+=($!) jobs_+=($!)
     done
-  elif [ "$1" = hinted ]; then
+  elif [ "$1" = hinted ] || [ "$1" = hinted-idle ]; then
     LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
   fi
   sleep 0.5
@@ -379,11 +381,13 @@ if wants "$parts" priorities; then
   # Each round ends with a second idle run, the control: its p99 over the
   # round's first idle p99 is what this machine's noise alone does to the
   # ratio, against which hinted's and warm's ratios are to be judged.
-  idle_runs=() warm_runs=() hinted_runs=() control_runs=()
+  # SCHED_IDLE=1 adds a hinted run whose daemons run background tasks at SCHED_IDLE.
+  idle_runs=() warm_runs=() hinted_runs=() control_runs=() sched_runs=()
   for ((round = 1; round <= train_rounds; round++)); do
     idle_runs+=("$(train_run idle)")
     warm_runs+=("$(train_run warm)")
     if has hint hot; then hinted_runs+=("$(train_run hinted)"); fi
+    if has hint hot && [ "${SCHED_IDLE:-0}" = 1 ]; then sched_runs+=("$(train_run hinted-idle)"); fi
     control_runs+=("$(train_run control)")
   done
   medians() { printf '%s\n' "$@" | $py bench/restart_figures.py medians; } # of each column
@@ -396,6 +400,8 @@ if wants "$parts" priorities; then
   if has hint hot; then
     train_hinted=$(medians "${hinted_runs[@]}")
     hinted_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${hinted_runs[@]}")")
+    [ ${#sched_runs[@]} = 0 ] || train_sched=$(medians "${sched_runs[@]}") \
+      sched_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${sched_runs[@]}")")
   else
     train_hinted="$needs_hint"
   fi
@@ -521,12 +527,13 @@ PY
   echo
   echo "| beside it | mean | p50 | p99 | max | CPU pressure, all steps | CPU pressure, p99 steps | daemons' CPU s: loops | DEMAND+NEAR | HINTED+WARM | all | p99 / idle |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-  for label in idle control warm hinted; do
+  for label in idle control warm hinted ${train_sched:+sched}; do
     case $label in
       idle) v=$train_idle what="nothing (idle)" ratio=1 ;;
       control) v=$train_control what="nothing again (control: idle vs idle)" ratio=${control_ratio:--} ;;
       warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (WARM class)" ratio=${warm_ratio:--} ;;
       hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ratio=${hinted_ratio:--} ;;
+      sched) v=$train_sched what="the same, background tasks at SCHED_IDLE (SCHED_IDLE=1)" ratio=${sched_ratio:--} ;;
     esac
     if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | | | | | | | | |"; else echo "| $what | ${v// / | } | $ratio |"; fi
   done
