@@ -733,7 +733,7 @@ enum larder_hint_kind {
 typedef struct larder_hint_options {
     int version;             /* LARDER_HINT_OPTIONS_VERSION */
     int kind;                /* enum larder_hint_kind */
-    const char *index;       /* the index's URL or path (a path is made absolute); or NULL with name */
+    const char *index;       /* the index's URL or path (made absolute); NULL: name */
     const char *const *keys; /* hot: the samples to stage, by key; NULL: all of them */
     size_t num_keys;
     uint64_t ttl_ms;     /* how long the pins hold; 0: 600000 (10 minutes) */
