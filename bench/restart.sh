@@ -28,7 +28,8 @@
 # (bench/results/restart.md; restart-measured.json and restart.png go
 # beside it), RESTART_WORK (scratch: bench/work/restart), HOW (which
 # storms of part 1: "direct unhinted hinted"), PARTS (what else runs:
-# "priorities replicate"; empty: part 1 and the simulation only), TRACE (1:
+# "priorities replicate"; empty: part 1 and the simulation only), SCHED_IDLE (1: a
+# hinted run with the daemons' background at SCHED_IDLE too, in each round), TRACE (1:
 # each priorities run writes the daemons' request trace, LARDERD_TRACE, to
 # RESTART_WORK/daemons-LABEL-ROUND.trace beside the reader's step trace
 # train-LABEL-ROUND.trace, on one wall clock; bench/restart_trace.py lines
@@ -45,6 +46,7 @@ set -euo pipefail
 # during a run does not change the run
 {
 cd "$(dirname "$0")/.."
+load_start=$(cut -d' ' -f1-3 /proc/loadavg) # the machine's load (1, 5, 15 min) when the run began
 [ "${1:-}" = --quick ] && QUICK=1
 quick=${QUICK:-0}
 build=${BUILD_DIR:-build}
@@ -156,7 +158,7 @@ start_cluster() { # four daemons with fresh caches, on fresh ports (sets base)
     for ((i = 0; i < daemons; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
     for ((i = 0; i < daemons; i++)); do
       rm -rf "$work/cache$i" "$work/sock$i"
-      LARDERD_TRACE=${daemon_trace:-} "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+      LARDERD_TRACE=${daemon_trace:-} LARDER_BACKGROUND_SCHED=${daemon_sched:-} "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
         --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
       pids+=($!)
     done
@@ -342,60 +344,64 @@ fi
 train_run() { # label, then the background command (or nothing)
   # TRACE=1: the daemons' request traces (src/larderd/trace.h) beside the reader's
   if [ "${TRACE:-0}" = 1 ]; then daemon_trace=$work/daemons-$1-$round.trace; rm -f "$daemon_trace"; fi
+  [ "$1" = hinted-idle ] && daemon_sched=idle # background tasks at SCHED_IDLE (src/lib/pool.c)
   start_cluster
-  daemon_trace=
+  daemon_trace= daemon_sched=
   local bg=()
   if [ "$1" = warm ]; then
     for ((i = 0; i < daemons; i++)); do
       "$larder" warm "$index" --socket "$work/sock$i" >/dev/null 2>&1 &
       bg+=($!) jobs_+=($!)
     done
-  elif [ "$1" = hinted ]; then
+  elif [ "$1" = hinted ] || [ "$1" = hinted-idle ]; then
     LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
   fi
   sleep 0.5
-  RESTART_TRACE=$work/train-$1-$round.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms"
+  local waits
+  waits=$(RESTART_TRACE=$work/train-$1-$round.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms")
   for ((i = 0; i < daemons; i++)); do # kept for a look afterwards
     "$larder" stat --socket "$work/sock$i" --json >"$work/stat-train-$1-$i.json" 2>/dev/null || true
   done
+  # where the daemons' CPU went in this run (all four, from their start): their
+  # loop threads (the main thread: sockets, sendfile of every answer, peers'
+  # too), their pool's foreground (DEMAND, NEAR) and background (HINTED, WARM)
+  # tasks (STAT's classes cpu_us), and the processes in all; seconds
+  echo "$waits $($py bench/restart_figures.py cpu "$work" "$1" "${pids[@]}")"
   for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   jobs_=()
   stop_cluster
 }
 skipped_part="not run (PARTS)"
-train_idle=$skipped_part train_warm=$skipped_part train_hinted=$skipped_part
+train_idle=$skipped_part train_warm=$skipped_part train_hinted=$skipped_part train_control=$skipped_part
 if wants "$parts" priorities; then
   echo "restart: priorities" >&2
   # ROUNDS rounds, the three runs interleaved in each, so that the load of a
   # shared machine falls on all three alike; each figure is the median of
   # its rounds, and the p99 ratio to idle is taken within each round
-  idle_runs=() warm_runs=() hinted_runs=()
+  # Each round ends with a second idle run, the control: its p99 over the
+  # round's first idle p99 is what this machine's noise alone does to the
+  # ratio, against which hinted's and warm's ratios are to be judged.
+  # SCHED_IDLE=1 adds a hinted run whose daemons run background tasks at SCHED_IDLE.
+  idle_runs=() warm_runs=() hinted_runs=() control_runs=() sched_runs=()
   for ((round = 1; round <= train_rounds; round++)); do
     idle_runs+=("$(train_run idle)")
     warm_runs+=("$(train_run warm)")
     if has hint hot; then hinted_runs+=("$(train_run hinted)"); fi
+    if has hint hot && [ "${SCHED_IDLE:-0}" = 1 ]; then sched_runs+=("$(train_run hinted-idle)"); fi
+    control_runs+=("$(train_run control)")
   done
-  medians() { # "mean p50 p99 max" lines -> the median of each column
-    printf '%s\n' "$@" | $py -c '
-import statistics, sys
-rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
-print(" ".join("%.2f" % statistics.median(c) for c in zip(*rows)))'
-  }
-  ratios() { # the p99 of each run over the idle p99 of its round, and their median
-    $py - "$1" "$2" <<'PY'
-import statistics, sys
-idle = [float(l.split()[2]) for l in sys.argv[1].splitlines() if l.strip()]
-other = [float(l.split()[2]) for l in sys.argv[2].splitlines() if l.strip()]
-r = [o / i for o, i in zip(other, idle)]
-print("%.3f (rounds: %s)" % (statistics.median(r), ", ".join("%.3f" % x for x in r)) if r else "-")
-PY
-  }
+  medians() { printf '%s\n' "$@" | $py bench/restart_figures.py medians; } # of each column
+  ratios() { $py bench/restart_figures.py ratios "$1" "$2"; } # p99 over its round's idle p99
   train_idle=$(medians "${idle_runs[@]}")
+  train_control=$(medians "${control_runs[@]}")
+  control_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${control_runs[@]}")")
   train_warm=$(medians "${warm_runs[@]}")
   warm_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${warm_runs[@]}")")
   if has hint hot; then
     train_hinted=$(medians "${hinted_runs[@]}")
     hinted_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${hinted_runs[@]}")")
+    [ ${#sched_runs[@]} = 0 ] || train_sched=$(medians "${sched_runs[@]}") \
+      sched_ratio=$(ratios "$(printf '%s\n' "${idle_runs[@]}")" "$(printf '%s\n' "${sched_runs[@]}")")
   else
     train_hinted="$needs_hint"
   fi
@@ -479,7 +485,8 @@ PY
   echo "# The restart storm, on loopback"
   echo
   echo "Written by \`bench/restart.sh$([ "$quick" = 1 ] && echo " --quick")\` on $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores, shared;"
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' with uncommitted changes')."
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' with uncommitted changes');"
+  echo "load average (1, 5, 15 min) $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
   echo "Checkpoint: $(awk -v b="$ckpt_bytes" 'BEGIN { printf "%.1f", b / 1048576 }') MiB, $($py -c 'import json; print(len(json.load(open("bench/sim/params/checkpoint.json"))["files"]))') files"
   echo "(bench/sim/params/checkpoint.json's mix), $layout. Origin: tools/slowfs, profile"
   echo "none, a shared link capped at $origin_mbps MB/s. $daemons larderd on loopback, each with its own cache."
@@ -507,19 +514,28 @@ PY
   echo
   echo "One reader on daemon 0 (\`larder_bench_restart train\`): $steps steps of $batch samples of 128 KiB"
   echo "from a cold dataset on the same origin, $compute_ms ms of compute a step; per-step data wait in ms."
-  echo "$train_rounds rounds, idle, warm and hinted interleaved in each; each figure the median over the"
-  echo "rounds, and p99 / idle the median of each round's p99 over that round's idle p99 (target for"
-  echo "hinted: at most 1.10)."
+  echo "$train_rounds rounds, idle, warm, hinted and idle again (the control) in each; each figure the"
+  echo "median over the rounds, and p99 / idle the median of each round's p99 over that round's first"
+  echo "idle p99 (target for hinted: at most 1.10). The control is nothing but the machine's noise: with"
+  echo "$steps steps the p99 is step $(awk -v s=$steps 'BEGIN { printf "%d", s - int((s - 1) * 0.99) }') counted from the slowest, and its ratio between two idle runs says how far"
+  echo "a ratio moves with no background at all. CPU pressure: the time in which some runnable task on"
+  echo "the machine waited for a core (Linux PSI \"some\", whoever's task) during the reader's waits, ms"
+  echo "per step, over all steps and over the steps at or above the p99 wait (-1: no PSI). Daemons' CPU:"
+  echo "seconds of CPU the four daemons used from their start to the reader's end, on their loop threads"
+  echo "(sockets and the sendfile of every answer, peers' included, at nice 0), in their pools' DEMAND"
+  echo "and NEAR tasks, in their HINTED and WARM tasks (at nice 10), and in all."
   echo
-  echo "| beside it | mean | p50 | p99 | max | p99 / idle |"
-  echo "|---|---|---|---|---|---|"
-  for label in idle warm hinted; do
+  echo "| beside it | mean | p50 | p99 | max | CPU pressure, all steps | CPU pressure, p99 steps | daemons' CPU s: loops | DEMAND+NEAR | HINTED+WARM | all | p99 / idle |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for label in idle control warm hinted ${train_sched:+sched}; do
     case $label in
       idle) v=$train_idle what="nothing (idle)" ratio=1 ;;
+      control) v=$train_control what="nothing again (control: idle vs idle)" ratio=${control_ratio:--} ;;
       warm) v=$train_warm what="\`larder warm\` of the checkpoint on every daemon (WARM class)" ratio=${warm_ratio:--} ;;
       hinted) v=$train_hinted what="\`larder hint hot\` of the checkpoint, all nodes (HINTED)" ratio=${hinted_ratio:--} ;;
+      sched) v=$train_sched what="the same, background tasks at SCHED_IDLE (SCHED_IDLE=1)" ratio=${sched_ratio:--} ;;
     esac
-    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | | |"; else echo "| $what | ${v// / | } | $ratio |"; fi
+    if [[ $v == needs* || $v == not\ run* ]]; then echo "| $what | $v | | | | | | | | | | |"; else echo "| $what | ${v// / | } | $ratio |"; fi
   done
   echo
   echo "## 3. Predictive replication"

@@ -16,13 +16,19 @@
  * A training loop: each step reads BATCH samples, in id order, through the
  * public API with LARDER_SOCKET set to SOCKET (so every read is a DEMAND
  * READ of the daemon), then sleeps COMPUTE_MS.  Prints the per-step data
- * wait in ms: "mean p50 p99 max".
+ * wait in ms: "mean p50 p99 max", then the machine's CPU pressure during
+ * the waits: the time some runnable task waited for a core (Linux PSI,
+ * /proc/pressure/cpu "some"), in ms per step, over all steps and over the
+ * steps at or above the p99 wait ("psi_all psi_slow"; -1 without PSI).
+ * Slow steps with high pressure are slow for want of a core, whoever's
+ * task it was.
  */
 #include "larder.h"
 
 #include "endpoint.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +144,19 @@ static int read_all(int argc, char **argv)
     return failures ? 1 : 0;
 }
 
+/* PSI's cpu "some" total in microseconds since boot, or -1 without PSI. */
+static double cpu_pressure_us(void)
+{
+    char text[256];
+    FILE *f = fopen("/proc/pressure/cpu", "r");
+    if (!f) return -1;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *at = strstr(text, "total=");
+    return at && strncmp(text, "some", 4) == 0 ? strtod(at + 6, NULL) : -1;
+}
+
 static int compare(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -159,6 +178,8 @@ static int train(int argc, char **argv)
     }
     uint64_t samples = larder_num_samples(d), id = 0;
     double *waits = calloc((size_t)steps, sizeof *waits), sum = 0, began = now();
+    double *pressure = calloc((size_t)steps, sizeof *pressure); /* ms during each step's wait */
+    bool psi = cpu_pressure_us() >= 0;
     /* RESTART_TRACE=FILE: each step's start (wall clock, s since the epoch, to line up with
      * the daemons' LARDERD_TRACE) and wait (ms), for a look */
     struct timespec wall;
@@ -168,8 +189,8 @@ static int train(int argc, char **argv)
     FILE *trace = trace_path && *trace_path ? fopen(trace_path, "w") : NULL;
     void *buf = NULL;
     size_t cap = 0;
-    for (long s = 0; waits && s < steps; s++) {
-        double start = now();
+    for (long s = 0; waits && pressure && s < steps; s++) {
+        double start = now(), psi_start = psi ? cpu_pressure_us() : 0;
         for (long b = 0; b < batch; b++, id = (id + 1) % samples) {
             larder_sample_info info;
             if (larder_sample_info_get(d, id, &info) < 0) return 1;
@@ -185,16 +206,31 @@ static int train(int argc, char **argv)
             }
         }
         waits[s] = (now() - start) * 1000;
+        pressure[s] = psi ? (cpu_pressure_us() - psi_start) / 1000 : -1;
         sum += waits[s];
-        if (trace) fprintf(trace, "%.3f %.2f\n", wall_began + (start - began), waits[s]);
+        if (trace)
+            fprintf(trace, "%.3f %.2f %.2f\n", wall_began + (start - began), waits[s], pressure[s]);
         struct timespec nap = {(time_t)compute, (long)((compute - (double)(time_t)compute) * 1e9)};
         nanosleep(&nap, NULL);
     }
     if (trace) fclose(trace);
-    if (!waits) return 1;
-    qsort(waits, (size_t)steps, sizeof *waits, compare);
-    printf("%.2f %.2f %.2f %.2f\n", sum / (double)steps, waits[(steps - 1) / 2],
-           waits[(size_t)((double)(steps - 1) * 0.99)], waits[steps - 1]);
+    if (!waits || !pressure) return 1;
+    double *sorted = malloc((size_t)steps * sizeof *sorted);
+    if (!sorted) return 1;
+    memcpy(sorted, waits, (size_t)steps * sizeof *sorted);
+    qsort(sorted, (size_t)steps, sizeof *sorted, compare);
+    double p99 = sorted[(size_t)((double)(steps - 1) * 0.99)];
+    double psi_all = 0, psi_slow = 0;
+    long slow = 0;
+    for (long s = 0; s < steps; s++) {
+        psi_all += pressure[s];
+        if (waits[s] >= p99) psi_slow += pressure[s], slow++;
+    }
+    printf("%.2f %.2f %.2f %.2f %.2f %.2f\n", sum / (double)steps, sorted[(steps - 1) / 2], p99,
+           sorted[steps - 1], psi ? psi_all / (double)steps : -1,
+           psi ? psi_slow / (double)slow : -1);
+    free(sorted);
+    free(pressure);
     free(buf);
     free(waits);
     larder_close(d);

@@ -4,7 +4,8 @@
     bench/restart_trace.py STEPS_TRACE DAEMONS_TRACE [N]
 
 STEPS_TRACE: the reader's RESTART_TRACE (bench/restart_read.c `train`: a
-step's wall-clock start in s and its data wait in ms, a line each).
+step's wall-clock start in s, its data wait in ms and the machine's CPU
+pressure during that wait in ms, a line each).
 DAEMONS_TRACE: the daemons' LARDERD_TRACE (src/larderd/trace.c: one line
 per READ and hint staging job).  For each of the N slowest steps (5):
 what background work overlapped it (and how much of it read the origin),
@@ -32,9 +33,13 @@ def main():
         sys.exit("no steps in " + sys.argv[1])
     t0 = steps[0][0] * 1000
     count = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-    for at, wait in sorted(steps, key=lambda s: -s[1])[:count]:
+    for step in sorted(steps, key=lambda s: -s[1])[:count]:
+        at, wait = step[0], step[1]
         a, b = at * 1000, at * 1000 + wait
-        print("step at %.0f ms: waited %.1f ms" % (a - t0, wait))
+        # a third column (restart_read.c since the PSI figures): the machine's CPU
+        # pressure during the wait, ms in which some runnable task waited for a core
+        psi = " (CPU pressure %.1f ms of it)" % step[2] if len(step) > 2 and step[2] >= 0 else ""
+        print("step at %.0f ms: waited %.1f ms%s" % (a - t0, wait, psi))
         inside = [s for s in spans if s[1] > a and s[0] < b]
         background = [s for s in inside if s[2][4] in ("hinted", "warm")]
         origin = [s for s in background if int(s[3].get("origin_bytes", 0)) > 0]

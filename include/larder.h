@@ -725,7 +725,7 @@ LARDER_API void larder_prefetch_stop(larder_prefetch *prefetch);
  * end with their TTL; pinned bytes count against the cache's capacity, and
  * a hint larger than what pins may hold pins what fits (result->partial).
  */
-#define LARDER_HINT_OPTIONS_VERSION 1
+#define LARDER_HINT_OPTIONS_VERSION 2 /* 2 added `name`; 1 is still taken */
 enum larder_hint_kind {
     LARDER_HINT_HOT = 1,       /* stage and pin here (and on replicas / all nodes) */
     LARDER_HINT_REPLICATE = 2, /* stage and pin on the members named by targets */
@@ -733,7 +733,7 @@ enum larder_hint_kind {
 typedef struct larder_hint_options {
     int version;             /* LARDER_HINT_OPTIONS_VERSION */
     int kind;                /* enum larder_hint_kind */
-    const char *index;       /* the index's URL or path (a path is made absolute) */
+    const char *index;       /* the index's URL or path (made absolute); NULL: name */
     const char *const *keys; /* hot: the samples to stage, by key; NULL: all of them */
     size_t num_keys;
     uint64_t ttl_ms;     /* how long the pins hold; 0: 600000 (10 minutes) */
@@ -742,6 +742,12 @@ typedef struct larder_hint_options {
     const char *targets; /* replicate: members, "host:port,host:port" */
     int wait;            /* return when the staging is done, not when it is accepted */
     int timeout_ms;      /* with wait: the longest wait (0: one hour) */
+    /* version 2: instead of index, a name published with larder_publish;
+     * every daemon concerned resolves it to the index it reads the
+     * publication through (its producer's copy, fetched from the producer
+     * or the written-through origin), waiting up to 30 s for a name it is
+     * still learning.  NULL: index. */
+    const char *name;
 } larder_hint_options;
 
 typedef struct larder_hint_result {
@@ -759,8 +765,8 @@ typedef struct larder_hint_result {
  * Send a hint to the node daemon at `socket` (NULL: LARDER_SOCKET).  Keys
  * are sent in batches of at most 1024 per frame; *result (may be NULL)
  * sums the answers.  0, or a negative code with a message (an unknown
- * key: LARDER_ENOTFOUND naming it; a daemon that may not open the index
- * for this user: LARDER_EDENIED).
+ * key: LARDER_ENOTFOUND naming it; a name no daemon knows: LARDER_ENOTFOUND;
+ * a daemon that may not open the index for this user: LARDER_EDENIED).
  */
 LARDER_API int larder_hint(const char *socket, const larder_hint_options *options,
                            larder_hint_result *result);
@@ -790,7 +796,7 @@ typedef struct larder_publication {
     char origin[4097];   /* the written-through index, or "" */
 } larder_publication;
 
-#define LARDER_PUBLISH_OPTIONS_VERSION 1
+#define LARDER_PUBLISH_OPTIONS_VERSION 2 /* 2 added `replace`; 1 is still taken */
 typedef struct larder_publish_options {
     int version; /* LARDER_PUBLISH_OPTIONS_VERSION */
     /* an index of the directory's files already made (it must name them
@@ -802,13 +808,20 @@ typedef struct larder_publish_options {
      * there in the same layout, each synced, before the name is published,
      * so that readers fall back to it when the producer is gone; NULL: none */
     const char *write_through;
+    /* version 2: nonzero: `name` may be published already (on any node):
+     * this publication replaces it for every open (and RESOLVE) from now
+     * on, on every node, one generation up; readers that opened the one
+     * before keep reading its bytes (another dataset, checked against its
+     * own index), so its files must stay in place: publish each version
+     * from a directory of its own */
+    int replace;
 } larder_publish_options;
 
 /*
  * Publish the files under `dir` as `name` through this node's daemon
  * (which must be allowed to open the index, as for any OPEN).  On
  * success, 0 and *result (may be NULL) says what was published; a name
- * already published on that node is -EEXIST.
+ * already published on that node is -EEXIST (unless options->replace).
  */
 LARDER_API int larder_publish(const char *socket, const char *dir, const char *name,
                               const larder_publish_options *options, larder_publication *result);

@@ -5,9 +5,11 @@
         named by key (all without keys) in its node cache in the
         background and pins them for ttl seconds; with replicas=N, N nodes
         do (this one included), with all_nodes=True every member
-    larder.replicate(index, to, ttl=600)
+    larder.replicate(index, to, ttl=600), larder.replicate(name=NAME, to=...)
         the members named in `to` ("host:port" strings, or one string
-        with commas) stage and pin the whole dataset
+        with commas) stage and pin the whole dataset: an index, or a
+        name published with larder.publish (each daemon resolves it to
+        its own copy of the publication's index)
     larder.hints()
         what the node daemon has pinned, as a list of dicts
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from ._lib import as_bytes, check, lib
 
-LARDER_HINT_OPTIONS_VERSION = 1
+LARDER_HINT_OPTIONS_VERSION = 2
 HOT, REPLICATE = 1, 2
 
 
@@ -41,6 +43,7 @@ class _HintOptions(ctypes.Structure):
         ("targets", ctypes.c_char_p),
         ("wait", ctypes.c_int),
         ("timeout_ms", ctypes.c_int),
+        ("name", ctypes.c_char_p),
     ]
 
 
@@ -100,12 +103,21 @@ def _index(index):
     return path.encode()
 
 
-def hint(index, keys=None, ttl=600, replicas=None, all_nodes=False, wait=False, socket=None,
-         timeout=None):
-    """Stage the samples of `index` named by `keys` (all when None) on the
-    node daemon and pin them for `ttl` seconds; `replicas` nodes in all,
-    or every member with all_nodes.  A HintResult; LarderError when the
-    daemon refused (an unknown key: larder.ENOTFOUND)."""
+def _target(index, name):
+    """(index, name) as the C options take them: exactly one of the two."""
+    if (index is None) == (name is None):
+        raise ValueError("an index or a published name, one of the two")
+    return (_index(index), None) if name is None else (None, name.encode())
+
+
+def hint(index=None, keys=None, ttl=600, replicas=None, all_nodes=False, wait=False, socket=None,
+         timeout=None, name=None):
+    """Stage the samples of `index` (or of the publication `name`) named by
+    `keys` (all when None) on the node daemon and pin them for `ttl`
+    seconds; `replicas` nodes in all, or every member with all_nodes.  A
+    HintResult; LarderError when the daemon refused (an unknown key or
+    name: larder.ENOTFOUND)."""
+    index, name = _target(index, name)
     if replicas is not None and all_nodes:
         raise ValueError("replicas or all_nodes, not both")
     if isinstance(keys, (str, bytes)):
@@ -113,22 +125,26 @@ def hint(index, keys=None, ttl=600, replicas=None, all_nodes=False, wait=False, 
     encoded = [k.encode() if isinstance(k, str) else bytes(k) for k in (keys or [])]
     array = (ctypes.c_char_p * max(len(encoded), 1))(*encoded)
     options = _HintOptions(
-        version=LARDER_HINT_OPTIONS_VERSION, kind=HOT, index=_index(index),
+        version=LARDER_HINT_OPTIONS_VERSION, kind=HOT, index=index, name=name,
         keys=ctypes.cast(array, ctypes.POINTER(ctypes.c_char_p)), num_keys=len(encoded),
         ttl_ms=_ttl_ms(ttl), replicas=int(replicas or 0), all_nodes=int(bool(all_nodes)),
         wait=int(bool(wait)), timeout_ms=int((timeout or 0) * 1000))
-    return _call(socket, options, f"hint {os.fspath(index)}")
+    return _call(socket, options, f"hint {(index or name).decode()}")
 
 
-def replicate(index, to, ttl=600, wait=False, socket=None, timeout=None):
-    """Have the members in `to` stage and pin all of `index` for `ttl`
-    seconds, so a reader there later finds it local.  A HintResult."""
+def replicate(index=None, to=None, ttl=600, wait=False, socket=None, timeout=None, name=None):
+    """Have the members in `to` stage and pin all of `index` (or of the
+    publication `name`) for `ttl` seconds, so a reader there later finds
+    it local.  A HintResult."""
+    index, name = _target(index, name)
+    if not to:
+        raise ValueError("replicate needs the members to replicate to (to=)")
     targets = to if isinstance(to, str) else ",".join(to)
     options = _HintOptions(
-        version=LARDER_HINT_OPTIONS_VERSION, kind=REPLICATE, index=_index(index),
+        version=LARDER_HINT_OPTIONS_VERSION, kind=REPLICATE, index=index, name=name,
         targets=targets.encode(), ttl_ms=_ttl_ms(ttl), wait=int(bool(wait)),
         timeout_ms=int((timeout or 0) * 1000))
-    return _call(socket, options, f"replicate {os.fspath(index)}")
+    return _call(socket, options, f"replicate {(index or name).decode()}")
 
 
 def hints(socket=None):

@@ -43,10 +43,10 @@ class _Publication(ctypes.Structure):  # larder_publication
 
 class _PublishOptions(ctypes.Structure):  # larder_publish_options
     _fields_ = [("version", ctypes.c_int), ("index", ctypes.c_char_p),
-                ("write_through", ctypes.c_char_p)]
+                ("write_through", ctypes.c_char_p), ("replace", ctypes.c_int)]
 
 
-LARDER_PUBLISH_OPTIONS_VERSION = 1  # checked against the header by tests/python/test_layout.py
+LARDER_PUBLISH_OPTIONS_VERSION = 2  # checked against the header by tests/python/test_layout.py
 _declare = _lib._declare
 _declare("larder_publish", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
          ctypes.POINTER(_PublishOptions), ctypes.POINTER(_Publication))
@@ -59,7 +59,7 @@ def _socket(socket):
     return None if socket is None else _lib.as_bytes(socket)
 
 
-def publish(dir, name, write_through=None, index=None, socket=None):
+def publish(dir, name, write_through=None, index=None, socket=None, replace=False):
     """Publish the files under `dir` as `name` through this node's daemon.
 
     `dir` is indexed in place (dir/index.larder) unless `index` names an
@@ -67,11 +67,14 @@ def publish(dir, name, write_through=None, index=None, socket=None):
     file system), the files and the index are copied there first, so
     readers fall back to that copy when this node is gone.  Returns a
     Publication; raises LarderError (for example -EEXIST for a name already
-    published).
+    published).  With replace=True a name published already names these
+    files from now on (readers of the one before keep its bytes; publish
+    each version from a directory of its own).
     """
     options = _PublishOptions(LARDER_PUBLISH_OPTIONS_VERSION,
                               None if index is None else _lib.as_bytes(index),
-                              None if write_through is None else _lib.as_bytes(write_through))
+                              None if write_through is None else _lib.as_bytes(write_through),
+                              int(bool(replace)))
     out = _Publication()
     check(lib.larder_publish(_socket(socket), _lib.as_bytes(dir), _lib.as_bytes(name),
                              ctypes.byref(options), ctypes.byref(out)), f"publish {name}")

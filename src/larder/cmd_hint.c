@@ -4,6 +4,7 @@
  * "Hints"), and show what it pinned.
  */
 #include "args.h"
+#include "wire.h"
 #include "cli.h"
 #include "ui.h"
 
@@ -13,11 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char hint_help[] =
-    "usage: larder hint hot INDEX [KEY...] [--ttl DURATION] [--replicas N | --all-nodes]\n"
+    "usage: larder hint hot INDEX|NAME [KEY...] [--ttl DURATION] [--replicas N | --all-nodes]\n"
     "                   [--wait] [--socket PATH] [--json]\n"
-    "       larder hint replicate INDEX --to H:P,... [--ttl DURATION] [--wait]\n"
+    "       larder hint replicate INDEX|NAME --to H:P,... [--ttl DURATION] [--wait]\n"
     "                   [--socket PATH] [--json]\n"
     "       larder hint list [--socket PATH] [--json]\n"
     "\n"
@@ -34,6 +36,9 @@ static const char hint_help[] =
     "A hint larger than the pins may hold (7/8 of the daemon's --cache-size)\n"
     "pins what fits and says so.  Without --wait the command returns once the\n"
     "daemons have taken the hint; with it, when the staging is done.\n"
+    "INDEX is an index's path or URL; anything else that is no file here is taken\n"
+    "for a NAME published with `larder publish`, which every daemon concerned\n"
+    "resolves to its own copy of the publication's index.\n"
     "DURATION: a number with a unit, ms, s, m, h or d (a bare number: seconds).\n"
     "Exit status 1 when a node did not take the hint.\n";
 
@@ -166,8 +171,16 @@ int cmd_hint(int argc, char **argv)
     bool hot = strcmp(what, "hot") == 0;
     if (!hot && strcmp(what, "replicate") != 0)
         return usage_error("hint", "unknown hint '%s' (hot, replicate or list)", what);
-    if (optind >= argc) return usage_error("hint", "expected INDEX");
-    o.index = argv[optind++];
+    if (optind >= argc) return usage_error("hint", "expected INDEX or NAME");
+    const char *target = argv[optind++];
+    struct stat st;
+    /* an index is a URL or a file here; anything else names a publication */
+    if (strstr(target, "://") || stat(target, &st) == 0)
+        o.index = target;
+    else if (larder__wire_check_publication(target, strlen(target)) == 0)
+        o.name = target;
+    else
+        return usage_error("hint", "%s is no index here, nor a publication name", target);
     if (hot) {
         if (o.targets) return usage_error("hint", "--to is for replicate");
         if (o.all_nodes && o.replicas)

@@ -20,7 +20,7 @@
 
 static const char publish_help[] =
     "usage: larder publish DIR NAME [--write-through ORIGIN_PREFIX] [--index INDEX]\n"
-    "                      [--socket PATH]\n"
+    "                      [--replace] [--socket PATH]\n"
     "\n"
     "Publish the files under DIR as NAME through this node's daemon (--socket,\n"
     "or LARDER_SOCKET), which then serves them to every node from here: their\n"
@@ -29,7 +29,14 @@ static const char publish_help[] =
     "under DIR), unless --index names an index of it already made.  With\n"
     "--write-through, the files and then the index are also copied, synced,\n"
     "to ORIGIN_PREFIX (a directory on a shared file system, or file://), and\n"
-    "readers fall back to that copy when this node is gone.\n";
+    "readers fall back to that copy when this node is gone.\n"
+    "\n"
+    "A name is published once; with --replace, a NAME published already (here\n"
+    "or by another node) now names DIR's files, for every open from now on,\n"
+    "on every node.  Readers that opened the publication before keep reading\n"
+    "its own bytes: it is another dataset, and its files must stay where they\n"
+    "are while read, so publish each version from a directory of its own\n"
+    "(rewriting the published directory in place is refused).\n";
 
 static const char consume_help[] =
     "usage: larder consume NAME [DEST] [--timeout SECONDS] [--socket PATH]\n"
@@ -47,12 +54,16 @@ static const char names_help[] = "usage: larder names [--socket PATH]\n"
 
 /* Options shared by the three: --socket, and the command's own. */
 static int parse(int argc, char **argv, const char *help, const char **socket,
-                 const char **write_through, const char **index, const char **timeout)
+                 const char **write_through, const char **index, const char **timeout,
+                 const char **replace)
 {
-    static const struct option options[] = {
-        {"socket", required_argument, 0, 'S'}, {"write-through", required_argument, 0, 'w'},
-        {"index", required_argument, 0, 'i'},  {"timeout", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    static const struct option options[] = {{"socket", required_argument, 0, 'S'},
+                                            {"write-through", required_argument, 0, 'w'},
+                                            {"index", required_argument, 0, 'i'},
+                                            {"timeout", required_argument, 0, 't'},
+                                            {"replace", no_argument, 0, 'r'},
+                                            {"help", no_argument, 0, 'h'},
+                                            {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         const char **slot = c == 'S'   ? socket
@@ -64,6 +75,10 @@ static int parse(int argc, char **argv, const char *help, const char **socket,
             fputs(help, stdout);
             return 0;
         }
+        if (c == 'r') {
+            *replace = "yes";
+            continue;
+        }
         if (!slot) return usage_error(argv[0], "bad option (see --help)");
         *slot = optarg;
     }
@@ -73,12 +88,15 @@ static int parse(int argc, char **argv, const char *help, const char **socket,
 int cmd_publish(int argc, char **argv)
 {
     const char *socket = NULL, *write_through = NULL, *index = NULL, *timeout = NULL;
-    int rc = parse(argc, argv, publish_help, &socket, &write_through, &index, &timeout);
+    const char *replace = NULL;
+    int rc = parse(argc, argv, publish_help, &socket, &write_through, &index, &timeout, &replace);
     if (rc != CLI_RUN) return rc;
     if (timeout) return usage_error("publish", "--timeout is consume's");
     if (optind + 2 != argc) return usage_error("publish", "expected DIR and NAME");
-    larder_publish_options o = {
-        .version = LARDER_PUBLISH_OPTIONS_VERSION, .index = index, .write_through = write_through};
+    larder_publish_options o = {.version = LARDER_PUBLISH_OPTIONS_VERSION,
+                                .index = index,
+                                .write_through = write_through,
+                                .replace = replace != NULL};
     larder_publication p;
     rc = larder_publish(socket, argv[optind], argv[optind + 1], &o, &p);
     if (rc < 0) return fail_or_usage("publish", rc);
@@ -225,10 +243,11 @@ static int consume_into(const larder_publication *p, const char *socket, const c
 int cmd_consume(int argc, char **argv)
 {
     const char *socket = NULL, *write_through = NULL, *index = NULL, *timeout = NULL;
-    int rc = parse(argc, argv, consume_help, &socket, &write_through, &index, &timeout);
+    const char *replace = NULL;
+    int rc = parse(argc, argv, consume_help, &socket, &write_through, &index, &timeout, &replace);
     if (rc != CLI_RUN) return rc;
-    if (write_through || index)
-        return usage_error("consume", "--write-through and --index are publish's");
+    if (write_through || index || replace)
+        return usage_error("consume", "--write-through, --index and --replace are publish's");
     if (optind + 1 != argc && optind + 2 != argc)
         return usage_error("consume", "expected NAME and perhaps DEST");
     double seconds = 60;
@@ -247,9 +266,10 @@ int cmd_consume(int argc, char **argv)
 int cmd_names(int argc, char **argv)
 {
     const char *socket = NULL, *write_through = NULL, *index = NULL, *timeout = NULL;
-    int rc = parse(argc, argv, names_help, &socket, &write_through, &index, &timeout);
+    const char *replace = NULL;
+    int rc = parse(argc, argv, names_help, &socket, &write_through, &index, &timeout, &replace);
     if (rc != CLI_RUN) return rc;
-    if (write_through || index || timeout || optind != argc)
+    if (write_through || index || timeout || replace || optind != argc)
         return usage_error("names", "no arguments but --socket");
     size_t capacity = 1u << 20;
     char *json = malloc(capacity + 1);

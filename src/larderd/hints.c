@@ -35,6 +35,7 @@
 #define FORWARD_TIMEOUT_MS 30000 /* a member's answer to a hint that does not wait */
 #define WAIT_TIMEOUT_MS 3600000  /* ... to one that waits for its staging */
 #define POLICY_TTL_MS 600000     /* pins of --replicate-prefix */
+#define NAME_WAIT_MS 30000       /* a hint by name waits this long for a name being learned */
 /* Hints being taken at once (a thread each, and a thread per member it is
  * forwarded to): past it a HINT is refused with EAGAIN, so that a client
  * looping `larder hint --wait` cannot take the node's threads */
@@ -53,6 +54,9 @@ struct hint_request {
     char **keys; /* NUL-terminated copies */
     uint32_t num_keys;
     char *targets; /* replicate: the members named */
+    char *name;    /* a publication's name: entry is resolved from it on the hint's thread,
+                    * and members are told the name (each resolves its own copy) */
+    unsigned how;  /* open_dataset's `how` for the client (a hint by name) */
 };
 
 /* A member's share of a hint: sent and answered on a thread of its own. */
@@ -74,6 +78,7 @@ static void request_free(struct hint_request *r)
         free(r->keys[k]);
     free(r->keys);
     free(r->targets);
+    free(r->name);
     free(r);
 }
 
@@ -191,11 +196,12 @@ static void forward_all(struct hint_request *r, const size_t *members, size_t co
     struct forward *f = calloc(count, sizeof *f);
     struct larder__hint h = {
         .kind = LARDER__HINT_HOT,
-        .flags = (uint8_t)(LARDER__HINT_HERE |
+        .flags = (uint8_t)(LARDER__HINT_HERE | (r->name ? LARDER__HINT_NAME : 0) |
                            (r->flags & (LARDER__HINT_WAIT | LARDER__HINT_ALL_NODES))),
         .ttl_ms = r->ttl_ms,
-        .url_length = (uint32_t)strlen(r->entry->url),
-        .url = r->entry->url,
+        /* a publication by its name: the path here may not exist there */
+        .url_length = (uint32_t)strlen(r->name ? r->name : r->entry->url),
+        .url = r->name ? r->name : r->entry->url,
         .num_keys = r->num_keys,
         .key_list = (const char *const *)r->keys};
     int n =
@@ -240,7 +246,10 @@ static void *hint_run(void *arg)
     bool here = false;
     char message[LARDER__WIRE_MAX_MESSAGE] = "";
     struct hint *h = NULL;
-    int rc = members ? choose(d, r, &here, members, &count) : -ENOMEM;
+    int rc = members ? 0 : -ENOMEM;
+    if (rc == 0 && !r->entry) /* by name: resolved here, off the loop thread */
+        rc = publication_open(d, r->name, r->how, NAME_WAIT_MS, &r->entry);
+    if (rc == 0) rc = choose(d, r, &here, members, &count);
     /* every member staging it: they pass chunks on to each other (hints_pins.c) */
     bool everyone = r->kind == LARDER__HINT_HOT && (r->flags & LARDER__HINT_ALL_NODES);
     if (rc == 0 && here) rc = hint_here(d, r->entry, r->keys, r->num_keys, r->ttl_ms, everyone, &h);
@@ -349,7 +358,10 @@ bool hints_request(struct connection *c, const struct larder__frame *f, const ui
     int allowed = may_open(c);
     struct dataset_entry *e = NULL;
     int slot = -1;
-    int rc = allowed < 0 ? allowed : open_dataset(d, url, open_how(c, allowed), &e, &slot);
+    bool by_name = h.flags & LARDER__HINT_NAME; /* resolved and opened on the hint's thread */
+    int rc = allowed < 0 ? allowed
+             : by_name   ? 0
+                         : open_dataset(d, url, open_how(c, allowed), &e, &slot);
     if (rc < 0) {
         if (rc == LARDER_EDENIED) say("HINT of %s refused: %s", url, larder_errmsg());
         send_error(c, f->request, rc, larder_errmsg());
@@ -365,8 +377,10 @@ bool hints_request(struct connection *c, const struct larder__frame *f, const ui
                                    .flags = h.flags,
                                    .replicas = h.replicas,
                                    .ttl_ms = h.ttl_ms,
-                                   .from_peer = c->peer};
+                                   .from_peer = c->peer,
+                                   .how = open_how(c, allowed)};
         rc = copy_strings(r, &h);
+        if (rc == 0 && by_name && !(r->name = strdup(url))) rc = -ENOMEM;
     }
     if (!r || rc < 0) {
         request_free(r);
@@ -401,8 +415,9 @@ void hints_on_publish(struct larderd *d, const char *name, struct dataset_entry 
                                        .entry = e,
                                        .kind = LARDER__HINT_REPLICATE,
                                        .ttl_ms = POLICY_TTL_MS,
-                                       .targets = strdup(equals + 1)};
-            if (!r->targets) {
+                                       .targets = strdup(equals + 1),
+                                       .name = strdup(name)};
+            if (!r->targets || !r->name) {
                 request_free(r);
                 r = NULL;
             }

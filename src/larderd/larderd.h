@@ -264,6 +264,13 @@ void publications_sweep(struct larderd *d, int64_t now);
 /* From open_dataset, with d->lock held, for a dataset just opened at url:
  * when url is a publication's index here, fix its owner and peer URL. */
 void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *url);
+/* The dataset published here as `name` (a NUL-terminated valid name),
+ * opened with open_dataset's `how`: a name still being fetched, or unknown
+ * here and then asked of the members, is waited for up to wait_ms.  0 and
+ * *out, or a negative code with a message (LARDER_ENOTFOUND: no such name
+ * in time).  It may block: never on the loop thread (publish_jobs.c). */
+int publication_open(struct larderd *d, const char *name, unsigned how, int wait_ms,
+                     struct dataset_entry **out);
 /* Free the registry and its parked requests (larderd_free). */
 void publications_free(struct larderd *d);
 /* hints.c: a publication was registered on this node (e: its dataset, open here). */

@@ -221,11 +221,11 @@ size_t metrics_classes_json(const struct larder__pool_stats *s, char *out, size_
         int n =
             snprintf(out + used, capacity - used,
                      "%s\"%s\": {\"queued\": %llu, \"started\": %llu, \"running\": %llu, "
-                     "\"wait_us\": %llu, \"wait_max_us\": %llu}%s",
+                     "\"wait_us\": %llu, \"wait_max_us\": %llu, \"cpu_us\": %llu}%s",
                      c ? ", " : "{", larder__priority_name(c), (unsigned long long)s->submitted[c],
                      (unsigned long long)s->started[c], (unsigned long long)s->running[c],
                      (unsigned long long)s->wait_us[c], (unsigned long long)s->wait_max_us[c],
-                     c == LARDER__CLASSES - 1 ? "}" : "");
+                     (unsigned long long)s->cpu_us[c], c == LARDER__CLASSES - 1 ? "}" : "");
         if (n < 0 || (size_t)n >= capacity - used) return 0;
         used += (size_t)n;
     }

@@ -6,8 +6,11 @@
  *   PUBLISH  (a local client): open the index with this node as the owner
  *            of every shard (the bytes are here: no origin read), check
  *            a written-through copy is the same index, register the name
- *            and ANNOUNCE it to every member (a pool job).
- *   ANNOUNCE (a peer): register the name and fetch its index in a pool
+ *            and ANNOUNCE it to every member (a pool job).  With REPLACE,
+ *            a known name takes the new publication in place of the old,
+ *            one generation up, once the new index is open and checked.
+ *   ANNOUNCE (a peer): register the name (or replace it, when of a higher
+ *            generation than the one known) and fetch its index in a pool
  *            job: from the origin when written through, else its bytes
  *            from the producer (RESOLVE with LARDER__RESOLVE_INDEX), kept
  *            in the cache directory (published/ID.index), where local
@@ -40,7 +43,7 @@
 /* The registry, made (with this node's own publications from before a
  * restart) on first use: on the loop thread, or from open_dataset on a
  * job, and never by two at once (jobs start after it is made). */
-static struct publications *registry(struct larderd *d)
+struct publications *registry(struct larderd *d)
 {
     if (!d->publications) {
         struct publications *r = calloc(1, sizeof *r);
@@ -125,6 +128,7 @@ static void send_publication(struct connection *c, uint64_t request, uint32_t fl
         .id_low = p->id_low,
         .id_high = p->id_high,
         .flags = p->origin ? LARDER__PUBLISHED_ORIGIN : 0,
+        .generation = p->generation,
         .name_length = (uint32_t)strlen(p->name),
         .name = p->name,
         .producer_length = (uint32_t)strlen(p->producer),
@@ -288,46 +292,6 @@ static bool malformed(struct connection *c, const struct larder__frame *f, int r
     return true;
 }
 
-/* The registry as JSON (RESOLVE with LARDER__RESOLVE_LIST), in a STATS frame. */
-static void send_list(struct connection *c, uint64_t request, struct publications *r)
-{
-    size_t capacity = LARDER__WIRE_MAX_STATS, used = 0;
-    char *frame = malloc(LARDER__WIRE_HEADER + capacity);
-    if (!frame) {
-        send_error(c, request, -ENOMEM, "out of memory");
-        return;
-    }
-    char *text = frame + LARDER__WIRE_HEADER;
-    used += (size_t)snprintf(text, capacity, "{\"names\": [");
-    pthread_mutex_lock(&r->lock);
-    for (struct publication *p = r->list; p && used < capacity - 20000; p = p->next) {
-        if (p->state != READY) continue;
-        char id[33];
-        larder__hex128(p->id_high, p->id_low, id);
-        /* names are plain by construction; locations are quoted with \" and \\ escaped */
-        used +=
-            (size_t)snprintf(text + used, capacity - used,
-                             "%s{\"name\": \"%s\", \"dataset_id\": \"%s\", \"producer\": \"%s\", "
-                             "\"index\": \"",
-                             used > 11 ? ", " : "", p->name, id, p->producer);
-        const char *fields[2] = {c->peer ? p->location : p->local, p->origin ? p->origin : ""};
-        for (int k = 0; k < 2; k++) {
-            for (const char *s = fields[k]; *s && used < capacity - 16; s++) {
-                if (*s == '"' || *s == '\\') text[used++] = '\\';
-                text[used++] = *s;
-            }
-            used +=
-                (size_t)snprintf(text + used, capacity - used, k ? "\"}" : "\", \"origin\": \"");
-        }
-    }
-    pthread_mutex_unlock(&r->lock);
-    used += (size_t)snprintf(text + used, capacity - used, "]}");
-    larder__wire_encode_header((uint8_t *)frame, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
-                               request);
-    enqueue(c, frame, LARDER__WIRE_HEADER + used);
-    free(frame);
-}
-
 bool resolve_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
 {
     struct larderd *d = c->daemon;
@@ -340,7 +304,7 @@ bool resolve_request(struct connection *c, const struct larder__frame *f, const 
         return true;
     }
     if (q.flags & LARDER__RESOLVE_LIST) {
-        send_list(c, f->request, r);
+        send_names(c, f->request, r);
         return true;
     }
     if ((q.flags & LARDER__RESOLVE_INDEX) && !c->peer) { /* a local reader opens its path */
@@ -428,11 +392,17 @@ bool announce_request(struct connection *c, const struct larder__frame *f, const
         return true;
     }
     job->id_low = m.id_low, job->id_high = m.id_high;
+    job->generation = m.generation;
     job->announced = true;
     job->producer_member = producer;
     pthread_mutex_lock(&r->lock);
     struct publication *p = find(r, m.name, m.name_length);
-    if (p && p->state != LEARNING && (p->id_low != m.id_low || p->id_high != m.id_high)) {
+    /* a replacement (--replace) of a known publication, or a stale announcement of one
+     * replaced since (acknowledged, and nothing changes) */
+    bool known = p && p->state != LEARNING;
+    bool newer = known && m.generation > p->generation,
+         stale = known && m.generation < p->generation;
+    if (known && !newer && !stale && (p->id_low != m.id_low || p->id_high != m.id_high)) {
         pthread_mutex_unlock(&r->lock);
         name_job_free(job);
         char message[LARDER__WIRE_MAX_PUBLICATION + 64];
@@ -441,7 +411,8 @@ bool announce_request(struct connection *c, const struct larder__frame *f, const
         send_error(c, f->request, -EEXIST, message);
         return true;
     }
-    bool fetch = !p || p->state == LEARNING; /* a learning job gives way to the producer's word */
+    /* a learning job gives way to the producer's word */
+    bool fetch = !p || p->state == LEARNING || newer;
     if (!p) p = add(r, m.name, m.name_length);
     if (!p) {
         pthread_mutex_unlock(&r->lock);
@@ -449,9 +420,10 @@ bool announce_request(struct connection *c, const struct larder__frame *f, const
         send_error(c, f->request, -EAGAIN, "too many names here");
         return true;
     }
-    if (fetch) {
+    if (fetch) { /* readers resolving the name wait for it now, then open the new one */
         p->state = FETCHING;
         p->id_low = m.id_low, p->id_high = m.id_high;
+        p->generation = m.generation;
     }
     pthread_mutex_unlock(&r->lock);
     /* the answer: the publication as registered (an acknowledgement) */
@@ -495,13 +467,22 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
     char *origin = m.origin_length ? strndup(m.origin, m.origin_length) : NULL;
     char *producer = strdup(self_name(d));
     struct publication *p = NULL;
+    /* --replace of a name known here: registered as this node's only once the
+     * new index is open and checked, in place of the old, one generation up;
+     * readers of the old keep their dataset (its id, its checksums) */
+    bool replacing = false;
+    uint64_t generation = 0;
     if (!index || !producer || (m.origin_length && !origin)) rc = -ENOMEM;
     if (rc == 0) {
         pthread_mutex_lock(&r->lock);
         struct publication *same = find(r, m.name, m.name_length);
-        if (same)
-            rc = larder__fail(-EEXIST, "%.*s is already published (dataset from %s)",
-                              (int)m.name_length, m.name, same->producer);
+        if (same && (m.flags & LARDER__PUBLISH_REPLACE) && same->state == READY)
+            replacing = true, generation = same->generation + 1;
+        else if (same)
+            rc = larder__fail(-EEXIST, "%.*s is %s (dataset from %s)%s", (int)m.name_length, m.name,
+                              same->state == READY ? "already published" : "being learned",
+                              same->producer ? same->producer : "a member",
+                              m.flags & LARDER__PUBLISH_REPLACE ? ": try again" : "");
         else if (!(p = add(r, m.name, m.name_length)))
             rc = larder__fail(-EAGAIN, "too many names here");
         if (p) {
@@ -515,17 +496,23 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         }
         pthread_mutex_unlock(&r->lock);
     }
-    free(index), free(origin), free(producer);
+    if (!replacing) free(index), free(origin), free(producer), index = origin = producer = NULL;
     /* opened with this node as every shard's owner (publication_adopt);
      * a written-through copy must be the same index: the same entry */
     struct dataset_entry *e = NULL, *copy = NULL;
     int slot;
     char *url = NULL;
     if (rc == 0) {
-        pthread_mutex_lock(&r->lock);
-        url = strdup(p->local);
-        char *origin_url = p->origin ? strdup(p->origin) : NULL;
-        pthread_mutex_unlock(&r->lock);
+        char *origin_url = NULL;
+        if (replacing) {
+            url = strdup(index);
+            origin_url = origin ? strdup(origin) : NULL;
+        } else {
+            pthread_mutex_lock(&r->lock);
+            url = strdup(p->local);
+            origin_url = p->origin ? strdup(p->origin) : NULL;
+            pthread_mutex_unlock(&r->lock);
+        }
         rc = url ? open_dataset(d, url, allowed == 1 ? OPEN_NEW : 0, &e, &slot) : -ENOMEM;
         if (rc == 0 && origin_url) {
             rc = open_dataset(d, origin_url, OPEN_NEW, &copy, &slot);
@@ -553,8 +540,23 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
     struct name_job *job = NULL;
     pthread_mutex_lock(&r->lock);
     p = find(r, m.name, m.name_length);
-    if (rc < 0 && p && p->state != READY && p->mine) forget(r, p), p = NULL;
+    if (rc < 0 && p && p->state != READY && p->mine && !replacing) forget(r, p), p = NULL;
     if (rc == 0 && !p) rc = larder__fail(LARDER_ENOTFOUND, "%s: forgotten meanwhile", name);
+    if (rc == 0 && replacing && (p->state != READY || p->generation != generation - 1))
+        rc = larder__fail(-EBUSY, "%s was replaced meanwhile: try again", name);
+    if (rc == 0 && replacing) { /* the new publication takes the old one's place */
+        char *local = strdup(index);
+        if (!local) {
+            rc = -ENOMEM;
+        } else {
+            free(p->producer), free(p->location), free(p->origin), free(p->local);
+            p->producer = producer, p->location = index, p->origin = origin, p->local = local;
+            producer = index = origin = NULL;
+            p->mine = true;
+            p->producer_member = d->self;
+            p->generation = generation;
+        }
+    }
     if (rc == 0) {
         p->id_low = e->id_low, p->id_high = e->id_high;
         p->state = READY;
@@ -562,6 +564,7 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         answer_waiters(r, p);
         if (d->members.count > 1 && (job = name_job_new(d, name, m.name_length))) {
             job->id_low = p->id_low, job->id_high = p->id_high;
+            job->generation = p->generation;
             job->producer = strdup(p->producer);
             job->location = strdup(p->location);
             job->origin = p->origin ? strdup(p->origin) : NULL;
@@ -570,13 +573,18 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         }
     }
     pthread_mutex_unlock(&r->lock);
+    free(index), free(origin), free(producer); /* a replacement's, when not taken */
     if (rc < 0) {
         say("PUBLISH of %s refused: %s", name, larder_errmsg());
         send_error(c, f->request, rc, larder_errmsg());
         free(url);
         return true;
     }
-    say("published %s: %s", name, url);
+    if (replacing)
+        say("published %s: %s (generation %llu, replacing the one before)", name, url,
+            (unsigned long long)generation);
+    else
+        say("published %s: %s", name, url);
     free(url);
     publication_remember(d, name); /* this node serves it again after a restart */
     hints_on_publish(d, name, e);

@@ -1,8 +1,9 @@
 /*
  * publish.h - what the two halves of the daemon's names share: the
  * registry (publish.c: the requests, the sweep) and the jobs on the pool
- * (publish_jobs.c: announcing a publication, learning one from a peer).
- * See publish.c for the whole.
+ * (publish_jobs.c: announcing a publication, learning one from a peer;
+ * also the registry as JSON, and a publication opened by name for a
+ * hint).  See publish.c for the whole.
  */
 #ifndef LARDERD_PUBLISH_H
 #define LARDERD_PUBLISH_H
@@ -26,6 +27,7 @@ struct publication {
     char name[NAME_CAPACITY];
     enum state state;
     uint64_t id_low, id_high;
+    uint64_t generation;    /* publications of the name it replaced (--replace); 0: the first */
     bool mine;              /* produced by this node */
     size_t producer_member; /* the producer's index in members; SIZE_MAX: this node alone */
     char *producer;         /* the producer's member name */
@@ -57,6 +59,7 @@ struct name_job {
     struct larderd *d;
     char name[NAME_CAPACITY];
     uint64_t id_low, id_high; /* announced (learn: expected when `announced`) */
+    uint64_t generation;      /* announced: the publication's generation */
     bool announced;
     size_t producer_member; /* whom to ask first; SIZE_MAX: every member */
     size_t target;          /* announce_job: the one member told */
@@ -64,6 +67,8 @@ struct name_job {
 };
 
 /* publish.c; find, forget, add and answer_waiters with the registry lock held */
+/* d's registry, made on first use (see publish.c); NULL when out of memory. */
+struct publications *registry(struct larderd *d);
 struct publication *find(struct publications *r, const char *name, size_t length);
 void forget(struct publications *r, struct publication *p);
 struct publication *add(struct publications *r, const char *name, size_t length);
@@ -71,6 +76,9 @@ size_t member_named(const struct larderd *d, const char *name, size_t length);
 void answer_waiters(struct publications *r, const struct publication *p);
 
 /* publish_jobs.c */
+/* Queue the registry as JSON to c (RESOLVE with LARDER__RESOLVE_LIST), in a STATS frame:
+ * to a peer the producers' paths, to a local client what it opens here. */
+void send_names(struct connection *c, uint64_t request, struct publications *r);
 /* The dataset id the index file at path claims (its bytes 16-31): false when unreadable. */
 bool claimed_id(const char *path, uint64_t *low, uint64_t *high);
 /* A whole index file (at most LARDER__WIRE_MAX_INDEX bytes) into a malloc'd buffer: 0, or a

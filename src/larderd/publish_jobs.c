@@ -5,7 +5,9 @@
  * member: its index fetched and kept in the cache directory, or taken
  * from the written-through origin, then opened with the producer as the
  * owner of every shard.  Also this node's own publications, kept in the
- * cache directory across restarts, and the reading of index files.
+ * cache directory across restarts, the reading of index files, the
+ * registry as JSON (RESOLVE's list) and a publication opened by name (a
+ * hint by name, which may wait for the name).
  */
 #include "publish.h"
 #include "source.h"
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- jobs on the pool: announcing, learning ---------------------------------- */
@@ -57,6 +60,7 @@ void announce_job(void *arg)
         .id_low = job->id_low,
         .id_high = job->id_high,
         .flags = job->origin ? LARDER__PUBLISHED_ORIGIN : 0,
+        .generation = job->generation,
         .name_length = (uint32_t)strlen(job->name),
         .name = job->name,
         .producer_length = (uint32_t)strlen(job->producer),
@@ -166,8 +170,12 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     if (rc == 0 && p->state == FETCHING && job->announced == false &&
         (p->id_low != m->id_low || p->id_high != m->id_high))
         rc = larder__fail(LARDER_EPROTOCOL, "%s: announced as another dataset", job->name);
+    if (rc == 0 && m->generation < p->generation) /* a newer one came meanwhile */
+        rc = larder__fail(LARDER_EPROTOCOL, "%s: told of generation %llu after %llu", job->name,
+                          (unsigned long long)m->generation, (unsigned long long)p->generation);
     if (rc == 0) {
         p->id_low = m->id_low, p->id_high = m->id_high;
+        p->generation = m->generation;
         p->mine = mine;
         p->producer_member = producer;
         free(p->producer), free(p->location), free(p->origin), free(p->local);
@@ -199,6 +207,8 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     pthread_mutex_unlock(&d->lock);
     pthread_mutex_lock(&r->lock);
     p = find(r, job->name, strlen(job->name));
+    /* (not when a newer publication of the name was announced meanwhile: its own job ends it) */
+    if (p && (p->id_low != m->id_low || p->id_high != m->id_high)) p = NULL;
     if (p) {
         p->state = READY;
         answer_waiters(r, p);
@@ -226,6 +236,7 @@ void learn_job(void *arg)
             .id_low = job->id_low,
             .id_high = job->id_high,
             .flags = LARDER__PUBLISHED_ORIGIN,
+            .generation = job->generation,
             .name_length = (uint32_t)strlen(job->name),
             .name = job->name,
             .producer_length = (uint32_t)strlen(job->producer),
@@ -288,11 +299,103 @@ struct name_job *name_job_new(struct larderd *d, const char *name, size_t length
     return job;
 }
 
+/* ---- the registry as JSON ------------------------------------------------------ */
+
+/* The registry as JSON (RESOLVE with LARDER__RESOLVE_LIST), in a STATS frame. */
+void send_names(struct connection *c, uint64_t request, struct publications *r)
+{
+    size_t capacity = LARDER__WIRE_MAX_STATS, used = 0;
+    char *frame = malloc(LARDER__WIRE_HEADER + capacity);
+    if (!frame) {
+        send_error(c, request, -ENOMEM, "out of memory");
+        return;
+    }
+    char *text = frame + LARDER__WIRE_HEADER;
+    used += (size_t)snprintf(text, capacity, "{\"names\": [");
+    pthread_mutex_lock(&r->lock);
+    for (struct publication *p = r->list; p && used < capacity - 20000; p = p->next) {
+        if (p->state != READY) continue;
+        char id[33];
+        larder__hex128(p->id_high, p->id_low, id);
+        /* names are plain by construction; locations are quoted with \" and \\ escaped */
+        used +=
+            (size_t)snprintf(text + used, capacity - used,
+                             "%s{\"name\": \"%s\", \"dataset_id\": \"%s\", \"producer\": \"%s\", "
+                             "\"index\": \"",
+                             used > 11 ? ", " : "", p->name, id, p->producer);
+        const char *fields[2] = {c->peer ? p->location : p->local, p->origin ? p->origin : ""};
+        for (int k = 0; k < 2; k++) {
+            for (const char *s = fields[k]; *s && used < capacity - 16; s++) {
+                if (*s == '"' || *s == '\\') text[used++] = '\\';
+                text[used++] = *s;
+            }
+            used +=
+                (size_t)snprintf(text + used, capacity - used, k ? "\"}" : "\", \"origin\": \"");
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    used += (size_t)snprintf(text + used, capacity - used, "]}");
+    larder__wire_encode_header((uint8_t *)frame, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
+                               request);
+    enqueue(c, frame, LARDER__WIRE_HEADER + used);
+    free(frame);
+}
+
+/* ---- a publication opened by name (hints by name) ------------------------------ */
+
+#define NAME_POLL_MS 20 /* how often publication_open looks at the registry again */
+
+int publication_open(struct larderd *d, const char *name, unsigned how, int wait_ms,
+                     struct dataset_entry **out)
+{
+    struct publications *r = registry(d);
+    if (!r) return -ENOMEM;
+    size_t length = strlen(name);
+    int64_t deadline = now_ms() + (wait_ms > 0 ? wait_ms : 0);
+    bool asked = false; /* a learn job was started for it by this call */
+    char *local = NULL;
+    int rc = 0;
+    for (;;) {
+        struct name_job *job = NULL;
+        pthread_mutex_lock(&r->lock);
+        struct publication *p = find(r, name, length);
+        if (p && p->state == READY && !(local = strdup(p->local))) rc = -ENOMEM;
+        if (!p && !asked && d->members.count > 1) { /* unknown here: ask the members */
+            asked = true;
+            if ((job = name_job_new(d, name, length)) && !add(r, name, length))
+                name_job_free(job), job = NULL;
+        }
+        /* unknown, and not being learned (any more): no wait brings it */
+        bool gone = !p && !job;
+        pthread_mutex_unlock(&r->lock);
+        if (job && !submit(d, learn_job, job)) { /* forget what we added (submit freed job) */
+            pthread_mutex_lock(&r->lock);
+            struct publication *q = find(r, name, length);
+            if (q && q->state == LEARNING) forget(r, q);
+            pthread_mutex_unlock(&r->lock);
+        }
+        if (local || rc < 0) break;
+        if (gone || d->stopping || now_ms() >= deadline) {
+            rc = larder__fail(LARDER_ENOTFOUND, "no publication named %s on this node%s", name,
+                              d->members.count > 1 ? " or its members" : "");
+            break;
+        }
+        struct timespec pause = {0, NAME_POLL_MS * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    if (rc < 0) return rc;
+    int slot;
+    rc = open_dataset(d, local, how, out, &slot);
+    free(local);
+    return rc;
+}
+
 /* ---- this node's own publications, kept across restarts ---------------------- */
 
 /* The cache's published/mine: one line per publication, "NAME\tID\tINDEX\tORIGIN"
- * (ID in hex as larder prints it; ORIGIN "-" when none; the wire allows no
- * tab or newline in any of them). */
+ * and, for a replacement, "\tGENERATION" (ID in hex as larder prints it; ORIGIN
+ * "-" when none; the wire allows no tab or newline in any of them).  A later
+ * line of a name is a --replace of it: the last one stands. */
 static int mine_path(const struct larderd *d, char *path, size_t capacity)
 {
     if (!d->config.cache_dir) return -1;
@@ -315,7 +418,9 @@ void publication_remember(struct larderd *d, const char *name)
     if (f) {
         char id[33];
         larder__hex128(p->id_high, p->id_low, id);
-        fprintf(f, "%s\t%s\t%s\t%s\n", p->name, id, p->location, p->origin ? p->origin : "-");
+        fprintf(f, "%s\t%s\t%s\t%s", p->name, id, p->location, p->origin ? p->origin : "-");
+        if (p->generation) fprintf(f, "\t%llu", (unsigned long long)p->generation);
+        fputc('\n', f);
         if (fclose(f) != 0) say("%s: %s", path, strerror(errno));
     }
     pthread_mutex_unlock(&r->lock);
@@ -339,24 +444,34 @@ void publications_load(struct larderd *d, struct publications *r)
     if (!f) return;
     size_t loaded = 0;
     while (fgets(line, sizeof line, f)) {
-        char *fields[4] = {line, NULL, NULL, NULL}, *end;
-        for (int k = 1; k < 4 && fields[k - 1]; k++)
+        char *fields[5] = {line, NULL, NULL, NULL, NULL}, *end;
+        for (int k = 1; k < 5 && fields[k - 1]; k++)
             if ((fields[k] = strchr(fields[k - 1], '\t'))) *fields[k]++ = '\0';
-        if (!fields[3] || !(end = strchr(fields[3], '\n'))) continue; /* cut or hand-edited */
+        char *last = fields[4] ? fields[4] : fields[3];
+        if (!fields[3] || !(end = strchr(last, '\n'))) continue; /* cut or hand-edited */
         *end = '\0';
         const char *name = fields[0], *index = fields[2], *origin = fields[3];
+        char *digits_end = NULL;
+        unsigned long long generation = fields[4] ? strtoull(fields[4], &digits_end, 10) : 0;
+        if (fields[4] && (!fields[4][0] || *digits_end || generation == 0)) continue;
+        struct publication *before = find(r, name, strlen(name));
+        if (before && before->generation >= generation) continue; /* (not a replacement) */
+        /* replaced: the later line stands, even when its index is gone (then so is the
+         * name: it never falls back to the publication it replaced) */
+        if (before) forget(r, before), loaded--;
         uint64_t low, high;
         char id[33];
         /* the file is the daemon's own, but the names are checked as any;
          * an index gone, or rewritten as another dataset: so is the publication */
         if (larder__wire_check_publication(name, strlen(name)) < 0 || index[0] != '/' ||
-            find(r, name, strlen(name)) || !claimed_id(index, &low, &high))
+            !claimed_id(index, &low, &high))
             continue;
         larder__hex128(high, low, id);
         if (strcmp(id, fields[1]) != 0) continue;
         struct publication *p = add(r, name, strlen(name));
         if (!p) break;
         p->state = READY;
+        p->generation = generation;
         p->mine = true;
         p->id_low = low, p->id_high = high;
         p->producer_member = d->self;
@@ -423,6 +538,7 @@ void announce_all(struct larderd *d, struct name_job *job)
         struct name_job *copy = name_job_new(d, job->name, strlen(job->name));
         if (!copy) break;
         copy->id_low = job->id_low, copy->id_high = job->id_high;
+        copy->generation = job->generation;
         copy->target = m;
         copy->producer = strdup(job->producer);
         copy->location = strdup(job->location);

@@ -81,14 +81,19 @@ int larder_hint(const char *socket, const larder_hint_options *o, larder_hint_re
 {
     larder_hint_result sum = {.done = 1};
     if (result) *result = sum;
-    if (!o || o->version != LARDER_HINT_OPTIONS_VERSION)
+    if (!o || o->version < 1 || o->version > LARDER_HINT_OPTIONS_VERSION)
         return larder__fail(LARDER_EUSAGE, "hint: options of another version");
+    const char *name = o->version >= 2 ? o->name : NULL; /* version 1 has no name */
     char path[PATH_MAX];
     if (!(socket = socket_of(socket, path)))
         return larder__fail(LARDER_EUSAGE, "hint: no node daemon (give a socket or LARDER_SOCKET)");
     bool hot = o->kind == LARDER_HINT_HOT, replicate = o->kind == LARDER_HINT_REPLICATE;
     if (!hot && !replicate) return larder__fail(LARDER_EUSAGE, "hint: unknown kind %d", o->kind);
-    if (!o->index || !o->index[0]) return larder__fail(LARDER_EUSAGE, "hint: no index");
+    if (name && o->index)
+        return larder__fail(LARDER_EUSAGE, "hint: an index or a published name, not both");
+    if (name && larder__wire_check_publication(name, strlen(name)) < 0) return LARDER_EUSAGE;
+    if (!name && (!o->index || !o->index[0]))
+        return larder__fail(LARDER_EUSAGE, "hint: no index or name");
     if (replicate && (!o->targets || !o->targets[0]))
         return larder__fail(LARDER_EUSAGE, "hint replicate: no members to replicate to");
     if (replicate && (o->num_keys || o->replicas || o->all_nodes))
@@ -110,8 +115,9 @@ int larder_hint(const char *socket, const larder_hint_options *o, larder_hint_re
                                 LARDER__HINT_MAX_KEY);
     }
     char absolute[PATH_MAX];
-    const char *where = o->index;
-    if (!larder__is_remote(where) && realpath(larder__file_path(where), absolute)) where = absolute;
+    const char *where = name ? name : o->index; /* a name: each daemon resolves it */
+    if (!name && !larder__is_remote(where) && realpath(larder__file_path(where), absolute))
+        where = absolute;
     size_t url_length = strlen(where), targets_length = replicate ? strlen(o->targets) : 0;
     if (url_length > LARDER__WIRE_MAX_URL || targets_length > LARDER__HINT_MAX_TARGETS)
         return larder__fail(LARDER_EUSAGE, "hint: index name or member list too long");
@@ -122,7 +128,8 @@ int larder_hint(const char *socket, const larder_hint_options *o, larder_hint_re
     if (rc < 0) return rc;
     struct larder__hint h = {.kind = (uint8_t)o->kind,
                              .flags = (uint8_t)((o->all_nodes ? LARDER__HINT_ALL_NODES : 0) |
-                                                (o->wait ? LARDER__HINT_WAIT : 0)),
+                                                (o->wait ? LARDER__HINT_WAIT : 0) |
+                                                (name ? LARDER__HINT_NAME : 0)),
                              .replicas = o->replicas,
                              .ttl_ms = ttl,
                              .url_length = (uint32_t)url_length,

@@ -195,9 +195,10 @@ int larder_publish(const char *socket, const char *dir, const char *name,
                    const larder_publish_options *options, larder_publication *result)
 {
     if (!dir || !name) return larder__fail(LARDER_EUSAGE, "larder_publish: NULL argument");
-    if (options && options->version != LARDER_PUBLISH_OPTIONS_VERSION)
-        return larder__fail(LARDER_EUSAGE, "larder_publish: options version %d, expected %d",
+    if (options && (options->version < 1 || options->version > LARDER_PUBLISH_OPTIONS_VERSION))
+        return larder__fail(LARDER_EUSAGE, "larder_publish: options version %d, expected 1 to %d",
                             options->version, LARDER_PUBLISH_OPTIONS_VERSION);
+    bool replace = options && options->version >= 2 && options->replace; /* 1 has no replace */
     int rc = larder__wire_check_publication(name, strlen(name));
     if (rc < 0) return rc;
     char root[PATH_MAX], index[PATH_MAX];
@@ -220,7 +221,8 @@ int larder_publish(const char *socket, const char *dir, const char *name,
                                 .index_length = (uint32_t)strlen(index),
                                 .index = index,
                                 .origin_length = origin ? (uint32_t)strlen(origin) : 0,
-                                .origin = origin};
+                                .origin = origin,
+                                .flags = replace ? LARDER__PUBLISH_REPLACE : 0};
     uint8_t frame[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_NAMES_FRAME];
     int n = larder__wire_encode_publish(frame, sizeof frame, 1, &m);
     if (n < 0)

@@ -6,7 +6,9 @@
 #include "pool.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -126,11 +128,46 @@ static int background_nice(void)
     return n;
 }
 
+/* Whether HINTED and WARM tasks run at SCHED_IDLE besides their nice value
+ * (LARDER_BACKGROUND_SCHED=idle): then any other thread ready to run takes
+ * the core first, where nice 10 still leaves background about a tenth of a
+ * contended core.  Off by default: a DEMAND read single-flighted behind a
+ * background fill of the same block waits as long as the core stays busy
+ * (a restart storm's readers of a hinted checkpoint would), and its worth
+ * is still to be measured on a quiet machine (docs/scale.md).  Needs the
+ * rights background_nice() needs to come back. */
+static bool background_idle(void)
+{
+    static int answer = -1; /* -1: not asked yet */
+    int known = __atomic_load_n(&answer, __ATOMIC_RELAXED);
+    if (known >= 0) return known;
+    struct rlimit limit;
+    bool may = geteuid() == 0 || (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20);
+    const char *text = getenv("LARDER_BACKGROUND_SCHED");
+    int idle = may && text && strcmp(text, "idle") == 0;
+    __atomic_store_n(&answer, idle, __ATOMIC_RELAXED);
+    return idle;
+}
+
+/* The calling worker's scheduling policy for a task of class `priority`:
+ * SCHED_IDLE for HINTED and WARM when background_idle(), else SCHED_OTHER. */
+static void policy_for(int priority)
+{
+    static _Thread_local bool idle; /* this thread's, as set here */
+    bool want = priority >= LARDER__HINTED && background_idle();
+    struct sched_param none = {0};
+    if (want != idle &&
+        pthread_setschedparam(pthread_self(), want ? SCHED_IDLE : SCHED_OTHER, &none) == 0)
+        idle = want;
+}
+
 /* The calling worker's nice value for a task of class `priority`: its own
- * first value (the process's), plus background_nice() for HINTED and WARM. */
+ * first value (the process's), plus background_nice() for HINTED and WARM;
+ * and its policy (policy_for). */
 static void nice_for(int priority)
 {
     static _Thread_local int base = INT32_MIN, current; /* this thread's, as set here */
+    policy_for(priority);
     int extra = background_nice();
     if (extra == 0) return;
     if (base == INT32_MIN) {
@@ -145,13 +182,24 @@ static void nice_for(int priority)
         current = want;
 }
 
+/* This thread's CPU time in microseconds (0 where the clock is missing). */
+static uint64_t thread_cpu_us(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
 /* Run t outside the lock, then count it done; lock held on entry and return. */
 static void run_task(struct larder__pool *p, const struct task *t)
 {
     pthread_mutex_unlock(&p->lock);
+    uint64_t cpu = thread_cpu_us();
     t->fn(t->arg);
+    cpu = thread_cpu_us() - cpu;
     pthread_mutex_lock(&p->lock);
     p->stats.running[t->priority]--;
+    p->stats.cpu_us[t->priority] += cpu;
 }
 
 static void *worker(void *arg)

@@ -45,6 +45,10 @@ struct larder__pool_stats {
     uint64_t running[LARDER__CLASSES];     /* tasks running now */
     uint64_t wait_us[LARDER__CLASSES];     /* queue waits of the started tasks, summed */
     uint64_t wait_max_us[LARDER__CLASSES]; /* the longest of them */
+    /* CPU time the workers spent running tasks of the class (their thread's
+     * CPU clock around each task), summed: what background work cost the
+     * node's cores, beside the readers' */
+    uint64_t cpu_us[LARDER__CLASSES];
 };
 /* A snapshot of the counters (zeros for a NULL pool). */
 LARDER__HIDDEN void larder__pool_stats_get(struct larder__pool *pool,

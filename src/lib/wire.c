@@ -350,6 +350,9 @@ int larder__wire_hint(const uint8_t *p, uint32_t length, struct larder__hint *ou
     at += out->targets_length;
     if (!no_nul(out->url, out->url_length) || !no_nul(out->targets, out->targets_length))
         return larder__fail(LARDER_EPROTOCOL, "HINT string with a NUL byte");
+    if ((out->flags & LARDER__HINT_NAME) &&
+        larder__wire_check_publication(out->url, out->url_length) < 0)
+        return larder__fail(LARDER_EPROTOCOL, "HINT of a malformed publication name");
     out->keys = p + at;
     out->keys_length = length - at;
     uint32_t k = 0;

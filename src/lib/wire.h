@@ -186,7 +186,8 @@ enum larder__hint_kind {
 #define LARDER__HINT_ALL_NODES 0x01u /* hot: every member of the cluster */
 #define LARDER__HINT_WAIT 0x02u      /* answer when the staging is done, not when accepted */
 #define LARDER__HINT_HERE 0x04u      /* this node only: what a daemon forwards to a member */
-#define LARDER__HINT_FLAGS 0x07u
+#define LARDER__HINT_NAME 0x08u      /* url is a publication's name, resolved by each daemon */
+#define LARDER__HINT_FLAGS 0x0fu
 
 /* HINT.  Strings are not NUL-terminated; parsed, they point into the payload. */
 struct larder__hint {
@@ -195,7 +196,7 @@ struct larder__hint {
     uint32_t replicas; /* hot: nodes to stage on, this one included (0: this one alone) */
     uint64_t ttl_ms;   /* how long the pins hold, 1 .. LARDER__HINT_MAX_TTL_MS (LIST: 0) */
     uint32_t url_length, targets_length, num_keys;
-    const char *url;     /* the index (LIST: none) */
+    const char *url; /* the index (LIST: none); with LARDER__HINT_NAME a valid publication name */
     const char *targets; /* replicate: "host:port,..." members (else none) */
     /* parsed: num_keys records (u16 length, bytes), keys_length bytes in all;
      * walk them with larder__wire_hint_key */
@@ -249,6 +250,12 @@ LARDER__HIDDEN int larder__wire_encode_hinted(uint8_t *out, size_t capacity, uin
 #define LARDER__RESOLVE_LIST 4u  /* no name: answer STATS, the registry as JSON */
 /* ANNOUNCE and RESOLVED flags */
 #define LARDER__PUBLISHED_ORIGIN 1u /* written through: `origin` names the index there */
+/* a generation follows the payload's other bytes (u64, 1 and up): the
+ * publication replaced that many earlier ones of its name (--replace);
+ * without the flag, generation 0 */
+#define LARDER__PUBLISHED_GENERATION 2u
+/* PUBLISH flags */
+#define LARDER__PUBLISH_REPLACE 1u /* the name may be published already: replace it */
 
 /*
  * Whether `name` (length bytes, not NUL-terminated) is a valid publication
@@ -261,6 +268,7 @@ LARDER__HIDDEN int larder__wire_check_publication(const char *name, size_t lengt
 /* PUBLISH (client -> its own daemon): a directory's index under a name. */
 struct larder__publish {
     uint32_t name_length, index_length, origin_length;
+    uint32_t flags;     /* LARDER__PUBLISH_* */
     const char *name;   /* valid (larder__wire_check_publication) */
     const char *index;  /* the index's absolute path on this node, 1 to 4096 bytes */
     const char *origin; /* the written-through index's URL or path; origin_length 0: none */
@@ -281,7 +289,8 @@ struct larder__resolve {
  */
 struct larder__publication {
     uint64_t id_low, id_high; /* the dataset id */
-    uint32_t flags;           /* LARDER__PUBLISHED_* */
+    uint32_t flags;           /* LARDER__PUBLISHED_* (GENERATION: set from `generation`) */
+    uint64_t generation;      /* 0, or how many publications of the name it replaced */
     uint32_t name_length, producer_length, location_length, origin_length, index_length;
     const char *name;     /* valid */
     const char *producer; /* the producer's member name (host:port), 1 to 256 bytes */

@@ -53,8 +53,9 @@ int larder__wire_publish(const uint8_t *p, uint32_t length, struct larder__publi
     out->name_length = larder__le32(p);
     out->index_length = larder__le32(p + 4);
     out->origin_length = larder__le32(p + 8);
-    if (larder__le32(p + 12) != 0)
-        return larder__fail(LARDER_EPROTOCOL, "PUBLISH with nonzero reserved bytes");
+    out->flags = larder__le32(p + 12);
+    if (out->flags & ~LARDER__PUBLISH_REPLACE)
+        return larder__fail(LARDER_EPROTOCOL, "PUBLISH with unknown flags 0x%x", out->flags);
     /* the name's own limit next, with a message of its own */
     if (out->index_length == 0 || out->index_length > LARDER__WIRE_MAX_URL ||
         out->origin_length > LARDER__WIRE_MAX_URL ||
@@ -111,14 +112,15 @@ int larder__wire_publication(uint8_t type, const uint8_t *p, uint32_t length,
     out->location_length = larder__le32(p + 28);
     out->origin_length = larder__le32(p + 32);
     out->index_length = larder__le32(p + 36);
-    if (out->flags & ~LARDER__PUBLISHED_ORIGIN)
+    if (out->flags & ~(LARDER__PUBLISHED_ORIGIN | LARDER__PUBLISHED_GENERATION))
         return larder__fail(LARDER_EPROTOCOL, "%s with unknown flags 0x%x", what, out->flags);
+    uint32_t tail = out->flags & LARDER__PUBLISHED_GENERATION ? 8 : 0; /* the generation */
     if (out->producer_length == 0 || out->producer_length > LARDER__WIRE_MAX_NAME ||
         out->location_length == 0 || out->location_length > LARDER__WIRE_MAX_URL ||
         out->origin_length > LARDER__WIRE_MAX_URL || out->index_length > LARDER__WIRE_MAX_INDEX ||
         (type == LARDER__ANNOUNCE && out->index_length) ||
         (uint64_t)40 + out->name_length + out->producer_length + out->location_length +
-                out->origin_length + out->index_length !=
+                out->origin_length + out->index_length + tail !=
             length)
         return larder__fail(LARDER_EPROTOCOL, "%s lengths do not fit its %u bytes", what, length);
     if (((out->flags & LARDER__PUBLISHED_ORIGIN) != 0) != (out->origin_length != 0))
@@ -129,6 +131,9 @@ int larder__wire_publication(uint8_t type, const uint8_t *p, uint32_t length,
     out->location = out->producer + out->producer_length;
     out->origin = out->location + out->location_length;
     out->index = (const uint8_t *)out->origin + out->origin_length;
+    out->generation = tail ? larder__le64(p + length - 8) : 0;
+    if (tail && out->generation == 0)
+        return larder__fail(LARDER_EPROTOCOL, "%s of generation 0 with the flag", what);
     int rc = larder__wire_check_publication(out->name, out->name_length);
     if (rc < 0) return rc;
     for (uint32_t i = 0; i < out->producer_length; i++)
@@ -154,7 +159,7 @@ int larder__wire_encode_publish(uint8_t *out, size_t capacity, uint64_t request,
     larder__put_le32(p, m->name_length);
     larder__put_le32(p + 4, m->index_length);
     larder__put_le32(p + 8, m->origin_length);
-    larder__put_le32(p + 12, 0);
+    larder__put_le32(p + 12, m->flags);
     p += 16;
     memcpy(p, m->name, m->name_length);
     memcpy(p + m->name_length, m->index, m->index_length);
@@ -178,7 +183,7 @@ int larder__wire_encode_resolve(uint8_t *out, size_t capacity, uint64_t request,
 size_t larder__wire_publication_size(uint8_t type, const struct larder__publication *m)
 {
     uint64_t length = 40 + (uint64_t)m->name_length + m->producer_length + m->location_length +
-                      m->origin_length + m->index_length;
+                      m->origin_length + m->index_length + (m->generation ? 8 : 0);
     if (m->name_length > LARDER__WIRE_MAX_PUBLICATION ||
         m->producer_length > LARDER__WIRE_MAX_NAME || m->location_length > LARDER__WIRE_MAX_URL ||
         m->origin_length > LARDER__WIRE_MAX_URL || m->index_length > LARDER__WIRE_MAX_INDEX ||
@@ -197,7 +202,9 @@ int larder__wire_encode_publication(uint8_t *out, size_t capacity, uint8_t type,
     uint8_t *p = out + LARDER__WIRE_HEADER;
     larder__put_le64(p, m->id_low);
     larder__put_le64(p + 8, m->id_high);
-    larder__put_le32(p + 16, m->flags);
+    /* the generation's flag follows the field: set when it is not 0, never else */
+    larder__put_le32(p + 16, (m->flags & ~LARDER__PUBLISHED_GENERATION) |
+                                 (m->generation ? LARDER__PUBLISHED_GENERATION : 0));
     larder__put_le32(p + 20, m->name_length);
     larder__put_le32(p + 24, m->producer_length);
     larder__put_le32(p + 28, m->location_length);
@@ -211,5 +218,6 @@ int larder__wire_encode_publication(uint8_t *out, size_t capacity, uint8_t type,
         if (lengths[i]) memcpy(p, parts[i], lengths[i]);
         p += lengths[i];
     }
+    if (m->generation) larder__put_le64(p, m->generation);
     return (int)size;
 }

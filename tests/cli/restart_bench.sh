@@ -21,7 +21,7 @@ cleanup_hooks+=("mounted $WORK/run/mnt && fusermount3 -u -z $WORK/run/mnt")
 
 mkdir -p "$WORK/results"
 RESTART_WORK=$WORK/run BUILD_DIR=$BUILD_ABS RESULTS=$WORK/results/restart.md SIZE=8388608 \
-  READERS="1 2" ORIGIN_MBPS=200 BASELINE_MAX_S=60 STEPS=5 BATCH=2 COMPUTE_MS=1 TRAIN_SAMPLES=40 ROUNDS=2 \
+  READERS="1 2" ORIGIN_MBPS=200 BASELINE_MAX_S=60 STEPS=5 BATCH=2 COMPUTE_MS=1 TRAIN_SAMPLES=40 ROUNDS=2 SCHED_IDLE=1 \
   "$ROOT/bench/restart.sh" >"$WORK/out.txt" 2>"$WORK/err.txt" ||
   fail "bench/restart.sh failed: $(tail -20 "$WORK/err.txt")"
 report=$WORK/results/restart.md
@@ -38,10 +38,18 @@ for n in 1 2; do
     fail "$n unhinted readers: origin/checkpoint '$ratio', want a number from 1"
 done
 grep -q '^| nothing (idle) | [0-9.]* | ' "$report" || fail "no idle training wait"
-# beside hinted replication: the median of two rounds' p99 over idle, a number
+# the control (a second idle run in each round) and its ratio to the first, and the CPU
+# pressure columns (-1 where there is no PSI)
+grep -q '^| nothing again (control: idle vs idle) | [0-9.]* | .* | [0-9.]* (rounds: [0-9.]*, [0-9.]*) |$' "$report" ||
+  fail "no idle-vs-idle control: $(grep 'control' "$report")"
+grep -q '^| nothing (idle) |\( -\?[0-9.]* |\)\{10\} 1 |$' "$report" || fail "idle row without 10 figures: $(grep 'nothing (idle)' "$report")"
+# beside hinted replication: the median of two rounds' p99 over idle, a number;
+# and (SCHED_IDLE=1) the same with the daemons' background at SCHED_IDLE
 if "$LARDER" hint --help >/dev/null 2>&1; then
   grep -q '^| `larder hint hot`.* | [0-9.]* (rounds: [0-9.]*, [0-9.]*) |$' "$report" ||
     fail "no hinted p99 / idle: $(grep 'hint hot' "$report")"
+  grep -q '^| the same, background tasks at SCHED_IDLE .* | [0-9.]* (rounds: [0-9.]*, [0-9.]*) |$' "$report" ||
+    fail "no SCHED_IDLE row: $(grep -A6 'beside it' "$report")"
 fi
 if "$LARDER" hint --help >/dev/null 2>&1; then
   grep -q 'origin requests 0, peer requests 0' "$report" || fail "evaluation reader: $(grep -A2 'Predictive' "$report")"

@@ -25,9 +25,13 @@ def daemon(tmp_path):
     cache, sock = tmp_path / "cache", tmp_path / "sock"
     log = open(tmp_path / "daemon.log", "w")
     proc = subprocess.Popen([LARDERD, "--cache", str(cache), "--socket", str(sock)], stderr=log)
-    for _ in range(200):
+    for _ in range(400):  # answering, not only bound: the file appears before listen()
         if sock.exists():
-            break
+            try:
+                larder.hints(socket=str(sock))
+                break
+            except larder.LarderError:
+                pass
         time.sleep(0.025)
     else:
         proc.kill()
@@ -82,3 +86,32 @@ def test_many_keys_go_in_batches(daemon, tree_index):
     result = larder.hint(tree_index, keys=keys, ttl=60, wait=True, socket=sock)
     assert result.samples == 1100 and result.nodes == 1 and result.done
     assert len(larder.hints(socket=sock)) == 2
+
+
+def test_hint_by_published_name(daemon, tmp_path):
+    """larder.hint(name=...) on a name published through the same daemon:
+    the daemon resolves it to the publication's index and stages all of
+    its files; a name never published is ENOTFOUND (at once: a daemon
+    without members has nobody to learn it from)."""
+    sock, cache = daemon
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "sub").mkdir(parents=True)
+    files = {"a.bin": os.urandom(300001), "sub/b.bin": os.urandom(70000), "c.json": b"{}"}
+    for rel, data in files.items():
+        (ckpt / rel).write_bytes(data)
+    larder.publish(str(ckpt), "jobs/ckpt-latest", socket=sock)
+    result = larder.hint(name="jobs/ckpt-latest", ttl=60, wait=True, socket=sock)
+    assert result.nodes == 1 and result.done and not result.partial
+    assert result.samples == len(files)
+    assert result.bytes == sum(len(d) for d in files.values())
+    listed = larder.hints(socket=sock)
+    assert len(listed) == 1 and listed[0]["url"] == os.path.join(os.path.realpath(ckpt), "index.larder")
+    start = time.monotonic()
+    with pytest.raises(larder.LarderError) as e:
+        larder.hint(name="jobs/never-published", socket=sock)
+    assert e.value.code == larder.ENOTFOUND and "jobs/never-published" in str(e.value)
+    assert time.monotonic() - start < 10
+    with pytest.raises(ValueError):
+        larder.hint(socket=sock)
+    with pytest.raises(ValueError):
+        larder.replicate(name="jobs/ckpt-latest", socket=sock)

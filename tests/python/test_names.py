@@ -149,3 +149,24 @@ def test_publishing_a_name_twice_is_refused(cluster, tmp_path):
         larder.publish(tmp_path / "d", "py/once", socket=cluster[0])
     assert caught.value.code == -17  # -EEXIST
     assert "already published" in str(caught.value)
+
+
+def test_publish_replace_points_the_name_at_new_files(cluster, tmp_path, monkeypatch):
+    """replace=True: the name now names the second directory, on the
+    producer at once and on the other member once announced."""
+    for version in ("v1", "v2"):
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "f").write_bytes(version.encode() * 1000)
+    first = larder.publish(tmp_path / "v1", "py/latest", socket=cluster[0])
+    second = larder.publish(tmp_path / "v2", "py/latest", socket=cluster[0], replace=True)
+    assert second.dataset_id != first.dataset_id
+    assert larder.lookup("py/latest", socket=cluster[0]).dataset_id == second.dataset_id
+    for _ in range(200):  # the announcement reaches the other member
+        if larder.lookup("py/latest", timeout=5, socket=cluster[1]).dataset_id == second.dataset_id:
+            break
+        time.sleep(0.05)
+    found = larder.lookup("py/latest", socket=cluster[1])
+    assert found.dataset_id == second.dataset_id
+    monkeypatch.setenv("LARDER_SOCKET", cluster[1])
+    with larder.open("larder:py/latest", "f") as f:
+        assert f.read() == b"v2" * 1000

@@ -145,8 +145,9 @@ static void demand_overtakes(bool peer)
     CHECK(strstr(text, "], \"classes\": {\"demand\": {\"queued\": 2, \"started\": 2, "
                        "\"running\": 0, \"wait_us\": ") != NULL);
     CHECK(strstr(text, "\"hinted\": {\"queued\": 8, \"started\": 8, \"running\": 0, ") != NULL);
-    CHECK(strstr(text, "\"warm\": {\"queued\": 0, \"started\": 0, \"running\": 0, "
-                       "\"wait_us\": 0, \"wait_max_us\": 0}}, \"transforms\": {") != NULL);
+    CHECK(strstr(text,
+                 "\"warm\": {\"queued\": 0, \"started\": 0, \"running\": 0, "
+                 "\"wait_us\": 0, \"wait_max_us\": 0, \"cpu_us\": 0}}, \"transforms\": {") != NULL);
     free(text);
     char metrics[64 * 1024];
     CHECK(metrics_text(&d, metrics, sizeof metrics) > 0);

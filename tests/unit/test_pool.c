@@ -10,8 +10,10 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A gate tasks wait at, and the log of what ran in which order. */
@@ -278,4 +280,96 @@ TEST(pool_worker_idles_at_its_own_nice_value)
     }
     CHECK_EQ(nice, mine);
     larder__pool_free(pool);
+}
+
+struct burn {
+    struct larder__latch *done;
+    uint64_t burned_us; /* the task's own thread CPU clock over its run */
+};
+
+static uint64_t thread_cpu_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Spin until this thread has used 30 ms of CPU, and say how much it used. */
+static void burn_cpu(void *arg)
+{
+    struct burn *b = arg;
+    uint64_t start = thread_cpu_now_us(), now;
+    volatile uint64_t sink = 0;
+    while ((now = thread_cpu_now_us()) - start < 30000)
+        for (int i = 0; i < 10000; i++)
+            sink += (uint64_t)i;
+    b->burned_us = now - start;
+    larder__latch_arrive(b->done);
+}
+
+/* The CPU a class's tasks used is counted to that class: a HINTED task
+ * that burned 30 ms (by its own thread clock, read in the task) shows
+ * at least that under HINTED, and a DEMAND task that did nothing much
+ * adds less than that under DEMAND. */
+TEST(pool_counts_cpu_by_class)
+{
+    struct larder__pool *pool;
+    CHECK_EQ(larder__pool_new(&pool, 1), 0);
+    struct larder__latch done;
+    larder__latch_init(&done, 1);
+    struct burn b = {&done, 0};
+    CHECK_EQ(larder__pool_submit(pool, burn_cpu, &b, LARDER__HINTED), 0);
+    larder__latch_wait(&done);
+    struct larder__latch quick;
+    larder__latch_init(&quick, 1);
+    struct worker_seen seen = {&quick, 0};
+    CHECK_EQ(larder__pool_submit(pool, record_worker, &seen, LARDER__DEMAND), 0);
+    larder__latch_wait(&quick);
+    struct larder__pool_stats stats;
+    for (int i = 0; i < 1000; i++) { /* the counts land after the tasks' last step */
+        larder__pool_stats_get(pool, &stats);
+        if (stats.running[LARDER__HINTED] + stats.running[LARDER__DEMAND] == 0) break;
+        usleep(1000);
+    }
+    CHECK(b.burned_us >= 30000);
+    CHECK(stats.cpu_us[LARDER__HINTED] >= b.burned_us);
+    CHECK(stats.cpu_us[LARDER__DEMAND] < 30000);
+    CHECK_EQ(stats.cpu_us[LARDER__NEAR] + stats.cpu_us[LARDER__WARM], 0);
+    larder__pool_free(pool);
+}
+
+struct policy_seen {
+    struct larder__latch *done;
+    int policy;
+};
+
+static void record_policy(void *arg)
+{
+    struct policy_seen *s = arg;
+    s->policy = sched_getscheduler(0);
+    larder__latch_arrive(s->done);
+}
+
+/* LARDER_BACKGROUND_SCHED=idle: HINTED and WARM tasks run at SCHED_IDLE,
+ * DEMAND and NEAR ones (on the same worker, after them) at SCHED_OTHER;
+ * without it every task runs at SCHED_OTHER.  (This test runs in a child
+ * process of its own: the pool reads the setting once.) */
+TEST(pool_background_sched_idle_when_asked)
+{
+    struct rlimit limit;
+    bool may = geteuid() == 0 || (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20);
+    setenv("LARDER_BACKGROUND_SCHED", "idle", 1);
+    struct larder__pool *pool;
+    CHECK_EQ(larder__pool_new(&pool, 1), 0);
+    int classes[] = {LARDER__HINTED, LARDER__DEMAND, LARDER__WARM, LARDER__NEAR, LARDER__HINTED};
+    for (int i = 0; i < 5; i++) {
+        struct larder__latch done;
+        larder__latch_init(&done, 1);
+        struct policy_seen seen = {&done, -1};
+        CHECK_EQ(larder__pool_submit(pool, record_policy, &seen, classes[i]), 0);
+        larder__latch_wait(&done);
+        CHECK_EQ(seen.policy, may && classes[i] >= LARDER__HINTED ? SCHED_IDLE : SCHED_OTHER);
+    }
+    larder__pool_free(pool);
+    unsetenv("LARDER_BACKGROUND_SCHED");
 }

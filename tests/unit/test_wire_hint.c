@@ -90,6 +90,16 @@ TEST(wire_hint_layout)
     CHECK_EQ(larder__wire_hint(r, 43, &h), 0);
     CHECK(h.kind == LARDER__HINT_REPLICATE && h.url[0] == 'x' && h.targets_length == 10 &&
           memcmp(h.targets, "h:1,h2:300", 10) == 0);
+    /* by name (flag 0x08): the index field is a publication's name */
+    uint8_t named[64];
+    n = hot_payload(named, LARDER__HINT_NAME);
+    memcpy(named + 32, "eval/step-1000.x", 15); /* 15 bytes: "eval/step-1000." */
+    CHECK_EQ(larder__wire_hint(named, n, &h), 0);
+    CHECK(h.flags == LARDER__HINT_NAME && memcmp(h.url, "eval/step-1000.", 15) == 0);
+    memcpy(named + 32, "eval/../x000000", 15); /* a '..' component */
+    CHECK_EQ(larder__wire_hint(named, n, &h), LARDER_EPROTOCOL);
+    memcpy(named + 32, "eval/step 1000.", 15); /* a space */
+    CHECK_EQ(larder__wire_hint(named, n, &h), LARDER_EPROTOCOL);
     /* list: kind 3 and nothing else */
     uint8_t l[32] = {3};
     CHECK_EQ(larder__wire_hint(l, 32, &h), 0);
@@ -107,12 +117,14 @@ TEST(wire_hint_refuses_bad_fields)
         edit;                                                                                      \
         CHECK_EQ(larder__wire_hint(q, len, &h), LARDER_EPROTOCOL);                                 \
     } while (0)
-    REFUSED((void)0, 31);                                 /* shorter than the fixed part */
-    REFUSED(q[0] = 0, n);                                 /* kind */
-    REFUSED(q[0] = 4, n);                                 /* kind */
-    REFUSED(q[1] = 0x08, n);                              /* unknown flag */
-    REFUSED(q[2] = 1, n);                                 /* reserved */
-    REFUSED(q[28] = 1, n);                                /* reserved */
+    REFUSED((void)0, 31);    /* shorter than the fixed part */
+    REFUSED(q[0] = 0, n);    /* kind */
+    REFUSED(q[0] = 4, n);    /* kind */
+    REFUSED(q[1] = 0x10, n); /* unknown flag */
+    REFUSED(q[1] = 0x80, n); /* unknown flag */
+    REFUSED(q[1] = 0x08, n); /* NAME: "/d/index.larder" is no publication name (empty component) */
+    REFUSED(q[2] = 1, n);    /* reserved */
+    REFUSED(q[28] = 1, n);   /* reserved */
     REFUSED(le64(q + 8, 0), n);                           /* no TTL */
     REFUSED(le64(q + 8, LARDER__HINT_MAX_TTL_MS + 1), n); /* TTL past 30 days */
     REFUSED(le32(q + 16, 0), n);                          /* no index */
@@ -135,6 +147,7 @@ TEST(wire_hint_refuses_bad_fields)
     REFUSED((q[0] = 2, le32(q + 4, 0), le32(q + 20, 2)), n);
     REFUSED((q[0] = 3, le32(q + 4, 0), le64(q + 8, 0), le32(q + 16, 0), le32(q + 24, 0)), 33);
     REFUSED((memset(q, 0, 32), q[0] = 3, q[1] = 2), 32);
+    REFUSED((memset(q, 0, 32), q[0] = 3, q[1] = LARDER__HINT_NAME), 32);
     REFUSED((memset(q, 0, 32), q[0] = 3, q[8] = 1), 32);
 #undef REFUSED
     CHECK_EQ(larder__wire_hint(p, n, &h), 0);

@@ -27,7 +27,7 @@ static void refused(int rc, const char *needle)
     CHECK(strstr(larder_errmsg(), needle) != NULL);
 }
 
-/* A PUBLISH payload by the table: three u32 lengths, a reserved u32, the strings. */
+/* A PUBLISH payload by the table: three u32 lengths, u32 flags (0), the strings. */
 static size_t publish_payload(uint8_t *p, const char *name, const char *index, const char *origin)
 {
     size_t n = strlen(name), i = strlen(index), o = strlen(origin);
@@ -103,8 +103,16 @@ TEST(wire_names_publish)
     CHECK_EQ(m.origin_length, 0);
     refused(larder__wire_publish(p, (uint32_t)n - 1, &m), "do not fit");
     refused(larder__wire_publish(p, 15, &m), "PUBLISH of 15 bytes");
-    p[12] = 1;
-    refused(larder__wire_publish(p, (uint32_t)n, &m), "reserved");
+    p[12] = 1; /* flag REPLACE, taken, and written back by the encoder */
+    CHECK_EQ(larder__wire_publish(p, (uint32_t)n, &m), 0);
+    CHECK_EQ(m.flags, LARDER__PUBLISH_REPLACE);
+    CHECK_EQ(larder__wire_encode_publish(frame, sizeof frame, 5, &m), (int)(24 + n));
+    CHECK(memcmp(frame + 24, p, n) == 0);
+    p[12] = 2;
+    refused(larder__wire_publish(p, (uint32_t)n, &m), "unknown flags 0x2");
+    p[12] = 0, p[15] = 0x80;
+    refused(larder__wire_publish(p, (uint32_t)n, &m), "unknown flags");
+    p[15] = 0;
     n = publish_payload(p, "x", "relative", "");
     refused(larder__wire_publish(p, (uint32_t)n, &m), "not absolute");
     n = publish_payload(p, "x", "/a\nb", "");
@@ -184,8 +192,31 @@ TEST(wire_names_publication)
     refused(larder__wire_publication(LARDER__ANNOUNCE, p, (uint32_t)n, &m), "without its flag");
     n = publication_payload(p, 1, "ckpt/1", "n1:1", "/i", "", 0);
     refused(larder__wire_publication(LARDER__ANNOUNCE, p, (uint32_t)n, &m), "without its flag");
-    n = publication_payload(p, 2, "ckpt/1", "n1:1", "/i", "", 0);
+    n = publication_payload(p, 4, "ckpt/1", "n1:1", "/i", "", 0);
     refused(larder__wire_publication(LARDER__ANNOUNCE, p, (uint32_t)n, &m), "unknown flags");
+    /* flag 2: a u64 generation after every other byte (here after 3 bytes of index) */
+    n = publication_payload(p, 2, "ckpt/1", "n1:1", "/i", "", 3);
+    refused(larder__wire_publication(LARDER__RESOLVED, p, (uint32_t)n, &m), "lengths");
+    put64(p + n, UINT64_C(0x0102030405060708));
+    CHECK_EQ(larder__wire_publication(LARDER__RESOLVED, p, (uint32_t)n + 8, &m), 0);
+    CHECK(m.generation == UINT64_C(0x0102030405060708) && m.index_length == 3);
+    CHECK_EQ(larder__wire_encode_publication(frame, sizeof frame, LARDER__RESOLVED, 4, &m),
+             (int)(24 + n + 8));
+    CHECK(memcmp(frame + 24, p, n + 8) == 0);
+    put64(p + n, 0); /* generation 0 is said by leaving the flag out */
+    refused(larder__wire_publication(LARDER__RESOLVED, p, (uint32_t)n + 8, &m), "generation 0");
+    /* the encoder sets the flag from the field, and leaves it out for 0 */
+    n = publication_payload(p, 0, "ckpt/1", "n1:1", "/i", "", 0);
+    CHECK_EQ(larder__wire_publication(LARDER__ANNOUNCE, p, (uint32_t)n, &m), 0);
+    CHECK_EQ(m.generation, 0);
+    m.generation = 9;
+    CHECK_EQ(larder__wire_encode_publication(frame, sizeof frame, LARDER__ANNOUNCE, 4, &m),
+             (int)(24 + n + 8));
+    CHECK(frame[24 + 16] == 2 && frame[24 + n] == 9);
+    m.flags = LARDER__PUBLISHED_GENERATION, m.generation = 0;
+    CHECK_EQ(larder__wire_encode_publication(frame, sizeof frame, LARDER__ANNOUNCE, 4, &m),
+             (int)(24 + n));
+    CHECK_EQ(frame[24 + 16], 0);
     n = publication_payload(p, 0, "ckpt/1", "", "/i", "", 0);
     refused(larder__wire_publication(LARDER__ANNOUNCE, p, (uint32_t)n, &m), "lengths");
     n = publication_payload(p, 0, "ckpt/1", "n1 :1", "/i", "", 0);
