@@ -152,8 +152,6 @@ void larder__ucx_mappings_free(struct larder__ucx *hub);
 int larder__ucx_mapping_get(struct larder__ucx *hub, int fd, uint64_t offset, size_t length,
                             struct larder__ucx_mapping **out, const void **bytes, void **memh);
 void larder__ucx_mapping_put(struct larder__ucx *hub, struct larder__ucx_mapping *mapping);
-/* How many files are kept mapped (for tests). */
-size_t larder__ucx_mappings_count(struct larder__ucx *hub);
 /* Set while this thread makes an endpoint UCX may refuse: its log line about it is dropped. */
 extern _Thread_local bool larder__ucx_quiet_refusal;
 

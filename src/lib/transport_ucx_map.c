@@ -156,14 +156,13 @@ int larder__ucx_mapping_get(struct larder__ucx *hub, int fd, uint64_t offset, si
             pthread_mutex_unlock(&t->lock);
             return err;
         }
-        if (st.st_nlink > 0) { /* kept for the next answers; a deleted file is not */
-            m->kept = true;
-            m->next = t->list;
-            t->list = m;
-            t->count++;
-        }
+        m->kept = true;
+        m->next = t->list;
+        t->list = m;
+        t->count++;
     }
     m->refs++;
+    if (st.st_nlink == 0) drop(hub, m); /* a deleted file: unmapped once this answer is sent */
     m->used = ++t->clock;
     pthread_mutex_unlock(&t->lock);
     *out = m;
@@ -181,13 +180,21 @@ void larder__ucx_mapping_put(struct larder__ucx *hub, struct larder__ucx_mapping
     pthread_mutex_unlock(&t->lock);
 }
 
-size_t larder__ucx_mappings_count(struct larder__ucx *hub)
+size_t larder__ucx_mapped_files(struct larder__ucx *hub)
 {
     struct larder__ucx_mappings *t = hub->mappings;
     pthread_mutex_lock(&t->lock);
     size_t n = t->count;
     pthread_mutex_unlock(&t->lock);
     return n;
+}
+
+#else /* built without UCX */
+
+size_t larder__ucx_mapped_files(struct larder__ucx *hub)
+{
+    (void)hub;
+    return 0;
 }
 
 #endif
