@@ -36,8 +36,10 @@
 #define SEND_TIMEOUT_MS 30000 /* an answer the borrower does not take in time is cancelled */
 /* How long the progress thread keeps polling after the worker's last
  * event before it sleeps on the event fd: the next step of a transfer in
- * flight usually comes within it, and a sleep and wake-up cost more. */
+ * flight usually comes within it, and a sleep and wake-up cost more.
+ * LARDER_UCX_POLL_US sets it (0: sleep as soon as nothing happens). */
 #define POLL_US 50
+#define MAX_POLL_US 100000
 
 int64_t larder__ucx_now_ms(void)
 {
@@ -356,7 +358,7 @@ static void *progress_main(void *arg)
         int64_t now = now_us();
         if (any) last_event_us = now;
         /* polled while the next step of a transfer is likely near */
-        if (now - last_event_us < POLL_US) continue;
+        if (now - last_event_us < hub->poll_us) continue;
         pthread_mutex_lock(&hub->worker_lock);
         ucs_status_t armed = ucp_worker_arm(hub->worker);
         pthread_mutex_unlock(&hub->worker_lock);
@@ -429,6 +431,13 @@ int larder__ucx_start(struct larder__ucx **out)
     struct larder__ucx *hub = calloc(1, sizeof *hub);
     if (!hub) return -ENOMEM;
     hub->epoll = hub->wake = -1;
+    hub->poll_us = POLL_US;
+    const char *poll = getenv("LARDER_UCX_POLL_US");
+    if (poll && *poll) {
+        char *end;
+        long us = strtol(poll, &end, 10);
+        if (*end == '\0' && us >= 0 && us <= MAX_POLL_US) hub->poll_us = us;
+    }
     pthread_mutexattr_t recursive;
     pthread_mutexattr_init(&recursive);
     pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);

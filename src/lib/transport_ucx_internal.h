@@ -97,6 +97,7 @@ struct larder__ucx {
     size_t max_conns; /* 0: MAX_CONNS (larder__ucx_set_max_conns, for tests) */
     uint64_t next_id;
     int busy;         /* sends and receives in flight (the progress thread polls a while) */
+    int64_t poll_us;  /* polling after the last event before sleeping (LARDER_UCX_POLL_US) */
     uint64_t dropped; /* READs with no session or malformed (progress thread only) */
     larder__ucx_read_fn *serve;
 };
