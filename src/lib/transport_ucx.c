@@ -26,9 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdarg.h>
 #include <sys/epoll.h>
-#include <ucs/debug/log_def.h>
 #include <sys/eventfd.h>
 #include <sched.h>
 #include <time.h>
@@ -380,43 +378,6 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-_Thread_local bool larder__ucx_quiet_refusal;
-
-/* UCX's warnings and errors go to larder's log (the host's callback), not
- * to UCX's default of stdout, where they mixed with a program's output;
- * the refusal make_ep expects is dropped.  Quieter levels are UCX's. */
-static ucs_log_func_rc_t ucx_log(const char *file, unsigned line, const char *function,
-                                 ucs_log_level_t level, const ucs_log_component_config_t *config,
-                                 const char *format, va_list ap)
-{
-    (void)file, (void)line, (void)function, (void)config;
-    if (level > UCS_LOG_LEVEL_WARN) return UCS_LOG_FUNC_RC_CONTINUE;
-    if (larder__ucx_quiet_refusal) return UCS_LOG_FUNC_RC_STOP;
-    char message[512];
-    vsnprintf(message, sizeof message, format, ap);
-    larder__log(LARDER_LOG_WARN, "UCX: %s", message);
-    return UCS_LOG_FUNC_RC_STOP;
-}
-
-static void ucx_log_install(void)
-{
-    ucs_log_push_handler(ucx_log);
-}
-
-/* With LARDER_UCX_STATS set, the hub's counters at its stop (bench/peer.sh). */
-static void log_stats(struct larder__ucx *hub)
-{
-    const char *want = getenv("LARDER_UCX_STATS");
-    if (!want || !*want) return;
-    larder__log(LARDER_LOG_WARN,
-                "UCX stats: %llu progress passes, %llu sleeps on the event fd; %llu answers "
-                "sent (%llu bytes) from %llu mmaps; answers received %llu eager, %llu rendezvous",
-                (unsigned long long)hub->stats.passes, (unsigned long long)hub->stats.sleeps,
-                (unsigned long long)hub->stats.answers, (unsigned long long)hub->stats.answer_bytes,
-                (unsigned long long)hub->stats.maps, (unsigned long long)hub->stats.eager,
-                (unsigned long long)hub->stats.rendezvous);
-}
-
 /* Which transports UCX would use, from UCX_TLS (UCX's own choice when unset). */
 static void describe(struct larder__ucx *hub)
 {
@@ -427,7 +388,7 @@ static void describe(struct larder__ucx *hub)
 int larder__ucx_start(struct larder__ucx **out)
 {
     static pthread_once_t log_once = PTHREAD_ONCE_INIT;
-    pthread_once(&log_once, ucx_log_install);
+    pthread_once(&log_once, larder__ucx_log_install);
     struct larder__ucx *hub = calloc(1, sizeof *hub);
     if (!hub) return -ENOMEM;
     hub->epoll = hub->wake = -1;
@@ -518,7 +479,7 @@ void larder__ucx_stop(struct larder__ucx *hub)
         larder__ucx_kick(hub);
         pthread_join(hub->thread, NULL);
     }
-    log_stats(hub);
+    larder__ucx_log_stats(hub);
     larder__ucx_mappings_free(hub);
     if (hub->worker) larder__ucx_conns_close(hub);
     if (hub->address) ucp_worker_release_address(hub->worker, hub->address);

@@ -155,6 +155,11 @@ int larder__ucx_mapping_get(struct larder__ucx *hub, int fd, uint64_t offset, si
 void larder__ucx_mapping_put(struct larder__ucx *hub, struct larder__ucx_mapping *mapping);
 /* Set while this thread makes an endpoint UCX may refuse: its log line about it is dropped. */
 extern _Thread_local bool larder__ucx_quiet_refusal;
+/* ---- transport_ucx_log.c ---- */
+/* Route UCX's warnings and errors to larder__log (once per process). */
+void larder__ucx_log_install(void);
+/* With LARDER_UCX_STATS set, log the hub's counters. */
+void larder__ucx_log_stats(struct larder__ucx *hub);
 
 /* The live session with that token, with a reference taken; NULL: none. */
 struct larder__ucx_session *larder__ucx_session_find(struct larder__ucx *hub,
