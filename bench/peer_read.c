@@ -36,6 +36,14 @@ static uint32_t next_shard;
 static int passes_left = 1;
 static uint64_t next_offset, total;
 static int failures;
+static uint64_t slowest_us, over_50ms; /* the slowest READ, and READs over 50 ms (stalls) */
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
 
 /* The library's warnings (UCX's among them, and LARDER_UCX_STATS's counters) on stderr. */
 static void log_line(void *userdata, int level, const char *message)
@@ -66,7 +74,14 @@ static void *reader(void *arg)
         if (length > chunk) length = chunk;
         next_offset += length;
         pthread_mutex_unlock(&lock);
-        if (larder__endpoint_read(endpoint, id_low, id_high, shard, 0, offset, length, buf) < 0) {
+        uint64_t started = now_us();
+        int rc = larder__endpoint_read(endpoint, id_low, id_high, shard, 0, offset, length, buf);
+        uint64_t took = now_us() - started;
+        pthread_mutex_lock(&lock);
+        if (took > slowest_us) slowest_us = took;
+        if (took > 50000) over_50ms++;
+        pthread_mutex_unlock(&lock);
+        if (rc < 0) {
             fprintf(stderr, "read: %s\n", larder_errmsg());
             __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
             break;
@@ -130,6 +145,8 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &b);
     double seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
     printf("%llu %.1f\n", (unsigned long long)total, (double)total / seconds / 1e6);
+    fprintf(stderr, "slowest READ: %.1f ms; READs over 50 ms: %llu\n", (double)slowest_us / 1000,
+            (unsigned long long)over_50ms);
     fprintf(stderr, "transport: %s\n", larder__endpoint_transport(endpoint));
     larder__endpoint_free(endpoint);
     larder__ucx_stop(hub);
