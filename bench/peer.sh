@@ -138,13 +138,14 @@ for tls in tcp shm; do
   # printed on stdout came first, and the row read 0 MB/s).
   # as many passes over the dataset as make the ceiling's 1000 MiB (setup amortized alike)
   upasses=$(awk -v s="$shard_bytes" 'BEGIN { p = int(1048576000 / s + 0.999); print (p > 1 ? p : 1) }')
-  urc=0 userve_list="" ceiling_list=""
+  urc=0 userve_list="" ceiling_list="" uslow_list=""
   for ((r = 0; r < ${UCX_ROUNDS:-3}; r++)); do
     ceiling_list+="$(ucx_ceiling $tls) "
     LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 8 1024 "$upasses" \
       >"$work/bench_ucx_$tls.out" 2>"$work/bench_ucx_$tls.err" || urc=$?
     read -r userved rate < <(grep -E '^[0-9]+ [0-9.]+$' "$work/bench_ucx_$tls.out" || echo 0 0)
     userve_list+="$rate "
+    uslow_list+="$(sed -n 's/^slowest READ: \([0-9.]*\) ms; READs over 50 ms: \([0-9]*\)/\1 ms (\2 over 50 ms)/p' "$work/bench_ucx_$tls.err" | tail -1); "
   done
   userve_rate=$(median $userve_list) ceiling=$(median $ceiling_list)
   stop_cluster
@@ -177,6 +178,7 @@ for tls in tcp shm; do
   ucx_notes+="  - end to end MB/s borrowed, each round: $ue2e_list"$'\n'
   ucx_notes+="  - serving MB/s of each round ($upasses passes over the dataset, $(awk -v b="$userved" 'BEGIN { printf "%.0f", b / 1e6 }') MB): $userve_list; ceiling: $ceiling_list"$'\n'
   ucx_notes+="  - serving daemon: $userve_stats; client: $uclient_stats"$'\n'
+  ucx_notes+="  - the slowest serving READ of each round: $uslow_list"$'\n'
   : >"$work/daemon.log"
 done
 
