@@ -28,7 +28,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 #define SEND_TIMEOUT_MS 30000 /* an answer the borrower does not take in time is cancelled */
