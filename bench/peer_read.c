@@ -4,11 +4,16 @@
  * READs of CHUNK bytes, THREADS requests in flight), discarding the bytes.
  * The daemon must hold the dataset staged (or be its shards' owner).
  *
- *   larder_bench_peer HOST:PORT INDEX SECRET [THREADS] [CHUNK_KB]
+ *   larder_bench_peer HOST:PORT INDEX SECRET [THREADS] [CHUNK_KB] [PASSES]
+ *
+ * PASSES (default 1) reads the dataset that many times over, so that a
+ * small dataset still moves enough bytes to amortize the path's setup
+ * (connection, handshake, UCX's wire-up) as ucx_perftest's ceiling does.
  *
  * With LARDER_BENCH_TRANSPORT=ucx the READs go over UCX (the daemon runs
  * --transport ucx; UCX_TLS chooses UCX's transport), as a UCX peer's do;
- * the transport the READs took is printed on stderr.
+ * the transport the READs took is printed on stderr (and, with
+ * LARDER_UCX_STATS=1, the UCX hub's counters).
  * Prints bytes and MB/s.  bench/peer.sh compares it with a plain TCP copy.
  */
 #include "larder.h"
@@ -28,8 +33,24 @@ static uint64_t *shard_sizes;
 static uint32_t num_shards;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t next_shard;
+static int passes_left = 1;
 static uint64_t next_offset, total;
 static int failures;
+static uint64_t slowest_us, over_50ms; /* the slowest READ, and READs over 50 ms (stalls) */
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* The library's warnings (UCX's among them, and LARDER_UCX_STATS's counters) on stderr. */
+static void log_line(void *userdata, int level, const char *message)
+{
+    (void)userdata, (void)level;
+    fprintf(stderr, "%s\n", message);
+}
 
 static void *reader(void *arg)
 {
@@ -39,6 +60,11 @@ static void *reader(void *arg)
         pthread_mutex_lock(&lock);
         while (next_shard < num_shards && next_offset >= shard_sizes[next_shard])
             next_shard++, next_offset = 0;
+        if (next_shard >= num_shards && --passes_left > 0) { /* the next pass */
+            next_shard = 0, next_offset = 0;
+            while (next_shard < num_shards && next_offset >= shard_sizes[next_shard])
+                next_shard++;
+        }
         if (next_shard >= num_shards) {
             pthread_mutex_unlock(&lock);
             break;
@@ -48,7 +74,14 @@ static void *reader(void *arg)
         if (length > chunk) length = chunk;
         next_offset += length;
         pthread_mutex_unlock(&lock);
-        if (larder__endpoint_read(endpoint, id_low, id_high, shard, 0, offset, length, buf) < 0) {
+        uint64_t started = now_us();
+        int rc = larder__endpoint_read(endpoint, id_low, id_high, shard, 0, offset, length, buf);
+        uint64_t took = now_us() - started;
+        pthread_mutex_lock(&lock);
+        if (took > slowest_us) slowest_us = took;
+        if (took > 50000) over_50ms++;
+        pthread_mutex_unlock(&lock);
+        if (rc < 0) {
             fprintf(stderr, "read: %s\n", larder_errmsg());
             __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
             break;
@@ -65,8 +98,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s HOST:PORT INDEX SECRET [THREADS] [CHUNK_KB]\n", argv[0]);
         return 2;
     }
+    larder_set_log(log_line, NULL, LARDER_LOG_WARN);
     int threads = argc > 4 ? atoi(argv[4]) : 8;
     chunk = (uint64_t)(argc > 5 ? atoi(argv[5]) : 1024) * 1024;
+    passes_left = argc > 6 && atoi(argv[6]) > 0 ? atoi(argv[6]) : 1;
     larder_dataset *d;
     if (larder_open(&d, argv[2], NULL) < 0) {
         fprintf(stderr, "%s\n", larder_errmsg());
@@ -110,6 +145,8 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &b);
     double seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
     printf("%llu %.1f\n", (unsigned long long)total, (double)total / seconds / 1e6);
+    fprintf(stderr, "slowest READ: %.1f ms; READs over 50 ms: %llu\n", (double)slowest_us / 1000,
+            (unsigned long long)over_50ms);
     fprintf(stderr, "transport: %s\n", larder__endpoint_transport(endpoint));
     larder__endpoint_free(endpoint);
     larder__ucx_stop(hub);

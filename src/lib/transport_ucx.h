@@ -93,9 +93,14 @@ LARDER__HIDDEN void larder__ucx_session_release(struct larder__ucx_session *sess
 LARDER__HIDDEN int larder__ucx_answer(struct larder__ucx_session *session, uint64_t request,
                                       int code, const void *bytes, size_t length);
 /* Answer with `length` bytes of file `fd` from `offset`, sent from a
- * mapping of the file (no copy in larder). */
+ * mapping of the whole file made at its first answer and kept for the
+ * next (transport_ucx_map.c; no copy in larder).  A file shorter than
+ * offset + length is answered -EIO ("the cache file ended early"). */
 LARDER__HIDDEN int larder__ucx_answer_file(struct larder__ucx_session *session, uint64_t request,
                                            int fd, uint64_t offset, size_t length);
+
+/* How many files the hub keeps mapped for answers (for tests). */
+LARDER__HIDDEN size_t larder__ucx_mapped_files(struct larder__ucx *hub);
 
 /* ---- a borrower's side --------------------------------------------------------------- */
 

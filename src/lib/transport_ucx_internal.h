@@ -32,7 +32,8 @@ struct larder__ucx_pending {
     uint64_t id;
     void *buf;
     uint64_t length;
-    int state; /* PENDING_*, under hub->lock */
+    int state;           /* PENDING_*, under hub->lock */
+    pthread_cond_t wake; /* signalled (under hub->lock) when state turns PENDING_DONE */
     int rc;
     bool answered;     /* rc is the daemon's own answer, not the link's failure */
     char message[256]; /* the daemon's error message */
@@ -53,7 +54,7 @@ struct larder__ucx_conn {
     struct larder__ucx *hub;
     ucp_ep_h ep;
     bool broken; /* its error handler ran (atomic) */
-    int refs;    /* links and sessions on it (hub->conns_lock) */
+    int refs;    /* links and sessions on it (atomic; taken under hub->conns_lock) */
     size_t length;
     uint8_t *address; /* the remote worker's */
     struct larder__ucx_conn *next;
@@ -68,9 +69,23 @@ struct larder__ucx {
     pthread_t thread;
     bool running, stopping;
     bool no_peer_errors; /* UCX refused an endpoint that reports peer failures (atomic) */
+    struct larder__ucx_mappings
+        *mappings;                      /* cache files mapped for answers (transport_ucx_map.c) */
+    struct {                            /* counters (atomic), for LARDER_UCX_STATS */
+        uint64_t passes;                /* the progress thread's passes over the worker */
+        uint64_t sleeps;                /* ... after which it slept on the event fd */
+        uint64_t answers, answer_bytes; /* ANSWERs sent with bytes, and those bytes */
+        uint64_t maps;                  /* mmap calls for them (a file's mapping is kept) */
+        uint64_t eager, rendezvous;     /* ANSWERs received by each protocol */
+    } stats;
     int epoll, wake;
-    pthread_mutex_t lock; /* pending, sessions, busy, next_id */
-    pthread_cond_t done;  /* broadcast on every completion */
+    /* Every call on the worker, from any thread, is made with worker_lock
+     * held (recursive: callbacks run under it and may send).  The worker
+     * is UCS_THREAD_MODE_SERIALIZED: UCX's own multi-thread mode guards it
+     * with spin locks, which on a node with fewer cores than threads spun
+     * away the time of the thread that held them. */
+    pthread_mutex_t worker_lock;
+    pthread_mutex_t lock; /* pending, sessions, busy, next_id; each waiter has its own condition */
     struct larder__ucx_pending *pending;
     struct larder__ucx_pending *to_receive; /* rendezvous answers to pull (progress thread) */
     struct larder__ucx_session *sessions;
@@ -81,7 +96,8 @@ struct larder__ucx {
     bool reap_idle;   /* the list is full: reap the unheld live ones too (atomic) */
     size_t max_conns; /* 0: MAX_CONNS (larder__ucx_set_max_conns, for tests) */
     uint64_t next_id;
-    int busy;         /* sends and receives in flight: the progress thread spins */
+    int busy;         /* sends and receives in flight (the progress thread polls a while) */
+    int64_t poll_us;  /* polling after the last event before sleeping (LARDER_UCX_POLL_US) */
     uint64_t dropped; /* READs with no session or malformed (progress thread only) */
     larder__ucx_read_fn *serve;
 };
@@ -104,18 +120,47 @@ struct larder__ucx_link {
 };
 
 int64_t larder__ucx_now_ms(void);
+/* Wait on `cond` (with hub->lock held) until signalled or at most ms milliseconds. */
+void larder__ucx_wait(struct larder__ucx *hub, pthread_cond_t *cond, int64_t ms);
 /* Wake the progress thread. */
 void larder__ucx_kick(struct larder__ucx *hub);
+/* A condition on CLOCK_MONOTONIC (larder__ucx_wait's clock). */
+void larder__ucx_cond_init(pthread_cond_t *cond);
 /* Send an active message and wait until UCX is done with header and bytes:
- * 0 or -ECONNRESET.  Cancelled after SEND_TIMEOUT_MS, or once *live (read
- * under hub->lock; NULL: none) turns false. */
+ * 0 or -ECONNRESET.  memh: the bytes' registration (NULL: UCX's own).
+ * Cancelled after SEND_TIMEOUT_MS, or once *live (read under hub->lock;
+ * NULL: none) turns false. */
 int larder__ucx_send(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const void *header,
-                     size_t header_length, const void *bytes, size_t length, const bool *live);
+                     size_t header_length, const void *bytes, size_t length, void *memh,
+                     const bool *live);
 /* Close every endpoint (larder__ucx_stop). */
 void larder__ucx_conns_close(struct larder__ucx *hub);
 /* Close and free the broken endpoints no link or session holds any more
  * (on the progress thread, where their error handlers run). */
 void larder__ucx_conns_reap(struct larder__ucx *hub);
+/* ---- transport_ucx_map.c: the cache files answers are sent from ---- */
+struct larder__ucx_mapping;
+int larder__ucx_mappings_new(struct larder__ucx *hub);
+/* Unmap every file (no answer may be in flight). */
+void larder__ucx_mappings_free(struct larder__ucx *hub);
+/*
+ * Bytes [offset, offset + length) of file fd, from its mapping (made at
+ * the first answer from the file, kept for the next): *bytes, and *memh
+ * its registration (NULL: none).  They stay valid until
+ * larder__ucx_mapping_put(*out).  0; -EIO when the file is shorter (cut
+ * underneath); or -errno.
+ */
+int larder__ucx_mapping_get(struct larder__ucx *hub, int fd, uint64_t offset, size_t length,
+                            struct larder__ucx_mapping **out, const void **bytes, void **memh);
+void larder__ucx_mapping_put(struct larder__ucx *hub, struct larder__ucx_mapping *mapping);
+/* Set while this thread makes an endpoint UCX may refuse: its log line about it is dropped. */
+extern _Thread_local bool larder__ucx_quiet_refusal;
+/* ---- transport_ucx_log.c ---- */
+/* Route UCX's warnings and errors to larder__log (once per process). */
+void larder__ucx_log_install(void);
+/* With LARDER_UCX_STATS set, log the hub's counters. */
+void larder__ucx_log_stats(struct larder__ucx *hub);
+
 /* The live session with that token, with a reference taken; NULL: none. */
 struct larder__ucx_session *larder__ucx_session_find(struct larder__ucx *hub,
                                                      const uint8_t token[LARDER__UCX_TOKEN]);

@@ -12,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef LARDER_HAVE_UCX
@@ -36,8 +34,8 @@ static void conn_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
         if (p->link->conn == c && p->state == PENDING_WAITING) {
             p->rc = -ECONNRESET;
             p->state = PENDING_DONE;
+            pthread_cond_signal(&p->wake);
         }
-    pthread_cond_broadcast(&hub->done);
     pthread_mutex_unlock(&hub->lock);
 }
 
@@ -54,13 +52,21 @@ static ucs_status_t make_ep(struct larder__ucx *hub, const void *address,
                               .err_mode = UCP_ERR_HANDLING_MODE_PEER,
                               .err_handler = {.cb = conn_failed, .arg = c}};
     /* once refused (shared memory), not asked again: UCX logs each refusal */
+    ucs_status_t status = UCS_ERR_UNSUPPORTED;
+    pthread_mutex_lock(&hub->worker_lock);
     if (!__atomic_load_n(&hub->no_peer_errors, __ATOMIC_RELAXED)) {
-        ucs_status_t status = ucp_ep_create(hub->worker, &params, ep);
-        if (status == UCS_OK) return status;
-        __atomic_store_n(&hub->no_peer_errors, true, __ATOMIC_RELAXED);
+        /* a refusal here is expected: UCX's error about it is not logged */
+        larder__ucx_quiet_refusal = true;
+        status = ucp_ep_create(hub->worker, &params, ep);
+        larder__ucx_quiet_refusal = false;
+        if (status != UCS_OK) __atomic_store_n(&hub->no_peer_errors, true, __ATOMIC_RELAXED);
     }
-    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-    return ucp_ep_create(hub->worker, &params, ep);
+    if (status != UCS_OK) {
+        params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        status = ucp_ep_create(hub->worker, &params, ep);
+    }
+    pthread_mutex_unlock(&hub->worker_lock);
+    return status;
 }
 
 #define MAX_CONNS 4096 /* remote workers this hub keeps an endpoint to */
@@ -86,7 +92,7 @@ static struct larder__ucx_conn *conn_get(struct larder__ucx *hub, const void *ad
         usleep(1000);
         pthread_mutex_lock(&hub->conns_lock);
     }
-    if (c) c->refs++;
+    if (c) __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
     if (!c && hub->num_conns >= most) {
         larder__fail(LARDER_EUSAGE, "UCX: endpoints to %zu workers in use already", most);
     } else if (!c) {
@@ -118,13 +124,13 @@ static struct larder__ucx_conn *conn_get(struct larder__ucx *hub, const void *ad
     return c;
 }
 
-/* A link or session lets its endpoint go: a broken one goes once none holds it. */
+/* A link or session lets its endpoint go: a broken one goes once none
+ * holds it.  Without conns_lock: a session's last reference may go inside
+ * a callback, under worker_lock, which conn_get takes under conns_lock. */
 static void conn_put(struct larder__ucx_conn *c)
 {
     struct larder__ucx *hub = c->hub;
-    pthread_mutex_lock(&hub->conns_lock);
-    bool last = --c->refs == 0;
-    pthread_mutex_unlock(&hub->conns_lock);
+    bool last = __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0;
     if (last && conn_broken(c)) {
         __atomic_store_n(&hub->reap_conns, true, __ATOMIC_RELEASE);
         larder__ucx_kick(hub);
@@ -141,10 +147,12 @@ static void conns_free(struct larder__ucx *hub, struct larder__ucx_conn *list)
         list = c->next;
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        pthread_mutex_lock(&hub->worker_lock);
         ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &p);
         while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
             ucp_worker_progress(hub->worker);
         if (r && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+        pthread_mutex_unlock(&hub->worker_lock);
         free(c->address);
         free(c);
     }
@@ -157,7 +165,7 @@ void larder__ucx_conns_reap(struct larder__ucx *hub)
     pthread_mutex_lock(&hub->conns_lock);
     for (struct larder__ucx_conn **at = &hub->conns; *at;) {
         struct larder__ucx_conn *c = *at;
-        if (c->refs > 0 || (!conn_broken(c) && !idle_too)) {
+        if (__atomic_load_n(&c->refs, __ATOMIC_ACQUIRE) > 0 || (!conn_broken(c) && !idle_too)) {
             at = &c->next;
             continue;
         }
@@ -286,32 +294,38 @@ int larder__ucx_answer(struct larder__ucx_session *s, uint64_t request, int code
     larder__put_le32(header + 8, (uint32_t)(int32_t)code);
     if (conn_broken(s->conn)) return -ECONNRESET;
     return larder__ucx_send(s->hub, s->conn->ep, AM_ANSWER, header, sizeof header, bytes, length,
-                            &s->live);
+                            NULL, &s->live);
 }
 
 int larder__ucx_answer_file(struct larder__ucx_session *s, uint64_t request, int fd,
                             uint64_t offset, size_t length)
 {
     if (length == 0) return larder__ucx_answer(s, request, 0, "", 0);
-    long page = sysconf(_SC_PAGESIZE);
-    uint64_t start = offset - offset % (uint64_t)page;
-    size_t span = (size_t)(offset - start) + length;
-    void *map = mmap(NULL, span, PROT_READ, MAP_SHARED, fd, (off_t)start);
-    if (map == MAP_FAILED) {
-        int err = errno;
-        char message[128];
-        int n = snprintf(message, sizeof message, "cannot map the cache file: %s", strerror(err));
-        larder__ucx_answer(s, request, -err, message, (size_t)n);
-        return -err;
+    struct larder__ucx *hub = s->hub;
+    struct larder__ucx_mapping *m;
+    const void *bytes;
+    void *memh;
+    int rc = larder__ucx_mapping_get(hub, fd, offset, length, &m, &bytes, &memh);
+    if (rc == -EIO) {
+        larder__ucx_answer(s, request, -EIO, "the cache file ended early", 26);
+        return rc;
     }
-    /* a cache file cut under us would fault the sender: the size is checked first */
-    struct stat st;
-    int rc;
-    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < offset + length)
-        rc = larder__ucx_answer(s, request, -EIO, "the cache file ended early", 26);
-    else
-        rc = larder__ucx_answer(s, request, 0, (const uint8_t *)map + (offset - start), length);
-    munmap(map, span);
+    if (rc < 0) {
+        char message[128];
+        int n = snprintf(message, sizeof message, "cannot map the cache file: %s", strerror(-rc));
+        larder__ucx_answer(s, request, rc, message, (size_t)n);
+        return rc;
+    }
+    uint8_t header[ANSWER_HEADER] = {0};
+    larder__put_le64(header, request);
+    rc = conn_broken(s->conn) ? -ECONNRESET
+                              : larder__ucx_send(hub, s->conn->ep, AM_ANSWER, header, sizeof header,
+                                                 bytes, length, memh, &s->live);
+    larder__ucx_mapping_put(hub, m);
+    if (rc == 0) {
+        __atomic_add_fetch(&hub->stats.answers, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&hub->stats.answer_bytes, length, __ATOMIC_RELAXED);
+    }
     return rc;
 }
 
@@ -355,6 +369,7 @@ int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read 
     if (larder__ucx_link_broken(l)) return -ECONNRESET;
     struct larder__ucx_pending p = {
         .hub = hub, .link = l, .buf = buf, .length = read->length, .state = PENDING_WAITING};
+    larder__ucx_cond_init(&p.wake);
     uint8_t frame[LARDER__WIRE_HEADER + READ_PAYLOAD];
     int n = larder__wire_encode_read(frame, sizeof frame, 0, read);
     if (n != (int)sizeof frame) return n < 0 ? n : LARDER_EPROTOCOL;
@@ -367,7 +382,8 @@ int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read 
     memcpy(header, l->token, LARDER__UCX_TOKEN);
     larder__put_le64(header + LARDER__UCX_TOKEN, p.id);
     memcpy(header + LARDER__UCX_TOKEN + 8, frame + LARDER__WIRE_HEADER, READ_PAYLOAD);
-    int rc = larder__ucx_send(hub, l->conn->ep, AM_READ, header, sizeof header, NULL, 0, NULL);
+    int rc =
+        larder__ucx_send(hub, l->conn->ep, AM_READ, header, sizeof header, NULL, 0, NULL, NULL);
     int64_t started = larder__ucx_now_ms(), deadline = started + wait_ms;
     pthread_mutex_lock(&hub->lock);
     if (rc < 0 && p.state == PENDING_WAITING) p.state = PENDING_DONE, p.rc = rc;
@@ -384,15 +400,8 @@ int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read 
                 break;
             }
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
         int64_t left = deadline - now;
-        if (left < 1) left = 1;
-        if (left > 100) left = 100;
-        ts.tv_nsec += (long)(left % 1000) * 1000000;
-        ts.tv_sec += ts.tv_nsec / 1000000000;
-        ts.tv_nsec %= 1000000000;
-        pthread_cond_timedwait(&hub->done, &hub->lock, &ts);
+        larder__ucx_wait(hub, &p.wake, left > 100 ? 100 : left);
     }
     for (struct larder__ucx_pending **q = &hub->pending; *q; q = &(*q)->next)
         if (*q == &p) {
@@ -400,6 +409,7 @@ int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read 
             break;
         }
     pthread_mutex_unlock(&hub->lock);
+    pthread_cond_destroy(&p.wake);
     if (p.rc == 0) {
         *fault = false;
         return 0;

@@ -112,6 +112,14 @@ LARDER_SOCKET=$WORK/sock0 same_bytes origin/A/index.larder sample00011 cls a/sam
 for n in 0 1 2; do kill -0 "${pids[$n]}" || fail "daemon $n died"; done
 
 # 5. what a daemon says about itself: larder stat --socket, Prometheus text
+# A READ answered over UCX ends on the daemon once the borrower has pulled
+# the bytes, which may be after the borrower's reader has them: the
+# daemon's jobs are given up to 5 s to end before "0 running" is checked.
+for _ in $(seq 50); do
+  "$LARDER" stat --socket "$WORK/sock0" --json | /usr/bin/python3 -c '
+import json, sys; sys.exit(any(c["running"] for c in json.load(sys.stdin)["classes"].values()))' && break
+  sleep 0.1
+done
 LARDER_SOCKET=$WORK/sock0 "$LARDER" stat --socket "$WORK/sock0" >dstat.txt || fail "stat --socket"
 grep -q "dataset $A" dstat.txt || fail "stat --socket: $(cat dstat.txt)"
 "$LARDER" stat --socket "$WORK/sock0" --json | /usr/bin/python3 -c '
