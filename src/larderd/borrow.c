@@ -21,6 +21,7 @@
  * out ones a reader will ask for, so each READ borrows its own bytes.
  */
 #include "larderd.h"
+#include "trace.h"
 
 #include "cache.h"
 #include "fill.h"
@@ -95,18 +96,33 @@ static void release(struct chunk_slot *s)
     pthread_mutex_unlock(&slots_lock);
 }
 
-/* Borrow and stage all of chunk `chunk` of shard (its bytes [lo, hi)). */
+/*
+ * Borrow and stage all of chunk `chunk` of shard (its bytes [lo, hi)).
+ * With LARDERD_TRACE, one "chunk" line: borrow= is the time from asking
+ * the owner to the chunk's last byte in hand, total= that plus the fill
+ * (its checks and its writes into the cache).
+ */
 static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, uint64_t hi,
                         int priority)
 {
+    struct trace_span span = {.kind = "chunk",
+                              .node = (int)e->daemon->self,
+                              .priority = priority,
+                              .shard = shard,
+                              .offset = lo,
+                              .length = hi - lo,
+                              .arrived_us = trace_now_us()};
+    trace_begin(&span);
     struct larder__fill *fill = larder__dataset_fill(e->dataset);
     struct larder__source *stripe = NULL;
     struct larder__stripe_loan *loan = borrow_ahead(e, shard, lo, hi - lo, priority, &stripe);
-    int fd = -1;
+    span.borrowed_us = trace_now_us();
+    int fd = -1, rc = -1;
     /* a failed borrow left no loan: the fill reads the chunk from the origin
      * (what a READ of it would do), and a failed fill is the READ's to say */
-    if (loan) larder__fill_stage_range_at(fill, shard, lo, hi - lo, priority, &fd);
+    if (loan) rc = larder__fill_stage_range_at(fill, shard, lo, hi - lo, priority, &fd);
     borrow_return(stripe, loan);
+    trace_end(&span, rc >= 0);
 }
 
 /* Whether a READ asked for bytes of that chunk lately, noting that this
