@@ -33,19 +33,31 @@ shard_bytes=$(cat "$work"/origin/shard-*.tar | wc -c)
 printf 'bench-secret\n' >"$work/secret"
 base=$((30000 + RANDOM % 20000))
 
-start_cluster() { # nodes: start that many daemons with fresh caches
-  local n=$1 members="" i
-  for ((i = 0; i < n; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
-  for ((i = 0; i < n; i++)); do
-    rm -rf "$work/cache$i" "$work/sock$i"
-    "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
-      --peers "$members" --secret-file "$work/secret" ${TRANSPORT:+--transport $TRANSPORT} \
-      $([ "${WARM_NODE:-}" = "$i" ] && echo --warm) 2>>"$work/daemon.log" &
-    pids+=($!)
+start_cluster() { # nodes: start that many daemons with fresh caches; a daemon that
+  # did not start (its port taken by another program on a shared machine):
+  # the cluster again at other ports, 3 times at most
+  local n=$1 members i try alive p
+  for ((try = 0; try < 3; try++)); do
+    members=""
+    for ((i = 0; i < n; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
+    for ((i = 0; i < n; i++)); do
+      rm -rf "$work/cache$i" "$work/sock$i"
+      "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+        --peers "$members" --secret-file "$work/secret" ${TRANSPORT:+--transport $TRANSPORT} \
+        $([ "${WARM_NODE:-}" = "$i" ] && echo --warm) 2>>"$work/daemon.log" &
+      pids+=($!)
+    done
+    for ((i = 0; i < n; i++)); do
+      for _ in $(seq 100); do [ -S "$work/sock$i" ] && break; sleep 0.05; done
+    done
+    alive=1
+    for p in "${pids[@]}"; do ps -o stat= -p "$p" 2>/dev/null | grep -qv Z || alive=0; done
+    [ $alive = 1 ] && return 0
+    echo "bench/peer.sh: a daemon did not start (see $work/daemon.log); again at other ports" >&2
+    stop_cluster
+    base=$((base + 997))
   done
-  for ((i = 0; i < n; i++)); do
-    for _ in $(seq 100); do [ -S "$work/sock$i" ] && break; sleep 0.05; done
-  done
+  return 1
 }
 stop_cluster() {
   for p in "${pids[@]}"; do kill $p 2>/dev/null; done
