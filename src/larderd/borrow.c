@@ -123,7 +123,10 @@ static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, ui
      * read, check and keep: no copy from a loan of its own into the span.
      * The fill may take in neighbours straddling its edge blocks once it
      * holds their locks (fill_scope.c): SPAN_SLACK bytes on either side
-     * leave it room to, still in this buffer. */
+     * leave it room to, still in this buffer.  The fill writes into the
+     * loan's bytes (its cached blocks, and the origin's bytes when the
+     * owner's prove wrong) while another READ's fill may copy from the
+     * loan: what that one copies is checked before it is kept, as ever. */
     uint64_t span_lo, span_hi, room_lo = 0;
     uint8_t *room = NULL;
     if (larder__fill_range_scope(fill, shard, lo, hi - lo, &span_lo, &span_hi) == 0 &&
