@@ -36,7 +36,7 @@ base=$((30000 + RANDOM % 20000))
 start_cluster() { # nodes: start that many daemons with fresh caches; a daemon that
   # did not start (its port taken by another program on a shared machine):
   # the cluster again at other ports, 3 times at most
-  local n=$1 members i try alive p
+  local n=$1 members i try alive p state
   for ((try = 0; try < 3; try++)); do
     members=""
     for ((i = 0; i < n; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
@@ -51,7 +51,10 @@ start_cluster() { # nodes: start that many daemons with fresh caches; a daemon t
       for _ in $(seq 100); do [ -S "$work/sock$i" ] && break; sleep 0.05; done
     done
     alive=1
-    for p in "${pids[@]}"; do ps -o stat= -p "$p" 2>/dev/null | grep -qv Z || alive=0; done
+    for p in "${pids[@]}"; do # no pipe: under pipefail, grep ending first could fail it
+      state=$(ps -o stat= -p "$p" 2>/dev/null || true)
+      case $state in '' | Z*) alive=0 ;; esac
+    done
     [ $alive = 1 ] && return 0
     echo "bench/peer.sh: a daemon did not start (see $work/daemon.log); again at other ports" >&2
     stop_cluster
