@@ -21,7 +21,9 @@
  * out ones a reader will ask for, so each READ borrows its own bytes.
  */
 #include "larderd.h"
+#include "trace.h"
 
+#include "bigbuf.h"
 #include "cache.h"
 #include "fill.h"
 
@@ -32,6 +34,8 @@
 /* whole chunks staged at once, node-wide: a few keep the cores busy, and
  * their buffers (bigbuf.h) are reused rather than faulted in afresh */
 #define CHUNK_SLOTS 4
+/* room on either side of a staged chunk's span for neighbours its fill takes in */
+#define SPAN_SLACK ((uint64_t)1 << 20)
 #define CHUNK_WAIT_MS 60000 /* a READ waits this long at most for another's chunk */
 
 /* One chunk being borrowed and staged by one READ's worker. */
@@ -95,18 +99,55 @@ static void release(struct chunk_slot *s)
     pthread_mutex_unlock(&slots_lock);
 }
 
-/* Borrow and stage all of chunk `chunk` of shard (its bytes [lo, hi)). */
+/*
+ * Borrow and stage all of chunk `chunk` of shard (its bytes [lo, hi)).
+ * With LARDERD_TRACE, one "chunk" line: borrow= is the time from asking
+ * the owner to the chunk's last byte in hand, total= that plus the fill
+ * (its checks and its writes into the cache).
+ */
 static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, uint64_t hi,
                         int priority)
 {
+    struct trace_span span_trace = {.kind = "chunk",
+                                    .node = (int)e->daemon->self,
+                                    .priority = priority,
+                                    .shard = shard,
+                                    .offset = lo,
+                                    .length = hi - lo,
+                                    .arrived_us = trace_now_us()};
+    trace_begin(&span_trace);
     struct larder__fill *fill = larder__dataset_fill(e->dataset);
     struct larder__source *stripe = NULL;
-    struct larder__stripe_loan *loan = borrow_ahead(e, shard, lo, hi - lo, priority, &stripe);
-    int fd = -1;
+    struct larder__stripe_loan *loan = NULL;
+    /* the chunk's bytes received straight into the span its fill will
+     * read, check and keep: no copy from a loan of its own into the span.
+     * The fill may take in neighbours straddling its edge blocks once it
+     * holds their locks (fill_scope.c): SPAN_SLACK bytes on either side
+     * leave it room to, still in this buffer.  The fill writes into the
+     * loan's bytes (its cached blocks, and the origin's bytes when the
+     * owner's prove wrong) while another READ's fill may copy from the
+     * loan: what that one copies is checked before it is kept, as ever. */
+    uint64_t span_lo, span_hi, room_lo = 0;
+    uint8_t *room = NULL;
+    if (larder__fill_range_scope(fill, shard, lo, hi - lo, &span_lo, &span_hi) == 0 &&
+        span_hi - span_lo <= SIZE_MAX - 2 * SPAN_SLACK &&
+        (room = larder__bigbuf_get((size_t)(span_hi - span_lo + 2 * SPAN_SLACK)))) {
+        room_lo = span_lo > SPAN_SLACK ? span_lo - SPAN_SLACK : 0;
+        loan = borrow_range_into(e, shard, span_lo, span_hi - span_lo, priority,
+                                 room + (span_lo - room_lo), &stripe);
+    }
+    span_trace.borrowed_us = trace_now_us();
+    int fd = -1, rc = -1;
     /* a failed borrow left no loan: the fill reads the chunk from the origin
      * (what a READ of it would do), and a failed fill is the READ's to say */
-    if (loan) larder__fill_stage_range_at(fill, shard, lo, hi - lo, priority, &fd);
+    if (loan) {
+        larder__fill_offer_span(shard, room_lo, span_hi - room_lo + SPAN_SLACK, room);
+        rc = larder__fill_stage_range_at(fill, shard, lo, hi - lo, priority, &fd);
+        larder__fill_offer_span(0, 0, 0, NULL);
+    }
     borrow_return(stripe, loan);
+    larder__bigbuf_put(room);
+    trace_end(&span_trace, rc >= 0);
 }
 
 /* Whether a READ asked for bytes of that chunk lately, noting that this

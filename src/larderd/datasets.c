@@ -206,6 +206,25 @@ struct larder__stripe_loan *borrow_ahead_via(struct dataset_entry *e, uint32_t s
     return loan;
 }
 
+struct larder__stripe_loan *borrow_range_into(struct dataset_entry *e, uint32_t shard,
+                                              uint64_t offset, uint64_t length, int priority,
+                                              void *base, struct larder__source **stripe)
+{
+    *stripe = NULL;
+    if (!e->members || shard >= larder__dataset_num_shards(e->dataset)) return NULL;
+    struct larder__source *source;
+    if (larder__fill_source(larder__dataset_fill(e->dataset), shard, &source) < 0 ||
+        source->ops != &noted_ops)
+        return NULL;
+    struct larder__source *inner = ((struct noted_source *)source)->inner;
+    struct larder__stripe_loan *loan = NULL;
+    if (larder__source_stripe_borrow_into(inner, offset, length, larder__read_at(priority), base,
+                                          &loan) == 0 &&
+        loan)
+        *stripe = inner;
+    return loan;
+}
+
 void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan)
 {
     if (stripe) larder__source_stripe_return(stripe, loan);

@@ -331,6 +331,13 @@ struct larder__stripe_loan *borrow_ahead_via(struct dataset_entry *e, uint32_t s
 uint64_t dataset_pinned_bytes(larder_dataset *dataset);
 /* The member that owns chunk `chunk` of shard (this node's index alone). */
 size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t chunk);
+/* Borrow exactly [offset, offset + length) of the shard (a fill's span:
+ * larder__fill_range_scope) from the other owners, each piece received at
+ * its place in base (base[0]: the byte at offset), as larder__fill_offer_span
+ * takes it; NULL as borrow_ahead.  base outlives the loan. */
+struct larder__stripe_loan *borrow_range_into(struct dataset_entry *e, uint32_t shard,
+                                              uint64_t offset, uint64_t length, int priority,
+                                              void *base, struct larder__source **stripe);
 /* Give back what borrow_ahead lent (NULL: nothing). */
 void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan);
 

@@ -15,6 +15,7 @@
  * This file: start-up (the options are config.c's, the state state.c's);
  * larderd.h says where the rest is.
  */
+#include "bigbuf.h"
 #include "larderd.h"
 #include "readers.h"
 
@@ -92,6 +93,9 @@ int main(int argc, char **argv)
         return 2;
     }
     larder_set_log(on_log, NULL, LARDER_LOG_WARN);
+    /* whole chunks borrowed on many workers at once (borrow.c): more kept
+     * buffers than a reader process keeps (bigbuf.c) */
+    larder__bigbuf_set_limits(16, (size_t)96 << 20);
     raise_descriptor_limit(&d->config);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);

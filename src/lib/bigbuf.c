@@ -6,27 +6,102 @@
  * clear_page) were 26-38% of the daemon's CPU time.  glibc serves such
  * sizes from mmap and unmaps them on free, and a threaded process's
  * arenas give their tops back too; a few kept buffers whose pages stay
- * mapped avoid that.  At most KEEP buffers and KEEP_BYTES in all are kept.
+ * mapped avoid that.
+ *
+ * How many are kept depends on the process: a reader (liblarder in a
+ * training job, whose memory is the job's) keeps READER_KEEP buffers and
+ * READER_KEEP_BYTES at most; larderd, which borrows whole chunks on many
+ * workers at once, raises that with larder__bigbuf_set_limits.
+ * LARDER_BIGBUF_MAX (bytes, K/M/G suffixes; 0 keeps none) caps the bytes
+ * kept in either.
  */
 #include "bigbuf.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#define KEEP 16                       /* buffers kept at most */
-#define KEEP_BYTES ((size_t)96 << 20) /* bytes kept at most */
-#define HEADER 64                     /* before the caller's bytes: the capacity */
+#define KEEP_MOST 64                         /* buffers kept at most, whatever the limits */
+#define READER_KEEP 2                        /* a reader process's buffers kept */
+#define READER_KEEP_BYTES ((size_t)16 << 20) /* and bytes kept */
+#define HEADER 64                            /* before the caller's bytes: the capacity */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static uint8_t *kept[KEEP]; /* each the start of an allocation (its header) */
+static uint8_t *kept[KEEP_MOST]; /* each the start of an allocation (its header) */
 static size_t num_kept, kept_bytes;
+/* the limits (under lock); env_checked: LARDER_BIGBUF_MAX looked at */
+static size_t keep_buffers = READER_KEEP, keep_bytes = READER_KEEP_BYTES;
+static bool env_checked, env_set;
+static size_t env_bytes;
 
 static size_t capacity_of(const uint8_t *start)
 {
     size_t capacity;
     memcpy(&capacity, start, sizeof capacity);
     return capacity;
+}
+
+int larder__bigbuf_parse_max(const char *text, size_t *bytes)
+{
+    if (!text || !*text) return -EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (errno || end == text || text[0] == '-') return -EINVAL;
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30, end++;
+    if (*end != '\0') return -EINVAL;
+    if (shift && value > (SIZE_MAX >> shift)) return -EINVAL;
+    if (value > SIZE_MAX) return -EINVAL;
+    *bytes = (size_t)value << shift;
+    return 0;
+}
+
+/* LARDER_BIGBUF_MAX over the bytes limit, once; call with lock held.  A
+ * value that does not parse is ignored (the library never prints). */
+static void check_env(void)
+{
+    if (env_checked) return;
+    env_checked = true;
+    if (larder__bigbuf_parse_max(getenv("LARDER_BIGBUF_MAX"), &env_bytes) == 0) {
+        env_set = true;
+        keep_bytes = env_bytes;
+    }
+}
+
+/* Free kept buffers past the limits; call with lock held. */
+static void trim(void)
+{
+    while (num_kept && (num_kept > keep_buffers || kept_bytes > keep_bytes)) {
+        uint8_t *start = kept[--num_kept];
+        kept_bytes -= capacity_of(start);
+        free(start);
+    }
+}
+
+void larder__bigbuf_set_limits(size_t buffers, size_t bytes)
+{
+    pthread_mutex_lock(&lock);
+    check_env();
+    keep_buffers = buffers < KEEP_MOST ? buffers : KEEP_MOST;
+    keep_bytes = env_set ? env_bytes : bytes;
+    trim();
+    pthread_mutex_unlock(&lock);
+}
+
+size_t larder__bigbuf_kept(size_t *bytes)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = num_kept;
+    if (bytes) *bytes = kept_bytes;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 void *larder__bigbuf_get(size_t length)
@@ -63,7 +138,9 @@ void larder__bigbuf_put(void *buffer)
     size_t capacity = capacity_of(start);
     if (capacity >= LARDER__BIGBUF_MIN) {
         pthread_mutex_lock(&lock);
-        bool keep = num_kept < KEEP && kept_bytes + capacity <= KEEP_BYTES;
+        check_env();
+        bool keep = num_kept < keep_buffers && kept_bytes <= keep_bytes &&
+                    capacity <= keep_bytes - kept_bytes;
         if (keep) {
             kept[num_kept++] = start;
             kept_bytes += capacity;

@@ -23,4 +23,15 @@ LARDER__HIDDEN void *larder__bigbuf_get(size_t length);
  * next one when large and the pool has room, else freed. */
 LARDER__HIDDEN void larder__bigbuf_put(void *buffer);
 
+/* How many buffers, and bytes in all, are kept for reuse from now on
+ * (extra kept ones are freed).  A process starts with a reader's limits
+ * (2 buffers, 16 MiB: liblarder in a training job); larderd raises them.
+ * LARDER_BIGBUF_MAX, when set to a size, replaces `bytes`. */
+LARDER__HIDDEN void larder__bigbuf_set_limits(size_t buffers, size_t bytes);
+/* The number of buffers kept now, and their bytes in *bytes (may be NULL). */
+LARDER__HIDDEN size_t larder__bigbuf_kept(size_t *bytes);
+/* A LARDER_BIGBUF_MAX value: digits with an optional K, M or G (powers of
+ * 1024).  0 with *bytes set, or -EINVAL. */
+LARDER__HIDDEN int larder__bigbuf_parse_max(const char *text, size_t *bytes);
+
 #endif

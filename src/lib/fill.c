@@ -369,6 +369,33 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
  * naming the sample.  `suspect`: cached bytes already proved wrong.
  * `priority`: the class its source reads go at.
  */
+/* The span larder__fill_offer_span offered this thread's next fill. */
+static _Thread_local struct {
+    uint8_t *buf;
+    uint32_t shard;
+    uint64_t start, length;
+} offered;
+
+void larder__fill_offer_span(uint32_t shard, uint64_t start, uint64_t length, void *buf)
+{
+    offered.buf = buf;
+    offered.shard = shard;
+    offered.start = start;
+    offered.length = length;
+}
+
+/* The place of [start, start + length) in the offered span when it lies
+ * within it (the offer is then taken), else NULL. */
+static uint8_t *take_offered_span(uint32_t shard, uint64_t start, uint64_t length)
+{
+    uint8_t *buf = offered.buf;
+    offered.buf = NULL;
+    return buf && offered.shard == shard && start >= offered.start && length <= offered.length &&
+                   start - offered.start <= offered.length - length
+               ? buf + (start - offered.start)
+               : NULL;
+}
+
 int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t lo, uint64_t hi,
                                void *buf, bool suspect, int priority)
 {
@@ -404,7 +431,8 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
     uint64_t blocks = p.last - p.first + 1, checked = p.check_last - p.check_first;
     uint64_t span_start = larder__cache_block_offset(c, p.first);
     uint64_t span_length = larder__cache_span(c, shard, p.first, p.last);
-    uint8_t *span = larder__bigbuf_get((size_t)span_length); /* pages kept mapped */
+    uint8_t *offered_span = take_offered_span(shard, span_start, span_length);
+    uint8_t *span = offered_span ? offered_span : larder__bigbuf_get((size_t)span_length);
     uint8_t *fetched = calloc(blocks, sizeof *fetched);
     bool *ok = calloc(checked ? checked : 1, sizeof *ok);
     uint8_t *keep = calloc(blocks, sizeof *keep);
@@ -442,7 +470,7 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
     larder__cache_unlock(c, lock);
     larder__cache_trim(c);
     larder__cache_record_fill(c, now_microseconds() - started);
-    larder__bigbuf_put(span);
+    if (span != offered_span) larder__bigbuf_put(span); /* pages kept mapped */
     free(fetched);
     free(ok);
     free(keep);

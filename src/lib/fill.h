@@ -90,6 +90,19 @@ LARDER__HIDDEN int larder__fill_range_at(struct larder__fill *fill, uint32_t sha
 LARDER__HIDDEN int larder__fill_stage_range_at(struct larder__fill *fill, uint32_t shard,
                                                uint64_t offset, uint64_t length, int priority,
                                                int *fd);
+/*
+ * Offer the next fill on this thread a span buffer: buf holds the bytes
+ * [start, start + length) of the shard, and when that fill's span (the
+ * blocks it reads, checks and keeps, neighbours taken in included) lies
+ * within them, it reads into its place in buf instead of a buffer of its
+ * own (a chunk borrowed with larder__source_stripe_borrow_into lies there
+ * already); otherwise buf is not used.  The offer is for one fill: the
+ * next one takes it or drops it, and the caller withdraws it (buf NULL)
+ * after the call it was for (which may fill nothing).  buf stays the
+ * caller's.
+ */
+LARDER__HIDDEN void larder__fill_offer_span(uint32_t shard, uint64_t start, uint64_t length,
+                                            void *buf);
 /* Whether every block of sample `id` is in the cache (false without one). */
 LARDER__HIDDEN bool larder__fill_staged(const struct larder__fill *fill, uint64_t id);
 /* Bring sample `id` into the cache, checked (nothing without a cache), at

@@ -225,6 +225,17 @@ LARDER__HIDDEN int larder__source_stripe_borrow(struct larder__source *stripe, u
                                                 uint64_t length, unsigned flags,
                                                 struct larder__stripe_loan **out);
 /*
+ * The same, each piece received straight into its place in `base` (base[0]
+ * is the byte at offset, length bytes): a whole chunk borrowed into the
+ * buffer its fill will use as its span (larder__fill_offer_span), so that
+ * the fill's read of the loan copies nothing.  The loan owns no bytes;
+ * base must stay until it is given back.  0 or a negative code; -EINVAL
+ * without base.
+ */
+LARDER__HIDDEN int larder__source_stripe_borrow_into(struct larder__source *stripe, uint64_t offset,
+                                                     uint64_t length, unsigned flags, void *base,
+                                                     struct larder__stripe_loan **out);
+/*
  * The same, through a relay (storm: staging a hot file on every node): when
  * [offset, offset + length) lies in one chunk that neither this node nor
  * `relay` owns, first ask member `relay` for it from its cache

@@ -49,8 +49,11 @@ int larder__stripe_read_from_loans(struct larder__stripe *s, struct larder__stri
                     }
                     lent = more;
                 }
-                memcpy((uint8_t *)e->buf + (lo - e->offset),
-                       (uint8_t *)l->kept[k].buf + (lo - l->kept[k].offset), (size_t)(hi - lo));
+                uint8_t *to = (uint8_t *)e->buf + (lo - e->offset);
+                const uint8_t *from = (uint8_t *)l->kept[k].buf + (lo - l->kept[k].offset);
+                /* a loan received into the fill's own span (borrow.c) is
+                 * where it belongs already */
+                if (to != from) memcpy(to, from, (size_t)(hi - lo));
                 lent[found++] = (struct larder__extent){(uint8_t *)e->buf + (lo - e->offset), lo,
                                                         (size_t)(hi - lo)};
             }
@@ -98,8 +101,14 @@ int larder__stripe_read_from_loans(struct larder__stripe *s, struct larder__stri
     return found ? LARDER__FROM_PEER : rc;
 }
 
-int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset, uint64_t length,
-                                 unsigned flags, struct larder__stripe_loan **out)
+/*
+ * The other owners' pieces of [offset, offset + length): into one buffer
+ * of just their bytes (base NULL: the loan's own, from bigbuf.h), or each
+ * at its place in the caller's `base` (base[0] is the byte at offset; the
+ * loan then owns no bytes, and base must outlive it).
+ */
+static int borrow(struct larder__source *source, uint64_t offset, uint64_t length, unsigned flags,
+                  uint8_t *base, struct larder__stripe_loan **out)
 {
     *out = NULL;
     if (strcmp(source->ops->kind, "stripe") != 0 || length == 0 || offset + length < offset)
@@ -118,10 +127,10 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
         if (stop >= end) break;
     }
     if (n == 0) return 0;
-    if (peer_bytes > SIZE_MAX) return -ENOMEM;
-    uint8_t *bytes = larder__bigbuf_get((size_t)peer_bytes);
+    if (peer_bytes > SIZE_MAX || length > SIZE_MAX) return -ENOMEM;
+    uint8_t *bytes = base ? NULL : larder__bigbuf_get((size_t)peer_bytes);
     struct larder__extent *pieces = malloc(n * sizeof *pieces);
-    if (!bytes || !pieces) {
+    if ((!base && !bytes) || !pieces) {
         larder__bigbuf_put(bytes);
         free(pieces);
         return -ENOMEM;
@@ -132,7 +141,8 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
         size_t piece = (size_t)((stop < end ? stop : end) - at);
         if (larder__stripe_owner_peer(s,
                                       s->owner(s->owner_context, s->shard, at / s->chunk_size))) {
-            pieces[k++] = (struct larder__extent){bytes + used, at, piece};
+            pieces[k++] =
+                (struct larder__extent){base ? base + (at - offset) : bytes + used, at, piece};
             used += piece;
         }
         at += piece;
@@ -171,6 +181,20 @@ int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset,
     free(joined);
     *out = loan;
     return rc;
+}
+
+int larder__source_stripe_borrow(struct larder__source *source, uint64_t offset, uint64_t length,
+                                 unsigned flags, struct larder__stripe_loan **out)
+{
+    return borrow(source, offset, length, flags, NULL, out);
+}
+
+int larder__source_stripe_borrow_into(struct larder__source *source, uint64_t offset,
+                                      uint64_t length, unsigned flags, void *base,
+                                      struct larder__stripe_loan **out)
+{
+    *out = NULL;
+    return base ? borrow(source, offset, length, flags, base, out) : -EINVAL;
 }
 
 int larder__source_stripe_borrow_via(struct larder__source *source, uint64_t offset,

@@ -181,3 +181,42 @@ echo "step 4: node 1 asked the liar for up to $asked bytes at once, and read the
 read_one 1 "$offset" "$length" || fail "node 1's cache kept the liar's bytes"
 LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" "$key" bin "s/$key.bin"
 kill -0 "${pids[1]}" || fail "daemon 1 died"
+
+# 5. in pieces (LARDER_PEER_STREAMS=4, source_peer.c): the liar still asked
+# for the whole chunk, now in pieces of 1-2 MiB on several connections at
+# once, and its bytes are still found wrong and never kept
+kill "${pids[1]}"
+wait "${pids[1]}" 2>/dev/null || true
+: >liar.rec.log
+LARDER_PEER_STREAMS=4 start_node 1 "$WORK/cache1d"
+read_one 1 "$offset" "$length" || fail "node 1's read of $key from a lying owner, in pieces"
+read_one 1 "$offset2" "$length2" || fail "node 1's read of $key2 from a lying owner, in pieces"
+largest=$(awk '$1 == "read" && $3 > n { n = $3 } END { print n + 0 }' liar.rec.log)
+pieces=$(awk '$1 == "read" && $3 >= 1048576 { n++ } END { print n + 0 }' liar.rec.log)
+echo "step 5: in pieces, node 1 asked the liar for at most $largest bytes at once, $pieces READs of 1 MiB or more"
+[ "$largest" -lt $((4 << 20)) ] || fail "node 1 asked the liar for $largest bytes in one READ"
+[ "$pieces" -ge 4 ] || fail "the chunk went in $pieces READs of 1 MiB or more: $(cat liar.rec.log)"
+read_one 1 "$offset" "$length" || fail "node 1's cache kept the liar's bytes (in pieces)"
+LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" "$key2" bin "s/$key2.bin"
+
+# 6. in pieces from a real owner: the whole chunk in 4 READs, every sample right
+kill "${pids[0]}" "${pids[1]}"
+wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+start_node 0 "$WORK/cache0e"
+LARDER_PEER_STREAMS=4 start_node 1 "$WORK/cache1e"
+"$LARDER" warm "$INDEX" --socket "$WORK/sock0" >warm0e.txt || fail "warm node 0: $(cat warm0e.txt)"
+read_one 1 "$offset" "$length" || fail "node 1's read of $key (in pieces)"
+before=$(served 0 peer_served_bytes) reads=$(served 0 peer_served_reads)
+read_one 1 "$offset2" "$length2" || fail "node 1's read of $key2 (in pieces)"
+got=$(($(served 0 peer_served_bytes) - before)) in=$(($(served 0 peer_served_reads) - reads))
+echo "step 6: in pieces, node 0 served $got bytes in $in READs for the chunk"
+[ "$got" -ge $((4 << 20)) ] || fail "node 0 served $got bytes, not its whole chunk (in pieces)"
+[ "$got" -le $(((4 << 20) + 2 * MAX_SAMPLE)) ] || fail "node 0 served $got bytes for one chunk (in pieces)"
+[ "$in" -ge 4 ] && [ "$in" -le 6 ] || fail "the chunk came in $in READs, not 4 pieces"
+LARDER_SOCKET=$WORK/sock1 "$LARDER" warm "$INDEX" --cache "$WORK/cache1e" --jobs 16 >warm1e.txt ||
+  fail "node 1 in pieces: $(cat warm1e.txt)"
+grep -q "warmed $(ls s | wc -l) samples" warm1e.txt || fail "node 1 in pieces: $(cat warm1e.txt)"
+for k in "$key" "$key2" sample00003 sample00042; do
+  LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" "$k" bin "s/$k.bin"
+done
+kill -0 "${pids[1]}" || fail "daemon 1 died"

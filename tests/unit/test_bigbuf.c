@@ -3,6 +3,8 @@
 
 #include "bigbuf.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 TEST(bigbuf_reuses_a_large_buffer_that_fits)
@@ -38,29 +40,106 @@ TEST(bigbuf_small_and_empty_buffers)
     CHECK(larder__bigbuf_get((size_t)-1) == NULL); /* no overflow of the header */
 }
 
+/* Get `many` buffers of `size` bytes at once (their pages touched), give
+ * them all back: how many the pool keeps then.  (Not told by marks left in
+ * the bytes: after glibc frees an mmap'd buffer, the next ones may come
+ * from its heap and carry old bytes too.) */
+static int kept_after_round_of(int many, size_t size)
+{
+    uint8_t *bufs[64];
+    for (int i = 0; i < many; i++) {
+        bufs[i] = larder__bigbuf_get(size);
+        CHECK(bufs[i] != NULL);
+        memset(bufs[i], 0xA5, size);
+    }
+    for (int i = 0; i < many; i++)
+        larder__bigbuf_put(bufs[i]);
+    return (int)larder__bigbuf_kept(NULL);
+}
+
+/* The same with buffers of 4 MiB. */
+static int kept_after_round(int many)
+{
+    return kept_after_round_of(many, 4u << 20);
+}
+
+TEST(bigbuf_a_reader_process_keeps_two)
+{
+    /* a reader process (liblarder in a training job): 2 buffers at most
+     * (and 16 MiB), whatever it used at once */
+    CHECK(kept_after_round(10) == 2);
+    size_t bytes = 0;
+    CHECK(larder__bigbuf_kept(&bytes) == 2);
+    CHECK(bytes == (size_t)8 << 20);
+}
+
+TEST(bigbuf_the_daemon_keeps_more)
+{
+    larder__bigbuf_set_limits(16, (size_t)96 << 20); /* what larderd's main sets */
+    CHECK(kept_after_round(40) == 16);               /* 16 of 4 MiB: 64 MiB, within 96 */
+    larder__bigbuf_set_limits(3, (size_t)96 << 20);  /* lowered: the extra ones freed */
+    CHECK(larder__bigbuf_kept(NULL) == 3);
+    larder__bigbuf_set_limits(16, (size_t)10 << 20); /* by bytes: two of 4 MiB fit in 10 */
+    CHECK(larder__bigbuf_kept(NULL) == 2);
+    CHECK(kept_after_round(5) == 2);
+}
+
+TEST(bigbuf_max_from_the_environment)
+{
+    /* LARDER_BIGBUF_MAX caps the bytes, in a reader and in the daemon alike */
+    setenv("LARDER_BIGBUF_MAX", "9M", 1);
+    CHECK(kept_after_round(6) == 2); /* the reader's 2 buffers, 8 MiB <= 9 MiB */
+    larder__bigbuf_set_limits(16, (size_t)96 << 20);
+    CHECK(kept_after_round(6) == 2);     /* 9 MiB still: a third 4 MiB does not fit */
+    setenv("LARDER_BIGBUF_MAX", "0", 1); /* read once: no change now */
+    CHECK(kept_after_round(6) == 2);
+}
+
+TEST(bigbuf_max_zero_keeps_none)
+{
+    setenv("LARDER_BIGBUF_MAX", "0", 1);
+    CHECK(kept_after_round(3) == 0);
+    CHECK(larder__bigbuf_kept(NULL) == 0);
+}
+
+TEST(bigbuf_parse_max)
+{
+    size_t v = 7;
+    CHECK(larder__bigbuf_parse_max("0", &v) == 0 && v == 0);
+    CHECK(larder__bigbuf_parse_max("4096", &v) == 0 && v == 4096);
+    CHECK(larder__bigbuf_parse_max("3K", &v) == 0 && v == 3 * 1024);
+    CHECK(larder__bigbuf_parse_max("5m", &v) == 0 && v == (size_t)5 * 1024 * 1024);
+    CHECK(larder__bigbuf_parse_max("2G", &v) == 0 && v == (size_t)2 * 1024 * 1024 * 1024);
+    v = 7;
+    CHECK(larder__bigbuf_parse_max("", &v) == -EINVAL && v == 7);
+    CHECK(larder__bigbuf_parse_max(NULL, &v) == -EINVAL);
+    CHECK(larder__bigbuf_parse_max("-1", &v) == -EINVAL);
+    CHECK(larder__bigbuf_parse_max("12X", &v) == -EINVAL);
+    CHECK(larder__bigbuf_parse_max("1MB", &v) == -EINVAL);
+    CHECK(larder__bigbuf_parse_max("M", &v) == -EINVAL);
+    CHECK(larder__bigbuf_parse_max("99999999999999999999", &v) == -EINVAL);
+    CHECK(larder__bigbuf_parse_max("99999999999999G", &v) == -EINVAL);
+    CHECK(v == 7);
+}
+
+TEST(bigbuf_a_bad_max_is_ignored)
+{
+    setenv("LARDER_BIGBUF_MAX", "lots", 1);
+    CHECK(kept_after_round(4) == 2); /* the reader's default */
+}
+
 TEST(bigbuf_keeps_a_bounded_number)
 {
-    enum { MANY = 40 };
-    uint8_t *bufs[MANY];
-    for (int i = 0; i < MANY; i++) {
-        bufs[i] = larder__bigbuf_get(4u << 20);
-        CHECK(bufs[i] != NULL);
-        memset(bufs[i], 0, 4u << 20);
-        bufs[i][100] = 0xA5; /* a mark that a kept buffer still carries */
-    }
-    for (int i = 0; i < MANY; i++)
-        larder__bigbuf_put(bufs[i]);
-    /* at most 16 buffers (and 96 MiB) are kept, bigbuf.c: the rest were
-     * freed, and new ones (fresh pages) carry no mark */
-    int marked = 0;
-    uint8_t *again[MANY];
-    for (int i = 0; i < MANY; i++) {
-        again[i] = larder__bigbuf_get(4u << 20);
-        CHECK(again[i] != NULL);
-        marked += again[i][100] == 0xA5;
-    }
-    CHECK(marked > 0);
-    CHECK(marked <= 16);
-    for (int i = 0; i < MANY; i++)
-        larder__bigbuf_put(again[i]);
+    /* never more than KEEP_MOST (64) buffers, however high the limits */
+    larder__bigbuf_set_limits(1000, (size_t)1 << 40);
+    CHECK(kept_after_round_of(64, 1u << 20) == 64);
+    uint8_t *extra = larder__bigbuf_get(1u << 20); /* a 65th: not kept */
+    uint8_t *more[64];
+    for (int i = 0; i < 64; i++)
+        more[i] = larder__bigbuf_get(1u << 20);
+    CHECK(larder__bigbuf_kept(NULL) == 0);
+    larder__bigbuf_put(extra);
+    for (int i = 0; i < 64; i++)
+        larder__bigbuf_put(more[i]);
+    CHECK(larder__bigbuf_kept(NULL) == 64);
 }

@@ -300,6 +300,50 @@ TEST(fill_engine_raw_ranges_read_and_check_whole_samples)
     teardown();
 }
 
+/* Whether all of buf[0, length) is `byte`. */
+static bool all_are(const uint8_t *buf, size_t length, uint8_t byte)
+{
+    for (size_t i = 0; i < length; i++)
+        if (buf[i] != byte) return false;
+    return true;
+}
+
+TEST(fill_engine_reads_into_an_offered_span)
+{
+    setup(true, true);
+    struct larder__sample a, b;
+    CHECK_EQ(larder__index_sample_range(t.ix, 4, &a), 0);
+    CHECK_EQ(larder__index_sample_range(t.ix, 5, &b), 0);
+    uint64_t lo = a.offset + a.length / 2, hi = b.offset + b.length / 2, span_lo, span_hi;
+    CHECK_EQ(larder__fill_range_scope(t.fill, 0, lo, hi - lo, &span_lo, &span_hi), 0);
+    CHECK(span_lo <= lo && span_hi >= hi);
+    /* a buffer of the span and 4 KiB either side: the fill reads into its place */
+    uint64_t room_lo = span_lo >= 4096 ? span_lo - 4096 : 0, room_hi = span_hi + 4096;
+    uint8_t *room = malloc(room_hi - room_lo), *buf = malloc(hi - lo);
+    memset(room, 0xEE, room_hi - room_lo);
+    larder__fill_offer_span(0, room_lo, room_hi - room_lo, room);
+    CHECK_EQ(larder__fill_range(t.fill, 0, lo, hi - lo, buf), 0);
+    CHECK(memcmp(buf, t.fake.bytes + lo, hi - lo) == 0);
+    CHECK(memcmp(room + (span_lo - room_lo), t.fake.bytes + span_lo, span_hi - span_lo) == 0);
+    CHECK(all_are(room, span_lo - room_lo, 0xEE));
+    CHECK(all_are(room + (span_hi - room_lo), room_hi - span_hi, 0xEE));
+    /* an offer the span does not fit in is not used (nor kept for later) */
+    struct larder__sample c;
+    CHECK_EQ(larder__index_sample_range(t.ix, 7, &c), 0);
+    CHECK_EQ(larder__fill_range_scope(t.fill, 0, c.offset, c.length, &span_lo, &span_hi), 0);
+    uint8_t *room2 = malloc(span_hi - span_lo), *buf2 = malloc(c.length);
+    memset(room2, 0xEE, span_hi - span_lo);
+    larder__fill_offer_span(0, span_lo + 1, span_hi - span_lo, room2); /* a byte short */
+    CHECK_EQ(larder__fill_range(t.fill, 0, c.offset, c.length, buf2), 0);
+    CHECK(memcmp(buf2, t.fake.bytes + c.offset, c.length) == 0);
+    CHECK(all_are(room2, span_hi - span_lo, 0xEE));
+    free(room);
+    free(buf);
+    free(room2);
+    free(buf2);
+    teardown();
+}
+
 TEST(fill_engine_without_a_cache_checks_when_asked)
 {
     setup(false, true);

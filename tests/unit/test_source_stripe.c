@@ -402,6 +402,38 @@ TEST(source_stripe_borrows_ahead_and_reads_from_the_loan)
     larder__pool_free(pool);
 }
 
+TEST(source_stripe_borrows_into_the_callers_buffer)
+{
+    struct setup s;
+    setup_open_ahead(&s, NULL);
+    static uint8_t span[3000], a[4000];
+    struct larder__stripe_loan *loan = NULL;
+    CHECK_EQ(larder__source_stripe_borrow_into(s.stripe, 500, 3000, 0, NULL, &loan), -EINVAL);
+    CHECK(loan == NULL);
+    /* [500, 3500) into span: each peer's piece at its place, this node's left alone */
+    memset(span, 0xEE, sizeof span);
+    CHECK_EQ(larder__source_stripe_borrow_into(s.stripe, 500, 3000, 0, span, &loan), 0);
+    CHECK(loan != NULL);
+    CHECK(right_bytes(span + 500, 1000, 2500));
+    for (size_t i = 0; i < 500; i++)
+        CHECK(span[i] == 0xEE);
+    CHECK_EQ(s.origin.reads, 0);
+    /* the fill's read into that same span: only this node's bytes come in
+     * (from the origin), the peers' are where they belong */
+    CHECK_EQ(larder__source_read(s.stripe, span, sizeof span, 500, 0), LARDER__FROM_PEER);
+    CHECK(right_bytes(span, 500, sizeof span));
+    CHECK(has_range(&s.origin, 500, 500));
+    CHECK_EQ(s.origin.ranges, 1);
+    CHECK_EQ(larder__source_peer_bytes(500, 3000), 2500);
+    /* another buffer: copied from the loan, the rest from the origin */
+    fake_forget(&s.origin);
+    CHECK_EQ(larder__source_read(s.stripe, a, sizeof a, 0, 0), LARDER__FROM_PEER);
+    CHECK(right_bytes(a, 0, sizeof a));
+    CHECK_EQ(s.peer[1].reads + s.peer[2].reads + s.peer[3].reads, 3); /* none asked again */
+    larder__source_stripe_return(s.stripe, loan);                     /* owns no bytes */
+    larder__source_close(s.stripe);
+}
+
 TEST(source_stripe_borrow_leaves_out_a_failed_owner)
 {
     struct setup s;

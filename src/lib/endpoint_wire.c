@@ -1,0 +1,221 @@
+/*
+ * endpoint_wire.c - one connection of an endpoint (endpoint_internal.h):
+ * dialling a Unix socket or TCP address with timeouts, the handshake with
+ * its proof of the cluster secret (docs/protocol.md, "Handshake"), and
+ * whole frames in and out.  The pools and the requests are endpoint.c's.
+ */
+#include "auth.h"
+#include "cluster.h"
+#include "endpoint_internal.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t larder__endpoint_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Send all of buf: 0, or -errno (EPIPE when the other end is gone). */
+int larder__endpoint_send_all(int fd, const void *buf, size_t length)
+{
+    const uint8_t *p = buf;
+    while (length) {
+        ssize_t n = send(fd, p, length, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) return -ETIMEDOUT;
+        if (n <= 0) return -(n < 0 ? errno : EPIPE);
+        p += n, length -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Receive exactly length bytes (the socket has a receive timeout): 0 or -errno. */
+int larder__endpoint_recv_all(int fd, void *buf, size_t length)
+{
+    uint8_t *p = buf;
+    while (length) {
+        ssize_t n = recv(fd, p, length, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -(errno == EAGAIN ? ETIMEDOUT : errno);
+        if (n == 0) return -ECONNRESET;
+        p += n, length -= (size_t)n;
+    }
+    return 0;
+}
+
+/*
+ * Wait up to timeout_ms for an answer to start, then receive its header.
+ * 0; -ETIMEDOUT when nothing came in time; -ECONNRESET (or another
+ * -errno) with *answered false when the connection ended before any byte
+ * of the answer, with *answered true when it ended inside the header.
+ */
+int larder__endpoint_recv_header(int fd, uint8_t header[LARDER__WIRE_HEADER], int timeout_ms,
+                                 bool *answered)
+{
+    *answered = false;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int64_t deadline = larder__endpoint_now_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(deadline - larder__endpoint_now_ms());
+        int n = poll(&p, 1, left > 0 ? left : 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -errno;
+        if (n == 0) return -ETIMEDOUT;
+        break;
+    }
+    ssize_t n;
+    do
+        n = recv(fd, header, LARDER__WIRE_HEADER, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return -(errno == EAGAIN ? ETIMEDOUT : errno);
+    if (n == 0) return -ECONNRESET;
+    *answered = true;
+    return larder__endpoint_recv_all(fd, header + n, LARDER__WIRE_HEADER - (size_t)n);
+}
+
+/* One frame: header into *frame, payload (up to capacity) into payload.  0 or a negative code. */
+int larder__endpoint_recv_frame(int fd, struct larder__frame *frame, void *payload, size_t capacity,
+                                int timeout_ms)
+{
+    uint8_t header[LARDER__WIRE_HEADER];
+    bool answered;
+    int rc = larder__endpoint_recv_header(fd, header, timeout_ms, &answered);
+    if (rc < 0) return rc;
+    if ((rc = larder__wire_header(header, sizeof header, frame)) < 0) return rc;
+    if (frame->length > capacity)
+        return larder__fail(LARDER_EPROTOCOL, "answer of %u bytes, expected at most %zu",
+                            frame->length, capacity);
+    return larder__endpoint_recv_all(fd, payload, frame->length);
+}
+
+/* The daemon's ERROR frame (its payload in hand) as our failure: its code and message. */
+int larder__endpoint_error_answer(const struct larder__endpoint *e, const uint8_t *payload,
+                                  uint32_t length)
+{
+    struct larder__error_frame error;
+    int rc = larder__wire_error(payload, length, &error);
+    if (rc < 0) return rc;
+    return larder__fail(error.code, "larder daemon at %s: %.*s", e->address,
+                        (int)error.message_length, error.message);
+}
+
+/* A connected socket (blocking, with send and receive timeouts), or -errno. */
+int larder__endpoint_dial(const struct larder__endpoint *e)
+{
+    int fd = -1;
+    struct timeval tv = {e->timeout_ms / 1000, (e->timeout_ms % 1000) * 1000};
+    if (strchr(e->address, '/')) {
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        if (strlen(e->address) >= sizeof a.sun_path) return -ENAMETOOLONG;
+        strcpy(a.sun_path, e->address);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return -errno;
+        /* a dead daemon's socket refuses at once; a hung one's full backlog
+         * would block the connect: the send timeout bounds that */
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+            int err = errno == EAGAIN || errno == EINPROGRESS ? ETIMEDOUT : errno;
+            close(fd);
+            return -err;
+        }
+    } else {
+        const char *colon = strrchr(e->address, ':');
+        if (!colon) return -EINVAL;
+        char host[256];
+        snprintf(host, sizeof host, "%.*s", (int)(colon - e->address), e->address);
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *list;
+        if (getaddrinfo(host, colon + 1, &hints, &list) != 0) return -EHOSTUNREACH;
+        int err = ECONNREFUSED;
+        for (struct addrinfo *ai = list; ai && fd < 0; ai = ai->ai_next) {
+            fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (fd < 0) continue;
+            /* the send timeout bounds the connect too */
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+            if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+                err = errno == EINPROGRESS ? ETIMEDOUT : errno;
+                close(fd);
+                fd = -1;
+            }
+        }
+        freeaddrinfo(list);
+        if (fd < 0) return -err;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/*
+ * HELLO, WELCOME and, where the daemon asks for it, the proof of the
+ * cluster secret (docs/protocol.md, "Handshake").  A peer endpoint with a
+ * secret believes only a daemon that proves it first, and never sends
+ * the secret itself.  0, or a negative code with a message.
+ */
+int larder__endpoint_greet(struct larder__endpoint *e, int fd)
+{
+    /* a peer says how it stripes ownership: a daemon striping otherwise refuses it */
+    struct larder__hello hello = {
+        .role = e->role,
+        .owner_chunk = e->role == LARDER__ROLE_PEER ? (uint32_t)LARDER__OWNER_CHUNK : 0};
+    int rc = larder__auth_nonce(hello.nonce);
+    if (rc < 0) return larder__fail(rc, "no random nonce: %s", strerror(-rc));
+    uint8_t buf[LARDER__WIRE_HEADER + 8 + LARDER__WIRE_NONCE];
+    int n = larder__wire_encode_hello(buf, sizeof buf, 0, &hello);
+    if (n < 0) return n;
+    if ((rc = larder__endpoint_send_all(fd, buf, (size_t)n)) < 0) return rc;
+    struct larder__frame frame;
+    uint8_t answer[LARDER__WIRE_MAX_MESSAGE + 300];
+    if ((rc = larder__endpoint_recv_frame(fd, &frame, answer, sizeof answer, e->timeout_ms)) < 0)
+        return rc;
+    if (frame.type == LARDER__ERROR) return larder__endpoint_error_answer(e, answer, frame.length);
+    if (frame.type != LARDER__WELCOME)
+        return larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: answer type %u to HELLO",
+                            e->address, frame.type);
+    struct larder__welcome welcome;
+    if ((rc = larder__wire_welcome(answer, frame.length, &welcome)) < 0) return rc;
+    bool with_secret = e->token && e->token[0];
+    if (welcome.auth == LARDER__AUTH_NONE) {
+        if (with_secret && e->role == LARDER__ROLE_PEER)
+            return larder__fail(LARDER_EDENIED,
+                                "larder daemon at %s does not authenticate (it has no cluster "
+                                "secret): not trusted",
+                                e->address);
+        return 0;
+    }
+    if (!with_secret)
+        return larder__fail(LARDER_EDENIED,
+                            "larder daemon at %s asks for the cluster secret, and none is set "
+                            "here",
+                            e->address);
+    uint8_t expected[LARDER__WIRE_PROOF];
+    size_t secret_length = strlen(e->token);
+    rc = larder__auth_proof(e->token, secret_length, LARDER__AUTH_SERVER_LABEL, hello.nonce,
+                            welcome.nonce, expected);
+    if (rc < 0) return rc;
+    if (!larder__auth_equal(expected, welcome.proof))
+        return larder__fail(LARDER_EDENIED,
+                            "larder daemon at %s did not prove the cluster secret: not trusted",
+                            e->address);
+    struct larder__prove prove;
+    rc = larder__auth_proof(e->token, secret_length, LARDER__AUTH_CLIENT_LABEL, welcome.nonce,
+                            hello.nonce, prove.proof);
+    if (rc < 0) return rc;
+    uint8_t frame_bytes[LARDER__WIRE_HEADER + LARDER__WIRE_PROOF];
+    n = larder__wire_encode_prove(frame_bytes, sizeof frame_bytes, 0, &prove);
+    return n < 0 ? n : larder__endpoint_send_all(fd, frame_bytes, (size_t)n);
+}
