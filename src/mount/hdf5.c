@@ -397,6 +397,36 @@ static int scan_locked(struct scan *s)
 }
 #endif
 
+/* What a public entry asks of libhdf5. */
+struct job {
+    enum { JOB_SCAN, JOB_MEMBERS, JOB_ROWS } kind;
+    const char *path; /* the group's or the dataset's */
+    struct larder__mount_hdf5_extent **rows;
+    size_t *count;
+};
+
+/* Run a job under scan_lock with libhdf5's error printing off (the mount
+ * says what failed itself), or say the scan is not built. */
+static int run_quietly(struct scan *s, const struct job *job)
+{
+#if LARDER__HDF5_SCAN_SUPPORTED
+    pthread_mutex_lock(&scan_lock);
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    int rc = job->kind == JOB_SCAN      ? scan_locked(s)
+             : job->kind == JOB_MEMBERS ? members_locked(s, job->path)
+                                        : rows_locked(s, job->path, job->rows, job->count);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    pthread_mutex_unlock(&scan_lock);
+    return rc;
+#else
+    (void)s, (void)job;
+    return larder__fail(LARDER_EUNSUPPORTED, "HDF5 scan: built for libhdf5 1.10's file drivers");
+#endif
+}
+
 int larder__mount_hdf5_scan(larder__mount_hdf5_read_fn read, void *context, uint64_t file_size,
                             struct larder__mount_hdf5_layout **out)
 {
@@ -405,19 +435,7 @@ int larder__mount_hdf5_scan(larder__mount_hdf5_read_fn read, void *context, uint
     if (!l) return -ENOMEM;
     l->file_size = file_size;
     struct scan s = {.read = read, .context = context, .file_size = file_size, .layout = l};
-#if LARDER__HDF5_SCAN_SUPPORTED
-    pthread_mutex_lock(&scan_lock);
-    H5E_auto2_t old_func;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    int rc = scan_locked(&s);
-    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
-    pthread_mutex_unlock(&scan_lock);
-#else
-    (void)s;
-    int rc = larder__fail(LARDER_EUNSUPPORTED, "HDF5 scan: built for libhdf5 1.10's file drivers");
-#endif
+    int rc = run_quietly(&s, &(struct job){JOB_SCAN, NULL, NULL, NULL});
     if (rc < 0) {
         larder__mount_hdf5_layout_free(l);
         return rc;
@@ -443,19 +461,7 @@ int larder__mount_hdf5_members(larder__mount_hdf5_read_fn read, void *context, u
     *addresses = NULL, *count = 0;
     struct larder__mount_hdf5_layout unused = {0};
     struct scan s = {.read = read, .context = context, .file_size = file_size, .layout = &unused};
-#if LARDER__HDF5_SCAN_SUPPORTED
-    pthread_mutex_lock(&scan_lock);
-    H5E_auto2_t old_func;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    int rc = members_locked(&s, group);
-    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
-    pthread_mutex_unlock(&scan_lock);
-#else
-    (void)group;
-    int rc = larder__fail(LARDER_EUNSUPPORTED, "HDF5 scan: built for libhdf5 1.10's file drivers");
-#endif
+    int rc = run_quietly(&s, &(struct job){JOB_MEMBERS, group, NULL, NULL});
     if (rc < 0) {
         free(s.members);
         return rc;
@@ -471,20 +477,7 @@ int larder__mount_hdf5_rows(larder__mount_hdf5_read_fn read, void *context, uint
     *rows = NULL, *count = 0;
     struct larder__mount_hdf5_layout unused = {0};
     struct scan s = {.read = read, .context = context, .file_size = file_size, .layout = &unused};
-#if LARDER__HDF5_SCAN_SUPPORTED
-    pthread_mutex_lock(&scan_lock);
-    H5E_auto2_t old_func;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    int rc = rows_locked(&s, path, rows, count);
-    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
-    pthread_mutex_unlock(&scan_lock);
-#else
-    (void)path;
-    int rc = larder__fail(LARDER_EUNSUPPORTED, "HDF5 scan: built for libhdf5 1.10's file drivers");
-#endif
-    return rc;
+    return run_quietly(&s, &(struct job){JOB_ROWS, path, rows, count});
 }
 
 void larder__mount_hdf5_layout_free(struct larder__mount_hdf5_layout *l)
