@@ -46,11 +46,25 @@ struct open_file {
     uint8_t header[LARDER__NPY_MAX_HEADER];
     struct larder__mount_stream stream;
     enum larder__mount_open_mode mode; /* passthrough.c's verdict, undone at release */
+    /* op_open and the kernel's handle: the kernel may RELEASE the file on
+     * another thread as soon as the OPEN reply is out, while op_open still
+     * looks at it (open_file_put) */
+    _Atomic int refs;
 };
 
 static struct larder__mount *mount_of(fuse_req_t req)
 {
     return fuse_req_userdata(req);
+}
+
+/* Drop a reference to f; the last one closes it (and undoes its mode). */
+static void open_file_put(struct larder__mount *m, fuse_ino_t ino, struct open_file *f)
+{
+    if (atomic_fetch_sub(&f->refs, 1) != 1) return;
+    larder__mount_passthrough_close(m, ino, f->mode);
+    larder__mount_stream_clear(&f->stream);
+    larder_file_close(f->file);
+    free(f);
 }
 
 static void fill_attr(const struct larder__mount *m, fuse_ino_t ino,
@@ -240,16 +254,15 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
      * which the kernel refuses beside keep_cache: it reads the cache file) */
     fi->keep_cache = f->mode != LARDER__MOUNT_OPEN_PASSTHROUGH;
     fi->noflush = 1;
+    atomic_init(&f->refs, 2);
     larder__mount_passthrough_arm(backing_id); /* the reply below carries it */
     int replied = fuse_reply_open(req, fi);
+    /* f is still ours here: a RELEASE that came in meanwhile left it to us */
     if (!larder__mount_passthrough_disarm() && f->mode == LARDER__MOUNT_OPEN_PASSTHROUGH)
         f->mode = larder__mount_passthrough_demote(m, ino); /* never expected with libfuse 3.14 */
-    if (replied < 0) { /* the opener was interrupted (ENOENT), or the mount is going */
-        larder__mount_passthrough_close(m, ino, f->mode);
-        larder__mount_stream_clear(&f->stream);
-        larder_file_close(f->file);
-        free(f);
-    }
+    if (replied < 0) /* the opener was interrupted (ENOENT), or the mount is going: no RELEASE */
+        open_file_put(m, ino, f);
+    open_file_put(m, ino, f);
 }
 
 /* What the stats file reads: the mount's counters and passthrough's state. */
@@ -437,12 +450,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct open_file *f = (struct open_file *)(uintptr_t)fi->fh;
-    if (ino != CONTROL_INO && ino != STATS_INO && f) {
-        larder__mount_passthrough_close(mount_of(req), ino, f->mode);
-        larder__mount_stream_clear(&f->stream);
-        larder_file_close(f->file);
-        free(f);
-    }
+    if (ino != CONTROL_INO && ino != STATS_INO && f) open_file_put(mount_of(req), ino, f);
     fuse_reply_err(req, 0);
 }
 
