@@ -133,13 +133,8 @@ static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, ui
         span_hi - span_lo <= SIZE_MAX - 2 * SPAN_SLACK &&
         (room = larder__bigbuf_get((size_t)(span_hi - span_lo + 2 * SPAN_SLACK)))) {
         room_lo = span_lo > SPAN_SLACK ? span_lo - SPAN_SLACK : 0;
-        /* a blocked reader's READ waits for the chunk only as long as a
-         * transfer between nodes takes: its owner lends it if it holds it
-         * all, and otherwise declines at once, rather than reading 4 MiB
-         * from the origin while this READ, and any other of the chunk at
-         * DEMAND, wait (its own bytes are then borrowed as the READ's) */
         loan = borrow_range_into(e, shard, span_lo, span_hi - span_lo, priority,
-                                 priority <= LARDER__DEMAND, room + (span_lo - room_lo), &stripe);
+                                 room + (span_lo - room_lo), &stripe);
     }
     span_trace.borrowed_us = trace_now_us();
     int fd = -1, rc = -1;

@@ -208,8 +208,7 @@ struct larder__stripe_loan *borrow_ahead_via(struct dataset_entry *e, uint32_t s
 
 struct larder__stripe_loan *borrow_range_into(struct dataset_entry *e, uint32_t shard,
                                               uint64_t offset, uint64_t length, int priority,
-                                              bool cached_only, void *base,
-                                              struct larder__source **stripe)
+                                              void *base, struct larder__source **stripe)
 {
     *stripe = NULL;
     if (!e->members || shard >= larder__dataset_num_shards(e->dataset)) return NULL;
@@ -219,8 +218,9 @@ struct larder__stripe_loan *borrow_range_into(struct dataset_entry *e, uint32_t 
         return NULL;
     struct larder__source *inner = ((struct noted_source *)source)->inner;
     struct larder__stripe_loan *loan = NULL;
-    unsigned flags = larder__read_at(priority) | (cached_only ? LARDER__READ_CACHED_ONLY : 0);
-    if (larder__source_stripe_borrow_into(inner, offset, length, flags, base, &loan) == 0 && loan)
+    if (larder__source_stripe_borrow_into(inner, offset, length, larder__read_at(priority), base,
+                                          &loan) == 0 &&
+        loan)
         *stripe = inner;
     return loan;
 }

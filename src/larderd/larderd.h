@@ -334,13 +334,10 @@ size_t owner_of_chunk(const struct dataset_entry *e, uint32_t shard, uint64_t ch
 /* Borrow exactly [offset, offset + length) of the shard (a fill's span:
  * larder__fill_range_scope) from the other owners, each piece received at
  * its place in base (base[0]: the byte at offset), as larder__fill_offer_span
- * takes it; NULL as borrow_ahead.  base outlives the loan.  cached_only:
- * from owners that hold their pieces already (an owner that does not
- * declines, and its pieces are not lent). */
+ * takes it; NULL as borrow_ahead.  base outlives the loan. */
 struct larder__stripe_loan *borrow_range_into(struct dataset_entry *e, uint32_t shard,
                                               uint64_t offset, uint64_t length, int priority,
-                                              bool cached_only, void *base,
-                                              struct larder__source **stripe);
+                                              void *base, struct larder__source **stripe);
 /* Give back what borrow_ahead lent (NULL: nothing). */
 void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *loan);
 

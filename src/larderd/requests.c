@@ -130,14 +130,12 @@ static void read_job(void *arg)
     struct larder__fill *fill = larder__dataset_fill(job->entry->dataset);
     int priority = job->read.priority;
     uint64_t lo, hi;
-    /* a relay's READ (storm), or a blocked reader's whole chunk (borrow.c):
-     * from the cache, or declined, never filled; bytes this node is staging
-     * for a hint right now are waited for, unless a reader is blocked */
+    /* a relay's READ (storm): from the cache, or declined, never filled;
+     * bytes this node is staging for a hint right now are waited for */
     if (job->read.flags & LARDER__READ_CACHED &&
         larder__fill_range_scope(fill, job->read.shard, job->read.offset, job->read.length, &lo,
                                  &hi) != 1 &&
-        (priority <= LARDER__DEMAND ||
-         !hints_staging_wait(job->connection->daemon, job->entry, job->read.shard, job->read.offset,
+        (!hints_staging_wait(job->connection->daemon, job->entry, job->read.shard, job->read.offset,
                              job->read.length, RELAY_WAIT_MS) ||
          larder__fill_range_scope(fill, job->read.shard, job->read.offset, job->read.length, &lo,
                                   &hi) != 1)) {

@@ -82,16 +82,13 @@ static struct larder__source *live_peer(struct larder__stripe *s, size_t owner)
     return peer;
 }
 
-/* Ask owner's peer for the extents; a failure other than a quiet decline
- * marks it down: declined unasked (known down), or, asked for what it holds
- * (LARDER__READ_CACHED_ONLY), an owner that does not hold all of it yet. */
+/* Ask owner's peer for the extents; a failure other than a quiet decline marks it down. */
 static int ask_peer(struct larder__stripe *s, size_t owner, struct larder__source *peer,
                     const struct larder__extent *extents, size_t count, unsigned flags)
 {
     int rc = larder__source_readv(peer, extents, count, flags);
-    bool declined =
-        rc == -EHOSTUNREACH || (flags & LARDER__READ_CACHED_ONLY && rc == LARDER_ENOTFOUND);
-    if (rc < 0 && !declined) link_failed(s, &s->links[owner], (int64_t)larder__now_ms());
+    if (rc < 0 && rc != -EHOSTUNREACH) /* declined unasked (known down): nothing to mark */
+        link_failed(s, &s->links[owner], (int64_t)larder__now_ms());
     return rc;
 }
 
