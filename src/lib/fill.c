@@ -358,17 +358,6 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
     free(admitted);
 }
 
-/*
- * The fill engine: bytes [lo, hi) of `shard` through the cache.  Under
- * the fill lock of the blocks it reads, it reads what the cache does not
- * hold, checks every sample those bytes belong to (and the samples
- * sharing their blocks, when cheap), keeps the blocks whose bytes all
- * checked out, and copies [lo, hi) to buf (when not NULL).  Nothing is
- * copied or kept that failed its checksum: wrong bytes lead to one more
- * read of everything from the origin itself, then to LARDER_ECHECKSUM
- * naming the sample.  `suspect`: cached bytes already proved wrong.
- * `priority`: the class its source reads go at.
- */
 /* The span larder__fill_offer_span offered this thread's next fill. */
 static _Thread_local struct {
     uint8_t *buf;
@@ -396,6 +385,17 @@ static uint8_t *take_offered_span(uint32_t shard, uint64_t start, uint64_t lengt
                : NULL;
 }
 
+/*
+ * The fill engine: bytes [lo, hi) of `shard` through the cache.  Under
+ * the fill lock of the blocks it reads, it reads what the cache does not
+ * hold, checks every sample those bytes belong to (and the samples
+ * sharing their blocks, when cheap), keeps the blocks whose bytes all
+ * checked out, and copies [lo, hi) to buf (when not NULL).  Nothing is
+ * copied or kept that failed its checksum: wrong bytes lead to one more
+ * read of everything from the origin itself, then to LARDER_ECHECKSUM
+ * naming the sample.  `suspect`: cached bytes already proved wrong.
+ * `priority`: the class its source reads go at.
+ */
 int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t lo, uint64_t hi,
                                void *buf, bool suspect, int priority)
 {
