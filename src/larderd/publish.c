@@ -95,6 +95,7 @@ struct publication *add(struct publications *r, const char *name, size_t length)
     if (!p) return NULL;
     memcpy(p->name, name, length);
     p->producer_member = SIZE_MAX;
+    p->publisher_uid = -1; /* restored from published/mine, or learned: unknown */
     p->next = r->list;
     r->list = p;
     r->count++;
@@ -476,7 +477,15 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
     if (rc == 0) {
         pthread_mutex_lock(&r->lock);
         struct publication *same = find(r, m.name, m.name_length);
-        if (same && (m.flags & LARDER__PUBLISH_REPLACE) && same->state == READY)
+        /* a name published here is replaced only by the user who published
+         * it (or the daemon's own user, or root): a local user may not
+         * swap another's "latest" for bytes of their own.  Names learned
+         * from members are theirs (members are trusted with names). */
+        bool others = same && same->mine && !c->own_user && same->publisher_uid != (int64_t)c->uid;
+        if (same && (m.flags & LARDER__PUBLISH_REPLACE) && same->state == READY && others)
+            rc = larder__fail(-EACCES, "%.*s was published here by another user",
+                              (int)m.name_length, m.name);
+        else if (same && (m.flags & LARDER__PUBLISH_REPLACE) && same->state == READY)
             replacing = true, generation = same->generation + 1;
         else if (same)
             rc = larder__fail(-EEXIST, "%.*s is %s (dataset from %s)%s", (int)m.name_length, m.name,
@@ -488,6 +497,7 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         if (p) {
             p->state = FETCHING;
             p->mine = true;
+            p->publisher_uid = (int64_t)c->uid;
             p->producer_member = d->self;
             p->producer = producer, p->location = index, p->origin = origin;
             p->local = strdup(index);
@@ -553,6 +563,7 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
             p->producer = producer, p->location = index, p->origin = origin, p->local = local;
             producer = index = origin = NULL;
             p->mine = true;
+            p->publisher_uid = (int64_t)c->uid;
             p->producer_member = d->self;
             p->generation = generation;
         }

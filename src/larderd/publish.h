@@ -29,6 +29,7 @@ struct publication {
     uint64_t id_low, id_high;
     uint64_t generation;    /* publications of the name it replaced (--replace); 0: the first */
     bool mine;              /* produced by this node */
+    int64_t publisher_uid;  /* mine: the local client's uid that published it; -1: unknown */
     size_t producer_member; /* the producer's index in members; SIZE_MAX: this node alone */
     char *producer;         /* the producer's member name */
     char *location;         /* the index's path on the producer */

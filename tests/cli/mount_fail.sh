@@ -136,10 +136,13 @@ key=$("$LARDER" inspect "$INDEX" --sample "$first" --json | /usr/bin/python3 -c 
 cat "mnt-o/$key.cls" >/dev/null
 for _ in $(seq 100); do
   fills=$(sed -n 's/.*fills=\([0-9]*\).*/\1/p' mnt-o/.larder-order)
-  [ "${fills:-0}" -ge 8 ] && break
+  [ "${fills:-0}" -ge 7 ] && break
   sleep 0.05
 done
-[ "${fills:-0}" -ge 8 ] || fail "the prefetcher staged ${fills:-0} samples: $(cat mnt-o/.larder-order)"
+# the window's 4 steps hold 8 of rank 0's samples; the first of them, read
+# by the cat above, is staged by that read or by the prefetcher, whichever
+# comes first (CI saw 7 fills once)
+[ "${fills:-0}" -ge 7 ] || fail "the prefetcher staged ${fills:-0} samples: $(cat mnt-o/.larder-order)"
 # what it staged is what the plan reads next: those samples are resident now
 staged=$("$LARDER" stat --cache "$WORK/cache-o" --json | /usr/bin/python3 -c '
 import json, sys; print(sum(d["resident_bytes"] for d in json.load(sys.stdin)["datasets"]))')

@@ -138,4 +138,37 @@ except w.Refused as e:
 PY
 [ "$(named_id 1)" = "$ID3" ] || fail "a stale ANNOUNCE changed node 1's latest to $(named_id 1)"
 for p in "${pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
+
+# 5. another local user may not replace a name published here: a daemon
+# that lets uid 65534 in (--allow-uid, --allow for its files); root
+# publishes "shared", uid 65534 publishes its own directory as "shared"
+# with --replace: refused, the name still root's; its own name it may
+# replace (the same user)
+chmod 755 "$WORK"
+nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+if nobody true 2>/dev/null; then
+  "$LARDERD" --cache "$WORK/cache9" --socket "$WORK/sock9" --allow-uid 65534 --allow "$WORK" \
+    2>>"$WORK/daemon9.log" &
+  pids+=($!)
+  for _ in $(seq 100); do [ -S "$WORK/sock9" ] && break; sleep 0.05; done
+  chmod 666 "$WORK/sock9"
+  LARDER_SOCKET=$WORK/sock9 "$LARDER" publish v1 shared >pub9.txt || fail "root's publish: $(cat pub9.txt)"
+  version v4
+  version v5
+  chown -R 65534:65534 v4 v5
+  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v4 shared --replace >pub10.txt 2>&1 &&
+    fail "uid 65534 replaced root's name: $(cat pub10.txt)"
+  grep -q "published here by another user" pub10.txt || fail "no clear refusal: $(cat pub10.txt)"
+  shared=$("$LARDER" names --socket "$WORK/sock9" | /usr/bin/python3 -c '
+import json, sys
+print([n["dataset_id"] for n in json.load(sys.stdin)["names"] if n["name"] == "shared"][0])')
+  [ "$shared" = "$(id_of v1)" ] || fail "root's shared is now $shared"
+  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v4 theirs >pub11.txt 2>&1 ||
+    fail "uid 65534's own publish: $(cat pub11.txt)"
+  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v5 theirs --replace >pub12.txt 2>&1 ||
+    fail "uid 65534 replacing its own name: $(cat pub12.txt)"
+  echo "another user's --replace refused: $(cat pub10.txt)"
+else
+  echo "setpriv cannot switch to uid 65534 here: the other-user step skipped"
+fi
 echo "publish --replace: ok"
