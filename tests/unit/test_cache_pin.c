@@ -5,70 +5,10 @@
  * second process opening the cache sees the same pins.  Expected values
  * are arithmetic on the block counts the tests choose.
  */
-#include "cache.h"
-#include "dataset.h"
-#include "larder_pack.h"
-#include "test.h"
+#include "capacity_fixture.h"
 
 #include <time.h>
 #include <unistd.h>
-
-#define BLOCK 4096
-#define CAPACITY_BLOCKS 32
-
-static larder_dataset *dataset;
-static struct larder__cache *cache;
-
-/* One flat shard of about 1.5 MB (some 370 blocks of 4 KiB), and its cache
- * with room for CAPACITY_BLOCKS blocks. */
-static void setup(void)
-{
-    char path[4096];
-    for (int i = 0; i < 20; i++) {
-        static uint8_t data[150000];
-        size_t size = (size_t)(i * 7919 % 100000) + 30000;
-        test_fill_random(data, size, (uint64_t)i + 5);
-        snprintf(path, sizeof path, "%s/src/s%03d.bin", test_dir(), i);
-        test_write_file(path, data, size);
-    }
-    const char *sources[] = {test_path("src")};
-    larder_pack_options o = {.version = LARDER_PACK_OPTIONS_VERSION,
-                             .format = LARDER_FORMAT_FLAT,
-                             .shard_size = 1 << 30,
-                             .jobs = 1};
-    CHECK_EQ(larder_pack(sources, 1, test_path("packed"), &o, NULL), 0);
-    CHECK_EQ(larder_open(&dataset, test_path("packed/index.larder"), NULL), 0);
-    CHECK_EQ(larder__dataset_index(dataset)->num_shards, 1);
-    CHECK_EQ(larder__cache_open(&cache, test_path("cache"), larder__dataset_index(dataset), BLOCK,
-                                CAPACITY_BLOCKS * BLOCK, 0),
-             0);
-}
-
-static void teardown(void)
-{
-    larder__cache_close(cache);
-    larder_close(dataset);
-}
-
-/* Store block b of shard 0 the way a fill does (under its lock), then trim. */
-static void store(uint64_t b)
-{
-    static uint8_t data[BLOCK];
-    memset(data, (int)b, sizeof data);
-    int lock = larder__cache_lock(cache, 0, b, b);
-    CHECK(lock >= 0);
-    CHECK_EQ(larder__cache_store(cache, 0, b, b, data, false, true), 0);
-    larder__cache_unlock(cache, lock);
-    larder__cache_trim(cache);
-}
-
-static int present(uint64_t first, uint64_t last)
-{
-    int n = 0;
-    for (uint64_t b = first; b <= last; b++)
-        n += larder__cache_present(cache, 0, b, b);
-    return n;
-}
 
 static void sleep_ms(long ms)
 {
@@ -78,12 +18,12 @@ static void sleep_ms(long ms)
 
 TEST(cache_pin_survives_eviction)
 {
-    setup();
+    setup_seeded(5);
     int64_t now = larder__cache_clock_ms();
     CHECK_EQ(larder__cache_pin(cache, 0, 0, 9, now + 60000), 10);
     CHECK_EQ(larder__cache_pinned_bytes(cache), 10 * BLOCK);
     for (uint64_t b = 0; b < 300; b++) /* ten times the capacity through the cache */
-        store(b);
+        store_in(cache, b);
     CHECK_EQ(present(0, 9), 10);                     /* every pinned block stayed */
     CHECK(present(10, 299) <= CAPACITY_BLOCKS - 10); /* the rest kept within the capacity */
     CHECK(present(10, 299) > 0);
@@ -97,16 +37,16 @@ TEST(cache_pin_survives_eviction)
 
 TEST(cache_pin_expires)
 {
-    setup();
+    setup_seeded(5);
     CHECK_EQ(larder__cache_pin(cache, 0, 0, 9, larder__cache_clock_ms() + 300), 10);
     for (uint64_t b = 0; b < 100; b++)
-        store(b);
+        store_in(cache, b);
     CHECK_EQ(present(0, 9), 10);
     sleep_ms(400); /* past the pin's time */
     CHECK_EQ(larder__cache_pinned_bytes(cache), 0);
     CHECK(!larder__cache_pinned(cache, 0, 5));
     for (uint64_t b = 100; b < 200; b++) /* three sweeps' worth */
-        store(b);
+        store_in(cache, b);
     CHECK_EQ(present(0, 9), 0); /* released: evicted like any other block */
     /* a new pin clears the stale bits first: they do not count against the limit */
     CHECK_EQ(
@@ -117,7 +57,7 @@ TEST(cache_pin_expires)
 
 TEST(cache_pin_limit_and_unpin)
 {
-    setup();
+    setup_seeded(5);
     int64_t later = larder__cache_clock_ms() + 60000;
     /* 7/8 of 32 blocks: 28 of the 100 asked for */
     CHECK_EQ(larder__cache_pin_limit(cache), 28);
@@ -137,14 +77,14 @@ TEST(cache_pin_limit_and_unpin)
     CHECK_EQ(larder__cache_pin(cache, 0, 0, 9, later), 10);
     larder__cache_unpin(cache, 0, 0, 9);
     for (uint64_t b = 0; b < 200; b++)
-        store(b);
+        store_in(cache, b);
     CHECK_EQ(present(0, 9), 0);
     teardown();
 }
 
 TEST(cache_pin_shared_between_openers)
 {
-    setup();
+    setup_seeded(5);
     struct larder__cache *other;
     CHECK_EQ(
         larder__cache_open(&other, test_path("cache"), larder__dataset_index(dataset), BLOCK, 0, 0),
