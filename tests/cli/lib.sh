@@ -136,3 +136,17 @@ start_daemon() {
   done
   fail "daemon $node did not start: $(cat "$WORK/daemon$node.log")"
 }
+
+# start_gated_origin ROOT [TAG]: tests/tools/gated_origin.py serving ROOT
+# over HTTP, holding reads until they are let go; gated_base is its URL.
+# At cleanup whatever it still holds is let go first (so that the readers
+# waiting on it end), then it is stopped.  TAG names a second one's files.
+start_gated_origin() {
+  local root=$1 tag=${2:-} pid
+  /usr/bin/python3 "$TESTS/tools/gated_origin.py" "$root" "port$tag.txt" 2>"origin$tag.log" &
+  pid=$!
+  cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port$tag.txt)/__release/all >/dev/null; kill $pid")
+  for _ in $(seq 100); do [ -s "port$tag.txt" ] && break; sleep 0.05; done
+  [ -s "port$tag.txt" ] || fail "the origin did not start: $(cat "origin$tag.log")"
+  gated_base=http://127.0.0.1:$(cat "port$tag.txt")
+}

@@ -70,12 +70,8 @@ awk '{ if ($1 < 5242880 && $1 + $2 > 4194304) exit 1 }' expected.txt ||
 cp -r src www/shard-files
 "$LARDER" index --files www/shard-files -o www/files.larder >/dev/null
 
-/usr/bin/python3 "$TESTS/tools/gated_origin.py" www port.txt 2>origin.log &
-origin=$!
-cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port.txt)/__release/all >/dev/null; kill $origin")
-for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
-[ -s port.txt ] || fail "the origin did not start: $(cat origin.log)"
-base=http://127.0.0.1:$(cat port.txt)
+start_gated_origin www
+base=$gated_base
 
 LARDER_MOUNT_TRACE=1 mount_larder h5 "$base/files.larder" --cache "$WORK/cache-h5" \
   --stage-on-open --stage-inflight 1

@@ -36,12 +36,8 @@ PY
 cp -r src www/shard-files
 "$LARDER" index --files www/shard-files -o www/files.larder >/dev/null
 
-/usr/bin/python3 "$TESTS/tools/gated_origin.py" www port.txt 2>origin.log &
-origin=$!
-cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port.txt)/__release/all >/dev/null; kill $origin")
-for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
-[ -s port.txt ] || fail "the origin did not start: $(cat origin.log)"
-base=http://127.0.0.1:$(cat port.txt)
+start_gated_origin www
+base=$gated_base
 curl -s "$base/__release/all" >/dev/null
 
 mount_larder o "$base/files.larder" --cache "$WORK/cache-o" --no-stage-on-open

@@ -27,12 +27,8 @@ head -c 5000 /dev/urandom >src/small.bin
 cp -r src www/shard-files
 "$LARDER" index --files www/shard-files -o www/files.larder >/dev/null
 
-/usr/bin/python3 "$TESTS/tools/gated_origin.py" www port.txt 2>origin.log &
-origin=$!
-cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port.txt)/__release/all >/dev/null; kill $origin")
-for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
-[ -s port.txt ] || fail "the origin did not start: $(cat origin.log)"
-base=http://127.0.0.1:$(cat port.txt)
+start_gated_origin www
+base=$gated_base
 
 # 1. with --no-stage-on-open: opening reads nothing
 mount_larder off "$base/files.larder" --cache "$WORK/cache-off" --no-stage-on-open
@@ -128,12 +124,8 @@ umount_larder on
 # with the adaptive limit (no --stage-inflight), one staging read held at
 # first, then growing once pieces are answered
 # (a second origin: the first answers everything at once since its release)
-/usr/bin/python3 "$TESTS/tools/gated_origin.py" www port2.txt 2>origin2.log &
-origin2=$!
-cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port2.txt)/__release/all >/dev/null; kill $origin2")
-for _ in $(seq 100); do [ -s port2.txt ] && break; sleep 0.05; done
-[ -s port2.txt ] || fail "the second origin did not start: $(cat origin2.log)"
-base2=http://127.0.0.1:$(cat port2.txt)
+start_gated_origin www 2
+base2=$gated_base
 LARDER_MOUNT_TRACE=1 mount_larder adapt "$base2/files.larder" --cache "$WORK/cache-adapt"
 /usr/bin/python3 - "$base2" <<'PY' || fail "adaptive staging: $(tail -5 mnt-adapt.log)"
 import json, os, sys, time, urllib.request

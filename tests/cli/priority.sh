@@ -18,13 +18,8 @@ make_tree a 60
 shards=$(ls www/A/shard-* | wc -l)
 [ "$shards" -ge 9 ] || fail "want 9 shards or more, packed $shards"
 
-/usr/bin/python3 "$TESTS/tools/gated_origin.py" www port.txt 2>origin.log &
-origin=$!
-# what is still held is let go first, so the daemon's workers end
-cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port.txt)/__release/all >/dev/null; kill $origin")
-for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
-[ -s port.txt ] || fail "the origin did not start: $(cat origin.log)"
-base=http://127.0.0.1:$(cat port.txt)
+start_gated_origin www
+base=$gated_base
 
 "$LARDERD" --cache "$WORK/cache" --socket "$WORK/sock" --jobs 4 2>>daemon.log &
 daemon=$!

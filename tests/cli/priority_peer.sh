@@ -18,12 +18,8 @@ export PYTHONPATH=$TESTS/tools
 make_tree a 200
 "$LARDER" pack a -o www/A --shard-size 100K --block-size 4K >/dev/null
 
-/usr/bin/python3 "$TESTS/tools/gated_origin.py" www port.txt 2>origin.log &
-origin=$!
-cleanup_hooks+=("curl -s http://127.0.0.1:\$(cat port.txt)/__release/all >/dev/null; kill $origin")
-for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
-[ -s port.txt ] || fail "the origin did not start: $(cat origin.log)"
-base=http://127.0.0.1:$(cat port.txt)
+start_gated_origin www
+base=$gated_base
 curl -sf "$base/__release/all" >/dev/null # answered at once while ownership is found
 
 port=$((20000 + RANDOM % 20000))
