@@ -102,52 +102,97 @@ static int parse_warm_args(int argc, char **argv, struct warm_args *a)
     return CLI_RUN;
 }
 
-/* Read every sample of `d` once, in batches, with a progress bar; each
- * failure is printed.  Adds the bytes read to *done; the failure count. */
-static uint64_t warm_samples(larder_dataset *d, const larder_dataset_info *info, uint64_t *done)
+/* A warm of one's own: the batches left, and what came of those read. */
+struct sample_warm {
+    larder_dataset *dataset;
+    const larder_dataset_info *info;
+    pthread_mutex_t lock; /* everything below */
+    uint64_t next;        /* the first sample of the next batch */
+    uint64_t done, bad;   /* bytes read, samples failed */
+    struct progress bar;
+};
+
+/*
+ * One lane of warm_samples: batches until none is left.  Two lanes run at
+ * once, each with its own buffers, so that one batch's reads are in flight
+ * while the other's last reads end: with one lane, a batch had to end
+ * whole before the next was asked for, and its slowest read held up the
+ * rest.  Through a node daemon of a cluster (bench/peer.sh, "borrowing
+ * only"; LARDERD_TRACE on the borrowing daemon) the daemon sat idle while
+ * the reader read a batch of resident samples from the cache (40 ms
+ * gaps with no READ), and the reader waited while the daemon borrowed the
+ * next batch's chunks: the second lane's READs reach the daemon meanwhile.
+ */
+static void *warm_lane(void *arg)
 {
+    struct sample_warm *w = arg;
     /* twice the default reads in flight: each batch's buffers are used
-     * again by the next one (a fresh buffer is a fault and a zeroed page
-     * every 4 KiB: with 256 of them, 64 MiB of 256 KiB samples, most
+     * again by the lane's next one (a fresh buffer is a fault and a zeroed
+     * page every 4 KiB: with 256 of them, 64 MiB of 256 KiB samples, most
      * samples of a dataset of a few hundred MB landed in fresh pages) */
     enum { BATCH = 128 };
     uint64_t ids[BATCH];
     void *bufs[BATCH] = {0};
     size_t caps[BATCH] = {0};
     int64_t results[BATCH];
-    struct progress bar;
-    progress_start(&bar, "warming");
-    uint64_t bad = 0;
-    for (uint64_t first = 0; first < info->num_samples; first += BATCH) {
-        size_t n = info->num_samples - first < BATCH ? (size_t)(info->num_samples - first) : BATCH;
+    uint64_t total = w->info->num_samples;
+    pthread_mutex_lock(&w->lock);
+    while (w->next < total) {
+        uint64_t first = w->next;
+        size_t n = total - first < BATCH ? (size_t)(total - first) : BATCH;
+        w->next += n;
+        pthread_mutex_unlock(&w->lock);
         for (size_t i = 0; i < n; i++) {
             larder_sample_info s;
             ids[i] = first + i;
-            if (larder_sample_info_get(d, ids[i], &s) == 0 && s.length > caps[i]) {
+            if (larder_sample_info_get(w->dataset, ids[i], &s) == 0 && s.length > caps[i]) {
                 free(bufs[i]);
                 bufs[i] = malloc(s.length ? s.length : 1);
                 caps[i] = bufs[i] ? s.length : 0;
             }
         }
-        larder_read_samples(d, ids, n, bufs, caps, results);
+        larder_read_samples(w->dataset, ids, n, bufs, caps, results);
+        pthread_mutex_lock(&w->lock);
         for (size_t i = 0; i < n; i++) {
             if (results[i] >= 0) {
-                *done += (uint64_t)results[i];
+                w->done += (uint64_t)results[i];
                 continue;
             }
-            progress_end(&bar);
+            progress_end(&w->bar);
             larder_sample_info s;
-            const char *key = larder_sample_info_get(d, ids[i], &s) == 0 ? s.key : "?";
+            const char *key = larder_sample_info_get(w->dataset, ids[i], &s) == 0 ? s.key : "?";
             fprintf(stderr, "%s: sample %" PRIu64 " ('%s'): %s\n", program, ids[i], key,
                     larder_strerror((int)results[i]));
-            bad++;
+            w->bad++;
         }
-        progress_update(&bar, *done, info->total_bytes);
+        progress_update(&w->bar, w->done, w->info->total_bytes);
     }
-    progress_end(&bar);
+    pthread_mutex_unlock(&w->lock);
     for (int i = 0; i < BATCH; i++)
         free(bufs[i]);
-    return bad;
+    return NULL;
+}
+
+/* Read every sample of `d` once, in batches (two at a time), with a
+ * progress bar; each failure is printed.  Adds the bytes read to *done;
+ * the failure count. */
+static uint64_t warm_samples(larder_dataset *d, const larder_dataset_info *info, uint64_t *done)
+{
+    enum { LANES = 2 };
+    struct sample_warm w = {.dataset = d, .info = info};
+    pthread_mutex_init(&w.lock, NULL);
+    progress_start(&w.bar, "warming");
+    pthread_t lanes[LANES];
+    int running = 0;
+    while (running < LANES && pthread_create(&lanes[running], NULL, warm_lane, &w) == 0)
+        running++;
+    if (running == 0) warm_lane(&w); /* no thread to be had: one lane, on this one */
+    for (int i = 0; i < running; i++)
+        pthread_join(lanes[i], NULL);
+    progress_end(&w.bar);
+    pthread_mutex_destroy(&w.lock);
+    *done += w.done;
+    return w.bad;
 }
 
 /* ---- through the node daemon ---------------------------------------------- */
