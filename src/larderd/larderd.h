@@ -351,6 +351,10 @@ void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *lo
  * the READ's bytes are resident now (nothing left to borrow_ahead). */
 bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
                          int priority);
+/* In a cluster whose cache evicts nothing, the buffers of the chunks
+ * borrowed whole at once (borrow.c) made and their pages backed now, at
+ * the daemon's start, rather than faulted in by its first borrows. */
+void borrow_reserve_buffers(const struct larderd *d);
 
 /* requests.c: queue a READ of c's on the workers (via: it came over UCX
  * and is answered there; NULL: on c) */

@@ -96,6 +96,7 @@ int main(int argc, char **argv)
     /* whole chunks borrowed on many workers at once (borrow.c): more kept
      * buffers than a reader process keeps (bigbuf.c) */
     larder__bigbuf_set_limits(16, (size_t)96 << 20);
+    borrow_reserve_buffers(d);
     raise_descriptor_limit(&d->config);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);

@@ -21,6 +21,8 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define KEEP_MOST 64                         /* buffers kept at most, whatever the limits */
 #define READER_KEEP 2                        /* a reader process's buffers kept */
@@ -149,4 +151,48 @@ void larder__bigbuf_put(void *buffer)
         if (keep) return;
     }
     free(start);
+}
+
+/* Every page of [p, p + length) backed by memory now: one madvise where
+ * the kernel has MADV_POPULATE_WRITE (5.14), else a write to each page. */
+static void populate(uint8_t *p, size_t length)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (page == 0 || page > length) page = 4096;
+#ifdef MADV_POPULATE_WRITE
+    uintptr_t first = ((uintptr_t)p + page - 1) / page * page;
+    uintptr_t end = ((uintptr_t)p + length) / page * page;
+    if (end > first && madvise((void *)first, end - first, MADV_POPULATE_WRITE) == 0) {
+        p[0] = 0; /* the partial pages at either end */
+        p[length - 1] = 0;
+        return;
+    }
+#endif
+    for (size_t at = 0; at < length; at += page)
+        p[at] = 0;
+    p[length - 1] = 0;
+}
+
+int larder__bigbuf_reserve(size_t count, size_t length)
+{
+    if (length < LARDER__BIGBUF_MIN) return -EINVAL;
+    if (count > KEEP_MOST) count = KEEP_MOST;
+    /* all taken at once, then all given back: taking and giving one at a
+     * time would take the same kept buffer again every time */
+    uint8_t *taken[KEEP_MOST];
+    size_t made = 0;
+    while (made < count && (taken[made] = larder__bigbuf_get(length)) != NULL) {
+        uint8_t *start = taken[made] - HEADER;
+        populate(start, HEADER + capacity_of(start));
+        made++;
+    }
+    if (made == 0 && count > 0) return -ENOMEM;
+    for (size_t i = 0; i < made; i++)
+        larder__bigbuf_put(taken[i]);
+    size_t fits = 0; /* of the kept ones, those large enough */
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < num_kept; i++)
+        fits += capacity_of(kept[i]) >= length;
+    pthread_mutex_unlock(&lock);
+    return (int)(fits < made ? fits : made);
 }

@@ -28,6 +28,14 @@ LARDER__HIDDEN void larder__bigbuf_put(void *buffer);
  * (2 buffers, 16 MiB: liblarder in a training job); larderd raises them.
  * LARDER_BIGBUF_MAX, when set to a size, replaces `bytes`. */
 LARDER__HIDDEN void larder__bigbuf_set_limits(size_t buffers, size_t bytes);
+/* Make `count` buffers of at least `length` bytes (>= LARDER__BIGBUF_MIN)
+ * with every page backed by memory now, and keep them, as far as the
+ * limits allow: a daemon that will borrow whole chunks pays their page
+ * faults at its start instead of on its first borrows (a fresh buffer's
+ * first touch is a fault and a zeroed page every 4 KiB).  Buffers taken
+ * from the pool count too: a kept one that fits is populated and put back.
+ * The number kept, or -EINVAL, -ENOMEM (none could be made). */
+LARDER__HIDDEN int larder__bigbuf_reserve(size_t count, size_t length);
 /* The number of buffers kept now, and their bytes in *bytes (may be NULL). */
 LARDER__HIDDEN size_t larder__bigbuf_kept(size_t *bytes);
 /* A LARDER_BIGBUF_MAX value: digits with an optional K, M or G (powers of
