@@ -12,6 +12,7 @@
 #include "source.h"
 #include "ui.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <getopt.h>
 #include <limits.h>
@@ -107,6 +108,7 @@ struct sample_warm {
     larder_dataset *dataset;
     const larder_dataset_info *info;
     pthread_mutex_t lock; /* everything below */
+    size_t batch;         /* samples a lane reads at once */
     uint64_t next;        /* the first sample of the next batch */
     uint64_t done, bad;   /* bytes read, samples failed */
     struct progress bar;
@@ -126,22 +128,26 @@ struct sample_warm {
 static void *warm_lane(void *arg)
 {
     struct sample_warm *w = arg;
-    /* the default reads in flight per batch, two lanes: 128 buffers in
-     * all, each used again by its lane's next batch (a fresh buffer is a
-     * fault and a zeroed page every 4 KiB: with 256 of them, 64 MiB of
-     * 256 KiB samples, most samples of a dataset of a few hundred MB
-     * landed in fresh pages; perf on the reader: page faults 30% of its
-     * samples with two lanes of 128) */
-    enum { BATCH = 64 };
-    uint64_t ids[BATCH];
-    void *bufs[BATCH] = {0};
-    size_t caps[BATCH] = {0};
-    int64_t results[BATCH];
+    /* half the reads in flight per batch (--jobs, 64 by default), so
+     * that the two lanes' batches are in flight at once and there are no
+     * more buffers than reads in flight, each used again by its lane's next
+     * batch: a fresh buffer is a fault and a zeroed page every 4 KiB.
+     * Measured on bench/peer.sh's borrowing-only run (perf stat on the
+     * reader, 4 alternated rounds): 70-81 ms of CPU with two lanes of 32,
+     * 82-98 ms with two of 64, where page faults and unmapping them were a
+     * quarter of its samples; with two of 128, 30% page faults alone. */
+    size_t batch = w->batch;
+    uint64_t *ids = calloc(batch, sizeof *ids);
+    void **bufs = calloc(batch, sizeof *bufs);
+    size_t *caps = calloc(batch, sizeof *caps);
+    int64_t *results = calloc(batch, sizeof *results);
     uint64_t total = w->info->num_samples;
     pthread_mutex_lock(&w->lock);
-    while (w->next < total) {
+    /* no memory for this lane's arrays: the other lane reads them all
+     * (warm_samples counts what neither read) */
+    while (ids && bufs && caps && results && w->next < total) {
         uint64_t first = w->next;
-        size_t n = total - first < BATCH ? (size_t)(total - first) : BATCH;
+        size_t n = total - first < batch ? (size_t)(total - first) : batch;
         w->next += n;
         pthread_mutex_unlock(&w->lock);
         for (size_t i = 0; i < n; i++) {
@@ -170,18 +176,21 @@ static void *warm_lane(void *arg)
         progress_update(&w->bar, w->done, w->info->total_bytes);
     }
     pthread_mutex_unlock(&w->lock);
-    for (int i = 0; i < BATCH; i++)
+    for (size_t i = 0; bufs && i < batch; i++)
         free(bufs[i]);
+    free(ids), free(bufs), free(caps), free(results);
     return NULL;
 }
 
 /* Read every sample of `d` once, in batches (two at a time), with a
  * progress bar; each failure is printed.  Adds the bytes read to *done;
  * the failure count. */
-static uint64_t warm_samples(larder_dataset *d, const larder_dataset_info *info, uint64_t *done)
+static uint64_t warm_samples(larder_dataset *d, const larder_dataset_info *info, int in_flight,
+                             uint64_t *done)
 {
     enum { LANES = 2 };
-    struct sample_warm w = {.dataset = d, .info = info};
+    struct sample_warm w = {
+        .dataset = d, .info = info, .batch = in_flight >= LANES ? (size_t)in_flight / LANES : 1};
     pthread_mutex_init(&w.lock, NULL);
     progress_start(&w.bar, "warming");
     pthread_t lanes[LANES];
@@ -193,6 +202,10 @@ static uint64_t warm_samples(larder_dataset *d, const larder_dataset_info *info,
         pthread_join(lanes[i], NULL);
     progress_end(&w.bar);
     pthread_mutex_destroy(&w.lock);
+    if (w.next < info->num_samples) { /* no lane could hold a batch */
+        fprintf(stderr, "%s: %s\n", program, larder_strerror(-ENOMEM));
+        w.bad += info->num_samples - w.next;
+    }
     *done += w.done;
     return w.bad;
 }
@@ -359,7 +372,7 @@ int cmd_warm(int argc, char **argv)
     larder_dataset_info_get(d, &info);
     double started = now_seconds();
     uint64_t done = 0;
-    uint64_t bad = warm_samples(d, &info, &done);
+    uint64_t bad = warm_samples(d, &info, args.options.max_inflight, &done);
     double seconds = now_seconds() - started;
     larder_stats st;
     larder_stats_get(d, &st);
