@@ -161,18 +161,19 @@ TEST(bigbuf_reserve_backs_the_pages_of_kept_buffers)
     CHECK(larder__bigbuf_kept(&bytes) == 3);
     CHECK(bytes == (size_t)15 << 20); /* 5 MiB is whole MiB already */
     /* a reserved buffer's pages are there: writing all 5 MiB of it takes
-     * next to no faults, where 5 MiB of fresh 4 KiB pages take 1280 */
+     * few faults, where 5 MiB of fresh 4 KiB pages take 1280 (a quarter of
+     * that at most: under ASan, its shadow's pages fault in, 160 here) */
     uint8_t *a = larder__bigbuf_get(5u << 20);
     long before = minor_faults();
     memset(a, 0x5A, 5u << 20);
-    CHECK(minor_faults() - before < 64);
+    CHECK(minor_faults() - before < 1280 / 4);
     /* the control: a fresh buffer (larger than any kept) does fault, unless
      * the kernel backs it with huge pages (then there is nothing to compare) */
     uint8_t *b = larder__bigbuf_get(9u << 20);
     before = minor_faults();
     memset(b, 0x5A, 9u << 20);
     long fresh = minor_faults() - before;
-    CHECK(fresh >= 2304 / 2 || fresh < 64); /* 9 MiB of 4 KiB pages: 2304 */
+    CHECK(fresh >= 2304 / 2 || fresh < 1280 / 4); /* 9 MiB of 4 KiB pages: 2304 */
     larder__bigbuf_put(a);
     larder__bigbuf_put(b);
 }
