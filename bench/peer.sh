@@ -73,6 +73,9 @@ stat_of() { # node key
     /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['datasets'][0]['$2'])"
 }
 seconds() { awk -v s="$1" -v e="$2" 'BEGIN { print e - s }'; }
+cpu_ms() { # pid: the CPU time (user and system) it used so far, in ms
+  awk -v hz="$(getconf CLK_TCK)" '{ printf "%.0f", ($14 + $15) * 1000 / hz }' "/proc/$1/stat"
+}
 
 # ---- 1. peer serving throughput -----------------------------------------------
 # serving alone: one daemon holding the dataset, read by a peer client
@@ -111,13 +114,17 @@ for ((round = 0; round < ${ROUNDS:-3}; round++)); do
     sleep 0.2
   done
   before=$(stat_of 1 peer_bytes)
+  cpu0=$(cpu_ms "${pids[0]}") cpu1=$(cpu_ms "${pids[1]}")
   t0=$(date +%s.%N)
-  LARDER_SOCKET=$work/sock1 "$larder" warm "$index" --cache "$work/cache1" >/dev/null
+  LARDER_SOCKET=$work/sock1 /usr/bin/time -f '%U %S' -o "$work/reader_time" \
+    "$larder" warm "$index" --cache "$work/cache1" >/dev/null
   t1=$(date +%s.%N)
-  borrow_rounds+="$(seconds "$t0" "$t1") $(($(stat_of 1 peer_bytes) - before)) $(($(stat_of 1 origin_bytes) - now))"$'\n'
+  cpu0=$(($(cpu_ms "${pids[0]}") - cpu0)) cpu1=$(($(cpu_ms "${pids[1]}") - cpu1))
+  cpu_reader=$(awk '{ printf "%.0f", ($1 + $2) * 1000 }' "$work/reader_time")
+  borrow_rounds+="$(seconds "$t0" "$t1") $(($(stat_of 1 peer_bytes) - before)) $(($(stat_of 1 origin_bytes) - now)) $cpu0 $cpu1 $cpu_reader"$'\n'
   stop_cluster
 done
-read -r borrow_seconds borrow_bytes borrow_origin < <(printf '%s' "$borrow_rounds" | sort -n |
+read -r borrow_seconds borrow_bytes borrow_origin borrow_cpu0 borrow_cpu1 borrow_cpu_reader < <(printf '%s' "$borrow_rounds" | sort -n |
   awk '{ a[NR] = $0 } END { print a[int((NR + 1) / 2)] }')
 # the plain copy: the same number of bytes, from the same files, over one TCP connection
 copy=$(/usr/bin/python3 - "$work/origin" "$served" <<'PY'
@@ -276,6 +283,12 @@ done
     printf "| end to end: all node 1 read (its own chunks too) | %.1f | %.0f | %.2fx |\n", t / 1e6, a, a / c }'
   awk -v b="$borrow_bytes" -v r="$borrow_rate" -v c="$copy" 'BEGIN {
     printf "| end to end, borrowing only (node 1 owned chunks staged first) | %.1f | %.0f | %.2fx |\n", b / 1e6, r, r / c }'
+  echo
+  echo "Borrowing only, the median round: the CPU time each process used during it (user and system,"
+  echo "/proc and /usr/bin/time, 10 ms steps): node 0 (the owner) ${borrow_cpu0:-?} ms, node 1 (the"
+  echo "borrowing daemon) ${borrow_cpu1:-?} ms, its reader ${borrow_cpu_reader:-?} ms, in $(awk -v s="$borrow_seconds" 'BEGIN { printf "%.0f", s * 1000 }') ms of wall time on"
+  echo "$(nproc) cores.  Each round, wall seconds, MB borrowed, then those CPU figures:"
+  printf '%s' "$borrow_rounds" | awk '{ printf "%.3f s, %.1f MB, %s/%s/%s ms; ", $1, $2 / 1e6, $4, $5, $6 } END { print "" }'
   echo
   echo "## 3. Over UCX (larderd --transport ucx)"
   echo
