@@ -94,6 +94,17 @@ origin=$("$LARDER" stat --json | json "[x['origin_bytes'] for x in d['datasets']
 
 # a cache of one's own still wins over the daemon's socket for warm
 "$LARDER" warm origin/E/index.larder --cache "$WORK/own" | grep -q "warmed 40 samples" || fail "warm --cache"
+# its two lanes of batches (half of --jobs each) read every sample once, however
+# --jobs divides D's 20: one sample a batch, 1 (3 in flight), 32 (all of them
+# in one); D's samples have blocks of their own, so a sample left out leaves
+# bytes out of the cache; no daemon, so that every byte lands in that cache
+for jobs in 1 3 64; do
+  rm -rf "$WORK/own$jobs"
+  LARDER_SOCKET= "$LARDER" warm origin/D/index.larder --cache "$WORK/own$jobs" --jobs $jobs >own$jobs.txt ||
+    fail "warm --jobs $jobs: $(cat own$jobs.txt)"
+  grep -q "warmed 20 samples" own$jobs.txt || fail "warm --jobs $jobs: $(cat own$jobs.txt)"
+  grep -q "the cache holds \(.*\) of \1\$" own$jobs.txt || fail "warm --jobs $jobs left some out: $(cat own$jobs.txt)"
+done
 
 # 3. no daemon on the socket: warm and stat fail at once, saying so
 LARDER_SOCKET=$WORK/none.sock expect_error 1 "none.sock" "$LARDER" warm origin/E/index.larder
