@@ -69,25 +69,19 @@ struct hints {
  * The governor (hints_governor.c): while readers are about on this node
  * or a peer's (larder__source_gate_readers_active, or DEMAND/NEAR tasks
  * running here), at most HINTS_BESIDE_READERS staging jobs of this node
- * move bytes at once; with none about, every job of the pool's share.
+ * move bytes at once; with none about, every job the pool runs.  A
+ * staging job enters before it takes its first byte and leaves after its
+ * last; call neither with hints->lock held.
  */
 #define HINTS_BESIDE_READERS 1
 /* How many staging jobs may move bytes at once: `jobs` (the pool's
  * share) with no reader about, HINTS_BESIDE_READERS (at most `jobs`)
- * with; at least 1. */
+ * with. */
 int hints_governor_share(bool readers_about, int jobs);
-/* The pool's share for staging: half d's workers, at least 1. */
-int hints_governor_jobs(const struct larderd *d);
-/* Whether readers are about d now (false with LARDER_HINTS_GOVERNOR=off). */
-bool hints_readers_about(struct larderd *d);
-/* Whether one more staging job may move bytes now; if so it is counted
- * until hints_governor_leave_locked.  Always when stopping.  Call both
- * with hints->lock held. */
-bool hints_governor_admit_locked(struct larderd *d);
-void hints_governor_leave_locked(struct larderd *d);
-/* Wait (half a second at most) while d runs DEMAND or NEAR READs: an
- * admitted staging job starts in the gaps between them. */
-void hints_yield_to_readers(struct larderd *d);
+/* Wait until one more staging job may move bytes, and count it. */
+void hints_governor_enter(struct larderd *d);
+/* Count a staging job that moved its bytes out, and wake the next. */
+void hints_governor_leave(struct larderd *d);
 
 /* d's hints, made on first use; NULL when out of memory. */
 struct hints *hints_of(struct larderd *d);

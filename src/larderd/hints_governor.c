@@ -19,12 +19,9 @@
  * "Readers about" is what the gate sees (a DEMAND or NEAR read of a gated
  * origin here within the last second, or a peer's READERS), or DEMAND or
  * NEAR tasks running on this daemon's pool (readers served from the
- * cache or from peers).  Nothing waits here: a job the governor does not
- * admit goes back to the head of the node's queue before it registers as
- * running (so a peer's READ never waits on it: no chain of nodes waiting
- * on each other's governors), and take_ready hands out no more jobs than
- * the share, so the job that moves bytes takes the next when it ends.  No
- * thread polls while it waits (a pool of 64 had up to 31 per node).
+ * cache or from peers).  A job waits before it registers as running
+ * (hints_staging_wait), so a peer's READ never waits on a job that waits
+ * here: no chain of nodes waiting on each other's governors.
  */
 #include "hints.h"
 
@@ -33,6 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* How often a waiting job looks again: readers come and go without
+ * telling the hints' condition. */
+#define GOVERNOR_RECHECK_MS 5
 
 int hints_governor_share(bool readers_about, int jobs)
 {
@@ -55,7 +56,8 @@ static bool governor_off(void)
     return known;
 }
 
-bool hints_readers_about(struct larderd *d)
+/* Whether readers are about this node, now. */
+static bool readers_about(struct larderd *d)
 {
     if (governor_off()) return false;
     if (larder__source_gate_readers_active()) return true;
@@ -64,43 +66,36 @@ bool hints_readers_about(struct larderd *d)
     return stats.running[LARDER__DEMAND] + stats.running[LARDER__NEAR] > 0;
 }
 
-int hints_governor_jobs(const struct larderd *d)
-{
-    return d->config.jobs / 2 > 1 ? d->config.jobs / 2 : 1; /* half the pool's workers */
-}
-
-bool hints_governor_admit_locked(struct larderd *d)
+void hints_governor_enter(struct larderd *d)
 {
     struct hints *hints = d->hints;
-    bool about = hints_readers_about(d);
-    if (!hints->stopping && !d->stopping &&
-        hints->transferring >= hints_governor_share(about, hints_governor_jobs(d)))
-        return false;
-    hints->transferring++;
-    if (about && hints->transferring > hints->most_beside_readers)
-        hints->most_beside_readers = hints->transferring;
-    return true;
-}
-
-void hints_governor_leave_locked(struct larderd *d)
-{
-    d->hints->transferring--;
-}
-
-/* A staging job waits this long at most for the readers' work to pause. */
-#define YIELD_MAX_MS 500
-
-/* Wait (YIELD_MAX_MS at most) while this daemon runs DEMAND or NEAR READs
- * (its readers', or peers' for their readers): a staging job starts in the
- * gaps between them, so its transfers and checksums do not take the CPU
- * and the links beside a reader's read (docs/scale.md, "Priorities"). */
-void hints_yield_to_readers(struct larderd *d)
-{
-    for (int waited = 0; waited < YIELD_MAX_MS && !d->stopping; waited += 2) {
-        struct larder__pool_stats stats;
-        larderd_classes_get(d, &stats);
-        if (stats.running[LARDER__DEMAND] + stats.running[LARDER__NEAR] == 0) return;
-        struct timespec nap = {0, 2 * 1000000};
-        nanosleep(&nap, NULL);
+    int jobs = d->config.jobs / 2 > 1 ? d->config.jobs / 2 : 1; /* take_ready's share */
+    pthread_mutex_lock(&hints->lock);
+    for (;;) {
+        /* the readers' state is read without the hints' lock held by
+         * anyone waiting on it for long: both calls take their own */
+        bool about = readers_about(d);
+        if (hints->stopping || d->stopping ||
+            hints->transferring < hints_governor_share(about, jobs)) {
+            hints->transferring++;
+            if (about && hints->transferring > hints->most_beside_readers)
+                hints->most_beside_readers = hints->transferring;
+            break;
+        }
+        struct timespec at;
+        clock_gettime(CLOCK_REALTIME, &at);
+        at.tv_nsec += GOVERNOR_RECHECK_MS * 1000000L;
+        if (at.tv_nsec >= 1000000000L) at.tv_sec++, at.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&hints->changed, &hints->lock, &at);
     }
+    pthread_mutex_unlock(&hints->lock);
+}
+
+void hints_governor_leave(struct larderd *d)
+{
+    struct hints *hints = d->hints;
+    pthread_mutex_lock(&hints->lock);
+    hints->transferring--;
+    pthread_cond_broadcast(&hints->changed);
+    pthread_mutex_unlock(&hints->lock);
 }

@@ -115,16 +115,14 @@ static void pin_ranges(struct hint *h, struct larder__cache *cache)
 static void stage_job(void *arg);
 
 /* Take the pending staging jobs that may start now (while fewer than
- * half the pool's workers stage, or the governor's share while readers
- * are about: hints_governor.c), counted as staging; call with
+ * half the pool's workers stage), counted as staging; call with
  * hints->lock held, and submit() them after letting it go (the pool may
  * run a task inline, and the task takes the lock). */
 static struct stage_job *take_ready(struct larderd *d)
 {
     struct hints *hints = d->hints;
     struct stage_job *ready = NULL, **tail = &ready;
-    int most =
-        hints_governor_share(hints->pending && hints_readers_about(d), hints_governor_jobs(d));
+    int most = d->config.jobs / 2 > 1 ? d->config.jobs / 2 : 1;
     while (!hints->stopping && hints->pending && hints->staging < most) {
         struct stage_job *job = hints->pending;
         hints->pending = job->next;
@@ -146,6 +144,24 @@ static void submit(struct larderd *d, struct stage_job *ready)
     }
 }
 
+/* A staging job waits this long at most for the readers' work to pause. */
+#define YIELD_MAX_MS 500
+
+/* Wait (YIELD_MAX_MS at most) while this daemon runs DEMAND or NEAR READs
+ * (its readers', or peers' for their readers): a staging job starts in the
+ * gaps between them, so its transfers and checksums do not take the CPU
+ * and the links beside a reader's read (docs/scale.md, "Priorities"). */
+static void yield_to_readers(struct larderd *d)
+{
+    for (int waited = 0; waited < YIELD_MAX_MS && !d->stopping; waited += 2) {
+        struct larder__pool_stats stats;
+        larderd_classes_get(d, &stats);
+        if (stats.running[LARDER__DEMAND] + stats.running[LARDER__NEAR] == 0) return;
+        struct timespec nap = {0, 2 * 1000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
 /* Stage one chunk of a hint: in the cache without a copy where it can,
  * else through a buffer (a cache that evicts).  The chain of the shard's
  * source reads it from its owner node before the origin. */
@@ -156,22 +172,10 @@ static void stage_job(void *arg)
     struct hint *h = job->hint;
     larder_dataset *ds = h->entry->dataset;
     uint64_t arrived_us = trace_now_us();
-    pthread_mutex_lock(&d->hints->lock);
-    if (!hints_governor_admit_locked(d)) {
-        /* readers are about and the node's share moves bytes (a job taken
-         * before they came): back to the head of the queue, before it
-         * shows as running; the job moving bytes takes the next when it
-         * ends (take_ready) */
-        job->next = d->hints->pending;
-        d->hints->pending = job;
-        if (!d->hints->pending_tail) d->hints->pending_tail = job;
-        d->hints->staging--;
-        pthread_mutex_unlock(&d->hints->lock);
-        return;
-    }
-    pthread_mutex_unlock(&d->hints->lock);
-    /* the readers' reads' gaps (one job per node polls here beside them) */
-    if (!d->stopping) hints_yield_to_readers(d);
+    /* the readers first: their reads' gaps, then the governor's share
+     * (hints_governor.c), before the job shows as running */
+    if (!d->stopping) yield_to_readers(d);
+    hints_governor_enter(d);
     pthread_mutex_lock(&d->hints->lock);
     bool skip = d->hints->stopping || !h->live; /* stopping, or its time is up */
     job->next = d->hints->running; /* a relay's READ for it waits for it (hints_staging_wait) */
@@ -214,8 +218,8 @@ static void stage_job(void *arg)
                 larder_errmsg());
     }
     take_source_reads(); /* not a READ's: forget where these bytes came from */
+    hints_governor_leave(d);
     pthread_mutex_lock(&d->hints->lock);
-    hints_governor_leave_locked(d);
     if (rc < 0) h->failed = true;
     if (rc >= 0 && !skip) h->staged_bytes += job->length;
     for (struct stage_job **at = &d->hints->running; *at; at = &(*at)->next)
