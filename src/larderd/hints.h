@@ -56,32 +56,12 @@ struct hints {
     struct stage_job *pending, *pending_tail;
     struct stage_job *running; /* staging now (hints_staging_wait looks at them) */
     int staging;               /* staging jobs on the pool */
-    int transferring;          /* ... past the governor, moving bytes (hints_governor.c) */
-    int most_beside_readers;   /* the most transferring at once while readers were about */
     pthread_cond_t changed;    /* a hint's staging ended, the list changed, or stopping */
     struct hint *list;
     pthread_t reaper; /* unpins hints whose time is up */
     bool reaper_running, stopping;
     int threads; /* hint request threads running */
 };
-
-/*
- * The governor (hints_governor.c): while readers are about on this node
- * or a peer's (larder__source_gate_readers_active, or DEMAND/NEAR tasks
- * running here), at most HINTS_BESIDE_READERS staging jobs of this node
- * move bytes at once; with none about, every job the pool runs.  A
- * staging job enters before it takes its first byte and leaves after its
- * last; call neither with hints->lock held.
- */
-#define HINTS_BESIDE_READERS 1
-/* How many staging jobs may move bytes at once: `jobs` (the pool's
- * share) with no reader about, HINTS_BESIDE_READERS (at most `jobs`)
- * with. */
-int hints_governor_share(bool readers_about, int jobs);
-/* Wait until one more staging job may move bytes, and count it. */
-void hints_governor_enter(struct larderd *d);
-/* Count a staging job that moved its bytes out, and wake the next. */
-void hints_governor_leave(struct larderd *d);
 
 /* d's hints, made on first use; NULL when out of memory. */
 struct hints *hints_of(struct larderd *d);

@@ -171,11 +171,6 @@ static void stage_job(void *arg)
     struct larderd *d = job->daemon;
     struct hint *h = job->hint;
     larder_dataset *ds = h->entry->dataset;
-    uint64_t arrived_us = trace_now_us();
-    /* the readers first: their reads' gaps, then the governor's share
-     * (hints_governor.c), before the job shows as running */
-    if (!d->stopping) yield_to_readers(d);
-    hints_governor_enter(d);
     pthread_mutex_lock(&d->hints->lock);
     bool skip = d->hints->stopping || !h->live; /* stopping, or its time is up */
     job->next = d->hints->running; /* a relay's READ for it waits for it (hints_staging_wait) */
@@ -188,7 +183,8 @@ static void stage_job(void *arg)
                                .shard = job->shard,
                                .offset = job->offset,
                                .length = job->length,
-                               .arrived_us = arrived_us};
+                               .arrived_us = trace_now_us()};
+    if (!skip && !d->stopping) yield_to_readers(d);
     trace_begin(&trace);
     if (!skip && !d->stopping) {
         int fd;
@@ -218,7 +214,6 @@ static void stage_job(void *arg)
                 larder_errmsg());
     }
     take_source_reads(); /* not a READ's: forget where these bytes came from */
-    hints_governor_leave(d);
     pthread_mutex_lock(&d->hints->lock);
     if (rc < 0) h->failed = true;
     if (rc >= 0 && !skip) h->staged_bytes += job->length;

@@ -302,11 +302,6 @@ LARDER__HIDDEN void larder__source_gate_watch(void (*watcher)(void *context), vo
 LARDER__HIDDEN int larder__source_gate_held_ms(void);
 /* Background pieces that may be in flight now (this process's gate). */
 LARDER__HIDDEN int larder__source_gate_slots(void);
-/* Whether readers are about, as the gate sees them: a DEMAND or NEAR read
- * of a gated origin in flight or within the last second, or a peer's
- * READERS heard within its hold and a second after.  Background work of
- * any kind (hints' staging, hints_governor.c) takes a small share then. */
-LARDER__HIDDEN bool larder__source_gate_readers_active(void);
 /* Background pieces that waited for foreground reads so far (this process). */
 LARDER__HIDDEN uint64_t larder__source_gate_waits(void);
 /* What the calling thread's reads through gates did since its last take:

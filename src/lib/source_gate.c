@@ -313,16 +313,6 @@ int larder__source_gate_slots(void)
     return slots;
 }
 
-bool larder__source_gate_readers_active(void)
-{
-    pthread_mutex_lock(&process_gate.lock);
-    int64_t now = now_ms();
-    bool active = process_gate.foreground > 0 || now < process_gate.active_until_ms ||
-                  now < process_gate.remote_until_ms;
-    pthread_mutex_unlock(&process_gate.lock);
-    return active;
-}
-
 void larder__source_gate_hold(unsigned hold_ms)
 {
     if (hold_ms > 1000) hold_ms = 1000;
