@@ -29,7 +29,9 @@
 # beside it), RESTART_WORK (scratch: bench/work/restart), HOW (which
 # storms of part 1: "direct unhinted hinted"), PARTS (what else runs:
 # "priorities replicate"; empty: part 1 and the simulation only), SCHED_IDLE (1: a
-# hinted run with the daemons' background at SCHED_IDLE too, in each round), TRACE (1:
+# hinted run with the daemons' background at SCHED_IDLE too, in each round), AB_ENV
+# ("NAME=VALUE ...": a hinted run whose daemons have that environment too, in each
+# round, for an A/B of a mechanism in one run), TRACE (1:
 # each priorities run writes the daemons' request trace, LARDERD_TRACE, to
 # RESTART_WORK/daemons-LABEL-ROUND.trace beside the reader's step trace
 # train-LABEL-ROUND.trace, on one wall clock; bench/restart_trace.py lines
@@ -159,7 +161,7 @@ start_cluster() { # four daemons with fresh caches, on fresh ports (sets base)
     for ((i = 0; i < daemons; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
     for ((i = 0; i < daemons; i++)); do
       rm -rf "$work/cache$i" "$work/sock$i"
-      LARDERD_TRACE=${daemon_trace:-} LARDER_BACKGROUND_SCHED=${daemon_sched:-} "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+      env ${daemon_env:-} LARDERD_TRACE=${daemon_trace:-} LARDER_BACKGROUND_SCHED=${daemon_sched:-} "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
         --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
       pids+=($!)
     done
@@ -346,15 +348,16 @@ train_run() { # label, then the background command (or nothing)
   # TRACE=1: the daemons' request traces (src/larderd/trace.h) beside the reader's
   if [ "${TRACE:-0}" = 1 ]; then daemon_trace=$work/daemons-$1-$round.trace; rm -f "$daemon_trace"; fi
   [ "$1" = hinted-idle ] && daemon_sched=idle # background tasks at SCHED_IDLE (src/lib/pool.c)
+  [ "$1" = hinted-ab ] && daemon_env=$AB_ENV # the A/B run's daemons' environment
   start_cluster
-  daemon_trace= daemon_sched=
+  daemon_trace= daemon_sched= daemon_env=
   local bg=()
   if [ "$1" = warm ]; then
     for ((i = 0; i < daemons; i++)); do
       "$larder" warm "$index" --socket "$work/sock$i" >/dev/null 2>&1 &
       bg+=($!) jobs_+=($!)
     done
-  elif [ "$1" = hinted ] || [ "$1" = hinted-idle ]; then
+  elif [ "$1" = hinted ] || [ "$1" = hinted-idle ] || [ "$1" = hinted-ab ]; then
     LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
   fi
   sleep 0.5
@@ -383,12 +386,13 @@ if wants "$parts" priorities; then
   # round's first idle p99 is what this machine's noise alone does to the
   # ratio, against which hinted's and warm's ratios are to be judged.
   # SCHED_IDLE=1 adds a hinted run whose daemons run background tasks at SCHED_IDLE.
-  idle_runs=() warm_runs=() hinted_runs=() control_runs=() sched_runs=()
+  idle_runs=() warm_runs=() hinted_runs=() control_runs=() sched_runs=() ab_runs=()
   for ((round = 1; round <= train_rounds; round++)); do
     idle_runs+=("$(train_run idle)")
     warm_runs+=("$(train_run warm)")
     if has hint hot; then hinted_runs+=("$(train_run hinted)"); fi
     if has hint hot && [ "${SCHED_IDLE:-0}" = 1 ]; then sched_runs+=("$(train_run hinted-idle)"); fi
+    if has hint hot && [ -n "${AB_ENV:-}" ]; then ab_runs+=("$(train_run hinted-ab)"); fi
     control_runs+=("$(train_run control)")
   done
   medians() { printf '%s\n' "$@" | $py bench/restart_figures.py medians; } # of each column
@@ -409,12 +413,13 @@ if wants "$parts" priorities; then
   # the estimator that judges the target: all rounds' steps pooled per kind
   # (the reader's step traces), the ratio of pooled p99s, a bootstrap interval
   declare -A pooled_row
-  for label in control warm hinted ${train_sched:+hinted-idle}; do
+  [ ${#ab_runs[@]} = 0 ] || ab_label=hinted-ab
+  for label in control warm hinted ${train_sched:+hinted-idle} ${ab_label:-}; do
     pooled_row[$label]=$($py bench/restart_figures.py pooled "$work" idle "$label")
   done
   # TRACE=1: where the slow steps' wait went, all rounds of each kind at once
   if [ "${TRACE:-0}" = 1 ]; then
-    slow_steps=$($py bench/restart_trace.py summary "$work" idle control hinted warm ${train_sched:+hinted-idle})
+    slow_steps=$($py bench/restart_trace.py summary "$work" idle control hinted warm ${train_sched:+hinted-idle} ${ab_label:-})
   fi
 fi
 
@@ -562,12 +567,13 @@ PY
     echo
     echo "| beside it | steps (rounds) | pooled p99 ms | idle's pooled p99 ms | pooled p99 / idle | 95% interval |"
     echo "|---|---|---|---|---|---|"
-    for label in control warm hinted ${train_sched:+hinted-idle}; do
+    for label in control warm hinted ${train_sched:+hinted-idle} ${ab_label:-}; do
       case $label in
         control) what="nothing again (control: idle vs idle)" ;;
         warm) what="\`larder warm\` (WARM)" ;;
         hinted) what="\`larder hint hot\` (HINTED): **the target's row**" ;;
         hinted-idle) what="HINTED, background tasks at SCHED_IDLE" ;;
+        hinted-ab) what="HINTED, the daemons with \`${AB_ENV:-}\` (AB_ENV)" ;;
       esac
       read -r p b r lo hi n k <<<"${pooled_row[$label]}"
       [ -n "${k:-}" ] && echo "| $what | $n ($k) | $p | $b | $r | $lo-$hi |"
