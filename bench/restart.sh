@@ -585,8 +585,9 @@ PY
     echo "summary\`): the steps at or above each kind's pooled p99, ms per step on average. The reader's"
     echo "READs of daemon 0, and of their time: the pool queue, the wait for chunks of other owners"
     echo "(borrow), daemon 0's own origin reads; the owners' origin time for those chunks; the wait"
-    echo "outside any READ (client, socket, scheduling); the CPU pressure (PSI \"some\"); the background"
-    echo "bytes any daemon read from the origin during those steps."
+    echo "outside any READ (client, socket, scheduling); the CPU pressure (PSI \"some\"); the origin"
+    echo "bytes of the background jobs (HINTED, WARM) that overlapped those steps, each job counted whole"
+    echo "(a staging job's span covers its waits at the gate too: a sign of background about, not a rate)."
     echo
     printf '%s\n' "$slow_steps"
   fi

@@ -23,8 +23,8 @@ per step on average: the wait; the reader's own READs on its daemon (node
 owners' chunks (borrow) and node 0's own origin time; the owners' origin
 time for those borrowed chunks (peer DEMAND/NEAR READs); the rest (the
 wait outside any READ: the client, its socket, scheduling); the CPU
-pressure (PSI "some"); and the background bytes (HINTED, WARM) any daemon
-read from the origin during those steps.  A markdown table, a row per
+pressure (PSI "some"); and the origin bytes of the background jobs
+(HINTED, WARM) that overlapped those steps, each job counted whole.  A markdown table, a row per
 kind, ms.
 """
 import glob
