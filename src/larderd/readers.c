@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #define READERS_TIMEOUT_MS 1000 /* a member's answer; past it the word is late anyway */
@@ -51,20 +50,6 @@ static void on_foreground(void *context)
     pthread_mutex_unlock(&signal_state.lock);
 }
 
-/* LARDER_READERS_RENEW=off in the daemon's environment: a word at a
- * read's start and end only (bench/restart.sh's A/B runs, AB_ENV). */
-static bool renew_holds(void)
-{
-    static int renew = -1;
-    int known = __atomic_load_n(&renew, __ATOMIC_RELAXED);
-    if (known < 0) {
-        const char *v = getenv("LARDER_READERS_RENEW");
-        known = !(v && strcmp(v, "off") == 0);
-        __atomic_store_n(&renew, known, __ATOMIC_RELAXED);
-    }
-    return known;
-}
-
 static void *sender(void *arg)
 {
     (void)arg;
@@ -72,31 +57,8 @@ static void *sender(void *arg)
     int length = larder__wire_encode_readers(frame, sizeof frame, 1, READERS_HOLD_MS);
     pthread_mutex_lock(&signal_state.lock);
     for (;;) {
-        while (!signal_state.pending && !signal_state.stopping) {
-            /* renewed while a read of this node's is at the origin, so that
-             * the members' pieces stay off the link until it ends, not
-             * only for a word's first 30 ms (readers_next_ms) */
-            int foreground = 0, background, next = -1;
-            if (renew_holds()) {
-                larder__source_gate_state(&foreground, &background);
-                next =
-                    readers_next_ms(foreground, clock_ms() - __atomic_load_n(&signal_state.sent_ms,
-                                                                             __ATOMIC_RELAXED));
-            }
-            if (next == 0) {
-                signal_state.pending = true;
-                break;
-            }
-            if (next < 0) {
-                pthread_cond_wait(&signal_state.wake, &signal_state.lock);
-                continue;
-            }
-            struct timespec at;
-            clock_gettime(CLOCK_REALTIME, &at);
-            at.tv_nsec += next * 1000000L;
-            if (at.tv_nsec >= 1000000000L) at.tv_sec++, at.tv_nsec -= 1000000000L;
-            pthread_cond_timedwait(&signal_state.wake, &signal_state.lock, &at);
-        }
+        while (!signal_state.pending && !signal_state.stopping)
+            pthread_cond_wait(&signal_state.wake, &signal_state.lock);
         if (signal_state.stopping) break;
         signal_state.pending = false;
         __atomic_store_n(&signal_state.sent_ms, clock_ms(), __ATOMIC_RELAXED);

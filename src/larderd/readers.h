@@ -21,21 +21,6 @@
 #define READERS_EVERY_MS 10
 #define READERS_HOLD_MS 30
 
-/*
- * What the sender does next, its last word `since_ms` ago, with
- * `foreground` DEMAND/NEAR reads of this node at the origin: 0, say it
- * again now (a read still in flight whose hold is about to run out: a
- * 4 MiB chunk takes 40 ms at 100 MB/s, a word holds 30); N > 0, look
- * again within N ms (a read may have started without waking it: the
- * watcher stays quiet for a period after a word); -1, sleep until woken.
- */
-static inline int readers_next_ms(int foreground, int64_t since_ms)
-{
-    if (foreground > 0)
-        return since_ms >= READERS_EVERY_MS ? 0 : (int)(READERS_EVERY_MS - since_ms);
-    return since_ms < READERS_HOLD_MS ? READERS_EVERY_MS : -1;
-}
-
 /* Start telling the peers (a thread; nothing without peers or without a
  * cluster secret: a peer takes READERS only from a member that proved it).
  * 0 or a negative code. */

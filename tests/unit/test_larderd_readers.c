@@ -4,12 +4,10 @@
  * user, or any peer of a cluster without a secret, is refused, for it
  * could stall every node's staging); a bad hold is refused; a member's
  * word is answered with an empty READERS and holds this process's gate
- * (one background piece at most while that member's readers are about);
- * the sender says its word again while a read is at the origin.
+ * (one background piece at most while that member's readers are about).
  */
 #include "auth.h"
 #include "daemon_fixture.h"
-#include "readers.h"
 #include "source.h"
 #include "test.h"
 
@@ -85,20 +83,4 @@ TEST(larderd_readers_only_from_a_proven_member)
     CHECK_EQ(larder__source_gate_slots(), 1);
     connection_release(member);
     larderd_free(&d);
-}
-
-/* The sender's next move (readers_next_ms): while a read of this node is
- * at the origin the word is said again once a period has passed since
- * the last, so a read longer than a hold stays covered; with none, it
- * looks again through one hold after a word, then sleeps until woken. */
-TEST(larderd_readers_renew_while_a_read_is_at_the_origin)
-{
-    CHECK_EQ(readers_next_ms(1, READERS_EVERY_MS), 0);
-    CHECK_EQ(readers_next_ms(3, READERS_HOLD_MS + 500), 0);
-    CHECK_EQ(readers_next_ms(1, 0), READERS_EVERY_MS);
-    CHECK_EQ(readers_next_ms(1, READERS_EVERY_MS - 3), 3);
-    CHECK_EQ(readers_next_ms(0, 0), READERS_EVERY_MS);
-    CHECK_EQ(readers_next_ms(0, READERS_HOLD_MS - 1), READERS_EVERY_MS);
-    CHECK_EQ(readers_next_ms(0, READERS_HOLD_MS), -1);
-    CHECK_EQ(readers_next_ms(0, 100000), -1);
 }
