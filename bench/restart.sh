@@ -375,6 +375,7 @@ train_run() { # label, then the background command (or nothing)
   jobs_=()
   stop_cluster
 }
+declare -A pooled_row # the pooled estimator's figures by run kind (empty: part 2 not run)
 skipped_part="not run (PARTS)"
 train_idle=$skipped_part train_warm=$skipped_part train_hinted=$skipped_part train_control=$skipped_part
 if wants "$parts" priorities; then
@@ -412,7 +413,6 @@ if wants "$parts" priorities; then
   fi
   # the estimator that judges the target: all rounds' steps pooled per kind
   # (the reader's step traces), the ratio of pooled p99s, a bootstrap interval
-  declare -A pooled_row
   [ ${#ab_runs[@]} = 0 ] || ab_label=hinted-ab
   for label in control warm hinted ${train_sched:+hinted-idle} ${ab_label:-}; do
     pooled_row[$label]=$($py bench/restart_figures.py pooled "$work" idle "$label")
