@@ -13,6 +13,15 @@ script stays one readable page).
     restart_figures.py ratios IDLE OTHER
         the p99 (third column) of each OTHER line over the IDLE line of its
         round, and their median: "MEDIAN (rounds: R1, R2, ...)"
+    restart_figures.py pooled WORK BASE LABEL
+        the estimator that judges the target: every step of every round of a
+        run kind pooled (WORK/train-LABEL-ROUND.trace, restart_read.c's
+        RESTART_TRACE: a step's start, wait and CPU pressure a line), the p99
+        of LABEL's pooled steps over the p99 of BASE's, and a 95% interval
+        for that ratio by a two-level bootstrap (rounds drawn with
+        replacement, then steps within each drawn round, for both kinds
+        alike: steps of one round share its machine's load, so rounds are
+        the unit that varies); "p99 base_p99 ratio low high steps rounds"
 """
 import json
 import os
@@ -57,6 +66,55 @@ def ratios(idle_text, other_text):
           if r else "-")
 
 
+def step_waits(work, label):
+    """{round: [wait ms, ...]} of the run kind's traces in WORK."""
+    rounds = {}
+    prefix = f"train-{label}-"
+    for name in sorted(os.listdir(work)):
+        if not (name.startswith(prefix) and name.endswith(".trace")):
+            continue
+        tag = name[len(prefix):-len(".trace")]
+        if not tag.isdigit():
+            continue  # another kind whose label starts with this one
+        with open(os.path.join(work, name)) as f:
+            waits = [float(l.split()[1]) for l in f if len(l.split()) >= 2]
+        if waits:
+            rounds[int(tag)] = waits
+    return rounds
+
+
+def p99(values):
+    """The 99th percentile as restart_read.c takes it: the sorted value at
+    floor((n - 1) * 0.99)."""
+    v = sorted(values)
+    return v[int((len(v) - 1) * 0.99)]
+
+
+def pooled(work, base_label, label, draws=2000, seed=12):
+    import random
+
+    base, other = step_waits(work, base_label), step_waits(work, label)
+    if not base or not other:
+        print("-")
+        return
+    everything = lambda rounds: [w for r in rounds.values() for w in r]
+    point_base, point = p99(everything(base)), p99(everything(other))
+    rng = random.Random(seed)
+
+    def resample(rounds):
+        keys = list(rounds)
+        steps = []
+        for _ in keys:
+            r = rounds[rng.choice(keys)]
+            steps.extend(rng.choice(r) for _ in r)
+        return steps
+
+    ratios = sorted(p99(resample(other)) / p99(resample(base)) for _ in range(draws))
+    low, high = ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+    print("%.2f %.2f %.3f %.3f %.3f %d %d" % (point, point_base, point / point_base, low, high,
+                                             len(everything(other)), len(other)))
+
+
 def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "cpu":
         cpu(sys.argv[2], sys.argv[3], sys.argv[4:])
@@ -64,6 +122,8 @@ def main():
         medians(sys.stdin)
     elif len(sys.argv) == 4 and sys.argv[1] == "ratios":
         ratios(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 5 and sys.argv[1] == "pooled":
+        pooled(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         sys.exit(__doc__)
 
