@@ -388,6 +388,65 @@ static bool open_request(struct connection *c, const struct larder__frame *f,
     return true;
 }
 
+/* A READ answered on UCX's progress thread is done (rc 0: the borrower took its bytes). */
+static void resident_answered(void *arg, int rc)
+{
+    struct read_job *job = arg;
+    read_job_end(job, rc == 0 ? (uint64_t)job->read.length : 0);
+}
+
+bool read_answer_resident(struct connection *c, const struct larder__read *read, uint64_t request,
+                          struct larder__ucx_session *via)
+{
+    int slot = -1;
+    struct dataset_entry *e = find_dataset(c->daemon, read->id_low, read->id_high, &slot);
+    int fd = -1;
+    /* a READ refused, or one whose bytes are not all in the cache, goes to the workers */
+    if (!e || !(c->opened & (UINT64_C(1) << slot)) ||
+        larder__fill_resident_fd(larder__dataset_fill(e->dataset), read->shard, read->offset,
+                                 read->length, &fd) != 0)
+        return false;
+    struct read_job *job = malloc(sizeof *job);
+    if (!job) return false;
+    *job = (struct read_job){.connection = c,
+                             .entry = e,
+                             .read = *read,
+                             .request = request,
+                             .arrived_us = now_us(),
+                             .via = via};
+    job->trace = (struct trace_span){.kind = "read",
+                                     .node = (int)c->daemon->self,
+                                     .peer = c->peer,
+                                     .priority = read->priority,
+                                     .shard = read->shard,
+                                     .offset = read->offset,
+                                     .length = read->length,
+                                     .arrived_us = trace_now_us()};
+    larder__ucx_session_hold(via);
+    pthread_mutex_lock(&c->lock);
+    c->refs++;
+    c->jobs++;
+    c->charged += (size_t)read->length + REQUEST_OVERHEAD;
+    pthread_mutex_unlock(&c->lock);
+    take_source_reads(); /* none are this READ's: it is a hit */
+    trace_begin(&job->trace);
+    job->trace.borrowed_us = trace_now_us();
+    if (larder__ucx_answer_file_async(via, request, fd, read->offset, (size_t)read->length,
+                                      resident_answered, job) != 0) {
+        /* not sent (the mapping failed, the endpoint broke): undone, and
+         * the workers answer it the waiting way, which says why */
+        pthread_mutex_lock(&c->lock);
+        c->refs--;
+        c->jobs--;
+        c->charged -= (size_t)read->length + REQUEST_OVERHEAD;
+        pthread_mutex_unlock(&c->lock);
+        larder__ucx_session_release(via);
+        free(job);
+        return false;
+    }
+    return true;
+}
+
 /* Queue a READ of c's (request id `request`; via: it came over UCX, answered
  * there) on the workers, once its dataset is found opened on c. */
 void read_submit(struct connection *c, const struct larder__read *read, uint64_t request,

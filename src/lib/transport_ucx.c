@@ -15,7 +15,8 @@
  * worker's event fd and a wake eventfd that senders write: no timer
  * drives progress.
  *
- * Lock order: hub->conns_lock, then hub->worker_lock, then hub->lock.
+ * Lock order: hub->conns_lock, then hub->worker_lock, then the mappings' lock
+ * (transport_ucx_map.c), then hub->lock.
  * No UCX call is made with hub->lock held.
  */
 #include "transport_ucx_internal.h"
@@ -353,6 +354,7 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&hub->worker_lock);
         if (__atomic_exchange_n(&hub->reap_conns, false, __ATOMIC_ACQ_REL))
             larder__ucx_conns_reap(hub);
+        larder__ucx_answers_sweep(hub);
         __atomic_add_fetch(&hub->stats.passes, 1, __ATOMIC_RELAXED);
         int64_t now = now_us();
         if (any) last_event_us = now;
@@ -480,6 +482,7 @@ void larder__ucx_stop(struct larder__ucx *hub)
         larder__ucx_kick(hub);
         pthread_join(hub->thread, NULL);
     }
+    if (hub->worker) larder__ucx_answers_end(hub); /* before their mappings go */
     larder__ucx_log_stats(hub);
     larder__ucx_mappings_free(hub);
     if (hub->worker) larder__ucx_conns_close(hub);
