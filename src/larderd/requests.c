@@ -105,16 +105,21 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     borrow_return(job->stripe, job->loan);
     served_count(&job->entry->served, reads == 0, (reads & SOURCE_READ_PEER) != 0, bytes == 0,
                  c->peer, bytes, now_us() - job->arrived_us);
+    struct larderd *d = c->daemon;
     pthread_mutex_lock(&c->lock);
+    bool was_over = c->charged >= d->config.connection_budget;
     c->charged -= (size_t)job->read.length + REQUEST_OVERHEAD;
     c->jobs--;
     if (!job->via) c->reads--; /* PROGRESS is for READs on the connection itself */
     pthread_mutex_unlock(&c->lock);
+    /* a connection paused over its budget may read again; a READ over UCX
+     * wakes the loop for nothing else (its answer went over UCX): only then
+     * (a wake-up of the loop per answer was one more context switch each) */
+    bool wake = !job->via || was_over;
     larder__ucx_session_release(job->via);
-    struct larderd *d = c->daemon;
     connection_release(c);
     free(job);
-    larderd_wake(d); /* a connection paused over its budget may read again */
+    if (wake) larderd_wake(d);
 }
 
 static void read_job(void *arg)
