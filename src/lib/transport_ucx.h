@@ -101,9 +101,10 @@ LARDER__HIDDEN int larder__ucx_answer_file(struct larder__ucx_session *session, 
 
 /* An answer sent without a waiter is done: rc 0 (the borrower took the
  * bytes) or a negative code (the borrower went away, or it was
- * cancelled).  Called on the progress thread (or inside the call that
- * posted it, when UCX was done at once), under the hub's worker lock:
- * it must not wait, and may not send and wait (larder__ucx_answer). */
+ * cancelled).  Called on the progress thread, under the hub's worker
+ * lock (or inside the call that posted it, when UCX was done at once, or
+ * at the hub's stop): it must not wait, and may not send and wait
+ * (larder__ucx_answer). */
 typedef void larder__ucx_done_fn(void *arg, int rc);
 /*
  * larder__ucx_answer_file without waiting: the send is posted, and `done`
