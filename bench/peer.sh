@@ -185,7 +185,7 @@ for tls in tcp shm; do
     ceiling_list+="$(ucx_ceiling $tls) "
     # the second ceiling: UCX alone sending the daemon's own cache files (ucx_files.c)
     [ -x "$build/larder_bench_ucx_files" ] && files_list+="$(UCX_TLS=$tls timeout 120 "$build/larder_bench_ucx_files" \
-      "$upasses" 8 1024 "$work"/cache0/*/*.data 2>/dev/null | awk '{ printf "%.0f", $2 }') "
+      "$upasses" 8 1024 "$work"/cache0/*/*.data 2>/dev/null | awk '{ printf "%.0f", $2 }' || true) "
     LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 8 1024 "$upasses" \
       >"$work/bench_ucx_$tls.out" 2>"$work/bench_ucx_$tls.err" || urc=$?
     read -r userved rate < <(grep -E '^[0-9]+ [0-9.]+$' "$work/bench_ucx_$tls.out" || echo 0 0)
