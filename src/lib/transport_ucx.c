@@ -241,7 +241,7 @@ static void sent_copy(void *request, ucs_status_t status, void *user_data)
 static int send_from_progress(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const void *header,
                               size_t header_length, const void *bytes, size_t length)
 {
-    (void)hub; /* worker_lock is held: this runs inside a callback */
+    /* worker_lock is held: this runs inside a callback */
     uint8_t *copy = malloc(header_length + length + 1);
     if (!copy) return -ENOMEM;
     memcpy(copy, header, header_length);
@@ -254,7 +254,10 @@ static int send_from_progress(struct larder__ucx *hub, ucp_ep_h ep, unsigned id,
                                  .datatype = ucp_dt_make_contig(1)};
     ucs_status_ptr_t r =
         ucp_am_send_nbx(ep, id, copy, header_length, copy + header_length, length, &param);
-    if (r == NULL || UCS_PTR_IS_ERR(r)) free(copy);
+    if (r == NULL || UCS_PTR_IS_ERR(r))
+        free(copy);
+    else
+        larder__ucx_kick(hub); /* one more pass before the thread sleeps (transport_ucx_answer.c) */
     return UCS_PTR_IS_ERR(r) ? -ECONNRESET : 0;
 }
 
