@@ -15,6 +15,7 @@ source bench/lib.sh
 build=${BUILD_DIR:-build}
 scripts/install-deps >/dev/null
 cmake -S . -B "$build" -G Ninja >/dev/null && ninja -C "$build" larder_cli larderd larder_bench_peer >/dev/null
+ninja -C "$build" larder_bench_ucx_files >/dev/null 2>&1 || true # section 3's second ceiling (with UCX only)
 larder=$PWD/$build/larder larderd=$PWD/$build/larderd
 quick=0
 [ "${1:-}" = --quick ] && quick=1
@@ -169,7 +170,7 @@ borrow_rate_median=$(printf '%s' "$borrow_rounds" | awk '{ print $2 / $1 / 1e6 }
 
 # ---- 3. over UCX: serving, end to end, and UCX's own ceiling -------------------
 # ucx_perftest's bandwidth is in MiB/s: converted to MB/s (1e6) like the rest
-ucx_rows="" ucx_notes=""
+ucx_rows="" ucx_notes="" ufiles_rows=""
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : 0 }'; }
 ucx_ceiling() { # TLS: MB/s of ucp_am_bw, 1 MiB messages, one client
   local port=$((base + 7))
@@ -191,16 +192,19 @@ for tls in tcp shm; do
   # printed on stdout came first, and the row read 0 MB/s).
   # as many passes over the dataset as make the ceiling's 1000 MiB (setup amortized alike)
   upasses=$(awk -v s="$shard_bytes" 'BEGIN { p = int(1048576000 / s + 0.999); print (p > 1 ? p : 1) }')
-  urc=0 userve_list="" ceiling_list="" uslow_list=""
+  urc=0 userve_list="" ceiling_list="" uslow_list="" files_list=""
   for ((r = 0; r < ${UCX_ROUNDS:-3}; r++)); do
     ceiling_list+="$(ucx_ceiling $tls) "
+    # the second ceiling: UCX alone sending the daemon's own cache files (ucx_files.c)
+    [ -x "$build/larder_bench_ucx_files" ] && files_list+="$(UCX_TLS=$tls timeout 120 "$build/larder_bench_ucx_files" \
+      "$upasses" 8 1024 "$work"/cache0/*/*.data 2>/dev/null | awk '{ printf "%.0f", $2 }' || true) "
     LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 8 1024 "$upasses" \
       >"$work/bench_ucx_$tls.out" 2>"$work/bench_ucx_$tls.err" || urc=$?
     read -r userved rate < <(grep -E '^[0-9]+ [0-9.]+$' "$work/bench_ucx_$tls.out" || echo 0 0)
     userve_list+="$rate "
     uslow_list+="$(sed -n 's/^slowest READ: \([0-9.]*\) ms; READs over 50 ms: \([0-9]*\)/\1 ms (\2 over 50 ms)/p' "$work/bench_ucx_$tls.err" | tail -1); "
   done
-  userve_rate=$(median $userve_list) ceiling=$(median $ceiling_list)
+  userve_rate=$(median $userve_list) ceiling=$(median $ceiling_list) files_ceiling=$(median $files_list)
   stop_cluster
   userve_stats=$(grep -h "UCX stats" "$work/daemon.log" | sed 's/^larderd: UCX stats: //' | tail -1)
   uclient_stats=$(grep -h "UCX stats" "$work/bench_ucx_$tls.err" | sed 's/.*answers received/received/' | tail -1)
@@ -225,11 +229,13 @@ for tls in tcp shm; do
     'BEGIN {
     printf "| UCX %s | %.0f | %.0f | %s | %.0f | %s |\n", t, c, r, c ? sprintf("%.2fx", r / c) : "?", e,
       c ? sprintf("%.2fx", e / c) : "?" }')$'\n'
+  ufiles_rows+=$(awk -v t=$tls -v r="$userve_rate" -v c="${files_ceiling:-0}" -v p="${ceiling:-0}" \
+    'BEGIN { printf "| UCX %s | %.0f | %.0f | %s | %.0f |\n", t, c, r, c ? sprintf("%.2fx", r / c) : "?", p }')$'\n'
   ucx_notes+="- UCX $tls: the serving client's READs went over $(grep '^transport: ' "$work/bench_ucx_$tls.err" | tail -1 | sed 's/transport: //')"
   [ "$urc" = 0 ] || ucx_notes+=" (it failed, exit $urc: $(grep -v '^transport: ' "$work/bench_ucx_$tls.err" | head -1))"
   ucx_notes+="; end to end, UCX paths that failed and went over TCP for 10 s: $fallbacks"$'\n'
   ucx_notes+="  - end to end MB/s borrowed, each round: $ue2e_list"$'\n'
-  ucx_notes+="  - serving MB/s of each round ($upasses passes over the dataset, $(awk -v b="$userved" 'BEGIN { printf "%.0f", b / 1e6 }') MB): $userve_list; ceiling: $ceiling_list"$'\n'
+  ucx_notes+="  - serving MB/s of each round ($upasses passes over the dataset, $(awk -v b="$userved" 'BEGIN { printf "%.0f", b / 1e6 }') MB): $userve_list; ceiling: $ceiling_list; UCX sending the cache files: $files_list"$'\n'
   ucx_notes+="  - serving daemon: $userve_stats; client: $uclient_stats"$'\n'
   ucx_notes+="  - the slowest serving READ of each round: $uslow_list"$'\n'
   : >"$work/daemon.log"
@@ -311,6 +317,19 @@ done
   echo "| transport | ceiling MB/s | serving MB/s | serving vs ceiling | end to end MB/s | end to end vs ceiling |"
   echo "|---|---|---|---|---|---|"
   printf '%s' "$ucx_rows"
+  echo
+  echo "A second ceiling, beside the issue's: \`ucx_perftest\` sends one 1 MiB buffer again and"
+  echo "again, hot in the CPU's cache; a daemon serving a dataset sends each MiB of its cache files"
+  echo "once per pass, out of the page cache.  \`larder_bench_ucx_files\` (bench/ucx_files.c) is UCX"
+  echo "alone moving those same bytes: node 0's cache files mapped and registered once, sent as"
+  echo "active messages of 1 MiB, 8 in flight (the serving client's READs), received into 8"
+  echo "rotating buffers, both sides busy-polling one thread as ucx_perftest does; as many passes"
+  echo "as the serving runs; the median of the same alternated rounds.  The row above stays the"
+  echo "issue's measure."
+  echo
+  echo "| transport | UCX sending the cache files MB/s | serving MB/s | serving vs that | ucx_perftest MB/s |"
+  echo "|---|---|---|---|---|"
+  printf '%s' "$ufiles_rows"
   echo
   printf '%s' "$ucx_notes"
   echo

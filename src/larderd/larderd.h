@@ -362,6 +362,12 @@ struct larder__ucx_session;
 void read_submit(struct connection *c, const struct larder__read *read, uint64_t request,
                  struct larder__ucx_session *via);
 
+/* requests.c: answer a READ that came over UCX on the calling thread (UCX's
+ * progress thread, which may not wait) when its bytes are all in the cache:
+ * the send is posted and the READ counted once the borrower took them.
+ * false: not answered (refused, or not resident): read_submit it. */
+bool read_answer_resident(struct connection *c, const struct larder__read *read, uint64_t request,
+                          struct larder__ucx_session *via);
 /* ucx.c: peers' data over UCX (docs/protocol.md, "Transports") */
 /* Start the hub per --transport, and say which transport peers use: 0, or
  * -1 once the failure is said (--transport ucx without a usable UCX). */

@@ -105,16 +105,21 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     borrow_return(job->stripe, job->loan);
     served_count(&job->entry->served, reads == 0, (reads & SOURCE_READ_PEER) != 0, bytes == 0,
                  c->peer, bytes, now_us() - job->arrived_us);
+    struct larderd *d = c->daemon;
     pthread_mutex_lock(&c->lock);
+    bool was_over = c->charged >= d->config.connection_budget;
     c->charged -= (size_t)job->read.length + REQUEST_OVERHEAD;
     c->jobs--;
     if (!job->via) c->reads--; /* PROGRESS is for READs on the connection itself */
     pthread_mutex_unlock(&c->lock);
+    /* a connection paused over its budget may read again; a READ over UCX
+     * wakes the loop for nothing else (its answer went over UCX): only then
+     * (a wake-up of the loop per answer was one more context switch each) */
+    bool wake = !job->via || was_over;
     larder__ucx_session_release(job->via);
-    struct larderd *d = c->daemon;
     connection_release(c);
     free(job);
-    larderd_wake(d); /* a connection paused over its budget may read again */
+    if (wake) larderd_wake(d);
 }
 
 static void read_job(void *arg)
@@ -385,6 +390,65 @@ static bool open_request(struct connection *c, const struct larder__frame *f,
     uint8_t frame[LARDER__WIRE_HEADER + 20];
     int n = larder__wire_encode_opened(frame, sizeof frame, f->request, &opened);
     if (n > 0) enqueue(c, frame, (size_t)n);
+    return true;
+}
+
+/* A READ answered on UCX's progress thread is done (rc 0: the borrower took its bytes). */
+static void resident_answered(void *arg, int rc)
+{
+    struct read_job *job = arg;
+    read_job_end(job, rc == 0 ? (uint64_t)job->read.length : 0);
+}
+
+bool read_answer_resident(struct connection *c, const struct larder__read *read, uint64_t request,
+                          struct larder__ucx_session *via)
+{
+    int slot = -1;
+    struct dataset_entry *e = find_dataset(c->daemon, read->id_low, read->id_high, &slot);
+    int fd = -1;
+    /* a READ refused, or one whose bytes are not all in the cache, goes to the workers */
+    if (!e || !(c->opened & (UINT64_C(1) << slot)) ||
+        larder__fill_resident_fd(larder__dataset_fill(e->dataset), read->shard, read->offset,
+                                 read->length, &fd) != 0)
+        return false;
+    struct read_job *job = malloc(sizeof *job);
+    if (!job) return false;
+    *job = (struct read_job){.connection = c,
+                             .entry = e,
+                             .read = *read,
+                             .request = request,
+                             .arrived_us = now_us(),
+                             .via = via};
+    job->trace = (struct trace_span){.kind = "read",
+                                     .node = (int)c->daemon->self,
+                                     .peer = c->peer,
+                                     .priority = read->priority,
+                                     .shard = read->shard,
+                                     .offset = read->offset,
+                                     .length = read->length,
+                                     .arrived_us = trace_now_us()};
+    larder__ucx_session_hold(via);
+    pthread_mutex_lock(&c->lock);
+    c->refs++;
+    c->jobs++;
+    c->charged += (size_t)read->length + REQUEST_OVERHEAD;
+    pthread_mutex_unlock(&c->lock);
+    take_source_reads(); /* none are this READ's: it is a hit */
+    trace_begin(&job->trace);
+    job->trace.borrowed_us = trace_now_us();
+    if (larder__ucx_answer_file_async(via, request, fd, read->offset, (size_t)read->length,
+                                      resident_answered, job) != 0) {
+        /* not sent (the mapping failed, the endpoint broke): undone, and
+         * the workers answer it the waiting way, which says why */
+        pthread_mutex_lock(&c->lock);
+        c->refs--;
+        c->jobs--;
+        c->charged -= (size_t)read->length + REQUEST_OVERHEAD;
+        pthread_mutex_unlock(&c->lock);
+        larder__ucx_session_release(via);
+        free(job);
+        return false;
+    }
     return true;
 }
 

@@ -47,7 +47,7 @@ static void ucx_read(void *owner, struct larder__ucx_session *s, uint64_t reques
     __atomic_store_n(&c->ucx_used_ms, now_ms(), __ATOMIC_RELAXED);
     if (over)
         larder__ucx_answer(s, request, -EAGAIN, "too many READs in flight", 24);
-    else
+    else if (!read_answer_resident(c, read, request, s)) /* in the cache: answered here */
         read_submit(c, read, request, s);
     connection_release(c);
 }

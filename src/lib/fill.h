@@ -90,6 +90,13 @@ LARDER__HIDDEN int larder__fill_range_at(struct larder__fill *fill, uint32_t sha
 LARDER__HIDDEN int larder__fill_stage_range_at(struct larder__fill *fill, uint32_t shard,
                                                uint64_t offset, uint64_t length, int priority,
                                                int *fd);
+/* The same when the range is resident already, and nothing more: 0 with
+ * *fd (the cache's data file, valid while the engine lives), or 1 (not
+ * resident, a cache that evicts, or a range outside the shard: nothing
+ * is filled, no error is set; stage_range_at says why).  Never waits for
+ * a fill: for a thread that may not (UCX's progress thread). */
+LARDER__HIDDEN int larder__fill_resident_fd(struct larder__fill *fill, uint32_t shard,
+                                            uint64_t offset, uint64_t length, int *fd);
 /*
  * Offer the next fill on this thread a span buffer: buf holds the bytes
  * [start, start + length) of the shard, and when that fill's span (the

@@ -123,3 +123,19 @@ int larder__fill_stage_range_at(struct larder__fill *f, uint32_t shard, uint64_t
     if (!larder__cache_resident(f->cache, shard, first, last)) return 1;
     return (*fd = larder__cache_data_fd(f->cache, shard)) < 0 ? 1 : 0;
 }
+
+int larder__fill_resident_fd(struct larder__fill *f, uint32_t shard, uint64_t offset,
+                             uint64_t length, int *fd)
+{
+    /* what stage_range_at would answer 0 to with no fill, and no more:
+     * a caller that may not wait (UCX's progress thread) calls this */
+    if (!f->cache || larder__cache_evicts(f->cache)) return 1;
+    uint64_t end;
+    if (shard >= f->ix->num_shards || length == 0 || !larder__add_ok(offset, length, &end) ||
+        end > larder__index_shard_size(f->ix, shard))
+        return 1; /* the waiting path says what is wrong with it */
+    uint64_t first, last;
+    larder__cache_blocks(f->cache, offset, length, &first, &last);
+    if (!larder__cache_resident(f->cache, shard, first, last)) return 1;
+    return (*fd = larder__cache_data_fd(f->cache, shard)) < 0 ? 1 : 0;
+}

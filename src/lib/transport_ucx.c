@@ -15,7 +15,8 @@
  * worker's event fd and a wake eventfd that senders write: no timer
  * drives progress.
  *
- * Lock order: hub->conns_lock, then hub->worker_lock, then hub->lock.
+ * Lock order: hub->conns_lock, then hub->worker_lock, then the mappings' lock
+ * (transport_ucx_map.c), then hub->lock.
  * No UCX call is made with hub->lock held.
  */
 #include "transport_ucx_internal.h"
@@ -240,7 +241,7 @@ static void sent_copy(void *request, ucs_status_t status, void *user_data)
 static int send_from_progress(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const void *header,
                               size_t header_length, const void *bytes, size_t length)
 {
-    (void)hub; /* worker_lock is held: this runs inside a callback */
+    /* worker_lock is held: this runs inside a callback */
     uint8_t *copy = malloc(header_length + length + 1);
     if (!copy) return -ENOMEM;
     memcpy(copy, header, header_length);
@@ -253,7 +254,10 @@ static int send_from_progress(struct larder__ucx *hub, ucp_ep_h ep, unsigned id,
                                  .datatype = ucp_dt_make_contig(1)};
     ucs_status_ptr_t r =
         ucp_am_send_nbx(ep, id, copy, header_length, copy + header_length, length, &param);
-    if (r == NULL || UCS_PTR_IS_ERR(r)) free(copy);
+    if (r == NULL || UCS_PTR_IS_ERR(r))
+        free(copy);
+    else
+        larder__ucx_kick(hub); /* one more pass before the thread sleeps (transport_ucx_answer.c) */
     return UCS_PTR_IS_ERR(r) ? -ECONNRESET : 0;
 }
 
@@ -353,6 +357,7 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&hub->worker_lock);
         if (__atomic_exchange_n(&hub->reap_conns, false, __ATOMIC_ACQ_REL))
             larder__ucx_conns_reap(hub);
+        larder__ucx_answers_sweep(hub);
         __atomic_add_fetch(&hub->stats.passes, 1, __ATOMIC_RELAXED);
         int64_t now = now_us();
         if (any) last_event_us = now;
@@ -480,6 +485,7 @@ void larder__ucx_stop(struct larder__ucx *hub)
         larder__ucx_kick(hub);
         pthread_join(hub->thread, NULL);
     }
+    if (hub->worker) larder__ucx_answers_end(hub); /* before their mappings go */
     larder__ucx_log_stats(hub);
     larder__ucx_mappings_free(hub);
     if (hub->worker) larder__ucx_conns_close(hub);

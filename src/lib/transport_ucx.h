@@ -99,6 +99,27 @@ LARDER__HIDDEN int larder__ucx_answer(struct larder__ucx_session *session, uint6
 LARDER__HIDDEN int larder__ucx_answer_file(struct larder__ucx_session *session, uint64_t request,
                                            int fd, uint64_t offset, size_t length);
 
+/* An answer sent without a waiter is done: rc 0 (the borrower took the
+ * bytes) or a negative code (the borrower went away, or it was
+ * cancelled).  Called on the progress thread, under the hub's worker
+ * lock (or inside the call that posted it, when UCX was done at once, or
+ * at the hub's stop): it must not wait, and may not send and wait
+ * (larder__ucx_answer). */
+typedef void larder__ucx_done_fn(void *arg, int rc);
+/*
+ * larder__ucx_answer_file without waiting: the send is posted, and `done`
+ * runs once UCX is done with the bytes (transport_ucx_answer.c).  For the
+ * progress thread, which may not wait: a READ whose bytes are in the
+ * cache is answered there, with no handoff to another thread.  0: `done`
+ * will run, or ran already; 1: nothing was sent and `done` will not run
+ * (the file could not be mapped, or is shorter, or the session's endpoint
+ * failed): answer the waiting way, which says why.
+ */
+LARDER__HIDDEN int larder__ucx_answer_file_async(struct larder__ucx_session *session,
+                                                 uint64_t request, int fd, uint64_t offset,
+                                                 size_t length, larder__ucx_done_fn *done,
+                                                 void *arg);
+
 /* How many files the hub keeps mapped for answers (for tests). */
 LARDER__HIDDEN size_t larder__ucx_mapped_files(struct larder__ucx *hub);
 

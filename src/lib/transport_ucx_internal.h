@@ -50,6 +50,8 @@ struct larder__ucx_pending {
  * one is closed and freed on the progress thread once no link or session
  * holds it (larder__ucx_conns_reap); so are idle ones (live, unheld)
  * when the list is full. */
+struct larder__ucx_answer;
+
 struct larder__ucx_conn {
     struct larder__ucx *hub;
     ucp_ep_h ep;
@@ -77,6 +79,7 @@ struct larder__ucx {
         uint64_t answers, answer_bytes; /* ANSWERs sent with bytes, and those bytes */
         uint64_t maps;                  /* mmap calls for them (a file's mapping is kept) */
         uint64_t eager, rendezvous;     /* ANSWERs received by each protocol */
+        uint64_t unwaited; /* ANSWERs posted with no thread waiting (transport_ucx_answer.c) */
     } stats;
     int epoll, wake;
     /* Every call on the worker, from any thread, is made with worker_lock
@@ -100,6 +103,9 @@ struct larder__ucx {
     int64_t poll_us;  /* polling after the last event before sleeping (LARDER_UCX_POLL_US) */
     uint64_t dropped; /* READs with no session or malformed (progress thread only) */
     larder__ucx_read_fn *serve;
+    struct larder__ucx_answer *answers; /* sent without a waiter (transport_ucx_answer.c) */
+    size_t num_answers;
+    int64_t next_sweep_ms; /* when the progress thread looks at them next (its own) */
 };
 
 struct larder__ucx_session {
@@ -138,6 +144,14 @@ void larder__ucx_conns_close(struct larder__ucx *hub);
 /* Close and free the broken endpoints no link or session holds any more
  * (on the progress thread, where their error handlers run). */
 void larder__ucx_conns_reap(struct larder__ucx *hub);
+/* ---- transport_ucx_answer.c: answers no thread waits on ---- */
+/* Cancel the answers whose session was forgotten or whose borrower has not
+ * taken them in time (the progress thread, every pass: it looks every
+ * 100 ms). */
+void larder__ucx_answers_sweep(struct larder__ucx *hub);
+/* Cancel every answer still in flight and progress until their
+ * completions ran (the hub's stop, after the progress thread ended). */
+void larder__ucx_answers_end(struct larder__ucx *hub);
 /* ---- transport_ucx_map.c: the cache files answers are sent from ---- */
 struct larder__ucx_mapping;
 int larder__ucx_mappings_new(struct larder__ucx *hub);

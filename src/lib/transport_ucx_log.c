@@ -43,11 +43,12 @@ void larder__ucx_log_stats(struct larder__ucx *hub)
     if (!want || !*want) return;
     larder__log(LARDER_LOG_WARN,
                 "UCX stats: %llu progress passes, %llu sleeps on the event fd; %llu answers "
-                "sent (%llu bytes) from %llu mmaps; answers received %llu eager, %llu rendezvous",
+                "sent (%llu bytes, %llu with no thread waiting) from %llu mmaps; answers received "
+                "%llu eager, %llu rendezvous",
                 (unsigned long long)hub->stats.passes, (unsigned long long)hub->stats.sleeps,
                 (unsigned long long)hub->stats.answers, (unsigned long long)hub->stats.answer_bytes,
-                (unsigned long long)hub->stats.maps, (unsigned long long)hub->stats.eager,
-                (unsigned long long)hub->stats.rendezvous);
+                (unsigned long long)hub->stats.unwaited, (unsigned long long)hub->stats.maps,
+                (unsigned long long)hub->stats.eager, (unsigned long long)hub->stats.rendezvous);
 }
 
 #endif

@@ -16,8 +16,12 @@
  * a deleted file's blocks.
  *
  * Locking: mappings->lock guards the table and each entry's refs;
- * ucp_mem_map and ucp_mem_unmap are called under it and under
- * hub->worker_lock (mappings->lock first).
+ * ucp_mem_map and ucp_mem_unmap are called under it, and not under
+ * hub->worker_lock: the context is made for workers on several threads
+ * (mt_workers_shared), so UCX guards its registrations itself, and the
+ * progress thread takes mappings->lock with worker_lock held when it
+ * answers (transport_ucx_answer.c): taking them the other way round here
+ * deadlocked the two.
  */
 #include "transport_ucx_internal.h"
 
@@ -62,11 +66,7 @@ int larder__ucx_mappings_new(struct larder__ucx *hub)
 /* Unmap m (mappings->lock held, no answer on it). */
 static void unmap(struct larder__ucx *hub, struct larder__ucx_mapping *m)
 {
-    if (m->memh) {
-        pthread_mutex_lock(&hub->worker_lock);
-        ucp_mem_unmap(hub->context, m->memh);
-        pthread_mutex_unlock(&hub->worker_lock);
-    }
+    if (m->memh) ucp_mem_unmap(hub->context, m->memh);
     munmap(m->base, m->length);
     free(m);
 }
@@ -124,9 +124,7 @@ static struct larder__ucx_mapping *map_file(struct larder__ucx *hub, int fd, con
         .length = m->length,
         .flags = UCP_MEM_MAP_NONBLOCK,
         .prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_REMOTE_READ};
-    pthread_mutex_lock(&hub->worker_lock);
     if (ucp_mem_map(hub->context, &params, &m->memh) != UCS_OK) m->memh = NULL;
-    pthread_mutex_unlock(&hub->worker_lock);
     return m;
 }
 
