@@ -1,6 +1,6 @@
 /*
  * publish.h - what the two halves of the daemon's names share: the
- * registry (publish.c: the requests, the sweep) and the jobs on the pool
+ * requests (publish.c), the registry and the sweep (publish_registry.c) and the jobs on the pool
  * (publish_jobs.c: announcing a publication, learning one from a peer;
  * also the registry as JSON, and a publication opened by name for a
  * hint).  See publish.c for the whole.
@@ -67,7 +67,8 @@ struct name_job {
     char *producer, *location, *origin;
 };
 
-/* publish.c; find, forget, add and answer_waiters with the registry lock held */
+/* publish_registry.c; find, forget, add, answer_waiters and send_publication with the
+ * registry lock held */
 /* d's registry, made on first use (see publish.c); NULL when out of memory. */
 struct publications *registry(struct larderd *d);
 struct publication *find(struct publications *r, const char *name, size_t length);
@@ -75,6 +76,10 @@ void forget(struct publications *r, struct publication *p);
 struct publication *add(struct publications *r, const char *name, size_t length);
 size_t member_named(const struct larderd *d, const char *name, size_t length);
 void answer_waiters(struct publications *r, const struct publication *p);
+/* Queue RESOLVED(p) to c (to a peer: the producer's path, and the index's bytes when
+ * flags ask and there is no origin; to a local reader: what it opens here), or an ERROR. */
+void send_publication(struct connection *c, uint64_t request, uint32_t flags,
+                      const struct publication *p);
 
 /* publish_jobs.c */
 /* Queue the registry as JSON to c (RESOLVE with LARDER__RESOLVE_LIST), in a STATS frame:
