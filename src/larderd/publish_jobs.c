@@ -392,10 +392,14 @@ int publication_open(struct larderd *d, const char *name, unsigned how, int wait
 
 /* ---- this node's own publications, kept across restarts ---------------------- */
 
-/* The cache's published/mine: one line per publication, "NAME\tID\tINDEX\tORIGIN"
- * and, for a replacement, "\tGENERATION" (ID in hex as larder prints it; ORIGIN
- * "-" when none; the wire allows no tab or newline in any of them).  A later
- * line of a name is a --replace of it: the last one stands. */
+/* The cache's published/mine: one line per publication,
+ * "NAME\tID\tINDEX\tORIGIN\tGENERATION\tUID" (ID in hex as larder prints it;
+ * ORIGIN "-" when none; UID the local user who published it, who may
+ * replace it after a restart too; the wire allows no tab or newline in any
+ * of them).  Lines of before the UID was kept end at ORIGIN, or at a
+ * GENERATION above 0: their publisher is unknown, so only the daemon's
+ * user or root may replace them.  A later line of a name is a --replace of
+ * it: the last one stands. */
 static int mine_path(const struct larderd *d, char *path, size_t capacity)
 {
     if (!d->config.cache_dir) return -1;
@@ -418,8 +422,9 @@ void publication_remember(struct larderd *d, const char *name)
     if (f) {
         char id[33];
         larder__hex128(p->id_high, p->id_low, id);
-        fprintf(f, "%s\t%s\t%s\t%s", p->name, id, p->location, p->origin ? p->origin : "-");
-        if (p->generation) fprintf(f, "\t%llu", (unsigned long long)p->generation);
+        fprintf(f, "%s\t%s\t%s\t%s\t%llu", p->name, id, p->location, p->origin ? p->origin : "-",
+                (unsigned long long)p->generation);
+        if (p->publisher_uid >= 0) fprintf(f, "\t%lld", (long long)p->publisher_uid);
         fputc('\n', f);
         if (fclose(f) != 0) say("%s: %s", path, strerror(errno));
     }
@@ -437,6 +442,16 @@ bool claimed_id(const char *path, uint64_t *low, uint64_t *high)
     return ok;
 }
 
+/* A field of published/mine that is a decimal number and nothing else (at most 20 digits). */
+static bool plain_number(const char *text, unsigned long long *out)
+{
+    size_t digits = strspn(text, "0123456789");
+    if (digits == 0 || digits > 20 || text[digits] != '\0') return false;
+    errno = 0;
+    *out = strtoull(text, NULL, 10);
+    return errno == 0;
+}
+
 void publications_load(struct larderd *d, struct publications *r)
 {
     char path[PATH_MAX], line[2 * LARDER__WIRE_MAX_NAMES_FRAME];
@@ -444,16 +459,19 @@ void publications_load(struct larderd *d, struct publications *r)
     if (!f) return;
     size_t loaded = 0;
     while (fgets(line, sizeof line, f)) {
-        char *fields[5] = {line, NULL, NULL, NULL, NULL}, *end;
-        for (int k = 1; k < 5 && fields[k - 1]; k++)
+        char *fields[6] = {line, NULL, NULL, NULL, NULL, NULL}, *end;
+        for (int k = 1; k < 6 && fields[k - 1]; k++)
             if ((fields[k] = strchr(fields[k - 1], '\t'))) *fields[k]++ = '\0';
-        char *last = fields[4] ? fields[4] : fields[3];
+        char *last = fields[5] ? fields[5] : fields[4] ? fields[4] : fields[3];
         if (!fields[3] || !(end = strchr(last, '\n'))) continue; /* cut or hand-edited */
         *end = '\0';
         const char *name = fields[0], *index = fields[2], *origin = fields[3];
-        char *digits_end = NULL;
-        unsigned long long generation = fields[4] ? strtoull(fields[4], &digits_end, 10) : 0;
-        if (fields[4] && (!fields[4][0] || *digits_end || generation == 0)) continue;
+        unsigned long long generation = 0, uid = 0;
+        /* digits only (strtoull would take a sign or spaces); a generation of 0 is
+         * written only with a UID after it (the old lines had none there) */
+        if (fields[4] && (!plain_number(fields[4], &generation) || (generation == 0 && !fields[5])))
+            continue;
+        if (fields[5] && (!plain_number(fields[5], &uid) || uid > UINT32_MAX)) continue;
         struct publication *before = find(r, name, strlen(name));
         if (before && before->generation >= generation) continue; /* (not a replacement) */
         /* replaced: the later line stands, even when its index is gone (then so is the
@@ -473,6 +491,7 @@ void publications_load(struct larderd *d, struct publications *r)
         p->state = READY;
         p->generation = generation;
         p->mine = true;
+        p->publisher_uid = fields[5] ? (int64_t)uid : -1; /* -1: unknown (an older line) */
         p->id_low = low, p->id_high = high;
         p->producer_member = d->self;
         p->producer = strdup(d->self_name ? d->self_name : "local");
