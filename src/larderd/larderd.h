@@ -271,6 +271,9 @@ void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *u
  * in time).  It may block: never on the loop thread (publish_jobs.c). */
 int publication_open(struct larderd *d, const char *name, unsigned how, int wait_ms,
                      struct dataset_entry **out);
+/* End the name jobs (announcing, learning) on the registry's own workers:
+ * first thing in larderd_free, while what they use is still there. */
+void publications_stop(struct larderd *d);
 /* Free the registry and its parked requests (larderd_free). */
 void publications_free(struct larderd *d);
 /* hints.c: a publication was registered on this node (e: its dataset, open here). */

@@ -111,6 +111,7 @@ bool resolve_request(struct connection *c, const struct larder__frame *f, const 
                          .request = f->request,
                          .flags = q.flags,
                          .deadline_ms = now_ms() + q.wait_ms,
+                         .asked_ms = now_ms(), /* learning (when unknown): asked now */
                          .next = r->waiters};
     memcpy(w->name, q.name, q.name_length);
     r->waiters = w;

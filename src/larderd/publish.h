@@ -15,6 +15,12 @@
 #define MAX_WAITERS_PER_CONNECTION 16 /* ... of them from one connection */
 #define PEER_TIMEOUT_MS 5000          /* a member asked or told about a name */
 #define NAME_CAPACITY (LARDER__WIRE_MAX_PUBLICATION + 1)
+#define NAME_WORKERS 4              /* the registry's own workers: announcing, learning */
+#define ANNOUNCE_TRIES 6            /* an announcement to a member, at most (5 pauses: 15.5 s) */
+#define ANNOUNCE_FIRST_PAUSE_MS 500 /* before the second try; doubled for each one after */
+#define REASK_MS                                                                                   \
+    1000 /* a name still unknown here while a RESOLVE waits for it:                                \
+            its members asked again this often */
 
 enum state {
     LEARNING, /* unknown here: its members are being asked */
@@ -43,6 +49,7 @@ struct waiter {
     uint64_t request;
     uint32_t flags;
     int64_t deadline_ms;
+    int64_t asked_ms; /* when its members were last asked for the name */
     char name[NAME_CAPACITY];
 };
 
@@ -53,10 +60,13 @@ struct publications {
     struct waiter *waiters;
     size_t num_waiters;
     char *allowed; /* the cache's published/, added to --allow's prefixes when given; or NULL */
+    struct larder__pool *jobs; /* NAME_WORKERS workers for the name jobs: never the READ pool */
+    struct name_job *retries;  /* announcements to try again (announce_due) */
 };
 
 /* A publication to announce or learn, copied for a job. */
 struct name_job {
+    struct name_job *next; /* on r->retries */
     struct larderd *d;
     char name[NAME_CAPACITY];
     uint64_t id_low, id_high; /* announced (learn: expected when `announced`) */
@@ -64,6 +74,8 @@ struct name_job {
     bool announced;
     size_t producer_member; /* whom to ask first; SIZE_MAX: every member */
     size_t target;          /* announce_job: the one member told */
+    int attempts;           /* announce_job: tries that failed so far */
+    int64_t due_ms;         /* on r->retries: when to try again */
     char *producer, *location, *origin;
 };
 
@@ -106,8 +118,14 @@ bool submit(struct larderd *d, void (*run)(void *), struct name_job *job);
 /* One announce_job per other member (a member that hangs delays no other),
  * copies of `job`, which is freed. */
 void announce_all(struct larderd *d, struct name_job *job);
-/* Tell member job->target of a publication (job: its fields). */
+/* Tell member job->target of a publication (job: its fields); a failure is
+ * tried again later (announce_later), ANNOUNCE_TRIES times at most. */
 void announce_job(void *job);
+/* Keep job (which failed) on r->retries for its next try, after a pause. */
+void announce_later(struct larderd *d, struct name_job *job);
+/* From the sweep: submit the retries whose time has come (dropped when the
+ * name has moved on to another publication here, or stopping). */
+void announce_due(struct larderd *d, int64_t now);
 /* Learn job->name from its producer (announced) or any member that knows it. */
 void learn_job(void *job);
 

@@ -28,6 +28,11 @@ struct publications *registry(struct larderd *d)
         struct publications *r = calloc(1, sizeof *r);
         if (!r) return NULL;
         pthread_mutex_init(&r->lock, NULL);
+        if (larder__pool_new(&r->jobs, NAME_WORKERS) < 0) {
+            pthread_mutex_destroy(&r->lock);
+            free(r);
+            return NULL;
+        }
         publications_load(d, r);
         publications_allow(d, r);
         d->publications = r;
@@ -197,13 +202,52 @@ static void expire_waiters(struct publications *r, int64_t now)
     }
 }
 
+/* The names that RESOLVEs wait for and that are unknown here (no learning
+ * job: it failed, or the name was forgotten): their members are asked
+ * again every REASK_MS, so a name published after a member's "not here"
+ * is found without waiting for an ANNOUNCE that may not come (one lost).
+ * Call with the registry lock held; the jobs are added to *jobs. */
+static void reask(struct larderd *d, struct publications *r, int64_t now, struct name_job **jobs)
+{
+    if (d->members.count <= 1 || d->stopping) return;
+    for (struct waiter *w = r->waiters; w; w = w->next) {
+        if ((w->flags & LARDER__RESOLVE_LOCAL) || now - w->asked_ms < REASK_MS) continue;
+        w->asked_ms = now;
+        size_t length = strlen(w->name);
+        if (find(r, w->name, length)) continue; /* being learned, or known */
+        struct name_job *job = name_job_new(d, w->name, length);
+        if (!job || !add(r, w->name, length)) {
+            if (job) name_job_free(job);
+            continue;
+        }
+        job->next = *jobs;
+        *jobs = job;
+    }
+}
+
 void publications_sweep(struct larderd *d, int64_t now)
 {
     struct publications *r = d->publications;
     if (!r) return;
+    struct name_job *jobs = NULL;
     pthread_mutex_lock(&r->lock);
     expire_waiters(r, now);
+    reask(d, r, now, &jobs);
     pthread_mutex_unlock(&r->lock);
+    while (jobs) {
+        struct name_job *job = jobs;
+        jobs = job->next;
+        job->next = NULL;
+        char name[NAME_CAPACITY];
+        memcpy(name, job->name, sizeof name);
+        if (!submit(d, learn_job, job)) { /* forget what reask added (submit freed job) */
+            pthread_mutex_lock(&r->lock);
+            struct publication *p = find(r, name, strlen(name));
+            if (p && p->state == LEARNING) forget(r, p);
+            pthread_mutex_unlock(&r->lock);
+        }
+    }
+    announce_due(d, now);
 }
 
 void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *url)
@@ -232,10 +276,25 @@ void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *u
     pthread_mutex_unlock(&r->lock);
 }
 
+void publications_stop(struct larderd *d)
+{
+    struct publications *r = d->publications;
+    if (!r || !r->jobs) return;
+    struct larder__pool *jobs = r->jobs;
+    larder__pool_free(jobs); /* the jobs queued and running end (d->stopping: at once) */
+    r->jobs = NULL;          /* from now on submit() refuses */
+}
+
 void publications_free(struct larderd *d)
 {
     struct publications *r = d->publications;
     if (!r) return;
+    publications_stop(d);
+    while (r->retries) {
+        struct name_job *job = r->retries;
+        r->retries = job->next;
+        name_job_free(job);
+    }
     while (r->waiters) {
         struct waiter *w = r->waiters;
         r->waiters = w->next;
