@@ -234,7 +234,7 @@ void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *lo
 static struct dataset_entry *find_by_url(struct larderd *d, const char *url, int *slot)
 {
     for (int i = 0; i < d->num_datasets; i++)
-        if (strcmp(d->datasets[i].url, url) == 0) {
+        if (d->datasets[i].url && strcmp(d->datasets[i].url, url) == 0) {
             *slot = i;
             return &d->datasets[i];
         }
@@ -248,12 +248,21 @@ static struct dataset_entry *find_by_id(struct larderd *d, uint64_t low, uint64_
 {
     for (int i = 0; i < d->num_datasets; i++) {
         struct dataset_entry *e = &d->datasets[i];
-        if (e != except && e->id_low == low && e->id_high == high) {
+        if (e != except && e->url && e->id_low == low && e->id_high == high) {
             *slot = i;
             return e;
         }
     }
     return NULL;
+}
+
+/* A slot for a new entry: one closed before (its url NULL), else the
+ * next; -1 when all MAX_DATASETS are open.  Call with d->lock held. */
+static int free_slot(const struct larderd *d)
+{
+    for (int i = 0; i < d->num_datasets; i++)
+        if (!d->datasets[i].url) return i;
+    return d->num_datasets < MAX_DATASETS ? d->num_datasets : -1;
 }
 
 /* Free what an entry holds (the dataset, the peer endpoints, the URL). */
@@ -359,10 +368,11 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
         *out = e;
     } else if (!(how & OPEN_NEW)) {
         rc = larder__fail(LARDER_ENOTFOUND, "dataset %s is not open on this node", url);
-    } else if (d->num_datasets == MAX_DATASETS) {
+    } else if (free_slot(d) < 0) {
         rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
     } else {
-        e = &d->datasets[d->num_datasets];
+        int free = free_slot(d);
+        e = &d->datasets[free];
         rc = open_entry(d, e, url, unchecked);
         if (rc == 0 && (same = find_by_id(d, e->id_low, e->id_high, e, slot))) {
             entry_free(d, e); /* the same content under another name: one entry */
@@ -377,7 +387,8 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
         if (rc == 0 && d->members.count > 1 && !e->unchecked)
             rc = connect_members(d, e, e->peer_url ? e->peer_url : url);
         if (rc == 0) {
-            *slot = d->num_datasets++;
+            *slot = free;
+            if (free == d->num_datasets) d->num_datasets++;
             *out = e;
             say("opened %s", url);
             if (d->config.warm) warm_owned(d, e);
@@ -402,4 +413,34 @@ void close_datasets(struct larderd *d)
     for (int i = 0; i < d->num_datasets; i++)
         entry_free(d, &d->datasets[i]);
     d->num_datasets = 0;
+}
+
+void datasets_release_opened(struct larderd *d, uint64_t opened)
+{
+    for (int i = 0; opened && i < MAX_DATASETS; i++)
+        if (opened & (UINT64_C(1) << i)) {
+            __atomic_sub_fetch(&d->datasets[i].holders, 1, __ATOMIC_RELEASE);
+            opened &= ~(UINT64_C(1) << i);
+        }
+}
+
+size_t close_unused_datasets(struct larderd *d,
+                             bool (*closable)(struct larderd *d, const struct dataset_entry *e))
+{
+    size_t closed = 0;
+    pthread_mutex_lock(&d->lock);
+    for (int i = 0; i < d->num_datasets; i++) {
+        struct dataset_entry *e = &d->datasets[i];
+        /* holders are added on the loop thread only (open_request), which is this one */
+        if (!e->url || __atomic_load_n(&e->holders, __ATOMIC_ACQUIRE) > 0 || !closable(d, e))
+            continue;
+        say("closed %s (replaced, and no one reads it any more)", e->url);
+        entry_free(d, e); /* the slot is free for the next dataset opened */
+        closed++;
+    }
+    while (d->num_datasets > 0 && !d->datasets[d->num_datasets - 1].url)
+        d->num_datasets--;
+    d->datasets_closed += closed;
+    pthread_mutex_unlock(&d->lock);
+    return closed;
 }

@@ -125,6 +125,11 @@ struct dataset_entry {
     bool fixed;         /* fixed_owner overrides the rendezvous owner */
     size_t fixed_owner; /* an index in members */
     char *peer_url;     /* the index's path on the producer; owned */
+    /* connections alive with it opened (bit `slot` of c->opened): added by
+     * OPEN on the loop thread, taken off as such a connection is freed
+     * (any thread; atomic).  A READ in flight holds its connection, so 0
+     * means no request of a client or peer is using the entry. */
+    int holders;
 };
 
 struct larderd {
@@ -145,7 +150,8 @@ struct larderd {
     struct larder__pool *peer_pool;
     pthread_mutex_t lock; /* datasets[] */
     struct dataset_entry datasets[MAX_DATASETS];
-    int num_datasets;
+    int num_datasets;         /* slots in use or closed below it (a closed one: url NULL) */
+    uint64_t datasets_closed; /* entries closed since start: replaced publications (d->lock) */
     struct connection *connections; /* the loop's list */
     int num_connections;
     struct connection *dropped;    /* closed, freed after the current batch of events */
@@ -298,6 +304,13 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
 struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t high, int *slot);
 /* Close every dataset and its peer endpoints. */
 void close_datasets(struct larderd *d);
+/* A connection with these datasets opened (c->opened) is freed: each one's holders, one less. */
+void datasets_release_opened(struct larderd *d, uint64_t opened);
+/* On the loop thread: close every open entry that no connection holds and
+ * that closable() (called with d->lock held) says may go; its slot is free
+ * again.  How many were closed (counted in d->datasets_closed). */
+size_t close_unused_datasets(struct larderd *d,
+                             bool (*closable)(struct larderd *d, const struct dataset_entry *e));
 /* Where the reads of the calling thread's shard sources came from since
  * the last call (bits: SOURCE_READ_ORIGIN, SOURCE_READ_PEER; 0: none, the
  * fill was served from the cache), and start over.  The read engine reads

@@ -188,6 +188,9 @@ bool announce_request(struct connection *c, const struct larder__frame *f, const
         return true;
     }
     if (fetch) { /* readers resolving the name wait for it now, then open the new one */
+        /* the one it replaces is closed once its readers here are done */
+        if (p->state == READY && (p->id_low != m.id_low || p->id_high != m.id_high))
+            publication_retire(r, p);
         p->state = FETCHING;
         p->id_low = m.id_low, p->id_high = m.id_high;
         p->generation = m.generation;
@@ -325,6 +328,8 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         if (!local) {
             rc = -ENOMEM;
         } else {
+            /* the old one's dataset is closed once its readers are done */
+            if (p->id_low != e->id_low || p->id_high != e->id_high) publication_retire(r, p);
             free(p->producer), free(p->location), free(p->origin), free(p->local);
             p->producer = producer, p->location = index, p->origin = origin, p->local = local;
             producer = index = origin = NULL;

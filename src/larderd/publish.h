@@ -18,9 +18,10 @@
 #define NAME_WORKERS 4              /* the registry's own workers: announcing, learning */
 #define ANNOUNCE_TRIES 6            /* an announcement to a member, at most (5 pauses: 15.5 s) */
 #define ANNOUNCE_FIRST_PAUSE_MS 500 /* before the second try; doubled for each one after */
-#define REASK_MS                                                                                   \
-    1000 /* a name still unknown here while a RESOLVE waits for it:                                \
-            its members asked again this often */
+#define MAX_RETIRED 256             /* replaced publications remembered (publish_retire.c) */
+#define CLOSE_EVERY_MS 200          /* how often the sweep looks for replaced datasets to close */
+/* a name unknown here while a RESOLVE waits for it: its members are asked again this often */
+#define REASK_MS 1000
 
 enum state {
     LEARNING, /* unknown here: its members are being asked */
@@ -60,8 +61,10 @@ struct publications {
     struct waiter *waiters;
     size_t num_waiters;
     char *allowed; /* the cache's published/, added to --allow's prefixes when given; or NULL */
-    struct larder__pool *jobs; /* NAME_WORKERS workers for the name jobs: never the READ pool */
-    struct name_job *retries;  /* announcements to try again (announce_due) */
+    struct larder__pool *jobs;   /* NAME_WORKERS workers for the name jobs: never the READ pool */
+    struct name_job *retries;    /* announcements to try again (announce_due) */
+    struct publication *retired; /* replaced here, newest first (publish_retire.c) */
+    int64_t closed_ms;           /* when the sweep last closed replaced datasets */
 };
 
 /* A publication to announce or learn, copied for a job. */
@@ -92,6 +95,19 @@ void answer_waiters(struct publications *r, const struct publication *p);
  * flags ask and there is no origin; to a local reader: what it opens here), or an ERROR. */
 void send_publication(struct connection *c, uint64_t request, uint32_t flags,
                       const struct publication *p);
+
+/* Free a publication (NULL-safe) that is on no list. */
+void publication_free(struct publication *p);
+
+/* publish_retire.c; publication_retire and find_retired with the registry lock held */
+/* p (READY: its id and local path go together) is being replaced: remember
+ * it, so that its dataset is closed once no one uses it. */
+void publication_retire(struct publications *r, const struct publication *p);
+/* The replaced publication whose index is at `local` here, or NULL. */
+struct publication *find_retired(struct publications *r, const char *local);
+/* From the sweep (loop thread): close the replaced publications' datasets
+ * that no one uses, every CLOSE_EVERY_MS at most. */
+void publications_close_replaced(struct larderd *d, int64_t now);
 
 /* publish_jobs.c */
 /* Queue the registry as JSON to c (RESOLVE with LARDER__RESOLVE_LIST), in a STATS frame:

@@ -232,6 +232,8 @@ static int take_publication(struct name_job *job, const struct larder__publicati
         rc = larder__fail(LARDER_EPROTOCOL, "%s: told of generation %llu after %llu", job->name,
                           (unsigned long long)m->generation, (unsigned long long)p->generation);
     if (rc == 0) {
+        if (p->state == READY && (p->id_low != m->id_low || p->id_high != m->id_high))
+            publication_retire(r, p); /* closed once its readers here are done */
         p->id_low = m->id_low, p->id_high = m->id_high;
         p->generation = m->generation;
         p->mine = mine;

@@ -40,7 +40,7 @@ struct publications *registry(struct larderd *d)
     return d->publications;
 }
 
-static void publication_free(struct publication *p)
+void publication_free(struct publication *p)
 {
     if (!p) return;
     free(p->producer);
@@ -248,6 +248,7 @@ void publications_sweep(struct larderd *d, int64_t now)
         }
     }
     announce_due(d, now);
+    publications_close_replaced(d, now);
 }
 
 void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *url)
@@ -255,8 +256,13 @@ void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *u
     struct publications *r = registry(d);
     if (!r) return;
     pthread_mutex_lock(&r->lock);
-    for (struct publication *p = r->list; p; p = p->next) {
-        if (!p->local || strcmp(p->local, url) != 0) continue;
+    struct publication *p = r->list;
+    while (p && (!p->local || strcmp(p->local, url) != 0))
+        p = p->next;
+    /* a replaced one, opened again by a reader that still reads it (its
+     * connection was dropped, idle, and the dataset closed meanwhile) */
+    if (!p) p = find_retired(r, url);
+    if (p) {
         size_t owner = p->mine ? d->self : p->producer_member;
         if (owner < d->members.count) {
             e->fixed_owner = owner;
@@ -271,7 +277,6 @@ void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *u
                      p->name, p->producer);
             larder__dataset_set_missing_origin(e->dataset, why);
         }
-        break;
     }
     pthread_mutex_unlock(&r->lock);
 }
@@ -290,6 +295,11 @@ void publications_free(struct larderd *d)
     struct publications *r = d->publications;
     if (!r) return;
     publications_stop(d);
+    while (r->retired) {
+        struct publication *p = r->retired;
+        r->retired = p->next;
+        publication_free(p);
+    }
     while (r->retries) {
         struct name_job *job = r->retries;
         r->retries = job->next;
