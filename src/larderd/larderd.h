@@ -19,7 +19,9 @@
  *                 shard from its owner
  *   borrow.c      borrowing another owner's chunk whole, once, for the
  *                 READs that read it
- *   publish.c     names: publications, their registry, RESOLVEs waiting for one
+ *   publish*.c    names: PUBLISH/RESOLVE/ANNOUNCE (publish.c), the registry and
+ *                 RESOLVEs waiting (_registry), announcing and learning (_jobs),
+ *                 this node's own across restarts (_mine), replaced ones closed (_retire)
  *   warm.c        warm staging of the chunks this node owns
  *   hints.c       HINT requests: who may hint, which members stage, the answer
  *   hints_pins.c  this node's pins: their staging, their expiry, the list
