@@ -189,7 +189,7 @@ bool announce_request(struct connection *c, const struct larder__frame *f, const
     }
     if (fetch) { /* readers resolving the name wait for it now, then open the new one */
         /* the one it replaces is closed once its readers here are done */
-        if (p->state == READY && (p->id_low != m.id_low || p->id_high != m.id_high))
+        if (p->state != LEARNING && (p->id_low != m.id_low || p->id_high != m.id_high))
             publication_retire(r, p);
         p->state = FETCHING;
         p->id_low = m.id_low, p->id_high = m.id_high;

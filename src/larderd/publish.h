@@ -65,6 +65,7 @@ struct publications {
     struct name_job *retries;    /* announcements to try again (announce_due) */
     struct publication *retired; /* replaced here, newest first (publish_retire.c) */
     int64_t closed_ms;           /* when the sweep last closed replaced datasets */
+    int opening;                 /* name jobs between opening a dataset and their last use of it */
 };
 
 /* A publication to announce or learn, copied for a job. */
@@ -100,8 +101,9 @@ void send_publication(struct connection *c, uint64_t request, uint32_t flags,
 void publication_free(struct publication *p);
 
 /* publish_retire.c; publication_retire and find_retired with the registry lock held */
-/* p (READY: its id and local path go together) is being replaced: remember
- * it, so that its dataset is closed once no one uses it. */
+/* p is being replaced (READY, or FETCHING: opened or being opened here):
+ * remember its id, so that its dataset is closed once no one uses it, and
+ * where readers here open it when READY. */
 void publication_retire(struct publications *r, const struct publication *p);
 /* The replaced publication whose index is at `local` here, or NULL. */
 struct publication *find_retired(struct publications *r, const char *local);

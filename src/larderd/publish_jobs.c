@@ -191,6 +191,9 @@ static int keep_index(struct larderd *d, const struct larder__publication *m, ch
  * the producer as every shard's owner, and made READY.  0, or a negative
  * code with a message (the caller forgets the publication).
  */
+static int ready(struct name_job *job, const struct larder__publication *m, struct dataset_entry *e,
+                 size_t owner);
+
 static int take_publication(struct name_job *job, const struct larder__publication *m)
 {
     struct larderd *d = job->d;
@@ -232,7 +235,7 @@ static int take_publication(struct name_job *job, const struct larder__publicati
         rc = larder__fail(LARDER_EPROTOCOL, "%s: told of generation %llu after %llu", job->name,
                           (unsigned long long)m->generation, (unsigned long long)p->generation);
     if (rc == 0) {
-        if (p->state == READY && (p->id_low != m->id_low || p->id_high != m->id_high))
+        if (p->id_low != m->id_low || p->id_high != m->id_high)
             publication_retire(r, p); /* closed once its readers here are done */
         p->id_low = m->id_low, p->id_high = m->id_high;
         p->generation = m->generation;
@@ -252,6 +255,9 @@ static int take_publication(struct name_job *job, const struct larder__publicati
      * will open, checked to be the dataset the producer announced */
     struct dataset_entry *e = NULL;
     int slot;
+    pthread_mutex_lock(&r->lock);
+    r->opening++; /* e is not closed under this job (publish_retire.c) until it is done */
+    pthread_mutex_unlock(&r->lock);
     rc = open_dataset(d, url, OPEN_NEW, &e, &slot);
     free(url);
     /* (its entry may keep the announced producer as the first source of its
@@ -259,8 +265,21 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     if (rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high))
         rc =
             larder__fail(LARDER_EPROTOCOL, "%s: its index is not the dataset announced", job->name);
-    if (rc < 0) return rc;
-    size_t owner = mine ? d->self : producer;
+    if (rc == 0) rc = ready(job, m, e, mine ? d->self : producer);
+    pthread_mutex_lock(&r->lock);
+    r->opening--;
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+/* take_publication's end: e (opened, the dataset m announced) owned by
+ * member `owner`, and the name READY unless a newer one came meanwhile. */
+static int ready(struct name_job *job, const struct larder__publication *m, struct dataset_entry *e,
+                 size_t owner)
+{
+    struct larderd *d = job->d;
+    struct publications *r = d->publications;
+    struct publication *p;
     pthread_mutex_lock(&d->lock);
     if (owner < d->members.count && !e->fixed) /* open before it was announced */
         e->fixed_owner = owner, __atomic_store_n(&e->fixed, true, __ATOMIC_RELEASE);

@@ -40,9 +40,11 @@ static struct publication *copy_of(const struct publication *p)
     q->producer = p->producer ? strdup(p->producer) : NULL;
     q->location = p->location ? strdup(p->location) : NULL;
     q->origin = p->origin ? strdup(p->origin) : NULL;
-    q->local = strdup(p->local);
+    /* READY: its local path is its own; FETCHING: it may still be the one
+     * before's (never opened again as this one: local NULL) */
+    q->local = p->state == READY && p->local ? strdup(p->local) : NULL;
     if ((p->producer && !q->producer) || (p->location && !q->location) ||
-        (p->origin && !q->origin) || !q->local) {
+        (p->origin && !q->origin) || (p->state == READY && p->local && !q->local)) {
         publication_free(q);
         return NULL;
     }
@@ -51,7 +53,6 @@ static struct publication *copy_of(const struct publication *p)
 
 void publication_retire(struct publications *r, const struct publication *p)
 {
-    if (!p->local) return; /* never opened here: nothing to close */
     size_t count = 0;
     struct publication **last = NULL;
     for (struct publication **at = &r->retired; *at; at = &(*at)->next) {
@@ -72,7 +73,7 @@ void publication_retire(struct publications *r, const struct publication *p)
 struct publication *find_retired(struct publications *r, const char *local)
 {
     for (struct publication *q = r->retired; q; q = q->next)
-        if (strcmp(q->local, local) == 0) return q;
+        if (q->local && strcmp(q->local, local) == 0) return q;
     return NULL;
 }
 
@@ -118,7 +119,7 @@ static bool closable(struct larderd *d, const struct dataset_entry *e)
     for (struct publication *p = r->list; p && replaced && !named; p = p->next)
         named = p->state != LEARNING && p->id_low == e->id_low && p->id_high == e->id_high;
     /* a name job may hold e between opening it and its last use */
-    bool jobs = pool_busy(r->jobs, LARDER__DEMAND);
+    bool jobs = r->opening > 0;
     pthread_mutex_unlock(&r->lock);
     if (!replaced || named || jobs) return false;
     if (d->config.warm && pool_busy(d->pool, LARDER__WARM)) return false; /* warm jobs hold e */

@@ -15,7 +15,10 @@
 # 3. the held readers read the rest: every byte is their generation's
 #    (read across 60-odd replacements and closings: never a mix); once
 #    they close, nodes 1 and 0 close those too (1 open, 69 closed);
-# 4. v69 consumed on node 2 byte for byte; no daemon died.
+# 4. v69 consumed on node 2 byte for byte;
+# 5. 10 more generations published with no wait between them: every node
+#    ends with one dataset open (those a member was still fetching when
+#    the next came are closed too); no daemon died.
 source "$(dirname "$0")/lib.sh"
 LARDERD=${LARDER%/larder}/larderd
 [ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
@@ -128,5 +131,23 @@ last=$((GENERATIONS - 1))
 LARDER_SOCKET=$WORK/sock2 "$LARDER" consume retire/latest out >consume.txt 2>&1 ||
   fail "consume on node 2: $(cat consume.txt)"
 cmp v$last/weights.bin out/weights.bin || fail "node 2 consumed other bytes than v$last's"
+
+# 5. replaced faster than members learn (no wait between): a generation a
+# member was still fetching when the next came is closed too; each node
+# ends with the last one alone open
+for k in $(seq $GENERATIONS $((GENERATIONS + 9))); do
+  mkdir -p v$k
+  head -c 200001 /dev/urandom >v$k/weights.bin
+  LARDER_SOCKET=$WORK/sock0 "$LARDER" publish v$k retire/latest --replace >pub.txt 2>&1 ||
+    fail "publish v$k: $(cat pub.txt)"
+done
+last=$((GENERATIONS + 9))
+for node in 0 1 2; do
+  until_named $node "$(id_of v$last)"
+  for _ in $(seq 200); do [ "$(stat_of $node open_datasets)" = 1 ] && break; sleep 0.05; done
+  [ "$(stat_of $node open_datasets)" = 1 ] ||
+    fail "node $node keeps $(stat_of $node open_datasets) datasets open after the quick replacements"
+done
+echo "after 10 quick replacements: closed $(stat_of 0 closed_datasets), $(stat_of 1 closed_datasets), $(stat_of 2 closed_datasets); 1 open on each node"
 for p in "${pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
 echo "replaced publications closed: ok"
