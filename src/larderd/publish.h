@@ -22,6 +22,7 @@
 #define CLOSE_EVERY_MS 200          /* how often the sweep looks for replaced datasets to close */
 /* a name unknown here while a RESOLVE waits for it: its members are asked again this often */
 #define REASK_MS 1000
+#define MAX_REASKS 16 /* names asked again in one sweep, at most */
 
 enum state {
     LEARNING, /* unknown here: its members are being asked */

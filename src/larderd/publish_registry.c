@@ -210,7 +210,9 @@ static void expire_waiters(struct publications *r, int64_t now)
 static void reask(struct larderd *d, struct publications *r, int64_t now, struct name_job **jobs)
 {
     if (d->members.count <= 1 || d->stopping) return;
-    for (struct waiter *w = r->waiters; w; w = w->next) {
+    size_t started = 0; /* a few names a sweep: parked RESOLVEs of made-up names
+                         * cost the members no more than a client's own asking */
+    for (struct waiter *w = r->waiters; w && started < MAX_REASKS; w = w->next) {
         if ((w->flags & LARDER__RESOLVE_LOCAL) || now - w->asked_ms < REASK_MS) continue;
         w->asked_ms = now;
         size_t length = strlen(w->name);
@@ -222,6 +224,7 @@ static void reask(struct larderd *d, struct publications *r, int64_t now, struct
         }
         job->next = *jobs;
         *jobs = job;
+        started++;
     }
 }
 
