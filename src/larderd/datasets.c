@@ -234,7 +234,7 @@ void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *lo
 static struct dataset_entry *find_by_url(struct larderd *d, const char *url, int *slot)
 {
     for (int i = 0; i < d->num_datasets; i++)
-        if (d->datasets[i].url && strcmp(d->datasets[i].url, url) == 0) {
+        if (d->datasets[i].url && !d->datasets[i].closing && strcmp(d->datasets[i].url, url) == 0) {
             *slot = i;
             return &d->datasets[i];
         }
@@ -248,7 +248,7 @@ static struct dataset_entry *find_by_id(struct larderd *d, uint64_t low, uint64_
 {
     for (int i = 0; i < d->num_datasets; i++) {
         struct dataset_entry *e = &d->datasets[i];
-        if (e != except && e->url && e->id_low == low && e->id_high == high) {
+        if (e != except && e->url && !e->closing && e->id_low == low && e->id_high == high) {
             *slot = i;
             return e;
         }
@@ -424,23 +424,40 @@ void datasets_release_opened(struct larderd *d, uint64_t opened)
         }
 }
 
+/* A closing entry's end, on a pool worker: its cache's blocks evicted (no
+ * lock held: a few system calls per block), then the entry freed. */
+static void close_job(void *arg)
+{
+    struct dataset_entry *e = arg;
+    struct larderd *d = (struct larderd *)e->daemon;
+    struct larder__cache *cache = larder__dataset_cache(e->dataset);
+    uint64_t evicted = cache ? larder__cache_evict_all(cache) : 0;
+    pthread_mutex_lock(&d->lock);
+    say("closed %s (replaced, and no one reads it any more; %llu cached blocks evicted)", e->url,
+        (unsigned long long)evicted);
+    entry_free(d, e); /* the slot is free for the next dataset opened */
+    while (d->num_datasets > 0 && !d->datasets[d->num_datasets - 1].url)
+        d->num_datasets--;
+    d->datasets_closed++;
+    pthread_mutex_unlock(&d->lock);
+}
+
 size_t close_unused_datasets(struct larderd *d,
                              bool (*closable)(struct larderd *d, const struct dataset_entry *e))
 {
-    size_t closed = 0;
+    size_t closing = 0;
     pthread_mutex_lock(&d->lock);
     for (int i = 0; i < d->num_datasets; i++) {
         struct dataset_entry *e = &d->datasets[i];
         /* holders are added on the loop thread only (open_request), which is this one */
-        if (!e->url || __atomic_load_n(&e->holders, __ATOMIC_ACQUIRE) > 0 || !closable(d, e))
+        if (!e->url || e->closing || __atomic_load_n(&e->holders, __ATOMIC_ACQUIRE) > 0 ||
+            !closable(d, e))
             continue;
-        say("closed %s (replaced, and no one reads it any more)", e->url);
-        entry_free(d, e); /* the slot is free for the next dataset opened */
-        closed++;
+        e->closing = true; /* found no more: a new OPEN of its url opens it anew */
+        e->daemon = d;
+        if (larder__pool_submit(d->pool, close_job, e, LARDER__WARM) < 0) e->closing = false;
+        closing++;
     }
-    while (d->num_datasets > 0 && !d->datasets[d->num_datasets - 1].url)
-        d->num_datasets--;
-    d->datasets_closed += closed;
     pthread_mutex_unlock(&d->lock);
-    return closed;
+    return closing;
 }

@@ -132,6 +132,7 @@ struct dataset_entry {
      * (any thread; atomic).  A READ in flight holds its connection, so 0
      * means no request of a client or peer is using the entry. */
     int holders;
+    bool closing; /* being closed (close_unused_datasets): found no more, its slot not yet free */
 };
 
 struct larderd {
@@ -309,8 +310,10 @@ void close_datasets(struct larderd *d);
 /* A connection with these datasets opened (c->opened) is freed: each one's holders, one less. */
 void datasets_release_opened(struct larderd *d, uint64_t opened);
 /* On the loop thread: close every open entry that no connection holds and
- * that closable() (called with d->lock held) says may go; its slot is free
- * again.  How many were closed (counted in d->datasets_closed). */
+ * that closable() (called with d->lock held) says may go: found no more at
+ * once, then on a pool worker (WARM) its cached blocks evicted and the
+ * entry freed, its slot free again (counted in d->datasets_closed then).
+ * How many began closing. */
 size_t close_unused_datasets(struct larderd *d,
                              bool (*closable)(struct larderd *d, const struct dataset_entry *e));
 /* Where the reads of the calling thread's shard sources came from since

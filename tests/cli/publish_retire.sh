@@ -14,7 +14,8 @@
 #    readers borrow from it;
 # 3. the held readers read the rest: every byte is their generation's
 #    (read across 60-odd replacements and closings: never a mix); once
-#    they close, nodes 1 and 0 close those too (1 open, 69 closed);
+#    they close, nodes 1 and 0 close those too (1 open, 69 closed), and
+#    what node 1 had cached of them is evicted;
 # 4. v69 consumed on node 2 byte for byte;
 # 5. 10 more generations published with no wait between them: every node
 #    ends with one dataset open (those a member was still fetching when
@@ -125,6 +126,18 @@ wait $reader0 || fail "node 0's reader: $(cat reader0.txt)"
 cat reader1.txt reader0.txt
 until_counts 1 1 $((GENERATIONS - 1))
 until_counts 0 1 $((GENERATIONS - 1))
+# what node 1's readers staged of v3 and v40 in its cache was evicted as
+# they were closed (nothing else of the node cache is resident but v69's)
+resident_of() { # node dataset-id: bytes of it resident in the node's cache (0: none, or no entry)
+  "$LARDER" stat --cache "$WORK/cache$1" --json | /usr/bin/python3 -c '
+import json, sys
+print(sum(d["resident_bytes"] for d in json.load(sys.stdin)["datasets"] if d["dataset_id"] == sys.argv[1]))' "$2"
+}
+for k in 3 40; do
+  [ "$(resident_of 1 "$(id_of v$k)")" = 0 ] ||
+    fail "node 1 still holds $(resident_of 1 "$(id_of v$k)") bytes of closed v$k in its cache"
+done
+grep -Eq "closed .*; [1-9][0-9]* cached blocks evicted" daemon1.log || fail "node 1 evicted nothing as it closed: $(grep closed daemon1.log | tail -3)"
 
 # 4. the last one, everywhere
 last=$((GENERATIONS - 1))

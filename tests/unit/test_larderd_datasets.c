@@ -11,6 +11,7 @@
 #include "test.h"
 
 #include <errno.h>
+#include <unistd.h>
 
 TEST(larderd_datasets_one_entry_per_dataset)
 {
@@ -106,6 +107,21 @@ static bool closable_for_test(struct larderd *d, const struct dataset_entry *e)
                       strcmp(e->url + n - 16, "ds3/index.larder") == 0);
 }
 
+/* Wait (10 s at most) until the daemon has closed `n` entries (on its pool). */
+static void wait_closed(struct larderd *d, uint64_t n)
+{
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&d->lock);
+        uint64_t closed = d->datasets_closed;
+        pthread_mutex_unlock(&d->lock);
+        if (closed >= n) break;
+        usleep(10000);
+    }
+    pthread_mutex_lock(&d->lock);
+    CHECK_EQ(d->datasets_closed, n);
+    pthread_mutex_unlock(&d->lock);
+}
+
 TEST(larderd_datasets_close_unused_and_reuse)
 {
     char paths[3][4096];
@@ -124,8 +140,8 @@ TEST(larderd_datasets_close_unused_and_reuse)
     /* ds2 held by two connections (bits of c->opened), ds3 by none */
     e[1]->holders = 2;
     CHECK_EQ(close_unused_datasets(&d, closable_for_test), 1); /* ds3 alone */
+    wait_closed(&d, 1);
     CHECK_EQ(d.num_datasets, 2); /* the last slot was closed: the count shrinks */
-    CHECK_EQ(d.datasets_closed, 1);
     int found;
     CHECK(find_dataset(&d, e[0]->id_low, e[0]->id_high, &found) == e[0]);
     CHECK(find_dataset(&d, id2_low, id2_high, &found) == e[1]);
@@ -134,8 +150,9 @@ TEST(larderd_datasets_close_unused_and_reuse)
     datasets_release_opened(&d, UINT64_C(1) << 1);
     CHECK_EQ(close_unused_datasets(&d, closable_for_test), 0);
     datasets_release_opened(&d, UINT64_C(1) << 1);
-    CHECK_EQ(close_unused_datasets(&d, closable_for_test), 1); /* ds1 is not closable */
-    CHECK_EQ(d.datasets_closed, 2);
+    CHECK_EQ(close_unused_datasets(&d, closable_for_test), 1);  /* ds1 is not closable */
+    CHECK(find_dataset(&d, id2_low, id2_high, &found) == NULL); /* closing: found no more */
+    wait_closed(&d, 2);
     CHECK(find_dataset(&d, id2_low, id2_high, &found) == NULL);
     CHECK_EQ(d.num_datasets, 1);
 
