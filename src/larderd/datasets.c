@@ -424,22 +424,17 @@ void datasets_release_opened(struct larderd *d, uint64_t opened)
         }
 }
 
-/* A closing entry's end, on a pool worker: its cache's blocks evicted (no
- * lock held: a few system calls per block), then the entry freed. */
+/* A closing entry's cached blocks evicted, on a pool worker (no lock held:
+ * a few system calls per block); the loop frees the entry after. */
 static void close_job(void *arg)
 {
     struct dataset_entry *e = arg;
-    struct larderd *d = (struct larderd *)e->daemon;
     struct larder__cache *cache = larder__dataset_cache(e->dataset);
     uint64_t evicted = cache ? larder__cache_evict_all(cache) : 0;
-    pthread_mutex_lock(&d->lock);
-    say("closed %s (replaced, and no one reads it any more; %llu cached blocks evicted)", e->url,
+    say("closing %s (replaced, and no one reads it any more): %llu cached blocks evicted", e->url,
         (unsigned long long)evicted);
-    entry_free(d, e); /* the slot is free for the next dataset opened */
-    while (d->num_datasets > 0 && !d->datasets[d->num_datasets - 1].url)
-        d->num_datasets--;
-    d->datasets_closed++;
-    pthread_mutex_unlock(&d->lock);
+    __atomic_store_n(&e->evicted, true, __ATOMIC_RELEASE);
+    larderd_wake((struct larderd *)e->daemon);
 }
 
 size_t close_unused_datasets(struct larderd *d,
@@ -447,6 +442,16 @@ size_t close_unused_datasets(struct larderd *d,
 {
     size_t closing = 0;
     pthread_mutex_lock(&d->lock);
+    /* freed here, on the loop thread, as every entry was before: the
+     * loop's own readers of the registry (STATS' transports) take no lock */
+    for (int i = 0; i < d->num_datasets; i++) {
+        struct dataset_entry *e = &d->datasets[i];
+        if (!e->url || !e->closing || !__atomic_load_n(&e->evicted, __ATOMIC_ACQUIRE)) continue;
+        entry_free(d, e); /* the slot is free for the next dataset opened */
+        d->datasets_closed++;
+    }
+    while (d->num_datasets > 0 && !d->datasets[d->num_datasets - 1].url)
+        d->num_datasets--;
     for (int i = 0; i < d->num_datasets; i++) {
         struct dataset_entry *e = &d->datasets[i];
         /* holders are added on the loop thread only (open_request), which is this one */

@@ -133,6 +133,7 @@ struct dataset_entry {
      * means no request of a client or peer is using the entry. */
     int holders;
     bool closing; /* being closed (close_unused_datasets): found no more, its slot not yet free */
+    bool evicted; /* closing: its cached blocks evicted (atomic); the loop frees it next */
 };
 
 struct larderd {
@@ -311,8 +312,8 @@ void close_datasets(struct larderd *d);
 void datasets_release_opened(struct larderd *d, uint64_t opened);
 /* On the loop thread: close every open entry that no connection holds and
  * that closable() (called with d->lock held) says may go: found no more at
- * once, then on a pool worker (WARM) its cached blocks evicted and the
- * entry freed, its slot free again (counted in d->datasets_closed then).
+ * once, its cached blocks evicted on a pool worker (WARM), then freed by
+ * the next call, its slot free again (counted in d->datasets_closed then).
  * How many began closing. */
 size_t close_unused_datasets(struct larderd *d,
                              bool (*closable)(struct larderd *d, const struct dataset_entry *e));

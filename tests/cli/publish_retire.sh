@@ -137,7 +137,7 @@ for k in 3 40; do
   [ "$(resident_of 1 "$(id_of v$k)")" = 0 ] ||
     fail "node 1 still holds $(resident_of 1 "$(id_of v$k)") bytes of closed v$k in its cache"
 done
-grep -Eq "closed .*; [1-9][0-9]* cached blocks evicted" daemon1.log || fail "node 1 evicted nothing as it closed: $(grep closed daemon1.log | tail -3)"
+grep -Eq "closing .*: [1-9][0-9]* cached blocks evicted" daemon1.log || fail "node 1 evicted nothing as it closed: $(grep closing daemon1.log | tail -3)"
 
 # 4. the last one, everywhere
 last=$((GENERATIONS - 1))

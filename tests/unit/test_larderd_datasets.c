@@ -107,10 +107,18 @@ static bool closable_for_test(struct larderd *d, const struct dataset_entry *e)
                       strcmp(e->url + n - 16, "ds3/index.larder") == 0);
 }
 
-/* Wait (10 s at most) until the daemon has closed `n` entries (on its pool). */
+static bool never(struct larderd *d, const struct dataset_entry *e)
+{
+    (void)d, (void)e;
+    return false;
+}
+
+/* Wait (10 s at most) until the daemon has closed `n` entries: their blocks
+ * evicted on its pool, then freed by the next call, as the loop's sweep does. */
 static void wait_closed(struct larderd *d, uint64_t n)
 {
     for (int i = 0; i < 1000; i++) {
+        close_unused_datasets(d, never);
         pthread_mutex_lock(&d->lock);
         uint64_t closed = d->datasets_closed;
         pthread_mutex_unlock(&d->lock);
