@@ -460,8 +460,10 @@ size_t close_unused_datasets(struct larderd *d,
             continue;
         e->closing = true; /* found no more: a new OPEN of its url opens it anew */
         e->daemon = d;
-        if (larder__pool_submit(d->pool, close_job, e, LARDER__WARM) < 0) e->closing = false;
-        closing++;
+        if (larder__pool_submit(d->pool, close_job, e, LARDER__WARM) < 0)
+            e->closing = false; /* tried again at the next sweep */
+        else
+            closing++;
     }
     pthread_mutex_unlock(&d->lock);
     return closing;

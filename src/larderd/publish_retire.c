@@ -13,7 +13,11 @@
  * comes back after its connection was dropped (idle) find the same owner
  * again when its OPEN opens the old index anew (publication_adopt).  What
  * the producer keeps on disk of it is its own business; its blocks in the
- * node cache are the cache's to evict like any others.
+ * node cache are evicted as it is closed (close_unused_datasets).
+ *
+ * Known limit: a replaced publication's record is in memory only; a
+ * dataset a reader reopens after a daemon restart is opened as a plain
+ * dataset, never closed until the next restart.
  *
  * Locks: the registry's lock inside d->lock (closable runs with d->lock
  * held), and the hints' lock inside both; nothing here takes d->lock.
