@@ -93,7 +93,7 @@ kill -STOP "${pids[2]}"
 LARDER_SOCKET=$WORK/sock0 "$LARDER" publish v2 busy/latest --replace >pub2.txt ||
   { kill -CONT "${pids[2]}"; fail "publish v2: $(cat pub2.txt)"; }
 ID2=$(id_of v2)
-for _ in $(seq 140); do grep -q "announcing to .*:$((base + 2)) failed" daemon0.log && break; sleep 0.05; done
+for _ in $(seq 400); do grep -q "announcing to .*:$((base + 2)) failed" daemon0.log && break; sleep 0.05; done
 kill -CONT "${pids[2]}"
 grep "announcing to" daemon0.log || fail "the announcement to the stopped node 2 did not fail: $(tail -5 daemon0.log)"
 for _ in $(seq 600); do [ "$(named_id 2 busy/latest)" = "$ID2" ] && break; sleep 0.05; done
