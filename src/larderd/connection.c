@@ -138,6 +138,7 @@ void connection_release(struct connection *c)
     bool last = --c->refs == 0;
     pthread_mutex_unlock(&c->lock);
     if (!last) return;
+    datasets_release_opened(c->daemon, c->opened); /* its READs are over: none uses them */
     while (c->head) {
         struct output *next = c->head->next;
         output_free(c, c->head);

@@ -234,7 +234,7 @@ void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *lo
 static struct dataset_entry *find_by_url(struct larderd *d, const char *url, int *slot)
 {
     for (int i = 0; i < d->num_datasets; i++)
-        if (strcmp(d->datasets[i].url, url) == 0) {
+        if (d->datasets[i].url && !d->datasets[i].closing && strcmp(d->datasets[i].url, url) == 0) {
             *slot = i;
             return &d->datasets[i];
         }
@@ -248,12 +248,21 @@ static struct dataset_entry *find_by_id(struct larderd *d, uint64_t low, uint64_
 {
     for (int i = 0; i < d->num_datasets; i++) {
         struct dataset_entry *e = &d->datasets[i];
-        if (e != except && e->id_low == low && e->id_high == high) {
+        if (e != except && e->url && !e->closing && e->id_low == low && e->id_high == high) {
             *slot = i;
             return e;
         }
     }
     return NULL;
+}
+
+/* A slot for a new entry: one closed before (its url NULL), else the
+ * next; -1 when all MAX_DATASETS are open.  Call with d->lock held. */
+static int free_slot(const struct larderd *d)
+{
+    for (int i = 0; i < d->num_datasets; i++)
+        if (!d->datasets[i].url) return i;
+    return d->num_datasets < MAX_DATASETS ? d->num_datasets : -1;
 }
 
 /* Free what an entry holds (the dataset, the peer endpoints, the URL). */
@@ -359,10 +368,11 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
         *out = e;
     } else if (!(how & OPEN_NEW)) {
         rc = larder__fail(LARDER_ENOTFOUND, "dataset %s is not open on this node", url);
-    } else if (d->num_datasets == MAX_DATASETS) {
+    } else if (free_slot(d) < 0) {
         rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
     } else {
-        e = &d->datasets[d->num_datasets];
+        int free = free_slot(d);
+        e = &d->datasets[free];
         rc = open_entry(d, e, url, unchecked);
         if (rc == 0 && (same = find_by_id(d, e->id_low, e->id_high, e, slot))) {
             entry_free(d, e); /* the same content under another name: one entry */
@@ -377,7 +387,8 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
         if (rc == 0 && d->members.count > 1 && !e->unchecked)
             rc = connect_members(d, e, e->peer_url ? e->peer_url : url);
         if (rc == 0) {
-            *slot = d->num_datasets++;
+            *slot = free;
+            if (free == d->num_datasets) d->num_datasets++;
             *out = e;
             say("opened %s", url);
             if (d->config.warm) warm_owned(d, e);
@@ -402,4 +413,58 @@ void close_datasets(struct larderd *d)
     for (int i = 0; i < d->num_datasets; i++)
         entry_free(d, &d->datasets[i]);
     d->num_datasets = 0;
+}
+
+void datasets_release_opened(struct larderd *d, uint64_t opened)
+{
+    for (int i = 0; opened && i < MAX_DATASETS; i++)
+        if (opened & (UINT64_C(1) << i)) {
+            __atomic_sub_fetch(&d->datasets[i].holders, 1, __ATOMIC_RELEASE);
+            opened &= ~(UINT64_C(1) << i);
+        }
+}
+
+/* A closing entry's cached blocks evicted, on a pool worker (no lock held:
+ * a few system calls per block); the loop frees the entry after. */
+static void close_job(void *arg)
+{
+    struct dataset_entry *e = arg;
+    struct larder__cache *cache = larder__dataset_cache(e->dataset);
+    uint64_t evicted = cache ? larder__cache_evict_all(cache) : 0;
+    say("closing %s (replaced, and no one reads it any more): %llu cached blocks evicted", e->url,
+        (unsigned long long)evicted);
+    __atomic_store_n(&e->evicted, true, __ATOMIC_RELEASE);
+    larderd_wake((struct larderd *)e->daemon);
+}
+
+size_t close_unused_datasets(struct larderd *d,
+                             bool (*closable)(struct larderd *d, const struct dataset_entry *e))
+{
+    size_t closing = 0;
+    pthread_mutex_lock(&d->lock);
+    /* freed here, on the loop thread, as every entry was before: the
+     * loop's own readers of the registry (STATS' transports) take no lock */
+    for (int i = 0; i < d->num_datasets; i++) {
+        struct dataset_entry *e = &d->datasets[i];
+        if (!e->url || !e->closing || !__atomic_load_n(&e->evicted, __ATOMIC_ACQUIRE)) continue;
+        entry_free(d, e); /* the slot is free for the next dataset opened */
+        d->datasets_closed++;
+    }
+    while (d->num_datasets > 0 && !d->datasets[d->num_datasets - 1].url)
+        d->num_datasets--;
+    for (int i = 0; i < d->num_datasets; i++) {
+        struct dataset_entry *e = &d->datasets[i];
+        /* holders are added on the loop thread only (open_request), which is this one */
+        if (!e->url || e->closing || __atomic_load_n(&e->holders, __ATOMIC_ACQUIRE) > 0 ||
+            !closable(d, e))
+            continue;
+        e->closing = true; /* found no more: a new OPEN of its url opens it anew */
+        e->daemon = d;
+        if (larder__pool_submit(d->pool, close_job, e, LARDER__WARM) < 0)
+            e->closing = false; /* tried again at the next sweep */
+        else
+            closing++;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return closing;
 }

@@ -19,7 +19,9 @@
  *                 shard from its owner
  *   borrow.c      borrowing another owner's chunk whole, once, for the
  *                 READs that read it
- *   publish.c     names: publications, their registry, RESOLVEs waiting for one
+ *   publish*.c    names: PUBLISH/RESOLVE/ANNOUNCE (publish.c), the registry and
+ *                 RESOLVEs waiting (_registry), announcing and learning (_jobs),
+ *                 this node's own across restarts (_mine), replaced ones closed (_retire)
  *   warm.c        warm staging of the chunks this node owns
  *   hints.c       HINT requests: who may hint, which members stage, the answer
  *   hints_pins.c  this node's pins: their staging, their expiry, the list
@@ -125,6 +127,13 @@ struct dataset_entry {
     bool fixed;         /* fixed_owner overrides the rendezvous owner */
     size_t fixed_owner; /* an index in members */
     char *peer_url;     /* the index's path on the producer; owned */
+    /* connections alive with it opened (bit `slot` of c->opened): added by
+     * OPEN on the loop thread, taken off as such a connection is freed
+     * (any thread; atomic).  A READ in flight holds its connection, so 0
+     * means no request of a client or peer is using the entry. */
+    int holders;
+    bool closing; /* being closed (close_unused_datasets): found no more, its slot not yet free */
+    bool evicted; /* closing: its cached blocks evicted (atomic); the loop frees it next */
 };
 
 struct larderd {
@@ -145,7 +154,8 @@ struct larderd {
     struct larder__pool *peer_pool;
     pthread_mutex_t lock; /* datasets[] */
     struct dataset_entry datasets[MAX_DATASETS];
-    int num_datasets;
+    int num_datasets;         /* slots in use or closed below it (a closed one: url NULL) */
+    uint64_t datasets_closed; /* entries closed since start: replaced publications (d->lock) */
     struct connection *connections; /* the loop's list */
     int num_connections;
     struct connection *dropped;    /* closed, freed after the current batch of events */
@@ -271,6 +281,9 @@ void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *u
  * in time).  It may block: never on the loop thread (publish_jobs.c). */
 int publication_open(struct larderd *d, const char *name, unsigned how, int wait_ms,
                      struct dataset_entry **out);
+/* End the name jobs (announcing, learning) on the registry's own workers:
+ * first thing in larderd_free, while what they use is still there. */
+void publications_stop(struct larderd *d);
 /* Free the registry and its parked requests (larderd_free). */
 void publications_free(struct larderd *d);
 /* hints.c: a publication was registered on this node (e: its dataset, open here). */
@@ -295,6 +308,15 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
 struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t high, int *slot);
 /* Close every dataset and its peer endpoints. */
 void close_datasets(struct larderd *d);
+/* A connection with these datasets opened (c->opened) is freed: each one's holders, one less. */
+void datasets_release_opened(struct larderd *d, uint64_t opened);
+/* On the loop thread: close every open entry that no connection holds and
+ * that closable() (called with d->lock held) says may go: found no more at
+ * once, its cached blocks evicted on a pool worker (WARM), then freed by
+ * the next call, its slot free again (counted in d->datasets_closed then).
+ * How many began closing. */
+size_t close_unused_datasets(struct larderd *d,
+                             bool (*closable)(struct larderd *d, const struct dataset_entry *e));
 /* Where the reads of the calling thread's shard sources came from since
  * the last call (bits: SOURCE_READ_ORIGIN, SOURCE_READ_PEER; 0: none, the
  * fill was served from the cache), and start over.  The read engine reads

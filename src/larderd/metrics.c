@@ -236,17 +236,31 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
 {
     struct metrics_row rows[MAX_DATASETS];
     pthread_mutex_lock(&d->lock);
-    size_t count = (size_t)d->num_datasets;
-    for (size_t i = 0; i < count; i++) {
+    size_t count = 0;
+    for (int i = 0; i < d->num_datasets; i++) {
+        if (!d->datasets[i].dataset) continue; /* closed: its slot free */
         larder_dataset_info info;
-        larder_stats_get(d->datasets[i].dataset, &rows[i].stats);
-        served_copy(&d->datasets[i].served, &rows[i].served);
-        rows[i].pinned_bytes = dataset_pinned_bytes(d->datasets[i].dataset);
+        larder_stats_get(d->datasets[i].dataset, &rows[count].stats);
+        served_copy(&d->datasets[i].served, &rows[count].served);
+        rows[count].pinned_bytes = dataset_pinned_bytes(d->datasets[i].dataset);
         larder_dataset_info_get(d->datasets[i].dataset, &info);
-        memcpy(rows[i].dataset_id, info.dataset_id, sizeof rows[i].dataset_id);
+        memcpy(rows[count].dataset_id, info.dataset_id, sizeof rows[count].dataset_id);
+        count++;
     }
+    uint64_t closed = d->datasets_closed;
     pthread_mutex_unlock(&d->lock);
     size_t used = metrics_format(rows, count, out, capacity);
+    int n = used < capacity ? snprintf(out + used, capacity - used,
+                                       "# HELP larder_datasets_open Datasets open in the daemon.\n"
+                                       "# TYPE larder_datasets_open gauge\n"
+                                       "larder_datasets_open %zu\n"
+                                       "# HELP larder_datasets_closed_total Replaced publications "
+                                       "closed once no one read them.\n"
+                                       "# TYPE larder_datasets_closed_total counter\n"
+                                       "larder_datasets_closed_total %llu\n",
+                                       count, (unsigned long long)closed)
+                            : 0;
+    if (n > 0 && (size_t)n < capacity - used) used += (size_t)n;
     struct larder__pool_stats classes;
     larderd_classes_get(d, &classes);
     metrics_format_classes(&classes, out, capacity, &used);

@@ -1,6 +1,6 @@
 /*
  * publish.h - what the two halves of the daemon's names share: the
- * registry (publish.c: the requests, the sweep) and the jobs on the pool
+ * requests (publish.c), the registry and the sweep (publish_registry.c) and the jobs on the pool
  * (publish_jobs.c: announcing a publication, learning one from a peer;
  * also the registry as JSON, and a publication opened by name for a
  * hint).  See publish.c for the whole.
@@ -15,6 +15,14 @@
 #define MAX_WAITERS_PER_CONNECTION 16 /* ... of them from one connection */
 #define PEER_TIMEOUT_MS 5000          /* a member asked or told about a name */
 #define NAME_CAPACITY (LARDER__WIRE_MAX_PUBLICATION + 1)
+#define NAME_WORKERS 4              /* the registry's own workers: announcing, learning */
+#define ANNOUNCE_TRIES 6            /* an announcement to a member, at most (5 pauses: 15.5 s) */
+#define ANNOUNCE_FIRST_PAUSE_MS 500 /* before the second try; doubled for each one after */
+#define MAX_RETIRED 256             /* replaced publications remembered (publish_retire.c) */
+#define CLOSE_EVERY_MS 200          /* how often the sweep looks for replaced datasets to close */
+/* a name unknown here while a RESOLVE waits for it: its members are asked again this often */
+#define REASK_MS 1000
+#define MAX_REASKS 16 /* names asked again in one sweep, at most */
 
 enum state {
     LEARNING, /* unknown here: its members are being asked */
@@ -43,6 +51,7 @@ struct waiter {
     uint64_t request;
     uint32_t flags;
     int64_t deadline_ms;
+    int64_t asked_ms; /* when its members were last asked for the name */
     char name[NAME_CAPACITY];
 };
 
@@ -53,10 +62,16 @@ struct publications {
     struct waiter *waiters;
     size_t num_waiters;
     char *allowed; /* the cache's published/, added to --allow's prefixes when given; or NULL */
+    struct larder__pool *jobs;   /* NAME_WORKERS workers for the name jobs: never the READ pool */
+    struct name_job *retries;    /* announcements to try again (announce_due) */
+    struct publication *retired; /* replaced here, newest first (publish_retire.c) */
+    int64_t closed_ms;           /* when the sweep last closed replaced datasets */
+    int opening;                 /* name jobs between opening a dataset and their last use of it */
 };
 
 /* A publication to announce or learn, copied for a job. */
 struct name_job {
+    struct name_job *next; /* on r->retries */
     struct larderd *d;
     char name[NAME_CAPACITY];
     uint64_t id_low, id_high; /* announced (learn: expected when `announced`) */
@@ -64,10 +79,13 @@ struct name_job {
     bool announced;
     size_t producer_member; /* whom to ask first; SIZE_MAX: every member */
     size_t target;          /* announce_job: the one member told */
+    int attempts;           /* announce_job: tries that failed so far */
+    int64_t due_ms;         /* on r->retries: when to try again */
     char *producer, *location, *origin;
 };
 
-/* publish.c; find, forget, add and answer_waiters with the registry lock held */
+/* publish_registry.c; find, forget, add, answer_waiters and send_publication with the
+ * registry lock held */
 /* d's registry, made on first use (see publish.c); NULL when out of memory. */
 struct publications *registry(struct larderd *d);
 struct publication *find(struct publications *r, const char *name, size_t length);
@@ -75,6 +93,24 @@ void forget(struct publications *r, struct publication *p);
 struct publication *add(struct publications *r, const char *name, size_t length);
 size_t member_named(const struct larderd *d, const char *name, size_t length);
 void answer_waiters(struct publications *r, const struct publication *p);
+/* Queue RESOLVED(p) to c (to a peer: the producer's path, and the index's bytes when
+ * flags ask and there is no origin; to a local reader: what it opens here), or an ERROR. */
+void send_publication(struct connection *c, uint64_t request, uint32_t flags,
+                      const struct publication *p);
+
+/* Free a publication (NULL-safe) that is on no list. */
+void publication_free(struct publication *p);
+
+/* publish_retire.c; publication_retire and find_retired with the registry lock held */
+/* p is being replaced (READY, or FETCHING: opened or being opened here):
+ * remember its id, so that its dataset is closed once no one uses it, and
+ * where readers here open it when READY. */
+void publication_retire(struct publications *r, const struct publication *p);
+/* The replaced publication whose index is at `local` here, or NULL. */
+struct publication *find_retired(struct publications *r, const char *local);
+/* From the sweep (loop thread): close the replaced publications' datasets
+ * that no one uses, every CLOSE_EVERY_MS at most. */
+void publications_close_replaced(struct larderd *d, int64_t now);
 
 /* publish_jobs.c */
 /* Queue the registry as JSON to c (RESOLVE with LARDER__RESOLVE_LIST), in a STATS frame:
@@ -101,8 +137,14 @@ bool submit(struct larderd *d, void (*run)(void *), struct name_job *job);
 /* One announce_job per other member (a member that hangs delays no other),
  * copies of `job`, which is freed. */
 void announce_all(struct larderd *d, struct name_job *job);
-/* Tell member job->target of a publication (job: its fields). */
+/* Tell member job->target of a publication (job: its fields); a failure is
+ * tried again later (announce_later), ANNOUNCE_TRIES times at most. */
 void announce_job(void *job);
+/* Keep job (which failed) on r->retries for its next try, after a pause. */
+void announce_later(struct larderd *d, struct name_job *job);
+/* From the sweep: submit the retries whose time has come (dropped when the
+ * name has moved on to another publication here, or stopping). */
+void announce_due(struct larderd *d, int64_t now);
 /* Learn job->name from its producer (announced) or any member that knows it. */
 void learn_job(void *job);
 

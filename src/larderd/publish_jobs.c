@@ -4,10 +4,16 @@
  * (announced, or asked for and unknown here) from its producer or any
  * member: its index fetched and kept in the cache directory, or taken
  * from the written-through origin, then opened with the producer as the
- * owner of every shard.  Also this node's own publications, kept in the
- * cache directory across restarts, the reading of index files, the
- * registry as JSON (RESOLVE's list) and a publication opened by name (a
- * hint by name, which may wait for the name).
+ * owner of every shard.  Also the registry as JSON (RESOLVE's list) and a
+ * publication opened by name (a hint by name, which may wait for the name).
+ *
+ * These jobs run on the registry's own few workers (r->jobs), never on the
+ * READ pool: an announcement or a lookup is a few small frames, and on the
+ * READ pool it waited behind every blocked READ (a node whose readers hold
+ * all its workers at a slow origin learned no name until they were done).
+ * An announcement that fails (the member busy past the timeout, or down)
+ * is tried again by the loop's sweep, a few times with a growing pause,
+ * so that a member that knew the replaced generation does not keep it.
  */
 #include "publish.h"
 #include "source.h"
@@ -80,13 +86,65 @@ void announce_job(void *arg)
     }
     uint8_t *payload = NULL;
     struct larder__publication ack;
-    if (job->target < d->members.count && !d->stopping &&
-        ask_member(d, job->target, frame, size, &payload, &ack) < 0)
-        say("%s: announcing to %s failed: %s", job->name, d->members.names[job->target],
-            larder_errmsg());
+    int rc = job->target < d->members.count && !d->stopping
+                 ? ask_member(d, job->target, frame, size, &payload, &ack)
+                 : 0;
     free(payload);
     free(frame);
-    name_job_free(job);
+    /* refused for what it says (another dataset under that name there, or
+     * not taken from this node): no use saying it again */
+    bool again = rc < 0 && rc != -EEXIST && rc != LARDER_EDENIED && rc != LARDER_EPROTOCOL &&
+                 job->attempts + 1 < ANNOUNCE_TRIES;
+    if (rc < 0)
+        say("%s: announcing to %s failed: %s%s", job->name, d->members.names[job->target],
+            larder_errmsg(), again ? " (tried again later)" : "");
+    if (again)
+        announce_later(d, job);
+    else
+        name_job_free(job);
+}
+
+void announce_later(struct larderd *d, struct name_job *job)
+{
+    struct publications *r = d->publications;
+    job->attempts++;
+    int64_t pause = ANNOUNCE_FIRST_PAUSE_MS << (job->attempts - 1);
+    job->due_ms = now_ms() + pause;
+    pthread_mutex_lock(&r->lock);
+    job->next = r->retries;
+    r->retries = job;
+    pthread_mutex_unlock(&r->lock);
+}
+
+void announce_due(struct larderd *d, int64_t now)
+{
+    struct publications *r = d->publications;
+    struct name_job *due = NULL;
+    pthread_mutex_lock(&r->lock);
+    for (struct name_job **at = &r->retries; *at;) {
+        struct name_job *job = *at;
+        if (now < job->due_ms && !d->stopping) {
+            at = &job->next;
+            continue;
+        }
+        *at = job->next;
+        /* still the publication of the name here: a newer one has its own announcements */
+        struct publication *p = find(r, job->name, strlen(job->name));
+        if (d->stopping || !p || p->state != READY || p->generation != job->generation ||
+            p->id_low != job->id_low || p->id_high != job->id_high) {
+            name_job_free(job);
+            continue;
+        }
+        job->next = due;
+        due = job;
+    }
+    pthread_mutex_unlock(&r->lock);
+    while (due) {
+        struct name_job *job = due;
+        due = job->next;
+        job->next = NULL;
+        submit(d, announce_job, job);
+    }
 }
 
 /* Where this node keeps a publication's index: the cache's published/ID.index. */
@@ -133,6 +191,9 @@ static int keep_index(struct larderd *d, const struct larder__publication *m, ch
  * the producer as every shard's owner, and made READY.  0, or a negative
  * code with a message (the caller forgets the publication).
  */
+static int ready(struct name_job *job, const struct larder__publication *m, struct dataset_entry *e,
+                 size_t owner);
+
 static int take_publication(struct name_job *job, const struct larder__publication *m)
 {
     struct larderd *d = job->d;
@@ -174,6 +235,8 @@ static int take_publication(struct name_job *job, const struct larder__publicati
         rc = larder__fail(LARDER_EPROTOCOL, "%s: told of generation %llu after %llu", job->name,
                           (unsigned long long)m->generation, (unsigned long long)p->generation);
     if (rc == 0) {
+        if (p->id_low != m->id_low || p->id_high != m->id_high)
+            publication_retire(r, p); /* closed once its readers here are done */
         p->id_low = m->id_low, p->id_high = m->id_high;
         p->generation = m->generation;
         p->mine = mine;
@@ -192,6 +255,9 @@ static int take_publication(struct name_job *job, const struct larder__publicati
      * will open, checked to be the dataset the producer announced */
     struct dataset_entry *e = NULL;
     int slot;
+    pthread_mutex_lock(&r->lock);
+    r->opening++; /* e is not closed under this job (publish_retire.c) until it is done */
+    pthread_mutex_unlock(&r->lock);
     rc = open_dataset(d, url, OPEN_NEW, &e, &slot);
     free(url);
     /* (its entry may keep the announced producer as the first source of its
@@ -199,8 +265,21 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     if (rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high))
         rc =
             larder__fail(LARDER_EPROTOCOL, "%s: its index is not the dataset announced", job->name);
-    if (rc < 0) return rc;
-    size_t owner = mine ? d->self : producer;
+    if (rc == 0) rc = ready(job, m, e, mine ? d->self : producer);
+    pthread_mutex_lock(&r->lock);
+    r->opening--;
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+/* take_publication's end: e (opened, the dataset m announced) owned by
+ * member `owner`, and the name READY unless a newer one came meanwhile. */
+static int ready(struct name_job *job, const struct larder__publication *m, struct dataset_entry *e,
+                 size_t owner)
+{
+    struct larderd *d = job->d;
+    struct publications *r = d->publications;
+    struct publication *p;
     pthread_mutex_lock(&d->lock);
     if (owner < d->members.count && !e->fixed) /* open before it was announced */
         e->fixed_owner = owner, __atomic_store_n(&e->fixed, true, __ATOMIC_RELEASE);
@@ -280,11 +359,13 @@ void learn_job(void *arg)
 }
 
 /* A job for `name` (announcing it, learning it: a few small frames that a
- * consumer may be waiting on), submitted to the pool at NEAR: after every
- * blocked READ, before hint and warm staging; false when none could be. */
+ * consumer may be waiting on), submitted to the registry's own workers
+ * (one class: in order); false when none could be. */
 bool submit(struct larderd *d, void (*run)(void *), struct name_job *job)
 {
-    if (larder__pool_submit(d->pool, run, job, LARDER__NEAR) == 0) return true;
+    struct publications *r = d->publications;
+    if (r && r->jobs && !d->stopping && larder__pool_submit(r->jobs, run, job, LARDER__DEMAND) == 0)
+        return true;
     name_job_free(job);
     return false;
 }
@@ -388,147 +469,6 @@ int publication_open(struct larderd *d, const char *name, unsigned how, int wait
     rc = open_dataset(d, local, how, out, &slot);
     free(local);
     return rc;
-}
-
-/* ---- this node's own publications, kept across restarts ---------------------- */
-
-/* The cache's published/mine: one line per publication, "NAME\tID\tINDEX\tORIGIN"
- * and, for a replacement, "\tGENERATION" (ID in hex as larder prints it; ORIGIN
- * "-" when none; the wire allows no tab or newline in any of them).  A later
- * line of a name is a --replace of it: the last one stands. */
-static int mine_path(const struct larderd *d, char *path, size_t capacity)
-{
-    if (!d->config.cache_dir) return -1;
-    return (size_t)snprintf(path, capacity, "%s/published/mine", d->config.cache_dir) < capacity
-               ? 0
-               : -1;
-}
-
-void publication_remember(struct larderd *d, const char *name)
-{
-    struct publications *r = d->publications;
-    char path[PATH_MAX], dir[PATH_MAX];
-    if (!r || mine_path(d, path, sizeof path) < 0) return;
-    snprintf(dir, sizeof dir, "%s/published", d->config.cache_dir);
-    mkdir(d->config.cache_dir, 0750);
-    mkdir(dir, 0750);
-    pthread_mutex_lock(&r->lock);
-    struct publication *p = find(r, name, strlen(name));
-    FILE *f = p && p->mine ? fopen(path, "ae") : NULL;
-    if (f) {
-        char id[33];
-        larder__hex128(p->id_high, p->id_low, id);
-        fprintf(f, "%s\t%s\t%s\t%s", p->name, id, p->location, p->origin ? p->origin : "-");
-        if (p->generation) fprintf(f, "\t%llu", (unsigned long long)p->generation);
-        fputc('\n', f);
-        if (fclose(f) != 0) say("%s: %s", path, strerror(errno));
-    }
-    pthread_mutex_unlock(&r->lock);
-}
-
-/* The dataset id an index file claims (bytes 16-31), or false. */
-bool claimed_id(const char *path, uint64_t *low, uint64_t *high)
-{
-    uint8_t header[32];
-    int fd = open(larder__file_path(path), O_RDONLY | O_CLOEXEC);
-    bool ok = fd >= 0 && pread(fd, header, sizeof header, 0) == (ssize_t)sizeof header;
-    if (fd >= 0) close(fd);
-    if (ok) *low = larder__le64(header + 16), *high = larder__le64(header + 24);
-    return ok;
-}
-
-void publications_load(struct larderd *d, struct publications *r)
-{
-    char path[PATH_MAX], line[2 * LARDER__WIRE_MAX_NAMES_FRAME];
-    FILE *f = mine_path(d, path, sizeof path) == 0 ? fopen(path, "re") : NULL;
-    if (!f) return;
-    size_t loaded = 0;
-    while (fgets(line, sizeof line, f)) {
-        char *fields[5] = {line, NULL, NULL, NULL, NULL}, *end;
-        for (int k = 1; k < 5 && fields[k - 1]; k++)
-            if ((fields[k] = strchr(fields[k - 1], '\t'))) *fields[k]++ = '\0';
-        char *last = fields[4] ? fields[4] : fields[3];
-        if (!fields[3] || !(end = strchr(last, '\n'))) continue; /* cut or hand-edited */
-        *end = '\0';
-        const char *name = fields[0], *index = fields[2], *origin = fields[3];
-        char *digits_end = NULL;
-        unsigned long long generation = fields[4] ? strtoull(fields[4], &digits_end, 10) : 0;
-        if (fields[4] && (!fields[4][0] || *digits_end || generation == 0)) continue;
-        struct publication *before = find(r, name, strlen(name));
-        if (before && before->generation >= generation) continue; /* (not a replacement) */
-        /* replaced: the later line stands, even when its index is gone (then so is the
-         * name: it never falls back to the publication it replaced) */
-        if (before) forget(r, before), loaded--;
-        uint64_t low, high;
-        char id[33];
-        /* the file is the daemon's own, but the names are checked as any;
-         * an index gone, or rewritten as another dataset: so is the publication */
-        if (larder__wire_check_publication(name, strlen(name)) < 0 || index[0] != '/' ||
-            !claimed_id(index, &low, &high))
-            continue;
-        larder__hex128(high, low, id);
-        if (strcmp(id, fields[1]) != 0) continue;
-        struct publication *p = add(r, name, strlen(name));
-        if (!p) break;
-        p->state = READY;
-        p->generation = generation;
-        p->mine = true;
-        p->id_low = low, p->id_high = high;
-        p->producer_member = d->self;
-        p->producer = strdup(d->self_name ? d->self_name : "local");
-        p->location = strdup(index);
-        p->local = strdup(index);
-        p->origin = strcmp(origin, "-") != 0 ? strdup(origin) : NULL;
-        if (!p->producer || !p->location || !p->local || (strcmp(origin, "-") && !p->origin)) {
-            forget(r, p);
-            break;
-        }
-        loaded++;
-    }
-    fclose(f);
-    if (loaded) say("%zu names of this node's from before (%s)", loaded, path);
-}
-
-/* Read a whole small file (an index) into a malloc'd buffer: 0, or a negative code. */
-int read_file(const char *path, uint8_t **out, uint32_t *length)
-{
-    int fd = open(larder__file_path(path), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return larder__fail(-errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    int rc = fstat(fd, &st) < 0 ? -errno : 0;
-    if (rc == 0 && (st.st_size <= 0 || st.st_size > (off_t)LARDER__WIRE_MAX_INDEX))
-        rc = larder__fail(LARDER_EUNSUPPORTED, "%s: an index of %lld bytes (at most %u)", path,
-                          (long long)st.st_size, LARDER__WIRE_MAX_INDEX);
-    uint8_t *bytes = rc == 0 ? malloc((size_t)st.st_size) : NULL;
-    if (rc == 0 && !bytes) rc = -ENOMEM;
-    size_t done = 0;
-    while (rc == 0 && done < (size_t)st.st_size) {
-        ssize_t n = pread(fd, bytes + done, (size_t)st.st_size - done, (off_t)done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) rc = n < 0 ? -errno : LARDER_ETRUNCATED;
-        done += n > 0 ? (size_t)n : 0;
-    }
-    close(fd);
-    if (rc < 0) {
-        free(bytes);
-        return rc;
-    }
-    *out = bytes;
-    *length = (uint32_t)st.st_size;
-    return 0;
-}
-
-void publications_allow(struct larderd *d, struct publications *r)
-{
-    char dir[PATH_MAX], absolute[PATH_MAX];
-    if (!d->config.num_allow || d->config.num_allow >= MAX_ALLOW_PREFIXES || !d->config.cache_dir ||
-        (size_t)snprintf(dir, sizeof dir, "%s/published", d->config.cache_dir) >= sizeof dir)
-        return;
-    mkdir(d->config.cache_dir, 0750);
-    mkdir(dir, 0750);
-    if (!realpath(dir, absolute) || !(r->allowed = strdup(absolute))) return;
-    d->config.allow[d->config.num_allow++] = r->allowed;
-    d->config.allow[d->config.num_allow] = NULL;
 }
 
 void announce_all(struct larderd *d, struct name_job *job)

@@ -231,10 +231,16 @@ static void stats_frame(struct connection *c, uint64_t request)
     char *text = malloc(LARDER__WIRE_HEADER + capacity);
     if (!text) return;
     char *p = text + LARDER__WIRE_HEADER;
+    pthread_mutex_lock(&d->lock);
+    int open = 0;
+    for (int i = 0; i < d->num_datasets; i++)
+        open += d->datasets[i].dataset != NULL;
+    uint64_t closed = d->datasets_closed;
     used += (size_t)snprintf(p, capacity, "{\"self\": \"%s\", \"members\": %zu, \"datasets\": [",
                              d->self_name ? d->self_name : "", d->members.count);
-    pthread_mutex_lock(&d->lock);
+    bool first = true;
     for (int i = 0; i < d->num_datasets && used < capacity - 1024; i++) {
+        if (!d->datasets[i].dataset) continue; /* closed: its slot free */
         larder_stats s;
         larder_dataset_info info;
         struct served v;
@@ -250,7 +256,7 @@ static void stats_frame(struct connection *c, uint64_t request)
             "\"origin_requests\": %llu, \"origin_bytes\": %llu, \"peer_requests\": %llu, "
             "\"peer_bytes\": %llu, \"resident_bytes\": %llu, \"total_bytes\": %llu, "
             "\"pinned_bytes\": %llu}",
-            i ? ", " : "", info.dataset_id, (unsigned long long)v.hits,
+            first ? "" : ", ", info.dataset_id, (unsigned long long)v.hits,
             (unsigned long long)v.misses, (unsigned long long)v.borrowed,
             (unsigned long long)v.errors, (unsigned long long)v.bytes,
             (unsigned long long)v.peer_reads, (unsigned long long)v.peer_bytes,
@@ -260,6 +266,7 @@ static void stats_frame(struct connection *c, uint64_t request)
             (unsigned long long)s.peer_bytes, (unsigned long long)s.resident_bytes,
             (unsigned long long)s.total_bytes,
             (unsigned long long)dataset_pinned_bytes(d->datasets[i].dataset));
+        first = false;
     }
     pthread_mutex_unlock(&d->lock);
     /* the work queue by class (priority.h), after the datasets */
@@ -272,7 +279,10 @@ static void stats_frame(struct connection *c, uint64_t request)
     used += n ? n : (size_t)snprintf(p + used, capacity - used, "{}");
     used += (size_t)snprintf(p + used, capacity - used, ", \"transforms\": ");
     used += transforms_json(d, p + used, capacity - used);
-    used += (size_t)snprintf(p + used, capacity - used, "}");
+    /* open now, and replaced publications closed since the start (publish_retire.c) */
+    used += (size_t)snprintf(p + used, capacity - used,
+                             ", \"open_datasets\": %d, \"closed_datasets\": %llu}", open,
+                             (unsigned long long)closed);
     larder__wire_encode_header((uint8_t *)text, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
                                request);
     enqueue(c, text, LARDER__WIRE_HEADER + used);
@@ -383,6 +393,8 @@ static bool open_request(struct connection *c, const struct larder__frame *f,
         send_error(c, f->request, rc, larder_errmsg());
         return true;
     }
+    if (!(c->opened & (UINT64_C(1) << slot))) /* held until the connection is freed */
+        __atomic_add_fetch(&e->holders, 1, __ATOMIC_ACQ_REL);
     c->opened |= UINT64_C(1) << slot;
     struct larder__opened opened = {.id_low = e->id_low,
                                     .id_high = e->id_high,

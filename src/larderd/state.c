@@ -58,6 +58,7 @@ void larderd_classes_get(struct larderd *d, struct larder__pool_stats *out)
 
 void larderd_free(struct larderd *d)
 {
+    publications_stop(d);            /* no name job opening datasets, starting hints */
     hints_stop(d);                   /* no more hint threads queueing staging */
     larder__pool_free(d->peer_pool); /* finishes the reads in flight */
     d->peer_pool = NULL;

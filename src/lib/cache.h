@@ -147,6 +147,11 @@ LARDER__HIDDEN int larder__cache_store(struct larder__cache *cache, uint32_t sha
 /* Evict down to the limits again (stores do it as they go, but cannot evict
  * what their own fill lock covers): call after releasing a fill lock. */
 LARDER__HIDDEN void larder__cache_trim(struct larder__cache *cache);
+/* Evict every resident block of the dataset that no hint pins and no fill
+ * holds (one no one will read again: a replaced publication the daemon
+ * closes), with no fill lock held; how many.  Readers that still read it
+ * find them missing, as after any eviction, and fetch them again. */
+LARDER__HIDDEN uint64_t larder__cache_evict_all(struct larder__cache *cache);
 /* Mark blocks absent (their bytes proved wrong).  Call with the fill lock held. */
 LARDER__HIDDEN void larder__cache_forget(struct larder__cache *cache, uint32_t shard,
                                          uint64_t first, uint64_t last);

@@ -181,3 +181,19 @@ void larder__cache_trim(struct larder__cache *c)
         larder__sys.close(fd);
     }
 }
+
+uint64_t larder__cache_evict_all(struct larder__cache *c)
+{
+    uint64_t total = c->shard_base[c->num_shards], evicted = 0;
+    bool pins = pins_hold(c, larder__cache_clock_ms());
+    int fd = larder__open(c->locks_path, O_RDWR | O_CREAT, LARDER__CACHE_FILE_MODE);
+    if (fd < 0) return 0;
+    pthread_mutex_lock(&c->evict_lock);
+    for (uint64_t b = 0; b < total; b++)
+        if (bit_get(c->resident, b) && !(pins && bit_get(c->pinned, b)) &&
+            larder__cache_evict_one(c, fd, b))
+            evicted++;
+    pthread_mutex_unlock(&c->evict_lock);
+    larder__sys.close(fd);
+    return evicted;
+}

@@ -12,7 +12,12 @@
 #    later line stands);
 # 4. refused: republishing a published directory rewritten in place (its
 #    readers would read a mix), --replace on consume, a PUBLISH frame with an
-#    unknown flag; ANNOUNCE frames of a stale generation change nothing.
+#    unknown flag; ANNOUNCE frames of a stale generation change nothing;
+# 5. another local user may not replace a name published here, its
+#    publisher may;
+# 6. the same after a daemon restart (published/mine keeps the publisher's
+#    uid); a line without one (written before it was kept) has no known
+#    publisher: only the daemon's user or root may replace that name.
 source "$(dirname "$0")/lib.sh"
 LARDERD=${LARDER%/larder}/larderd
 [ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
@@ -147,11 +152,16 @@ for p in "${pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
 chmod 755 "$WORK"
 nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 if nobody true 2>/dev/null; then
-  "$LARDERD" --cache "$WORK/cache9" --socket "$WORK/sock9" --allow-uid 65534 --allow "$WORK" \
-    2>>"$WORK/daemon9.log" &
-  pids+=($!)
-  for _ in $(seq 100); do [ -S "$WORK/sock9" ] && break; sleep 0.05; done
-  chmod 666 "$WORK/sock9"
+  start9() {
+    rm -f "$WORK/sock9"
+    "$LARDERD" --cache "$WORK/cache9" --socket "$WORK/sock9" --allow-uid 65534 --allow "$WORK" \
+      2>>"$WORK/daemon9.log" &
+    pid9=$!
+    pids+=($pid9)
+    for _ in $(seq 100); do [ -S "$WORK/sock9" ] && break; sleep 0.05; done
+    chmod 666 "$WORK/sock9"
+  }
+  start9
   LARDER_SOCKET=$WORK/sock9 "$LARDER" publish v1 shared >pub9.txt || fail "root's publish: $(cat pub9.txt)"
   version v4
   version v5
@@ -168,6 +178,28 @@ print([n["dataset_id"] for n in json.load(sys.stdin)["names"] if n["name"] == "s
   nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v5 theirs --replace >pub12.txt 2>&1 ||
     fail "uid 65534 replacing its own name: $(cat pub12.txt)"
   echo "another user's --replace refused: $(cat pub10.txt)"
+  # 6. after a restart the publisher is still known (published/mine keeps
+  # its uid): uid 65534 replaces its own "theirs" again, not root's
+  # "shared"; a line of before the uid was kept ("legacy", no uid field)
+  # has no known publisher: refused to uid 65534, root may
+  grep -q "^theirs	.*	1	65534\$" cache9/published/mine || fail "no uid kept: $(cat cache9/published/mine)"
+  printf 'legacy\t%s\t%s\t-\n' "$(id_of v4)" "$WORK/v4/index.larder" >>cache9/published/mine
+  kill "$pid9" && wait "$pid9" 2>/dev/null || true
+  start9
+  version v6
+  chown -R 65534:65534 v6
+  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v6 theirs --replace >pub13.txt 2>&1 ||
+    fail "uid 65534 replacing its own name after a restart: $(cat pub13.txt) $(tail -3 daemon9.log)"
+  grep -q "dataset $(id_of v6)" pub13.txt || fail "the replacement after a restart said: $(cat pub13.txt)"
+  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v6 shared --replace >pub14.txt 2>&1 &&
+    fail "uid 65534 replaced root's name after a restart: $(cat pub14.txt)"
+  grep -q "published here by another user" pub14.txt || fail "no clear refusal: $(cat pub14.txt)"
+  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v5 legacy --replace >pub15.txt 2>&1 &&
+    fail "uid 65534 replaced a name of unknown publisher: $(cat pub15.txt)"
+  grep -q "published here by another user" pub15.txt || fail "no clear refusal: $(cat pub15.txt)"
+  LARDER_SOCKET=$WORK/sock9 "$LARDER" publish v1 legacy --replace >pub16.txt 2>&1 ||
+    fail "root replacing a name of unknown publisher: $(cat pub16.txt)"
+  echo "after a restart: the publisher's own --replace taken, another's refused"
 else
   echo "setpriv cannot switch to uid 65534 here: the other-user step skipped"
 fi

@@ -3,12 +3,15 @@
  * (src/larderd/datasets.c): one entry per dataset however often and under
  * whichever name it is opened, found by id, never opened when the caller
  * may not open, refused outside the --allow prefixes or when the index is
- * not sound, and all closed at the end.
+ * not sound, and all closed at the end; entries closed while open (a
+ * replaced publication) only when no connection holds them, their slots
+ * reused.
  */
 #include "daemon_fixture.h"
 #include "test.h"
 
 #include <errno.h>
+#include <unistd.h>
 
 TEST(larderd_datasets_one_entry_per_dataset)
 {
@@ -91,5 +94,83 @@ TEST(larderd_datasets_full_registry)
     CHECK_EQ(open_dataset(&d, index, true, &e, &slot), LARDER_EUSAGE);
     CHECK(strcmp(larder_errmsg(), "too many datasets open") == 0);
     d.num_datasets = 0; /* nothing of them to free */
+    larderd_free(&d);
+}
+
+/* close_unused_datasets' answer for the test: close the entries whose url ends in
+ * "ds2/index.larder" or "ds3/index.larder", keep the rest. */
+static bool closable_for_test(struct larderd *d, const struct dataset_entry *e)
+{
+    (void)d;
+    size_t n = strlen(e->url);
+    return n > 16 && (strcmp(e->url + n - 16, "ds2/index.larder") == 0 ||
+                      strcmp(e->url + n - 16, "ds3/index.larder") == 0);
+}
+
+static bool never(struct larderd *d, const struct dataset_entry *e)
+{
+    (void)d, (void)e;
+    return false;
+}
+
+/* Wait (10 s at most) until the daemon has closed `n` entries: their blocks
+ * evicted on its pool, then freed by the next call, as the loop's sweep does. */
+static void wait_closed(struct larderd *d, uint64_t n)
+{
+    for (int i = 0; i < 1000; i++) {
+        close_unused_datasets(d, never);
+        pthread_mutex_lock(&d->lock);
+        uint64_t closed = d->datasets_closed;
+        pthread_mutex_unlock(&d->lock);
+        if (closed >= n) break;
+        usleep(10000);
+    }
+    pthread_mutex_lock(&d->lock);
+    CHECK_EQ(d->datasets_closed, n);
+    pthread_mutex_unlock(&d->lock);
+}
+
+TEST(larderd_datasets_close_unused_and_reuse)
+{
+    char paths[3][4096];
+    const char *names[3] = {"ds1", "ds2", "ds3"};
+    for (int i = 0; i < 3; i++)
+        snprintf(paths[i], sizeof paths[i], "%s", fixture_dataset(names[i], 4 + i, 1 << 20));
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    struct dataset_entry *e[3];
+    int slot[3];
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(open_dataset(&d, paths[i], OPEN_NEW, &e[i], &slot[i]), 0);
+        CHECK_EQ(slot[i], i);
+    }
+    uint64_t id2_low = e[1]->id_low, id2_high = e[1]->id_high;
+    /* ds2 held by two connections (bits of c->opened), ds3 by none */
+    e[1]->holders = 2;
+    CHECK_EQ(close_unused_datasets(&d, closable_for_test), 1); /* ds3 alone */
+    wait_closed(&d, 1);
+    CHECK_EQ(d.num_datasets, 2); /* the last slot was closed: the count shrinks */
+    int found;
+    CHECK(find_dataset(&d, e[0]->id_low, e[0]->id_high, &found) == e[0]);
+    CHECK(find_dataset(&d, id2_low, id2_high, &found) == e[1]);
+
+    /* one holder freed: still held; both: closed, its slot (1) in the middle free */
+    datasets_release_opened(&d, UINT64_C(1) << 1);
+    CHECK_EQ(close_unused_datasets(&d, closable_for_test), 0);
+    datasets_release_opened(&d, UINT64_C(1) << 1);
+    CHECK_EQ(close_unused_datasets(&d, closable_for_test), 1);  /* ds1 is not closable */
+    CHECK(find_dataset(&d, id2_low, id2_high, &found) == NULL); /* closing: found no more */
+    wait_closed(&d, 2);
+    CHECK(find_dataset(&d, id2_low, id2_high, &found) == NULL);
+    CHECK_EQ(d.num_datasets, 1);
+
+    /* reopened: a fresh entry in the first free slot; a closed slot's url matches nothing */
+    struct dataset_entry *again;
+    int again_slot;
+    CHECK_EQ(open_dataset(&d, paths[1], 0, &again, &again_slot), LARDER_ENOTFOUND);
+    CHECK_EQ(open_dataset(&d, paths[1], OPEN_NEW, &again, &again_slot), 0);
+    CHECK_EQ(again_slot, 1);
+    CHECK(again->id_low == id2_low && again->id_high == id2_high && again->holders == 0);
+    CHECK_EQ(d.num_datasets, 2);
     larderd_free(&d);
 }
