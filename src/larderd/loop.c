@@ -369,15 +369,25 @@ int listen_unix(const char *path)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof a.sun_path) return -ENAMETOOLONG;
-    strcpy(a.sun_path, path);
-    unlink(path); /* a socket left by a daemon that died */
+    /* bound and listening under a name of its own first, then renamed onto
+     * PATH: a client that finds PATH (a script waiting for the file) can
+     * connect at once, and a socket left by a daemon that died is replaced
+     * in one step (bound on PATH itself, a connect between bind and listen
+     * was refused: seen in tests starting daemons under load) */
+    char staged[sizeof a.sun_path];
+    int n = snprintf(staged, sizeof staged, "%s.%ld", path, (long)getpid());
+    bool rename_after = n > 0 && (size_t)n < sizeof staged;
+    strcpy(a.sun_path, rename_after ? staged : path);
+    unlink(a.sun_path); /* a socket left by a daemon that died */
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     mode_t old = umask(007); /* owner and group only */
-    int rc = fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 1024) < 0;
+    int rc = fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 1024) < 0 ||
+             (rename_after && rename(staged, path) < 0);
     umask(old);
     if (rc) {
         int err = errno;
         if (fd >= 0) close(fd);
+        if (rename_after) unlink(staged);
         return -err;
     }
     return fd;

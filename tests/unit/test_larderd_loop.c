@@ -3,12 +3,16 @@
  * (src/larderd/loop.c, connection.c): frames taken out of a connection's
  * input whole, a cut frame kept and timed, a malformed one closing the
  * connection, the memory budget pausing it, the sweep's reasons to drop a
- * connection, who may use the Unix socket, and the output queue's charge.
+ * connection, who may use the Unix socket, and the output queue's charge, and the Unix socket
+ * replacing a stale one.
  */
 #include "daemon_fixture.h"
 #include "test.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 /* Append a frame to c's input. */
 static void feed(struct connection *c, const uint8_t *frame, size_t length)
@@ -154,4 +158,48 @@ TEST(larderd_loop_credentials)
     config.num_allow_uids = 0;
     config.allow_gids[config.num_allow_gids++] = 3000;
     CHECK(credentials_allowed(&config, -1, &other));
+}
+
+/* Whether a client can connect to the Unix socket at path. */
+static bool connects(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+TEST(larderd_loop_unix_socket_replaces_a_stale_one)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s", test_path("sock"));
+    /* a socket file left by a daemon that died: nobody listens on it */
+    int stale = listen_unix(path);
+    CHECK(stale >= 0);
+    close(stale);
+    CHECK(!connects(path));
+    int fd = listen_unix(path);
+    CHECK(fd >= 0);
+    CHECK(connects(path));
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && S_ISSOCK(st.st_mode));
+    CHECK_EQ(st.st_mode & 0777 & ~(mode_t)0770, 0); /* owner and group only */
+    /* nothing else left in the directory: the name it was bound under is gone */
+    char listing[512];
+    snprintf(listing, sizeof listing, "test \"$(ls -A '%s')\" = sock", test_dir());
+    CHECK_EQ(test_sh("%s", listing), 0);
+    close(fd);
+    /* a name too long to carry a suffix is bound where it is */
+    char longer[sizeof((struct sockaddr_un *)0)->sun_path];
+    int room = (int)sizeof longer - 1 - (int)strlen(test_dir()) - 1;
+    CHECK(room > 4);
+    snprintf(longer, sizeof longer, "%s/%0*d", test_dir(), room, 7);
+    CHECK_EQ(strlen(longer), sizeof longer - 1);
+    fd = listen_unix(longer);
+    CHECK(fd >= 0);
+    CHECK(connects(longer));
+    close(fd);
 }
