@@ -219,9 +219,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     f->node = n;
-    /* the first open, after INIT (which could only lower it): the kernel's
-     * read-ahead up to max_read, or buffered reads arrive 128 KiB at a time */
-    larder__mount_raise_readahead(m, 1024);
     larder_sample_info s;
     larder_field_info field = {0};
     int rc = larder_sample_info_get(m->dataset, n->sample, &s);
@@ -248,6 +245,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         larder__mount_stage_file(m, f->shard, f->base, length, n->sample))
         larder__mount_log(LARDER_LOG_INFO, "staging sample %llu (%llu bytes) on its first open",
                           (unsigned long long)n->sample, (unsigned long long)length);
+    /* after INIT (which could only lower it): the kernel's read-ahead up to
+     * max_read, or buffered reads arrive 128 KiB at a time -- but not while
+     * a file is being staged (stager.c raises it when the last is) */
+    larder__mount_stager_opened(m);
     larder__mount_stream_init(&f->stream);
     fi->fh = (uint64_t)(uintptr_t)f;
     /* immutable: what the kernel cached stays right (not with passthrough,

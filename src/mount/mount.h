@@ -182,6 +182,8 @@ bool larder__mount_stage_file(struct larder__mount *m, uint32_t shard, uint64_t 
 /* A staging piece of `job` has ended: start the next ones. */
 void larder__mount_stager_done(struct larder__mount *m, struct larder__mount_stage_job *job);
 /* A reader's miss has ended: staging may use all its slots again. */
+/* A file was opened: the kernel's read-ahead raised unless a file is being staged. */
+void larder__mount_stager_opened(struct larder__mount *m);
 void larder__mount_stager_kick(struct larder__mount *m);
 /* A reader's miss took `ms` milliseconds, with staging pieces in flight
  * when it began or not: the adaptive limit grows while misses stay near
@@ -241,5 +243,38 @@ void larder__mount_file_orders_read(struct larder__mount_file_orders *orders, ui
                                     uint64_t offset, uint64_t length);
 int larder__mount_file_orders_describe(struct larder__mount_file_orders *orders, char *buf,
                                        size_t capacity);
+
+/* ---- hdf5_listing.c: reading an HDF5 group's index ahead, for a listing ---- */
+/*
+ * The reads of one listing of a file's group (hdf5_order.c): from the node
+ * cache where resident, else from the origin, unchecked, by 16 KiB pages
+ * kept for the listing; a group B-tree node read brings the whole tree
+ * below it, a level at a time, many reads at once.  Used by one thread.
+ */
+/* A member's entry in its group's index: where a lookup of it reads. */
+struct larder__mount_listing_symbol {
+    uint64_t object; /* the member's object header (file offset) */
+    uint64_t node;   /* the symbol-table node holding its entry */
+    uint64_t parent; /* the B-tree node pointing to that node */
+};
+#define LARDER__MOUNT_LISTING_MAX_SYMBOLS (UINT64_C(1) << 22) /* noted at most */
+struct larder__mount_listing {
+    struct larder__mount *m;
+    uint32_t shard;
+    uint64_t base, size;                           /* the file: shard bytes [base, base + size) */
+    _Atomic uint64_t pages_read, pages_prefetched; /* from the origin: in turn, ahead */
+    uint64_t *page_key;                            /* slot -> its page + 1, 0 empty */
+    uint8_t **page_data;                           /* slot -> its page's bytes (malloc'd) */
+    size_t kept;                                   /* slots used */
+    /* the symbol-table nodes' entries met while reading ahead (duplicates
+     * possible); larder__mount_listing_end frees them: take them before */
+    struct larder__mount_listing_symbol *symbols;
+    size_t symbols_count, symbols_capacity;
+};
+/* Ready to read the file's bytes: 0 or -ENOMEM; larder__mount_listing_end frees what it holds. */
+int larder__mount_listing_begin(struct larder__mount_listing *listing);
+void larder__mount_listing_end(struct larder__mount_listing *listing);
+/* A larder__mount_hdf5_read_fn over a struct larder__mount_listing. */
+int larder__mount_listing_read(void *listing, uint64_t offset, void *buf, size_t length);
 
 #endif
