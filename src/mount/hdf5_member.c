@@ -20,8 +20,6 @@
  * The parsers (larder__mount_hdf5_*message*) do no I/O; the walk reads
  * through a callback, unchecked reads of the origin (hdf5_order.c).
  */
-#include "mount.h"
-
 #include "hdf5_layout.h"
 
 #include <stdlib.h>
