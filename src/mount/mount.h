@@ -13,6 +13,9 @@
  *   adapt.c      how many: the limit grown and cut by the readers' misses;
  *   hdf5*.c      an HDF5 file's metadata (all but its datasets' raw data)
  *                found with libhdf5 and staged first (hdf5_layout.h);
+ *                hdf5_order.c a registered row order over one file, its
+ *                group listed through hdf5_listing.c and each member
+ *                followed to its bytes by hdf5_member.c;
  *   order.c      a reader's registered sample order (the control file
  *                .larder-order), driving the plan's prefetcher;
  *   passthrough.c  FUSE passthrough: files the node cache holds whole read
