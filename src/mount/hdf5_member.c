@@ -101,14 +101,17 @@ size_t larder__mount_hdf5_member(larder__mount_hdf5_read_fn read, void *context,
 #define GOT(at) (size_t)(file_size - (at) < NODE_BYTES ? file_size - (at) : NODE_BYTES)
     uint64_t heap = UINT64_MAX, tree, nodes[64], objects[64];
     size_t n_nodes = 0, n_objects = 0;
-    if (!READ(header)) goto out;
+    /* each field read below lies within what was read: a short read past
+     * the file's end is checked for the bytes it needs */
+    if (!READ(header) || GOT(header) < 16) goto out;
     add(out, &count, capacity, header, 16 + le(buf + 8, 4), file_size);
     if ((tree = symbol_table(buf, GOT(header), &heap)) == UINT64_MAX) goto out;
     add(out, &count, capacity, heap, 32, file_size);
-    if (heap < file_size && READ(heap) && memcmp(buf, "HEAP", 4) == 0)
+    if (heap < file_size && READ(heap) && GOT(heap) >= 32 && memcmp(buf, "HEAP", 4) == 0)
         add(out, &count, capacity, le(buf + 24, 8), le(buf + 8, 8) < 65536 ? le(buf + 8, 8) : 65536,
             file_size);
-    if (!READ(tree) || memcmp(buf, "TREE", 4) != 0 || buf[4] != 0 || buf[5] != 0) goto out;
+    if (!READ(tree) || GOT(tree) < 24 || memcmp(buf, "TREE", 4) != 0 || buf[4] != 0 || buf[5] != 0)
+        goto out;
     add(out, &count, capacity, tree, 24 + 16 * le(buf + 6, 2) + 8, file_size);
     for (size_t i = 0, used = (size_t)le(buf + 6, 2); i < used && n_nodes < 64; i++) {
         size_t at = 24 + 8 + i * 16;
@@ -116,7 +119,7 @@ size_t larder__mount_hdf5_member(larder__mount_hdf5_read_fn read, void *context,
         nodes[n_nodes++] = le(buf + at, 8);
     }
     for (size_t k = 0; k < n_nodes; k++) {
-        if (!READ(nodes[k]) || memcmp(buf, "SNOD", 4) != 0) continue;
+        if (!READ(nodes[k]) || GOT(nodes[k]) < 8 || memcmp(buf, "SNOD", 4) != 0) continue;
         size_t used = (size_t)le(buf + 6, 2);
         add(out, &count, capacity, nodes[k], 8 + 40 * used, file_size);
         for (size_t i = 0; i < used && n_objects < 64 && 8 + (i + 1) * 40 <= GOT(nodes[k]); i++)
@@ -124,7 +127,7 @@ size_t larder__mount_hdf5_member(larder__mount_hdf5_read_fn read, void *context,
     }
     for (size_t k = 0; k < n_objects; k++) {
         uint64_t address, size;
-        if (!READ(objects[k])) continue;
+        if (!READ(objects[k]) || GOT(objects[k]) < 16) continue;
         add(out, &count, capacity, objects[k], 16 + le(buf + 8, 4), file_size);
         if (contiguous(buf, GOT(objects[k]), &address, &size))
             add(out, &count, capacity, address, size, file_size);

@@ -199,8 +199,10 @@ static void *run_resolver(void *arg)
         } else {
             atomic_fetch_add(&o->followed, 1);
         }
-        for (size_t k = 0; k < n; k++)
-            staged += stage_once(o, extents[k].offset, extents[k].length, buf);
+        for (size_t k = 0; k < n; k++) /* hostile: a member's extent bounded like its span */
+            staged += stage_once(
+                o, extents[k].offset,
+                extents[k].length < MEMBER_SPAN_MAX ? extents[k].length : MEMBER_SPAN_MAX, buf);
         atomic_fetch_add(&r->staged, staged);
     }
     free(buf);
