@@ -68,6 +68,7 @@ struct larder__mount {
     uint64_t readahead_max; /* bytes */
     /* --stage-on-open: one flag per node, set by the open that staged the file */
     _Atomic unsigned char *staged_on_open;
+    _Atomic unsigned stage_opening; /* opens between the first-open check and the job's listing */
     /* stager.c: files being staged (under lock), pieces in flight, the limit */
     struct larder__mount_stage_job *stage_jobs;
     _Atomic unsigned stage_running;

@@ -74,7 +74,8 @@ static void finish_locked(struct larder__mount *m, struct larder__mount_stage_jo
     while (*p && *p != j)
         p = &(*p)->next;
     if (*p) *p = j->next;
-    if (!m->stage_jobs && !m->stopping) larder__mount_raise_readahead(m, 1024);
+    if (!m->stage_jobs && atomic_load(&m->stage_opening) == 0 && !m->stopping)
+        larder__mount_raise_readahead(m, 1024);
     if (!m->stopping)
         larder__mount_log(LARDER_LOG_INFO,
                           "staged sample %llu (%llu bytes) %.1f s after its first open",
@@ -163,7 +164,7 @@ void larder__mount_stager_done(struct larder__mount *m, struct larder__mount_sta
 void larder__mount_stager_opened(struct larder__mount *m)
 {
     pthread_mutex_lock(&m->lock);
-    bool staging = m->stage_jobs != NULL;
+    bool staging = m->stage_jobs != NULL || atomic_load(&m->stage_opening) > 0;
     pthread_mutex_unlock(&m->lock);
     if (!staging) larder__mount_raise_readahead(m, 1024);
 }
