@@ -219,9 +219,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     f->node = n;
-    /* the first open, after INIT (which could only lower it): the kernel's
-     * read-ahead up to max_read, or buffered reads arrive 128 KiB at a time */
-    larder__mount_raise_readahead(m, 1024);
     larder_sample_info s;
     larder_field_info field = {0};
     int rc = larder_sample_info_get(m->dataset, n->sample, &s);
@@ -243,11 +240,20 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     uint64_t length = n->size - n->header_length;
     int32_t backing_id = 0;
     f->mode = larder__mount_passthrough_open(m, ino, n, f->shard, f->base, &backing_id);
-    if (f->mode != LARDER__MOUNT_OPEN_PASSTHROUGH && m->staged_on_open &&
-        !atomic_exchange(&m->staged_on_open[ino - 1], 1) &&
+    /* counted while between the first-open check and the job being listed:
+     * another open of the same file meanwhile must not take it as staged
+     * (larder__mount_stager_opened) */
+    bool stageable = f->mode != LARDER__MOUNT_OPEN_PASSTHROUGH && m->staged_on_open;
+    if (stageable) atomic_fetch_add(&m->stage_opening, 1);
+    if (stageable && !atomic_exchange(&m->staged_on_open[ino - 1], 1) &&
         larder__mount_stage_file(m, f->shard, f->base, length, n->sample))
         larder__mount_log(LARDER_LOG_INFO, "staging sample %llu (%llu bytes) on its first open",
                           (unsigned long long)n->sample, (unsigned long long)length);
+    if (stageable) atomic_fetch_sub(&m->stage_opening, 1);
+    /* after INIT (which could only lower it): the kernel's read-ahead up to
+     * max_read, or buffered reads arrive 128 KiB at a time -- but not while
+     * a file is being staged (stager.c raises it when the last is) */
+    larder__mount_stager_opened(m);
     larder__mount_stream_init(&f->stream);
     fi->fh = (uint64_t)(uintptr_t)f;
     /* immutable: what the kernel cached stays right (not with passthrough,

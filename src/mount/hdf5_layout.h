@@ -127,4 +127,25 @@ int larder__mount_hdf5_rows(larder__mount_hdf5_read_fn read, void *context, uint
                             const char *path, struct larder__mount_hdf5_extent **rows,
                             size_t *count);
 
+/*
+ * The payload of the first message of `type` in a version-1 object header
+ * at header[0..length): 0 with *payload pointing into header, or -1 (not
+ * version 1, not found within the bytes, or a message running past them).
+ * Pure (hdf5_member.c).
+ */
+int larder__mount_hdf5_v1_message(const uint8_t *header, size_t length, unsigned type,
+                                  const uint8_t **payload, size_t *payload_length);
+
+/*
+ * The extents holding the member group whose object header is at `header`
+ * (version 1, as h5py writes by default): its header, local heap, B-tree
+ * and symbol-table nodes, its objects' headers and their contiguous data,
+ * followed through `read` four small reads deep; at most `capacity`
+ * written to out, clipped to the file.  How many (0: not such a group).
+ * (hdf5_member.c)
+ */
+size_t larder__mount_hdf5_member(larder__mount_hdf5_read_fn read, void *context, uint64_t file_size,
+                                 uint64_t header, struct larder__mount_hdf5_extent *out,
+                                 size_t capacity);
+
 #endif

@@ -37,12 +37,7 @@
 
 #define MAX_FILE_ORDERS 64
 #define MEMBER_SPAN_MAX (UINT64_C(64) << 20) /* one member's bytes staged at most */
-#define PAGE (UINT64_C(16) << 10)            /* the listing's unchecked reads */
-#define PAGES 4096 /* of them kept, direct-mapped: 64 MiB while a listing runs, one at a time */
-#define PREFETCH_AT_ONCE 64 /* B-tree nodes' children read at once */
-#define PREFETCH_MAX 16384  /* children a level of the tree read ahead */
-#define NODE_SPAN                                                                                  \
-    512 /* bytes of a node read ahead: a symbol-table node of 8 entries (h5py's) is 328 */
+#define LOOKUP_NODE_SPAN 512 /* bytes of a lookup's node staged (h5py's symbol-table node: 328) */
 
 struct file_order {
     struct larder__mount *m;
@@ -54,28 +49,32 @@ struct file_order {
     uint64_t base, size; /* the file: shard bytes [base, base + size) */
     uint64_t seed, epoch, batch, window;
     uint32_t rank, world;
-    pthread_t thread;
+    pthread_t thread;    /* lists the members, then stages ahead of the reader */
+    pthread_cond_t wake; /* the position moved, or stop */
+    bool stop;
     /* set by the listing thread, then read under lock */
     pthread_mutex_t lock;
     bool ready;
     int error;
     size_t members;
-    uint64_t *address;     /* member -> its object header's offset (clipped: < size) */
-    uint64_t *end;         /* member -> the end of its bytes */
-    uint64_t *sorted;      /* the addresses, ascending */
-    uint32_t *sorted_of;   /* ... and whose */
-    uint32_t *list;        /* the rank's order of members */
-    size_t length;         /* of list */
-    int64_t *position_of;  /* member -> its first place in list, -1 */
-    uint8_t *seen;         /* list place -> some of its member's bytes were read */
-    size_t position;       /* list[0..position) read: the lowest place not seen */
-    size_t staged_until;   /* list[0..staged_until) asked */
-    uint64_t staged_bytes; /* queued */
+    uint64_t *address;       /* member -> its object header's offset (clipped: < size) */
+    uint64_t *end;           /* member -> the end of its bytes */
+    uint64_t *sorted;        /* the addresses, ascending */
+    uint32_t *sorted_of;     /* ... and whose */
+    uint32_t *list;          /* the rank's order of members */
+    size_t length;           /* of list */
+    int64_t *position_of;    /* member -> its first place in list, -1 */
+    uint8_t *seen;           /* list place -> some of its member's bytes were read */
+    uint64_t *lookup;        /* member -> [2]: its symbol-table node, that node's B-tree node
+                                (where a reader's lookup of it reads; UINT64_MAX unknown), or NULL */
+    size_t lookup_known;     /* members whose lookup nodes are known */
+    _Atomic size_t followed; /* members whose own extents were found */
+    uint8_t *asked;          /* a bit per MiB of the file: a lookup node there was staged */
+    size_t position;         /* list[0..position) read: the lowest place not seen */
+    size_t staged_until;     /* list[0..staged_until) asked */
+    uint64_t staged_bytes;   /* queued */
     double listed_s;
-    /* the listing's page cache (its thread only) */
-    _Atomic uint64_t pages_read, pages_prefetched; /* from the origin: by libhdf5's reads, ahead */
-    uint8_t *pages;
-    uint64_t page_of[PAGES];
+    struct larder__mount_listing listing; /* its reads (the listing thread's) */
 };
 
 struct larder__mount_file_orders {
@@ -92,150 +91,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Page `page` of the file into its slot, from the origin (unchecked). */
-static int read_page(struct file_order *o, struct larder__source *source, uint64_t page)
-{
-    uint64_t slot = page % PAGES, from = page * PAGE;
-    uint64_t n = o->size - from < PAGE ? o->size - from : PAGE;
-    int rc = larder__source_read(source, o->pages + slot * PAGE, (size_t)n, o->base + from,
-                                 larder__read_at(LARDER__NEAR));
-    o->page_of[slot] = rc < 0 ? 0 : page + 1;
-    return rc < 0 ? rc : 0;
-}
-
-struct prefetch {
-    struct file_order *o;
-    struct larder__source *source;
-    uint64_t page;
-};
-
-static void *run_prefetch(void *arg)
-{
-    struct prefetch *p = arg;
-    atomic_fetch_add(&p->o->pages_prefetched, 1);
-    read_page(p->o, p->source, p->page); /* a failure leaves the slot empty: read again later */
-    return NULL;
-}
-
-/* The child addresses of a group B-tree node ("TREE", type 0) in
- * node[0..length), at most `capacity`, within the file: how many. */
-static size_t tree_children(const struct file_order *o, const uint8_t *node, size_t length,
-                            uint64_t *out, size_t capacity)
-{
-    if (length < 24 || memcmp(node, "TREE", 4) != 0 || node[4] != 0) return 0;
-    size_t used = (size_t)node[6] | (size_t)node[7] << 8, count = 0;
-    for (size_t i = 0; i < used && count < capacity; i++) {
-        size_t at = 24 + 8 + i * 16; /* past the header and key i */
-        if (at + 8 > length) break;
-        uint64_t address = 0;
-        for (int b = 7; b >= 0; b--)
-            address = address << 8 | node[at + (size_t)b];
-        if (address < o->size) out[count++] = address;
-    }
-    return count;
-}
-
-/* Read the pages of addresses[0..count) not kept yet, PREFETCH_AT_ONCE at a time. */
-static void fetch_pages(struct file_order *o, struct larder__source *source,
-                        const uint64_t *addresses, size_t count)
-{
-    uint64_t pages[PREFETCH_AT_ONCE];
-    size_t n = 0;
-    /* each node's first page, and the next where a node may run into it */
-    for (size_t i = 0; i <= 2 * count; i++) {
-        if (i < 2 * count) {
-            uint64_t at = addresses[i / 2] + (i % 2 ? NODE_SPAN - 1 : 0);
-            if (at >= o->size) at = o->size - 1;
-            uint64_t page = at / PAGE;
-            bool dup = o->page_of[page % PAGES] == page + 1;
-            for (size_t k = 0; k < n && !dup; k++)
-                dup = pages[k] % PAGES == page % PAGES;
-            if (!dup) pages[n++] = page;
-        }
-        if (n == PREFETCH_AT_ONCE || (i == 2 * count && n > 0)) {
-            struct prefetch jobs[PREFETCH_AT_ONCE];
-            pthread_t threads[PREFETCH_AT_ONCE];
-            bool started[PREFETCH_AT_ONCE] = {false};
-            for (size_t k = 0; k < n; k++) {
-                jobs[k] = (struct prefetch){o, source, pages[k]};
-                started[k] = pthread_create(&threads[k], NULL, run_prefetch, &jobs[k]) == 0;
-            }
-            for (size_t k = 0; k < n; k++)
-                if (started[k]) pthread_join(threads[k], NULL);
-            n = 0;
-        }
-    }
-}
-
-/*
- * libhdf5 reads a group's version-1 B-tree node, then each child it
- * points to (symbol-table nodes, or nodes a level down) one at a time, each
- * a round trip to the origin: 800 of them, serially, for a group of 12800
- * members.  So when a read brings a group B-tree node, the pages of the
- * whole tree below it are read here first, a level at a time, each level's
- * PREFETCH_AT_ONCE at once: a few round trips a level, then libhdf5 finds
- * them kept.  The nodes are parsed as the format lays them out (signature,
- * type, level, entries used, two sibling addresses, then key, child, key,
- * ... with the usual 8-byte offsets and lengths), from the bytes of the
- * page they start in; every field is the file's, so the entries are
- * bounded by those bytes, the addresses by the file's size and their
- * number by PREFETCH_MAX, and a wrong guess only reads other pages of the
- * same file.
- */
-static void prefetch_children(struct file_order *o, struct larder__source *source,
-                              const uint8_t *node, size_t length)
-{
-    uint64_t *level = malloc(2 * PREFETCH_MAX * sizeof *level);
-    if (!level) return;
-    uint64_t *next = level + PREFETCH_MAX;
-    size_t count = tree_children(o, node, length, level, PREFETCH_MAX);
-    for (int depth = 0; depth < 8 && count > 0 && !o->m->stopping; depth++) {
-        fetch_pages(o, source, level, count);
-        size_t found = 0;
-        for (size_t i = 0; i < count && found < PREFETCH_MAX; i++) {
-            uint64_t page = level[i] / PAGE, in = level[i] % PAGE;
-            if (o->page_of[page % PAGES] != page + 1) continue; /* not read, or overwritten */
-            uint64_t kept = o->size - page * PAGE < PAGE ? o->size - page * PAGE : PAGE;
-            if (in >= kept) continue;
-            found += tree_children(o, o->pages + (page % PAGES) * PAGE + in, (size_t)(kept - in),
-                                   next + found, PREFETCH_MAX - found);
-        }
-        uint64_t *swap = level;
-        level = next, next = swap, count = found;
-    }
-    free(level < next ? level : next);
-}
-
-/* The listing's reads: the cache's where resident, else the origin's, unchecked, by pages. */
-static int read_listing(void *context, uint64_t offset, void *buf, size_t length)
-{
-    struct file_order *o = context;
-    struct larder__mount *m = o->m;
-    if (m->stopping) return -EINTR;
-    if (offset > o->size || length > o->size - offset) return LARDER_ETRUNCATED;
-    struct larder__fill *fill = larder__dataset_fill(m->dataset);
-    if (larder__fill_resident(fill, o->shard, o->base + offset, length))
-        return larder__fill_range_at(fill, o->shard, o->base + offset, length, LARDER__NEAR, buf);
-    struct larder__source *source;
-    int rc = larder__fill_source(fill, o->shard, &source);
-    if (rc < 0) return rc;
-    uint8_t *out = buf;
-    size_t total = length;
-    while (length > 0) {
-        uint64_t page = offset / PAGE, slot = page % PAGES, in = offset % PAGE;
-        if (o->page_of[slot] != page + 1) {
-            atomic_fetch_add(&o->pages_read, 1);
-            if ((rc = read_page(o, source, page)) < 0) return rc;
-        }
-        size_t n = PAGE - in < length ? (size_t)(PAGE - in) : length;
-        if (page * PAGE + in + n > o->size) return LARDER_ETRUNCATED;
-        memcpy(out, o->pages + slot * PAGE + in, n);
-        out += n, offset += n, length -= n;
-    }
-    prefetch_children(o, source, buf, total);
-    return 0;
-}
-
 struct placed {
     uint64_t address;
     uint32_t member;
@@ -247,26 +102,150 @@ static int by_address(const void *x, const void *y)
     return (a->address > b->address) - (a->address < b->address);
 }
 
-/* Stage the list up to `window` steps past the position (o->lock held). */
+/* The reader moved on (o->lock held): the staging thread stages on. */
 static void pump_locked(struct file_order *o)
 {
-    if (!o->ready) return;
-    size_t ahead = (size_t)(o->window * (o->batch / o->world));
-    if (o->staged_until < o->position) o->staged_until = o->position;
-    while (o->staged_until < o->length && o->staged_until < o->position + ahead &&
-           !o->m->stopping) {
-        uint32_t member = o->list[o->staged_until++];
-        uint64_t from = o->address[member], to = o->end[member];
-        if (to > from)
-            o->staged_bytes +=
-                larder__mount_stage(o->m, o->shard, o->base + from, to - from, LARDER__NEAR);
+    pthread_cond_broadcast(&o->wake);
+}
+
+/* Reads of a member's own metadata for larder__mount_hdf5_member: the
+ * cache's where resident, else the origin's, unchecked, like the listing's
+ * (what they find decides only what to stage). */
+static int read_member(void *context, uint64_t offset, void *buf, size_t length)
+{
+    struct file_order *o = context;
+    struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
+    if (o->m->stopping) return -EINTR;
+    if (offset > o->size || length > o->size - offset) return LARDER_ETRUNCATED;
+    if (larder__fill_resident(fill, o->shard, o->base + offset, length))
+        return larder__fill_range_at(fill, o->shard, o->base + offset, length, LARDER__NEAR, buf);
+    struct larder__source *source;
+    int rc = larder__fill_source(fill, o->shard, &source);
+    if (rc < 0) return rc;
+    rc = larder__source_read(source, buf, length, o->base + offset, larder__read_at(LARDER__NEAR));
+    return rc < 0 ? rc : 0;
+}
+
+/*
+ * Stage [at, at + length) of the file at NEAR unless a stage of its MiB was
+ * asked before.  With a cache of our own, here and now, on the resolver's
+ * thread: then no more than RESOLVERS of the order's reads are at the
+ * origin at once.  Queued on the pool's NEAR workers instead (up to 48 in
+ * flight), a reader's miss waited behind all of them at an origin that
+ * serves a few reads at once in arrival order: 100-500 ms a miss in the
+ * cold epoch's first steps (LARDER_MOUNT_TRACE), where the reader needed
+ * only the step at hand.  Through a daemon, queued as the rest of the mount
+ * stages.
+ */
+static uint64_t stage_once(struct file_order *o, uint64_t at, uint64_t length, uint8_t *buf)
+{
+    uint64_t queued = 0;
+    struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
+    for (uint64_t mib = at >> 20; at < o->size && length > 0 && mib <= (at + length - 1) >> 20;
+         mib++) {
+        pthread_mutex_lock(&o->lock);
+        bool asked = o->asked && o->asked[mib / 8] & (1u << mib % 8);
+        if (o->asked) o->asked[mib / 8] |= (uint8_t)(1u << mib % 8);
+        pthread_mutex_unlock(&o->lock);
+        uint64_t from = mib << 20 > at ? mib << 20 : at, to = (mib + 1) << 20;
+        if (to > at + length) to = at + length;
+        if (to > o->size) to = o->size;
+        if (asked || to <= from || larder__fill_resident(fill, o->shard, o->base + from, to - from))
+            continue;
+        if (o->m->daemon || !buf)
+            queued += larder__mount_stage(o->m, o->shard, o->base + from, to - from, LARDER__NEAR);
+        else if (larder__fill_range_at(fill, o->shard, o->base + from, to - from, LARDER__NEAR,
+                                       buf) == 0)
+            queued += to - from;
     }
+    return queued;
+}
+
+#define MEMBER_EXTENTS 64 /* of one member staged at most */
+#define RESOLVERS 16      /* members followed at once, each staging in turn */
+
+struct resolve {
+    struct file_order *o;
+    const uint32_t *members;
+    size_t count;
+    _Atomic size_t next;
+    _Atomic uint64_t staged;
+};
+
+/* Stage members[i]: the index nodes a lookup of it reads, then its own
+ * extents where its header can be followed, else its bytes up to the next
+ * member's (a dataset's rows: their own bytes). */
+static void *run_resolver(void *arg)
+{
+    struct resolve *r = arg;
+    struct file_order *o = r->o;
+    struct larder__mount_hdf5_extent extents[MEMBER_EXTENTS];
+    uint8_t *buf = malloc(UINT64_C(1) << 20); /* NULL: stage through the pool */
+    for (size_t i; (i = atomic_fetch_add(&r->next, 1)) < r->count && !o->m->stopping && !o->stop;) {
+        uint32_t member = r->members[i];
+        uint64_t staged = 0;
+        for (int k = 0; o->lookup && k < 2; k++) {
+            uint64_t at = o->lookup[2 * (size_t)member + (size_t)k];
+            if (at < o->size) staged += stage_once(o, at, LOOKUP_NODE_SPAN, buf);
+        }
+        size_t n = o->dataset[0]
+                       ? 0
+                       : larder__mount_hdf5_member(read_member, o, o->size, o->address[member],
+                                                   extents, MEMBER_EXTENTS);
+        if (n == 0) {
+            extents[0] = (struct larder__mount_hdf5_extent){o->address[member],
+                                                            o->end[member] - o->address[member]};
+            n = 1;
+        } else {
+            atomic_fetch_add(&o->followed, 1);
+        }
+        for (size_t k = 0; k < n; k++) /* hostile: a member's extent bounded like its span */
+            staged += stage_once(
+                o, extents[k].offset,
+                extents[k].length < MEMBER_SPAN_MAX ? extents[k].length : MEMBER_SPAN_MAX, buf);
+        atomic_fetch_add(&r->staged, staged);
+    }
+    free(buf);
+    return NULL;
+}
+
+/* The listing thread's second life: stage the list up to `window` steps
+ * past the reader's position, a batch of members at a time, until stopped. */
+static void stage_ahead(struct file_order *o)
+{
+    uint32_t batch[2 * RESOLVERS];
+    pthread_mutex_lock(&o->lock);
+    while (!o->stop && !o->m->stopping) {
+        size_t ahead = (size_t)(o->window * (o->batch / o->world));
+        size_t target = o->position + ahead < o->length ? o->position + ahead : o->length;
+        if (o->staged_until < o->position) o->staged_until = o->position;
+        if (o->staged_until >= target) {
+            pthread_cond_wait(&o->wake, &o->lock);
+            continue;
+        }
+        size_t count = 0;
+        while (o->staged_until < target && count < 2 * RESOLVERS)
+            batch[count++] = o->list[o->staged_until++];
+        pthread_mutex_unlock(&o->lock);
+        struct resolve r = {.o = o, .members = batch, .count = count};
+        pthread_t threads[RESOLVERS];
+        size_t started = 0;
+        while (started < RESOLVERS && started < count &&
+               pthread_create(&threads[started], NULL, run_resolver, &r) == 0)
+            started++;
+        if (started == 0) run_resolver(&r);
+        for (size_t k = 0; k < started; k++)
+            pthread_join(threads[k], NULL);
+        pthread_mutex_lock(&o->lock);
+        o->staged_bytes += atomic_load(&r.staged);
+    }
+    pthread_mutex_unlock(&o->lock);
 }
 
 /* The members' addresses another registration over the same file and group
  * listed already (the ranks of one job register the same file): a copy in
  * *out, or NULL. */
-static uint64_t *listed_before(struct file_order *o, size_t *n)
+static uint64_t *listed_before(struct file_order *o, size_t *n, uint64_t **lookup)
 {
     uint64_t *copy = NULL;
     struct larder__mount_file_orders *r = o->registry;
@@ -280,11 +259,45 @@ static uint64_t *listed_before(struct file_order *o, size_t *n)
         if (other->ready && (copy = malloc(other->members * sizeof *copy))) {
             memcpy(copy, other->address, other->members * sizeof *copy);
             *n = other->members;
+            if (other->lookup && (*lookup = malloc(2 * other->members * sizeof **lookup)))
+                memcpy(*lookup, other->lookup, 2 * other->members * sizeof **lookup);
         }
         pthread_mutex_unlock(&other->lock);
     }
     pthread_mutex_unlock(&r->lock);
     return copy;
+}
+
+static int by_object(const void *x, const void *y)
+{
+    const struct larder__mount_listing_symbol *a = x, *b = y;
+    return (a->object > b->object) - (a->object < b->object);
+}
+
+/* member -> [2] the symbol-table node and B-tree node the listing saw its
+ * entry in (UINT64_MAX where it saw none), or NULL. */
+static uint64_t *lookup_nodes(struct larder__mount_listing *listing, const uint64_t *addresses,
+                              size_t n)
+{
+    struct larder__mount_listing_symbol *symbols = listing->symbols;
+    size_t count = listing->symbols_count;
+    uint64_t *lookup = count ? malloc(2 * n * sizeof *lookup) : NULL;
+    if (!lookup) return NULL;
+    qsort(symbols, count, sizeof *symbols, by_object);
+    for (size_t i = 0; i < n; i++) {
+        size_t lo = 0, hi = count; /* the first symbol at or above the member's address */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (symbols[mid].object < addresses[i])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        bool found = lo < count && symbols[lo].object == addresses[i];
+        lookup[2 * i] = found ? symbols[lo].node : UINT64_MAX;
+        lookup[2 * i + 1] = found ? symbols[lo].parent : UINT64_MAX;
+    }
+    return lookup;
 }
 
 static int list_members(struct file_order *o)
@@ -294,7 +307,8 @@ static int list_members(struct file_order *o)
     int rc = 0;
     if (o->dataset[0]) {
         struct larder__mount_hdf5_extent *rows;
-        rc = larder__mount_hdf5_rows(read_listing, o, o->size, o->dataset, &rows, &n);
+        rc = larder__mount_hdf5_rows(larder__mount_listing_read, &o->listing, o->size, o->dataset,
+                                     &rows, &n);
         if (rc < 0) return rc;
         addresses = malloc(n * sizeof *addresses), row_end = malloc(n * sizeof *row_end);
         for (size_t i = 0; addresses && row_end && i < n; i++) {
@@ -309,10 +323,14 @@ static int list_members(struct file_order *o)
             free(addresses), free(row_end);
             return -ENOMEM;
         }
-    } else if (!(addresses = listed_before(o, &n))) {
-        rc = larder__mount_hdf5_members(read_listing, o, o->size, o->group, &addresses, &n);
+    } else if (!(addresses = listed_before(o, &n, &o->lookup))) {
+        rc = larder__mount_hdf5_members(larder__mount_listing_read, &o->listing, o->size, o->group,
+                                        &addresses, &n);
         if (rc < 0) return rc;
+        o->lookup = lookup_nodes(&o->listing, addresses, n);
     }
+    for (size_t i = 0; o->lookup && i < n; i++)
+        o->lookup_known += o->lookup[2 * i] != UINT64_MAX;
     if (n == 0 || n > UINT32_MAX) {
         free(addresses), free(row_end);
         return larder__fail(LARDER_EEMPTY, "%s: %s has no %s to order", o->file,
@@ -326,6 +344,7 @@ static int list_members(struct file_order *o)
     int64_t *position_of = malloc(n * sizeof *position_of);
     struct placed *placed = malloc(n * sizeof *placed);
     uint8_t *seen = calloc(length, 1);
+    o->asked = calloc((size_t)(o->size >> 23) + 1, 1);
     if (!end || !sorted || !sorted_of || !list || !scratch || !position_of || !placed || !seen) {
         free(addresses), free(end), free(sorted), free(sorted_of), free(list), free(scratch);
         free(position_of), free(placed), free(seen), free(row_end);
@@ -370,10 +389,11 @@ static void *run_listing(void *arg)
     /* one listing at a time, until it is ready: a second registration of
      * the same file then copies it (listed_before) */
     pthread_mutex_lock(&o->registry->listing);
-    o->pages = malloc(PAGE * PAGES); /* one listing's pages at a time */
-    int rc = o->pages ? list_members(o) : -ENOMEM;
-    free(o->pages);
-    o->pages = NULL;
+    o->listing = (struct larder__mount_listing){
+        .m = o->m, .shard = o->shard, .base = o->base, .size = o->size};
+    int rc = larder__mount_listing_begin(&o->listing); /* one listing's pages at a time */
+    if (rc == 0) rc = list_members(o);
+    larder__mount_listing_end(&o->listing);
     pthread_mutex_unlock(&o->registry->listing);
     o->listed_s = now_s() - began;
     if (rc < 0) {
@@ -383,14 +403,17 @@ static void *run_listing(void *arg)
         if (!o->m->stopping)
             larder__mount_log(LARDER_LOG_WARN, "order for %s: %s", o->file, larder_errmsg());
     } else {
-        larder__mount_log(LARDER_LOG_INFO,
-                          "order for %s: %zu %s of %s listed in %.2f s (%" PRIu64
-                          " pages of the origin read in turn, %" PRIu64 " ahead); rank %u of %u "
-                          "reads %zu, staged %" PRIu64 " steps ahead",
-                          o->file, o->members, o->dataset[0] ? "rows" : "members",
-                          o->dataset[0] ? o->dataset : o->group, o->listed_s,
-                          atomic_load(&o->pages_read), atomic_load(&o->pages_prefetched), o->rank,
-                          o->world, o->length, o->window);
+        larder__mount_log(
+            LARDER_LOG_INFO,
+            "order for %s: %zu %s of %s listed in %.2f s (%" PRIu64
+            " pages of the origin read in turn, %" PRIu64 " ahead); rank %u of %u "
+            "reads %zu, staged %" PRIu64 " steps ahead, with the index nodes a lookup reads "
+            "for %zu of them",
+            o->file, o->members, o->dataset[0] ? "rows" : "members",
+            o->dataset[0] ? o->dataset : o->group, o->listed_s, atomic_load(&o->listing.pages_read),
+            atomic_load(&o->listing.pages_prefetched), o->rank, o->world, o->length, o->window,
+            o->lookup_known);
+        stage_ahead(o);
     }
     return NULL;
 }
@@ -398,10 +421,15 @@ static void *run_listing(void *arg)
 static void order_free(struct file_order *o)
 {
     if (!o) return;
+    pthread_mutex_lock(&o->lock);
+    o->stop = true;
+    pthread_cond_broadcast(&o->wake);
+    pthread_mutex_unlock(&o->lock);
     pthread_join(o->thread, NULL);
     free(o->address), free(o->end), free(o->sorted), free(o->sorted_of), free(o->list);
-    free(o->position_of), free(o->pages), free(o->seen);
+    free(o->position_of), free(o->seen), free(o->lookup), free(o->asked);
     pthread_mutex_destroy(&o->lock);
+    pthread_cond_destroy(&o->wake);
     free(o);
 }
 
@@ -455,6 +483,7 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     o->seed = spec->seed, o->epoch = spec->epoch, o->batch = spec->batch;
     o->window = spec->window, o->rank = spec->rank, o->world = spec->world;
     pthread_mutex_init(&o->lock, NULL);
+    pthread_cond_init(&o->wake, NULL);
     pthread_mutex_lock(&r->lock);
     size_t i = 0;
     while (i < r->count && !(r->orders[i]->rank == o->rank && r->orders[i]->world == o->world &&
@@ -462,13 +491,13 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
         i++;
     if (i == r->count && r->count == MAX_FILE_ORDERS) {
         pthread_mutex_unlock(&r->lock);
-        pthread_mutex_destroy(&o->lock);
+        pthread_mutex_destroy(&o->lock), pthread_cond_destroy(&o->wake);
         free(o);
         return larder__fail(LARDER_EUSAGE, "%d file orders registered already", MAX_FILE_ORDERS);
     }
     if (pthread_create(&o->thread, NULL, run_listing, o) != 0) {
         pthread_mutex_unlock(&r->lock);
-        pthread_mutex_destroy(&o->lock);
+        pthread_mutex_destroy(&o->lock), pthread_cond_destroy(&o->wake);
         free(o);
         return -EAGAIN;
     }

@@ -13,6 +13,9 @@
  *   adapt.c      how many: the limit grown and cut by the readers' misses;
  *   hdf5*.c      an HDF5 file's metadata (all but its datasets' raw data)
  *                found with libhdf5 and staged first (hdf5_layout.h);
+ *                hdf5_order.c a registered row order over one file, its
+ *                group listed through hdf5_listing.c and each member
+ *                followed to its bytes by hdf5_member.c;
  *   order.c      a reader's registered sample order (the control file
  *                .larder-order), driving the plan's prefetcher;
  *   passthrough.c  FUSE passthrough: files the node cache holds whole read
@@ -65,6 +68,7 @@ struct larder__mount {
     uint64_t readahead_max; /* bytes */
     /* --stage-on-open: one flag per node, set by the open that staged the file */
     _Atomic unsigned char *staged_on_open;
+    _Atomic unsigned stage_opening; /* opens between the first-open check and the job's listing */
     /* stager.c: files being staged (under lock), pieces in flight, the limit */
     struct larder__mount_stage_job *stage_jobs;
     _Atomic unsigned stage_running;
@@ -182,6 +186,8 @@ bool larder__mount_stage_file(struct larder__mount *m, uint32_t shard, uint64_t 
 /* A staging piece of `job` has ended: start the next ones. */
 void larder__mount_stager_done(struct larder__mount *m, struct larder__mount_stage_job *job);
 /* A reader's miss has ended: staging may use all its slots again. */
+/* A file was opened: the kernel's read-ahead raised unless a file is being staged. */
+void larder__mount_stager_opened(struct larder__mount *m);
 void larder__mount_stager_kick(struct larder__mount *m);
 /* A reader's miss took `ms` milliseconds, with staging pieces in flight
  * when it began or not: the adaptive limit grows while misses stay near
@@ -241,5 +247,38 @@ void larder__mount_file_orders_read(struct larder__mount_file_orders *orders, ui
                                     uint64_t offset, uint64_t length);
 int larder__mount_file_orders_describe(struct larder__mount_file_orders *orders, char *buf,
                                        size_t capacity);
+
+/* ---- hdf5_listing.c: reading an HDF5 group's index ahead, for a listing ---- */
+/*
+ * The reads of one listing of a file's group (hdf5_order.c): from the node
+ * cache where resident, else from the origin, unchecked, by 16 KiB pages
+ * kept for the listing; a group B-tree node read brings the whole tree
+ * below it, a level at a time, many reads at once.  Used by one thread.
+ */
+/* A member's entry in its group's index: where a lookup of it reads. */
+struct larder__mount_listing_symbol {
+    uint64_t object; /* the member's object header (file offset) */
+    uint64_t node;   /* the symbol-table node holding its entry */
+    uint64_t parent; /* the B-tree node pointing to that node */
+};
+#define LARDER__MOUNT_LISTING_MAX_SYMBOLS (UINT64_C(1) << 22) /* noted at most */
+struct larder__mount_listing {
+    struct larder__mount *m;
+    uint32_t shard;
+    uint64_t base, size;                           /* the file: shard bytes [base, base + size) */
+    _Atomic uint64_t pages_read, pages_prefetched; /* from the origin: in turn, ahead */
+    uint64_t *page_key;                            /* slot -> its page + 1, 0 empty */
+    uint8_t **page_data;                           /* slot -> its page's bytes (malloc'd) */
+    size_t kept;                                   /* slots used */
+    /* the symbol-table nodes' entries met while reading ahead (duplicates
+     * possible); larder__mount_listing_end frees them: take them before */
+    struct larder__mount_listing_symbol *symbols;
+    size_t symbols_count, symbols_capacity;
+};
+/* Ready to read the file's bytes: 0 or -ENOMEM; larder__mount_listing_end frees what it holds. */
+int larder__mount_listing_begin(struct larder__mount_listing *listing);
+void larder__mount_listing_end(struct larder__mount_listing *listing);
+/* A larder__mount_hdf5_read_fn over a struct larder__mount_listing. */
+int larder__mount_listing_read(void *listing, uint64_t offset, void *buf, size_t length);
 
 #endif

@@ -6,8 +6,10 @@
 # read, the blocks the origin is asked for are exactly those holding the
 # first `window` steps of that rank's members -- the order computed here
 # by torch itself, each member's bytes from its object header (h5py's
-# h5o.get_info) to the next member's -- besides the listing's own 64 KiB
-# reads.  Reading the first step through h5py moves the registration on
+# where h5py's own reads of it go: its object header and its datasets'
+# headers (h5o.get_info) and data (get_offset), its group's B-tree, node and
+# heap, and the root group's nodes a lookup of it reads (the last two parsed
+# here from the format's spec) -- besides the listing's own 64 KiB reads.  Reading the first step through h5py moves the registration on
 # and stages the next; the file reads back byte-exact; registrations that
 # name no file, an unknown sampler or a file that is not HDF5 are refused
 # or reported.  The same for the rows of a contiguous and of a chunked
@@ -59,15 +61,55 @@ order = list(sampler)
 size = os.path.getsize("src/samples.h5")
 with h5py.File("src/samples.h5", "r") as f:
     address = [h5py.h5o.get_info(f["s%06d" % i].id).addr for i in range(N)]
-ordered = sorted(set(address))
-def span(i):
-    later = [a for a in ordered if a > address[i]]
-    return address[i], later[0] if later else size
+raw = open("src/samples.h5", "rb").read()
+def le(at, n):
+    return int.from_bytes(raw[at:at + n], "little")
+# The HDF5 format (version-1 object headers, v1 B-trees, symbol-table nodes),
+# read here from the spec: where a reader's lookup of member i reads (the
+# root group's symbol-table node holding its entry and the B-tree node above
+# it) and the member group's own metadata (its B-tree, symbol-table node and
+# local heap), besides what h5py reports: the headers and the data.
+snod_of, parent_of = {}, {}
+at = raw.find(b"SNOD")
+while at >= 0:
+    for k in range(le(at + 6, 2)):
+        snod_of.setdefault(le(at + 8 + 40 * k + 8, 8), at)
+    at = raw.find(b"SNOD", at + 1)
+at = raw.find(b"TREE")
+while at >= 0:
+    if raw[at + 4] == 0 and raw[at + 5] == 0:
+        for k in range(le(at + 6, 2)):
+            parent_of.setdefault(le(at + 32 + 16 * k, 8), at)
+    at = raw.find(b"TREE", at + 1)
+def own_metadata(header):  # (offset, length) of a group's B-tree, symbol-table node, heap
+    out, at, end = [], header + 16, header + 16 + le(header + 8, 4)
+    for _ in range(le(header + 2, 2)):
+        kind, n = le(at, 2), le(at + 2, 2)
+        if kind == 0x11:
+            tree, heap = le(at + 8, 8), le(at + 16, 8)
+            out += [(tree, 24 + 16 * le(tree + 6, 2) + 8), (heap, 32),
+                    (le(heap + 24, 8), le(heap + 8, 8))]
+            snod = le(tree + 32, 8)
+            out.append((snod, 8 + 40 * le(snod + 6, 2)))
+        at += 8 + n
+        if at >= end:
+            break
+    return out
+with h5py.File("src/samples.h5", "r") as f:
+    extents = {}
+    for i in range(N):
+        g = f["s%06d" % i]
+        e = [(address[i], 1)] + own_metadata(address[i])
+        e += [(snod_of[address[i]], 328), (parent_of[snod_of[address[i]]], 1)]
+        for name in ("x", "y"):
+            e += [(h5py.h5o.get_info(g[name].id).addr, 1),
+                  (g[name].id.get_offset(), g[name].id.get_storage_size())]
+        extents[i] = e
 def blocks_of(members):
     out = set()
     for i in members:
-        a, e = span(i)
-        out.update(range(a // MiB, (e - 1) // MiB + 1))
+        for a, n in extents[i]:
+            out.update(range(a // MiB, (a + max(n, 1) - 1) // MiB + 1))
     return out
 
 def fills():  # the blocks the origin was asked to fill: reads other than the listing's pages
