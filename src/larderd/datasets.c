@@ -256,6 +256,21 @@ static struct dataset_entry *find_by_id(struct larderd *d, uint64_t low, uint64_
     return NULL;
 }
 
+/* Whether an entry being closed (its blocks evicted on a worker) has this
+ * url, or this id (url NULL): a second entry on the same cache files would
+ * pass its resident bits to sendfile and UCX while the eviction punches
+ * holes under them.  Call with d->lock held. */
+static bool being_closed(const struct larderd *d, const char *url, uint64_t low, uint64_t high)
+{
+    for (int i = 0; i < d->num_datasets; i++) {
+        const struct dataset_entry *e = &d->datasets[i];
+        if (e->url && e->closing &&
+            (url ? strcmp(e->url, url) == 0 : e->id_low == low && e->id_high == high))
+            return true;
+    }
+    return false;
+}
+
 /* A slot for a new entry: one closed before (its url NULL), else the
  * next; -1 when all MAX_DATASETS are open.  Call with d->lock held. */
 static int free_slot(const struct larderd *d)
@@ -368,12 +383,22 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
         *out = e;
     } else if (!(how & OPEN_NEW)) {
         rc = larder__fail(LARDER_ENOTFOUND, "dataset %s is not open on this node", url);
+    } else if (being_closed(d, url, 0, 0)) {
+        rc = larder__fail(-EAGAIN,
+                          "dataset %s is being closed here (a replaced publication no one "
+                          "read): open it again in a moment",
+                          url);
     } else if (free_slot(d) < 0) {
         rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
     } else {
         int free = free_slot(d);
         e = &d->datasets[free];
         rc = open_entry(d, e, url, unchecked);
+        if (rc == 0 && being_closed(d, NULL, e->id_low, e->id_high))
+            rc = larder__fail(-EAGAIN,
+                              "dataset %s is being closed here under another name (a "
+                              "replaced publication): open it again in a moment",
+                              url);
         if (rc == 0 && (same = find_by_id(d, e->id_low, e->id_high, e, slot))) {
             entry_free(d, e); /* the same content under another name: one entry */
             *out = same;
@@ -429,12 +454,14 @@ void datasets_release_opened(struct larderd *d, uint64_t opened)
 static void close_job(void *arg)
 {
     struct dataset_entry *e = arg;
+    /* read before the store below: from then on the loop may free e */
+    struct larderd *d = (struct larderd *)e->daemon;
     struct larder__cache *cache = larder__dataset_cache(e->dataset);
     uint64_t evicted = cache ? larder__cache_evict_all(cache) : 0;
     say("closing %s (replaced, and no one reads it any more): %llu cached blocks evicted", e->url,
         (unsigned long long)evicted);
     __atomic_store_n(&e->evicted, true, __ATOMIC_RELEASE);
-    larderd_wake((struct larderd *)e->daemon);
+    larderd_wake(d);
 }
 
 size_t close_unused_datasets(struct larderd *d,

@@ -174,3 +174,32 @@ TEST(larderd_datasets_close_unused_and_reuse)
     CHECK_EQ(d.num_datasets, 2);
     larderd_free(&d);
 }
+
+/* While an entry is being closed (its blocks evicted on a worker), its url,
+ * or another url of the same content, is not opened again on the same
+ * cache files: the open says to retry (the review's scenario: a reader
+ * reconnecting to a replaced generation as it is evicted would have been
+ * sent punched holes by sendfile or UCX). */
+TEST(larderd_datasets_no_reopen_while_closing)
+{
+    char path[4096], dir[4096], other[4096];
+    snprintf(path, sizeof path, "%s", fixture_dataset("ds1", 4, 1 << 20));
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+    snprintf(other, sizeof other, "%s", test_path("alias"));
+    CHECK(symlink(dir, other) == 0);
+    strncat(other, "/index.larder", sizeof other - strlen(other) - 1);
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    struct dataset_entry *e, *again;
+    int slot, again_slot;
+    CHECK_EQ(open_dataset(&d, path, OPEN_NEW, &e, &slot), 0);
+    e->closing = true; /* as close_unused_datasets marks it, its eviction not done */
+    CHECK_EQ(open_dataset(&d, path, OPEN_NEW, &again, &again_slot), -EAGAIN);
+    CHECK_EQ(open_dataset(&d, other, OPEN_NEW, &again, &again_slot), -EAGAIN);
+    CHECK_EQ(d.num_datasets, 1); /* no second entry */
+    e->closing = false;          /* freed at the next sweep in the daemon; opened again then */
+    CHECK_EQ(open_dataset(&d, other, OPEN_NEW, &again, &again_slot), 0);
+    CHECK(again == e); /* the same content: one entry */
+    larderd_free(&d);
+}
