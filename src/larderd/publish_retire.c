@@ -126,6 +126,10 @@ static bool closable(struct larderd *d, const struct dataset_entry *e)
     bool jobs = r->opening > 0;
     pthread_mutex_unlock(&r->lock);
     if (!replaced || named || jobs) return false;
+    /* without a secret, peers are unproven and may OPEN only what is open
+     * (requests.c may_open): closed here, a member whose reader still
+     * holds this generation could not reopen it on this node */
+    if (d->members.count > 1 && !d->secret) return false;
     if (d->config.warm && pool_busy(d->pool, LARDER__WARM)) return false; /* warm jobs hold e */
     return !hinted(d, e);
 }
