@@ -164,9 +164,18 @@ static int keep_index(struct larderd *d, const struct larder__publication *m, ch
     char absolute[PATH_MAX];
     if (!realpath(dir, absolute)) return larder__fail(-errno, "%s: %s", dir, strerror(errno));
     snprintf(file, sizeof file, "%s/%s.index", absolute, id);
-    snprintf(temporary, sizeof temporary, "%s/.%s.index.%d", absolute, id, (int)getpid());
-    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    /* a name of its own: two name workers may keep the same id at once */
+    if ((size_t)snprintf(temporary, sizeof temporary, "%s/.%s.index.XXXXXX", absolute, id) >=
+        sizeof temporary)
+        return larder__fail(-ENAMETOOLONG, "%s: name too long", absolute);
+    int fd = mkostemp(temporary, O_CLOEXEC);
     if (fd < 0) return larder__fail(-errno, "%s: %s", temporary, strerror(errno));
+    if (fchmod(fd, 0640) < 0) { /* mkostemp makes it 0600 */
+        int err = errno;
+        close(fd);
+        unlink(temporary);
+        return larder__fail(-err, "%s: %s", temporary, strerror(err));
+    }
     size_t done = 0;
     int rc = 0;
     while (rc == 0 && done < m->index_length) {
