@@ -141,8 +141,11 @@ static uint64_t stage_once(struct file_order *o, uint64_t at, uint64_t length, u
 {
     uint64_t queued = 0;
     struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
-    for (uint64_t mib = at >> 20; at < o->size && length > 0 && mib <= (at + length - 1) >> 20;
-         mib++) {
+    /* within the file: the asked bits cover its MiBs only (a node address
+     * read from the file may sit in its last bytes, with 512 to stage) */
+    if (at >= o->size) return 0;
+    if (length > o->size - at) length = o->size - at;
+    for (uint64_t mib = at >> 20; length > 0 && mib <= (at + length - 1) >> 20; mib++) {
         pthread_mutex_lock(&o->lock);
         bool asked = o->asked && o->asked[mib / 8] & (1u << mib % 8);
         if (o->asked) o->asked[mib / 8] |= (uint8_t)(1u << mib % 8);
