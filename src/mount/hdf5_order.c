@@ -51,7 +51,7 @@ struct file_order {
     uint32_t rank, world;
     pthread_t thread;    /* lists the members, then stages ahead of the reader */
     pthread_cond_t wake; /* the position moved, or stop */
-    bool stop;
+    _Atomic bool stop;   /* set under lock, read by resolvers without it */
     /* set by the listing thread, then read under lock */
     pthread_mutex_t lock;
     bool ready;
@@ -145,7 +145,7 @@ static uint64_t stage_once(struct file_order *o, uint64_t at, uint64_t length, u
      * read from the file may sit in its last bytes, with 512 to stage) */
     if (at >= o->size) return 0;
     if (length > o->size - at) length = o->size - at;
-    for (uint64_t mib = at >> 20; length > 0 && mib <= (at + length - 1) >> 20; mib++) {
+    for (uint64_t mib = at >> 20; length > 0 && mib <= (at + length - 1) >> 20 && !o->stop; mib++) {
         pthread_mutex_lock(&o->lock);
         bool asked = o->asked && o->asked[mib / 8] & (1u << mib % 8);
         if (o->asked) o->asked[mib / 8] |= (uint8_t)(1u << mib % 8);
@@ -202,7 +202,7 @@ static void *run_resolver(void *arg)
         } else {
             atomic_fetch_add(&o->followed, 1);
         }
-        for (size_t k = 0; k < n; k++) /* hostile: a member's extent bounded like its span */
+        for (size_t k = 0; k < n && !o->stop; k++) /* hostile: bounded like its span */
             staged += stage_once(
                 o, extents[k].offset,
                 extents[k].length < MEMBER_SPAN_MAX ? extents[k].length : MEMBER_SPAN_MAX, buf);
@@ -508,7 +508,7 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     r->orders[i] = o;
     if (i == r->count) r->count++;
     pthread_mutex_unlock(&r->lock);
-    order_free(old); /* the previous epoch's: its listing ends, its staging stays queued */
+    order_free(old); /* the previous epoch's: its listing and resolvers stop at the MiB at hand */
     return 0;
 }
 
