@@ -26,11 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PAGE (UINT64_C(16) << 10) /* the listing's unchecked reads */
-#define SLOTS 16384               /* the kept pages' table (open addressing) */
-#define KEPT_MAX 8192             /* pages kept at most: 128 MiB while a listing runs */
-#define FETCHERS 32               /* reads ahead in flight: twice the slots of a busy origin */
-#define PREFETCH_MAX 16384        /* children of a level of the tree read ahead */
+#define PAGE (UINT64_C(16) << 10)      /* the listing's unchecked reads */
+#define SLOTS 16384                    /* the kept pages' table (open addressing) */
+#define KEPT_MAX 8192                  /* pages kept at most: 128 MiB while a listing runs */
+#define FETCHERS 32                    /* reads ahead in flight: twice the slots of a busy origin */
+#define PREFETCH_MAX 16384             /* children of a level of the tree read ahead */
+#define BATCH_MAX (KEPT_MAX / 2)       /* pages one level's read ahead fetches at most (64 MiB) */
+#define PREFETCH_BUDGET (4 * KEPT_MAX) /* pages read ahead in one listing at most (512 MiB) */
 #define NODE_SPAN                                                                                  \
     512 /* bytes of a node read ahead: a symbol-table node of 8 entries (h5py's) is 328 */
 
@@ -177,6 +179,11 @@ static void fetch_pages(struct larder__mount_listing *l, struct larder__source *
     size_t unique = 0;
     for (size_t i = 0; i < n; i++)
         if (unique == 0 || pages[unique - 1] != pages[i]) pages[unique++] = pages[i];
+    /* bounded: a crafted tree whose nodes point at thousands of pages
+     * would otherwise hold 2 x PREFETCH_MAX fresh pages (512 MiB) at once
+     * and empty the kept table while keeping them; the rest are read as
+     * libhdf5 asks */
+    if (unique > BATCH_MAX) unique = BATCH_MAX;
     struct fetch f = {.l = l, .source = source, .pages = pages, .data = data, .count = unique};
     pthread_t threads[FETCHERS];
     size_t started = 0;
@@ -238,7 +245,9 @@ static void prefetch_children(struct larder__mount_listing *l, struct larder__so
     size_t count = tree_children(l, node, length, level, PREFETCH_MAX);
     for (size_t i = 0; i < count; i++)
         parent[i] = address;
-    for (int depth = 0; depth < 8 && count > 0 && !l->m->stopping; depth++) {
+    for (int depth = 0; depth < 8 && count > 0 && !l->m->stopping &&
+                        atomic_load(&l->pages_prefetched) < PREFETCH_BUDGET;
+         depth++) {
         fetch_pages(l, source, level, count);
         size_t found = 0;
         for (size_t i = 0; i < count && found < PREFETCH_MAX; i++) {
