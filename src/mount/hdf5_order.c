@@ -11,12 +11,10 @@
  * root group (or group=PATH) with libhdf5 (hdf5.c), reading only the
  * group's index -- from the cache where it is resident, else straight from
  * the origin, unchecked, since what it finds is only where to stage and is
- * bounded like everything from the file -- and takes member i's bytes to
- * be those from its object header to the next member's (members written
- * one after another keep their datasets between).  The rank's order is
- * torch's (sampler.c); the mount stages the next `window` steps of it
- * (batch / world samples a step) at NEAR, and moves on as the reader's
- * reads land in the members it expects next.  Nothing here is trusted for
+ * bounded like everything from the file -- and follows each member to its
+ * bytes (hdf5_member.c).  The rank's order is torch's (sampler.c); the
+ * mount stages the next `window` steps of it at NEAR, and moves on as the
+ * reader's reads touch the members it expects.  Nothing here is trusted for
  * correctness: a wrong address stages the wrong bytes of the same file,
  * and every byte a reader gets is still checked.
  */
@@ -37,7 +35,12 @@
 
 #define MAX_FILE_ORDERS 64
 #define MEMBER_SPAN_MAX (UINT64_C(64) << 20) /* one member's bytes staged at most */
-#define LOOKUP_NODE_SPAN 512 /* bytes of a lookup's node staged (h5py's symbol-table node: 328) */
+/* Bytes of a lookup's nodes staged: what libhdf5 reads of a symbol-table
+ * node and of a group B-tree node, the format's sizes with the K of 4 and
+ * 16 every h5py file has (8 + 2K x 40; 24 + 2K x 8 + (2K + 1) x 8). */
+static const uint64_t lookup_node_span[2] = {8 + 2 * 4 * 40, 24 + 2 * 16 * 8 + (2 * 16 + 1) * 8};
+#define ASK_SHIFT 16                      /* a unit of the asked bitmap: the cache's 64 KiB block */
+#define STAGE_RUN_MAX (UINT64_C(1) << 20) /* one fill of the order's at most (its buffer) */
 
 struct file_order {
     struct larder__mount *m;
@@ -69,7 +72,7 @@ struct file_order {
                                 (where a reader's lookup of it reads; UINT64_MAX unknown), or NULL */
     size_t lookup_known;     /* members whose lookup nodes are known */
     _Atomic size_t followed; /* members whose own extents were found */
-    uint8_t *asked;          /* a bit per MiB of the file: a lookup node there was staged */
+    uint8_t *asked;          /* a bit per 64 KiB of the file: a stage of it was asked */
     size_t position;         /* list[0..position) read: the lowest place not seen */
     size_t staged_until;     /* list[0..staged_until) asked */
     uint64_t staged_bytes;   /* queued */
@@ -126,41 +129,52 @@ static int read_member(void *context, uint64_t offset, void *buf, size_t length)
     return rc < 0 ? rc : 0;
 }
 
+/* Bytes [from, to) at NEAR: here, in one fill (one origin read of the runs
+ * of blocks it lacks); through a daemon, or without a buffer, queued. */
+static uint64_t stage_run(struct file_order *o, uint64_t from, uint64_t to, uint8_t *buf)
+{
+    struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
+    if (o->m->daemon || !buf)
+        return larder__mount_stage(o->m, o->shard, o->base + from, to - from, LARDER__NEAR);
+    return larder__fill_range_at(fill, o->shard, o->base + from, to - from, LARDER__NEAR, buf) == 0
+               ? to - from
+               : 0;
+}
+
 /*
- * Stage [at, at + length) of the file at NEAR unless a stage of its MiB was
- * asked before.  With a cache of our own, here and now, on the resolver's
- * thread: then no more than RESOLVERS of the order's reads are at the
- * origin at once.  Queued on the pool's NEAR workers instead (up to 48 in
- * flight), a reader's miss waited behind all of them at an origin that
- * serves a few reads at once in arrival order: 100-500 ms a miss in the
- * cold epoch's first steps (LARDER_MOUNT_TRACE), where the reader needed
- * only the step at hand.  Through a daemon, queued as the rest of the mount
- * stages.
+ * Stage [at, at + length) of the file at NEAR, but not the 64 KiB units of
+ * it asked before or resident, adjacent units in one fill (stage_run).
+ * With a cache of our own, on the resolver's thread: no more than RESOLVERS
+ * of the order's reads at the origin at once (queued on the pool's 48 NEAR
+ * workers, a reader's miss waited 100-500 ms behind them in the cold
+ * epoch's first steps).  Units of the cache's block, not of the checksum
+ * block: a MiB marked as a unit hid the other extents of that MiB in an
+ * index of 64 KiB checksum blocks (a lookup node's MiB asked, the member's
+ * data beside it never staged); a larger checksum block is brought whole by
+ * the first fill, and the next finds it resident.
  */
 static uint64_t stage_once(struct file_order *o, uint64_t at, uint64_t length, uint8_t *buf)
 {
-    uint64_t queued = 0;
     struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
-    /* within the file: the asked bits cover its MiBs only (a node address
-     * read from the file may sit in its last bytes, with 512 to stage) */
-    if (at >= o->size) return 0;
-    if (length > o->size - at) length = o->size - at;
-    for (uint64_t mib = at >> 20; length > 0 && mib <= (at + length - 1) >> 20 && !o->stop; mib++) {
+    if (at >= o->size || length == 0) return 0;
+    uint64_t end = length > o->size - at ? o->size : at + length, queued = 0;
+    uint64_t run_from = 0, run_to = 0; /* the run of units to stage, empty when equal */
+    for (uint64_t unit = at >> ASK_SHIFT; unit <= (end - 1) >> ASK_SHIFT && !o->stop; unit++) {
+        uint64_t from = unit << ASK_SHIFT > at ? unit << ASK_SHIFT : at;
+        uint64_t to = (unit + 1) << ASK_SHIFT < end ? (unit + 1) << ASK_SHIFT : end;
         pthread_mutex_lock(&o->lock);
-        bool asked = o->asked && o->asked[mib / 8] & (1u << mib % 8);
-        if (o->asked) o->asked[mib / 8] |= (uint8_t)(1u << mib % 8);
+        bool asked = o->asked && o->asked[unit / 8] & (1u << unit % 8);
+        if (o->asked) o->asked[unit / 8] |= (uint8_t)(1u << unit % 8);
         pthread_mutex_unlock(&o->lock);
-        uint64_t from = mib << 20 > at ? mib << 20 : at, to = (mib + 1) << 20;
-        if (to > at + length) to = at + length;
-        if (to > o->size) to = o->size;
-        if (asked || to <= from || larder__fill_resident(fill, o->shard, o->base + from, to - from))
+        bool skip = asked || larder__fill_resident(fill, o->shard, o->base + from, to - from);
+        if (!skip && run_to == from && run_to > run_from && to - run_from <= STAGE_RUN_MAX) {
+            run_to = to; /* the run goes on */
             continue;
-        if (o->m->daemon || !buf)
-            queued += larder__mount_stage(o->m, o->shard, o->base + from, to - from, LARDER__NEAR);
-        else if (larder__fill_range_at(fill, o->shard, o->base + from, to - from, LARDER__NEAR,
-                                       buf) == 0)
-            queued += to - from;
+        }
+        if (run_to > run_from) queued += stage_run(o, run_from, run_to, buf);
+        run_from = from, run_to = skip ? from : to;
     }
+    if (run_to > run_from) queued += stage_run(o, run_from, run_to, buf);
     return queued;
 }
 
@@ -183,13 +197,13 @@ static void *run_resolver(void *arg)
     struct resolve *r = arg;
     struct file_order *o = r->o;
     struct larder__mount_hdf5_extent extents[MEMBER_EXTENTS];
-    uint8_t *buf = malloc(UINT64_C(1) << 20); /* NULL: stage through the pool */
+    uint8_t *buf = malloc(STAGE_RUN_MAX); /* NULL: stage through the pool */
     for (size_t i; (i = atomic_fetch_add(&r->next, 1)) < r->count && !o->m->stopping && !o->stop;) {
         uint32_t member = r->members[i];
         uint64_t staged = 0;
         for (int k = 0; o->lookup && k < 2; k++) {
             uint64_t at = o->lookup[2 * (size_t)member + (size_t)k];
-            if (at < o->size) staged += stage_once(o, at, LOOKUP_NODE_SPAN, buf);
+            if (at < o->size) staged += stage_once(o, at, lookup_node_span[k], buf);
         }
         size_t n = o->dataset[0]
                        ? 0
@@ -347,7 +361,7 @@ static int list_members(struct file_order *o)
     int64_t *position_of = malloc(n * sizeof *position_of);
     struct placed *placed = malloc(n * sizeof *placed);
     uint8_t *seen = calloc(length, 1);
-    o->asked = calloc((size_t)(o->size >> 23) + 1, 1);
+    o->asked = calloc((size_t)(o->size >> (ASK_SHIFT + 3)) + 1, 1);
     if (!end || !sorted || !sorted_of || !list || !scratch || !position_of || !placed || !seen) {
         free(addresses), free(end), free(sorted), free(sorted_of), free(list), free(scratch);
         free(position_of), free(placed), free(seen), free(row_end);

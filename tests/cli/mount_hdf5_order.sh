@@ -9,7 +9,8 @@
 # where h5py's own reads of it go: its object header and its datasets'
 # headers (h5o.get_info) and data (get_offset), its group's B-tree, node and
 # heap, and the root group's nodes a lookup of it reads (the last two parsed
-# here from the format's spec) -- besides the listing's own 64 KiB reads.  Reading the first step through h5py moves the registration on
+# here from the format's spec) -- in the index's 64 KiB checksum blocks,
+# besides the listing's own 16 KiB reads.  Reading the first step through h5py moves the registration on
 # and stages the next; the file reads back byte-exact; registrations that
 # name no file, an unknown sampler or a file that is not HDF5 are refused
 # or reported.  The same for the rows of a contiguous and of a chunked
@@ -36,7 +37,9 @@ with h5py.File("src/rows.h5", "w") as f:  # rows of 2-D datasets as samples
                      compression="gzip")
 PY
 cp -r src www/shard-files
-"$LARDER" index --files www/shard-files -o www/files.larder >/dev/null
+# 64 KiB checksum blocks: what is staged is each extent's own 64 KiB blocks
+# (with the default's 1 MiB, the MiBs holding them)
+"$LARDER" index --files www/shard-files -o www/files.larder --checksum-block 64K >/dev/null
 
 start_gated_origin www
 base=$gated_base
@@ -47,7 +50,7 @@ mount_larder o "$base/files.larder" --cache "$WORK/cache-o" --no-stage-on-open
 import json, os, sys, time, urllib.request
 import h5py, torch.utils.data as tud
 base = sys.argv[1]
-MiB = 1 << 20
+BLOCK = 64 << 10  # the index's checksum block (--checksum-block 64K)
 N, SEED, EPOCH, WORLD, BATCH, WINDOW = 200, 3, 1, 2, 8, 2
 local = BATCH // WORLD
 
@@ -100,7 +103,9 @@ with h5py.File("src/samples.h5", "r") as f:
     for i in range(N):
         g = f["s%06d" % i]
         e = [(address[i], 1)] + own_metadata(address[i])
-        e += [(snod_of[address[i]], 328), (parent_of[snod_of[address[i]]], 1)]
+        # what libhdf5 reads of them (the format's sizes with h5py's K of 4 and 16)
+        e += [(snod_of[address[i]], 8 + 2 * 4 * 40),
+              (parent_of[snod_of[address[i]]], 24 + 2 * 16 * 8 + (2 * 16 + 1) * 8)]
         for name in ("x", "y"):
             e += [(h5py.h5o.get_info(g[name].id).addr, 1),
                   (g[name].id.get_offset(), g[name].id.get_storage_size())]
@@ -109,15 +114,15 @@ def blocks_of(members):
     out = set()
     for i in members:
         for a, n in extents[i]:
-            out.update(range(a // MiB, (a + max(n, 1) - 1) // MiB + 1))
+            out.update(range(a // BLOCK, (a + max(n, 1) - 1) // BLOCK + 1))
     return out
 
-def fills():  # the blocks the origin was asked to fill: reads other than the listing's pages
-    out = set()
+def fills():  # the blocks the origin was asked to fill: reads other than the listing's
+    out = set()  # 16 KiB pages and a member's 4 KiB reads (fills are whole 64 KiB blocks)
     for path, rng in json.load(urllib.request.urlopen(base + "/__log", timeout=10)):
         first, last = map(int, rng.split("=")[1].split("-"))
-        if path.endswith("/samples.h5") and last + 1 - first > 64 * 1024:
-            out.update(range(first // MiB, last // MiB + 1))
+        if path.endswith("/samples.h5") and last + 1 - first >= 64 * 1024:
+            out.update(range(first // BLOCK, last // BLOCK + 1))
     return out
 
 def control():
@@ -144,6 +149,30 @@ assert "members=%d" % N in text and field(text, "read") == 0, text
 assert fills() == want, "fills %s, want the first window's blocks %s" % (sorted(fills()), sorted(want))
 print("registered: the origin filled exactly the blocks of the first %d members (%s)"
       % (WINDOW * local, sorted(want)))
+# each member's 100 KB of data (two or three 64 KiB blocks) came in one origin
+# read, not one per block (a fill reads its run of missing blocks at once)
+reads = [tuple(map(int, rng.split("=")[1].split("-")))
+         for path, rng in json.load(urllib.request.urlopen(base + "/__log", timeout=10))
+         if path.endswith("/samples.h5")]
+window = order[:WINDOW * local]
+alone = 0  # members whose data shares no block with any other extent staged
+with h5py.File("src/samples.h5", "r") as f:
+    for i in window:
+        a = f["s%06d" % i]["x"].id.get_offset()
+        e = a + f["s%06d" % i]["x"].id.get_storage_size()
+        mine = set(range(a // BLOCK, (e - 1) // BLOCK + 1))
+        others = set()
+        for j in window:
+            for b, n in extents[j]:
+                if (b, n) != (a, e - a):
+                    others.update(range(b // BLOCK, (b + max(n, 1) - 1) // BLOCK + 1))
+        if mine & others:
+            continue
+        alone += 1
+        assert any(first <= a // BLOCK * BLOCK and e - 1 <= last for first, last in reads), \
+            "member %d's data [%d, %d) was not read in one piece: %s" % (i, a, e, sorted(reads))
+assert alone > 0, "no member's data stands alone: the test's file needs another layout"
+print("the data of %d members, each in one origin read" % alone)
 
 # the first step, read as the DataLoader would
 with h5py.File("mnt-o/samples.h5", "r") as f:
@@ -168,7 +197,7 @@ cmp src/samples.h5 mnt-o/samples.h5 || fail "samples.h5 read through the mount d
 import json, os, sys, time, urllib.request
 import h5py, torch.utils.data as tud
 base = sys.argv[1]
-MiB = 1 << 20
+BLOCK = 64 << 10  # the index's checksum block
 with h5py.File("src/rows.h5", "r") as f:
     images = f["images"].id.get_offset()
     image_row = 16384 * 4
@@ -187,8 +216,8 @@ def fills():
     out = set()
     for path, rng in json.load(urllib.request.urlopen(base + "/__log", timeout=10)):
         first, last = map(int, rng.split("=")[1].split("-"))
-        if path.endswith("/rows.h5") and last + 1 - first > 64 * 1024:
-            out.update(range(first // MiB, last // MiB + 1))
+        if path.endswith("/rows.h5") and last + 1 - first >= 64 * 1024:
+            out.update(range(first // BLOCK, last // BLOCK + 1))
     return out
 
 class Items:
@@ -205,7 +234,7 @@ for dataset, seed in (("/images", 11), ("/chunked", 12)):
     want = set()
     for r in order[:8]:
         a, e = rows(dataset)(r)
-        want.update(range(a // MiB, (e - 1) // MiB + 1))
+        want.update(range(a // BLOCK, (e - 1) // BLOCK + 1))
     want -= seen  # blocks staged for the dataset before are resident: not asked again
     for _ in range(400):
         text = open("mnt-o/.larder-order").read()

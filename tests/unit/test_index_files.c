@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #define MiB (UINT64_C(1) << 20)
+#define KiB64 (UINT64_C(64) << 10)
 #define BIG (80 * MiB) /* more than the 64 MiB a whole-sample fill takes at a time */
 
 /* A sparse 80 MiB file with distinct 4 KiB patches every 3 MiB (so blocks differ). */
@@ -221,6 +222,13 @@ static uint64_t origin_bytes(larder_dataset *d)
     return stats.origin_bytes;
 }
 
+static uint64_t origin_requests(larder_dataset *d)
+{
+    larder_stats stats;
+    CHECK_EQ(larder_stats_get(d, &stats), 0);
+    return stats.origin_requests;
+}
+
 /* Read bytes [offset, offset + length) of big.bin through `d` and compare them with the file. */
 static void read_and_compare(larder_dataset *d, const uint8_t *big, uint64_t offset,
                              uint64_t length)
@@ -389,6 +397,51 @@ TEST(index_files_cache_blocks_larger_than_checksum_blocks)
     uint8_t buf[16];
     CHECK_EQ(larder__dataset_read_range(d, 0, 21 * MiB, sizeof buf, buf), LARDER_ECHECKSUM);
     CHECK(strstr(larder_errmsg(), "checksum block 21 (bytes 22020096+1048576)") != NULL);
+    larder_close(d);
+    free(big);
+}
+
+/* 64 KiB checksum blocks (--checksum-block 64K): a small range costs the
+ * origin the 64 KiB around it; an h5py row's 286000 bytes, the five blocks
+ * it touches in one origin read (a fill reads its run of missing blocks at
+ * once), not five; and a damaged byte fails its 64 KiB block alone, named
+ * with its bytes, the blocks beside it still read. */
+TEST(index_files_64k_blocks_read_at_once_and_fail_alone)
+{
+    make_big(test_path("tree/big.bin"));
+    char root[512];
+    snprintf(root, sizeof root, "%s", test_path("tree"));
+    index_tree(root, test_path("tree/index.larder"), KiB64, 0, 0);
+    size_t big_size;
+    uint8_t *big = test_read_file(test_path("tree/big.bin"), &big_size);
+    char cache[512];
+    snprintf(cache, sizeof cache, "%s", test_path("cache"));
+    larder_dataset *d = open_big(cache);
+    read_and_compare(d, big, 33 * MiB + 1, 1000);
+    CHECK_EQ(origin_bytes(d), KiB64);
+    CHECK_EQ(origin_requests(d), 1);
+    /* 286000 bytes from 7 MiB + 100: up to 7 MiB + 286100, blocks 112-116 */
+    read_and_compare(d, big, 7 * MiB + 100, 286000);
+    CHECK_EQ(origin_bytes(d), KiB64 + 5 * KiB64);
+    CHECK_EQ(origin_requests(d), 2);
+    /* across three blocks, the middle one resident: the two either side */
+    read_and_compare(d, big, 33 * MiB - KiB64, 3 * KiB64);
+    CHECK_EQ(origin_bytes(d), 6 * KiB64 + 2 * KiB64);
+    larder_close(d);
+
+    int fd = open(test_path("tree/big.bin"), O_WRONLY);
+    CHECK(fd >= 0);
+    CHECK(pwrite(fd, "!", 1, (off_t)(20 * MiB + 70000)) == 1); /* in block 321 */
+    close(fd);
+    snprintf(cache, sizeof cache, "%s", test_path("cache2"));
+    d = open_big(cache);
+    uint8_t buf[100];
+    CHECK_EQ(larder__dataset_read_range(d, 0, 20 * MiB + 65536, sizeof buf, buf), LARDER_ECHECKSUM);
+    if (!strstr(larder_errmsg(), "checksum block 321 (bytes 21037056+65536)"))
+        fprintf(stderr, "    %s\n", larder_errmsg());
+    CHECK(strstr(larder_errmsg(), "checksum block 321 (bytes 21037056+65536)") != NULL);
+    read_and_compare(d, big, 20 * MiB, KiB64);
+    read_and_compare(d, big, 20 * MiB + 2 * KiB64, KiB64);
     larder_close(d);
     free(big);
 }
