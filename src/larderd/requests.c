@@ -405,6 +405,27 @@ static bool open_request(struct connection *c, const struct larder__frame *f,
     return true;
 }
 
+/* A READ's job as it arrives: its connection, dataset, request and trace. */
+static void read_job_init(struct read_job *job, struct connection *c, struct dataset_entry *e,
+                          const struct larder__read *read, uint64_t request,
+                          struct larder__ucx_session *via)
+{
+    *job = (struct read_job){.connection = c,
+                             .entry = e,
+                             .read = *read,
+                             .request = request,
+                             .arrived_us = now_us(),
+                             .via = via};
+    job->trace = (struct trace_span){.kind = "read",
+                                     .node = (int)c->daemon->self,
+                                     .peer = c->peer,
+                                     .priority = read->priority,
+                                     .shard = read->shard,
+                                     .offset = read->offset,
+                                     .length = read->length,
+                                     .arrived_us = trace_now_us()};
+}
+
 /* A READ answered on UCX's progress thread is done (rc 0: the borrower took its bytes). */
 static void resident_answered(void *arg, int rc)
 {
@@ -425,20 +446,7 @@ bool read_answer_resident(struct connection *c, const struct larder__read *read,
         return false;
     struct read_job *job = malloc(sizeof *job);
     if (!job) return false;
-    *job = (struct read_job){.connection = c,
-                             .entry = e,
-                             .read = *read,
-                             .request = request,
-                             .arrived_us = now_us(),
-                             .via = via};
-    job->trace = (struct trace_span){.kind = "read",
-                                     .node = (int)c->daemon->self,
-                                     .peer = c->peer,
-                                     .priority = read->priority,
-                                     .shard = read->shard,
-                                     .offset = read->offset,
-                                     .length = read->length,
-                                     .arrived_us = trace_now_us()};
+    read_job_init(job, c, e, read, request, via);
     larder__ucx_session_hold(via);
     pthread_mutex_lock(&c->lock);
     c->refs++;
@@ -485,20 +493,7 @@ void read_submit(struct connection *c, const struct larder__read *read, uint64_t
             send_error(c, request, code, refused);
         return;
     }
-    *job = (struct read_job){.connection = c,
-                             .entry = e,
-                             .read = *read,
-                             .request = request,
-                             .arrived_us = now_us(),
-                             .via = via};
-    job->trace = (struct trace_span){.kind = "read",
-                                     .node = (int)c->daemon->self,
-                                     .peer = c->peer,
-                                     .priority = read->priority,
-                                     .shard = read->shard,
-                                     .offset = read->offset,
-                                     .length = read->length,
-                                     .arrived_us = trace_now_us()};
+    read_job_init(job, c, e, read, request, via);
     if (via) larder__ucx_session_hold(via);
     pthread_mutex_lock(&c->lock);
     c->refs++;
