@@ -98,15 +98,7 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     steps = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
-    spans = []
-    for line in open(sys.argv[2]):
-        f = line.split()
-        if len(f) < 9:
-            continue
-        kv = dict(x.split("=", 1) for x in f[8:] if "=" in x)
-        start = float(f[0])
-        spans.append((start, start + float(kv.get("total", 0)), f, kv))
-    spans.sort()
+    spans = spans_of(sys.argv[2])
     if not steps:
         sys.exit("no steps in " + sys.argv[1])
     t0 = steps[0][0] * 1000
