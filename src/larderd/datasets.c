@@ -377,6 +377,7 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
     int rc = 0;
     bool unchecked = (how & OPEN_UNCHECKED) != 0;
     struct dataset_entry *e = find_by_url(d, url, slot), *same;
+    int free = e ? -1 : free_slot(d);
     if (e && e->unchecked && !unchecked) {
         rc = refuse_unchecked(url);
     } else if (e) {
@@ -388,10 +389,9 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
                           "dataset %s is being closed here (a replaced publication no one "
                           "read): open it again in a moment",
                           url);
-    } else if (free_slot(d) < 0) {
+    } else if (free < 0) {
         rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
     } else {
-        int free = free_slot(d);
         e = &d->datasets[free];
         rc = open_entry(d, e, url, unchecked);
         if (rc == 0 && being_closed(d, NULL, e->id_low, e->id_high))
