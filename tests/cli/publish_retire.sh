@@ -114,7 +114,12 @@ echo "published $GENERATIONS generations of retire/latest"
 # 2. what each daemon keeps open
 until_counts 2 1 $((GENERATIONS - 1))
 until_counts 1 3 $((GENERATIONS - 3))
-open0=$(stat_of 0 open_datasets) closed0=$(stat_of 0 closed_datasets)
+# node 0 closes on its own sweep too: waited for as the others are (10 s at most)
+for _ in $(seq 200); do
+  open0=$(stat_of 0 open_datasets) closed0=$(stat_of 0 closed_datasets)
+  [ $((open0 + closed0)) -eq $GENERATIONS ] && [ "$open0" -ge 2 ] && [ "$open0" -le 4 ] && break
+  sleep 0.05
+done
 [ $((open0 + closed0)) -eq $GENERATIONS ] && [ "$open0" -ge 2 ] && [ "$open0" -le 4 ] ||
   fail "node 0: $open0 open, $closed0 closed (want v69, v20 and at most node 1's two held open)"
 echo "open/closed: node 2 1/$((GENERATIONS - 1)), node 1 3/$((GENERATIONS - 3)), node 0 $open0/$closed0"
