@@ -224,9 +224,9 @@ static void feed(struct connection *c, const uint8_t *data, size_t size)
     size_t at = 0;
     while (!c->closing) {
         pthread_mutex_lock(&c->lock);
-        bool over = c->charged >= c->daemon->config.connection_budget;
+        bool over = connection_held_back(c);
         pthread_mutex_unlock(&c->lock);
-        if (over) { /* paused until its answers drain: let them */
+        if (over) { /* paused until its answers drain (or its OPEN ends): let them */
             wait_for_jobs(c);
             take_answers(c);
         }

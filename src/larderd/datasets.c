@@ -317,12 +317,13 @@ static bool is_marked_unchecked(const char *url, const struct larderd *d)
 }
 
 /*
- * Open url into the free entry e and check all of it.  larder_open checks
- * the index's content against the id it claims before it touches the
- * cache of that id (an index claiming another's id would otherwise reset
- * that dataset's cache state); then larder_validate checks the whole
- * index, before any of it is served: records, keys and overlaps.  So no
- * index stands in for another in this registry or the cache.
+ * Open url into e (zeroed first) and check all of it, with no lock held:
+ * the slow part of an OPEN (the index fetched, hashed and validated whole).
+ * larder_open checks the index's content against the id it claims before
+ * it touches the cache of that id (an index claiming another's id would
+ * otherwise reset that dataset's cache state); then larder_validate checks
+ * the whole index, before any of it is served: records, keys and overlaps.
+ * So no index stands in for another in this registry or the cache.
  */
 static int open_entry(struct larderd *d, struct dataset_entry *e, const char *url, bool unchecked)
 {
@@ -344,14 +345,18 @@ static int open_entry(struct larderd *d, struct dataset_entry *e, const char *ur
     if (rc == 0) e->unchecked = larder__dataset_index(e->dataset)->unchecked;
     if (rc == 0) rc = larder_validate(e->dataset);
     if (rc == 0) larder__dataset_id(e->dataset, &e->id_low, &e->id_high);
-    if (rc == 0) { /* before any read: every shard's source is the entry's */
-        e->daemon = d;
-        /* the owners of a read's chunks are read at once on the dataset's
-         * pool (none: one after another) */
-        if (larder__dataset_pool_get(e->dataset, &e->stripe_pool) < 0) e->stripe_pool = NULL;
-        larder__dataset_set_source_wrapper(e->dataset, striped_source, e);
-    }
     return rc;
+}
+
+/* An entry in its slot (d->lock held), before any READ can find it: every
+ * shard's source is the entry's (the wrapper's context is the slot). */
+static void entry_attach(struct larderd *d, struct dataset_entry *e)
+{
+    e->daemon = d;
+    /* the owners of a read's chunks are read at once on the dataset's pool
+     * (none: one after another) */
+    if (larder__dataset_pool_get(e->dataset, &e->stripe_pool) < 0) e->stripe_pool = NULL;
+    larder__dataset_set_source_wrapper(e->dataset, striped_source, e);
 }
 
 /* The endpoints of the other members, which the wrapper reads each chunk
@@ -370,59 +375,129 @@ static int connect_members(struct larderd *d, struct dataset_entry *e, const cha
     return rc;
 }
 
+/* Whether an OPEN of url is under way (d->opening).  Call with d->lock held. */
+static bool being_opened(const struct larderd *d, const char *url)
+{
+    for (int i = 0; i < MAX_OPENING; i++)
+        if (d->opening[i] && strcmp(d->opening[i], url) == 0) return true;
+    return false;
+}
+
+/* Note url as being opened: its place in d->opening, or -1 when all
+ * MAX_OPENING are taken.  Call with d->lock held. */
+static int opening_add(struct larderd *d, const char *url)
+{
+    for (int i = 0; i < MAX_OPENING; i++)
+        if (!d->opening[i]) {
+            d->opening[i] = url;
+            return i;
+        }
+    return -1;
+}
+
+/* The caller holds e (slot) for its connection: one holder per connection
+ * (bit `slot` of *held).  Call with d->lock held. */
+static void hold(struct dataset_entry *e, int slot, uint64_t *held)
+{
+    if (!held || (*held & (UINT64_C(1) << slot))) return;
+    __atomic_add_fetch(&e->holders, 1, __ATOMIC_ACQ_REL);
+    *held |= UINT64_C(1) << slot;
+}
+
+/*
+ * Registered under d->lock, opened without it: the index is fetched,
+ * hashed and validated by open_entry with the lock released, so the loop's
+ * find_dataset (every READ) and other openers go on meanwhile.  A second
+ * opener of the same url waits for the first (d->opened) rather than open
+ * it beside it; so does one past MAX_OPENING opens at once.  Only callers
+ * with OPEN_NEW ever wait: the loop thread asks without it, and is told
+ * LARDER_ENOTFOUND for a url not open yet (requests.c opens it on a worker).
+ */
+int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
+                      int *slot, uint64_t *held)
+{
+    bool unchecked = (how & OPEN_UNCHECKED) != 0;
+    struct dataset_entry opened, *e, *same;
+    int rc = 0, mark = -1;
+    pthread_mutex_lock(&d->lock);
+    for (;;) {
+        if ((e = find_by_url(d, url, slot))) {
+            if (e->unchecked && !unchecked) {
+                rc = refuse_unchecked(url);
+            } else {
+                hold(e, *slot, held);
+                *out = e;
+            }
+            goto done;
+        }
+        if (!(how & OPEN_NEW)) {
+            rc = larder__fail(LARDER_ENOTFOUND, "dataset %s is not open on this node", url);
+            goto done;
+        }
+        if (being_closed(d, url, 0, 0)) {
+            rc = larder__fail(-EAGAIN,
+                              "dataset %s is being closed here (a replaced publication no one "
+                              "read): open it again in a moment",
+                              url);
+            goto done;
+        }
+        if (free_slot(d) < 0) {
+            rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
+            goto done;
+        }
+        if (!being_opened(d, url) && (mark = opening_add(d, url)) >= 0) break;
+        pthread_cond_wait(&d->opened, &d->lock); /* another's OPEN of it, or too many at once */
+    }
+    pthread_mutex_unlock(&d->lock);
+    rc = open_entry(d, &opened, url, unchecked);
+    pthread_mutex_lock(&d->lock);
+    d->opening[mark] = NULL;
+    pthread_cond_broadcast(&d->opened);
+    if (rc == 0 && being_closed(d, NULL, opened.id_low, opened.id_high))
+        rc = larder__fail(-EAGAIN,
+                          "dataset %s is being closed here under another name (a "
+                          "replaced publication): open it again in a moment",
+                          url);
+    if (rc == 0 && (same = find_by_id(d, opened.id_low, opened.id_high, NULL, slot))) {
+        entry_free(d, &opened); /* the same content under another name: one entry */
+        hold(same, *slot, held);
+        *out = same;
+        goto done;
+    }
+    int free = rc == 0 ? free_slot(d) : -1;
+    if (rc == 0 && free < 0) rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
+    if (rc < 0) {
+        entry_free(d, &opened);
+        goto done;
+    }
+    e = &d->datasets[free];
+    *e = opened;
+    entry_attach(d, e);
+    if (!(e->url = strdup(url))) rc = -ENOMEM;
+    if (rc == 0) publication_adopt(d, e, url); /* a publication's owner is its producer */
+    /* an unchecked dataset is read from its origin only: no peer is asked
+     * for it (nor may a peer OPEN it) */
+    if (rc == 0 && d->members.count > 1 && !e->unchecked)
+        rc = connect_members(d, e, e->peer_url ? e->peer_url : url);
+    if (rc == 0) {
+        *slot = free;
+        if (free == d->num_datasets) d->num_datasets++;
+        hold(e, free, held);
+        *out = e;
+        say("opened %s", url);
+        if (d->config.warm) warm_owned(d, e);
+    } else {
+        entry_free(d, e);
+    }
+done:
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
+
 int open_dataset(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
                  int *slot)
 {
-    pthread_mutex_lock(&d->lock);
-    int rc = 0;
-    bool unchecked = (how & OPEN_UNCHECKED) != 0;
-    struct dataset_entry *e = find_by_url(d, url, slot), *same;
-    int free = e ? -1 : free_slot(d);
-    if (e && e->unchecked && !unchecked) {
-        rc = refuse_unchecked(url);
-    } else if (e) {
-        *out = e;
-    } else if (!(how & OPEN_NEW)) {
-        rc = larder__fail(LARDER_ENOTFOUND, "dataset %s is not open on this node", url);
-    } else if (being_closed(d, url, 0, 0)) {
-        rc = larder__fail(-EAGAIN,
-                          "dataset %s is being closed here (a replaced publication no one "
-                          "read): open it again in a moment",
-                          url);
-    } else if (free < 0) {
-        rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
-    } else {
-        e = &d->datasets[free];
-        rc = open_entry(d, e, url, unchecked);
-        if (rc == 0 && being_closed(d, NULL, e->id_low, e->id_high))
-            rc = larder__fail(-EAGAIN,
-                              "dataset %s is being closed here under another name (a "
-                              "replaced publication): open it again in a moment",
-                              url);
-        if (rc == 0 && (same = find_by_id(d, e->id_low, e->id_high, e, slot))) {
-            entry_free(d, e); /* the same content under another name: one entry */
-            *out = same;
-            pthread_mutex_unlock(&d->lock);
-            return 0;
-        }
-        if (rc == 0 && !(e->url = strdup(url))) rc = -ENOMEM;
-        if (rc == 0) publication_adopt(d, e, url); /* a publication's owner is its producer */
-        /* an unchecked dataset is read from its origin only: no peer is
-         * asked for it (nor may a peer OPEN it) */
-        if (rc == 0 && d->members.count > 1 && !e->unchecked)
-            rc = connect_members(d, e, e->peer_url ? e->peer_url : url);
-        if (rc == 0) {
-            *slot = free;
-            if (free == d->num_datasets) d->num_datasets++;
-            *out = e;
-            say("opened %s", url);
-            if (d->config.warm) warm_owned(d, e);
-        } else {
-            entry_free(d, e);
-        }
-    }
-    pthread_mutex_unlock(&d->lock);
-    return rc;
+    return open_dataset_held(d, url, how, out, slot, NULL);
 }
 
 struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t high, int *slot)
@@ -481,7 +556,7 @@ size_t close_unused_datasets(struct larderd *d,
         d->num_datasets--;
     for (int i = 0; i < d->num_datasets; i++) {
         struct dataset_entry *e = &d->datasets[i];
-        /* holders are added on the loop thread only (open_request), which is this one */
+        /* holders are added under d->lock only (open_dataset_held), held here */
         if (!e->url || e->closing || __atomic_load_n(&e->holders, __ATOMIC_ACQUIRE) > 0 ||
             !closable(d, e))
             continue;

@@ -56,7 +56,8 @@ struct hint_request {
     char *targets; /* replicate: the members named */
     char *name;    /* a publication's name: entry is resolved from it on the hint's thread,
                     * and members are told the name (each resolves its own copy) */
-    unsigned how;  /* open_dataset's `how` for the client (a hint by name) */
+    char *url;     /* else the index's url: opened on the hint's thread when not open yet */
+    unsigned how;  /* open_dataset's `how` for the client */
 };
 
 /* A member's share of a hint: sent and answered on a thread of its own. */
@@ -79,6 +80,7 @@ static void request_free(struct hint_request *r)
     free(r->keys);
     free(r->targets);
     free(r->name);
+    free(r->url);
     free(r);
 }
 
@@ -247,8 +249,10 @@ static void *hint_run(void *arg)
     char message[LARDER__WIRE_MAX_MESSAGE] = "";
     struct hint *h = NULL;
     int rc = members ? 0 : -ENOMEM;
-    if (rc == 0 && !r->entry) /* by name: resolved here, off the loop thread */
-        rc = publication_open(d, r->name, r->how, NAME_WAIT_MS, &r->entry);
+    int slot;
+    if (rc == 0 && !r->entry) /* by name, or an index not open yet: here, off the loop thread */
+        rc = r->name ? publication_open(d, r->name, r->how, NAME_WAIT_MS, &r->entry)
+                     : open_dataset(d, r->url, r->how, &r->entry, &slot);
     if (rc == 0) rc = choose(d, r, &here, members, &count);
     /* every member staging it: they pass chunks on to each other (hints_pins.c) */
     bool everyone = r->kind == LARDER__HINT_HOT && (r->flags & LARDER__HINT_ALL_NODES);
@@ -359,9 +363,12 @@ bool hints_request(struct connection *c, const struct larder__frame *f, const ui
     struct dataset_entry *e = NULL;
     int slot = -1;
     bool by_name = h.flags & LARDER__HINT_NAME; /* resolved and opened on the hint's thread */
+    /* an index open here already is found at once; one not yet is opened
+     * on the hint's thread (open_dataset may fetch it: not on the loop) */
     int rc = allowed < 0 ? allowed
              : by_name   ? 0
-                         : open_dataset(d, url, open_how(c, allowed), &e, &slot);
+                         : open_dataset(d, url, open_how(c, allowed) & ~OPEN_NEW, &e, &slot);
+    if (rc == LARDER_ENOTFOUND && allowed == 1) rc = 0, e = NULL;
     if (rc < 0) {
         if (rc == LARDER_EDENIED) say("HINT of %s refused: %s", url, larder_errmsg());
         send_error(c, f->request, rc, larder_errmsg());
@@ -381,6 +388,7 @@ bool hints_request(struct connection *c, const struct larder__frame *f, const ui
                                    .how = open_how(c, allowed)};
         rc = copy_strings(r, &h);
         if (rc == 0 && by_name && !(r->name = strdup(url))) rc = -ENOMEM;
+        if (rc == 0 && !by_name && !e && !(r->url = strdup(url))) rc = -ENOMEM;
     }
     if (!r || rc < 0) {
         request_free(r);

@@ -56,7 +56,9 @@
     (LARDER__WIRE_HEADER + (LARDER__WIRE_MAX_URL + 64 > LARDER__WIRE_MAX_HINT                      \
                                 ? LARDER__WIRE_MAX_URL + 64                                        \
                                 : LARDER__WIRE_MAX_HINT))
-#define MAX_DATASETS 64                /* a connection's opened datasets are a 64-bit mask */
+#define MAX_DATASETS 64 /* a connection's opened datasets are a 64-bit mask */
+#define MAX_OPENING 16  /* indexes fetched and checked at once (open_dataset), off d->lock */
+#define OPEN_WORKERS 4  /* the workers OPENs of indexes not open yet run on (requests.c) */
 #define PARTIAL_FRAME_TIMEOUT_MS 10000 /* a frame begun and not finished this long */
 #define CLOSING_TIMEOUT_MS 5000        /* a refused client that does not take its ERROR */
 /* Charged per READ besides its length, so that a flood of tiny READs is
@@ -99,7 +101,8 @@ struct connection {
     pthread_mutex_t lock;           /* guards the output queue, charged, jobs and refs */
     struct output *head, *tail;
     size_t charged;      /* READ lengths in flight plus queued output, in bytes */
-    int jobs;            /* READs in flight */
+    int jobs;            /* READs in flight (and OPENs, HINTs, RESOLVEs) */
+    int opens;           /* an OPEN on the open pool: its next frames wait for its answer */
     int reads;           /* of those, READs (the rest: HINTs, RESOLVEs waiting) */
     int64_t progress_ms; /* when a PROGRESS was last queued (connection_progress) */
     int refs;            /* the loop's, plus one per job in flight */
@@ -128,7 +131,7 @@ struct dataset_entry {
     size_t fixed_owner; /* an index in members */
     char *peer_url;     /* the index's path on the producer; owned */
     /* connections alive with it opened (bit `slot` of c->opened): added by
-     * OPEN on the loop thread, taken off as such a connection is freed
+     * OPEN under d->lock (open_dataset_held), taken off as such a connection is freed
      * (any thread; atomic).  A READ in flight holds its connection, so 0
      * means no request of a client or peer is using the entry. */
     int holders;
@@ -152,7 +155,12 @@ struct larderd {
      * wait on other members; in one queue, a member's READs would wait
      * behind those of its readers that wait on the member (docs/scale.md) */
     struct larder__pool *peer_pool;
-    pthread_mutex_t lock; /* datasets[] */
+    /* OPENs of indexes not open yet: fetched and checked on workers of
+     * their own, never on the loop thread (requests.c) nor under d->lock */
+    struct larder__pool *open_pool;
+    pthread_mutex_t lock;             /* datasets[], opening[] */
+    pthread_cond_t opened;            /* an entry of opening[] was cleared */
+    const char *opening[MAX_OPENING]; /* urls being opened now (open_dataset); NULL: free */
     struct dataset_entry datasets[MAX_DATASETS];
     int num_datasets;         /* slots in use or closed below it (a closed one: url NULL) */
     uint64_t datasets_closed; /* entries closed since start: replaced publications (d->lock) */
@@ -200,6 +208,12 @@ int64_t now_ms(void);
 struct connection *connection_new(struct larderd *d, int fd, bool tcp);
 /* Drop one reference (the loop's or a job's); the last frees the connection. */
 void connection_release(struct connection *c);
+/* Whether c's next frames wait (c->lock held): over its memory budget
+ * until its answers drain, or an OPEN of it under way (c->opens). */
+static inline bool connection_held_back(const struct connection *c)
+{
+    return c->charged >= c->daemon->config.connection_budget || c->opens > 0;
+}
 /* An output buffer for a frame of `length` bytes, to fill and then queue; NULL when out of memory.
  */
 struct output *output_new(size_t length);
@@ -257,6 +271,8 @@ bool uncached_try_take(struct larderd *d, uint64_t length);
  * connection at once (malformed input). */
 bool handle(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
 
+/* opens.c: OPEN from c (handle()'s case): false closes at once. */
+bool open_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload);
 /* Whether c may open an index not yet open here: 1 yes; 0 only datasets
  * already open; a negative code with a message: no OPEN at all. */
 int may_open(const struct connection *c);
@@ -304,6 +320,12 @@ void hints_on_publish(struct larderd *d, const char *name, struct dataset_entry 
  */
 int open_dataset(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
                  int *slot);
+/* open_dataset, and the entry held for a connection whose c->opened is
+ * *held (NULL: none): one holder per connection, taken under d->lock so
+ * that close_unused_datasets never closes it in between.  With OPEN_NEW it
+ * may block while the index is fetched: never on the loop thread. */
+int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
+                      int *slot, uint64_t *held);
 /* The open dataset with that id and its slot, or NULL. */
 struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t high, int *slot);
 /* Close every dataset and its peer endpoints. */

@@ -81,7 +81,7 @@ static bool flush(struct connection *c)
         output_free(c, o);
     }
     bool pending = c->head != NULL;
-    bool over = c->charged >= c->daemon->config.connection_budget;
+    bool over = connection_held_back(c);
     pthread_mutex_unlock(&c->lock);
     int64_t now = now_ms();
     if (!pending && had) c->last_active_ms = now; /* an answer went out whole */
@@ -148,10 +148,10 @@ bool process_input(struct connection *c)
     bool ok = true;
     while (!c->closing) {
         pthread_mutex_lock(&c->lock);
-        bool over = c->charged >= c->daemon->config.connection_budget;
+        bool over = connection_held_back(c);
         pthread_mutex_unlock(&c->lock);
         if (over) {
-            c->paused = true; /* flush() resumes it once its answers drain */
+            c->paused = true; /* flush() resumes it once its answers drain (or its OPEN ends) */
             break;
         }
         struct larder__frame f;

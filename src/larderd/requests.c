@@ -357,54 +357,6 @@ static bool prove(struct connection *c, const struct larder__frame *f, const uin
     return true;
 }
 
-/*
- * Whether this connection may open an index not yet open here (the
- * library still holds it to the --allow prefixes).  1: yes; 0: only
- * datasets already open; a negative code with a message: no OPEN at all.
- */
-int may_open(const struct connection *c)
-{
-    if (c->peer) return c->proven ? 1 : 0;
-    if (c->daemon->config.num_allow || c->own_user) return 1;
-    return larder__fail(LARDER_EDENIED,
-                        "uid %u may not open indexes on this daemon: its admin allows other users "
-                        "only under prefixes given with larderd --allow PREFIX",
-                        (unsigned)c->uid);
-}
-
-unsigned open_how(const struct connection *c, int allowed)
-{
-    return (allowed == 1 ? OPEN_NEW : 0) | (!c->peer && c->own_user ? OPEN_UNCHECKED : 0);
-}
-
-static bool open_request(struct connection *c, const struct larder__frame *f,
-                         const uint8_t *payload)
-{
-    char url[LARDER__WIRE_MAX_URL + 1];
-    memcpy(url, payload, f->length);
-    url[f->length] = '\0';
-    if (f->length == 0 || strlen(url) != f->length) return false;
-    int allowed = may_open(c);
-    struct dataset_entry *e = NULL;
-    int slot = -1;
-    int rc = allowed < 0 ? allowed : open_dataset(c->daemon, url, open_how(c, allowed), &e, &slot);
-    if (rc < 0) {
-        if (rc == LARDER_EDENIED) say("OPEN of %s refused: %s", url, larder_errmsg());
-        send_error(c, f->request, rc, larder_errmsg());
-        return true;
-    }
-    if (!(c->opened & (UINT64_C(1) << slot))) /* held until the connection is freed */
-        __atomic_add_fetch(&e->holders, 1, __ATOMIC_ACQ_REL);
-    c->opened |= UINT64_C(1) << slot;
-    struct larder__opened opened = {.id_low = e->id_low,
-                                    .id_high = e->id_high,
-                                    .num_shards = larder__dataset_num_shards(e->dataset)};
-    uint8_t frame[LARDER__WIRE_HEADER + 20];
-    int n = larder__wire_encode_opened(frame, sizeof frame, f->request, &opened);
-    if (n > 0) enqueue(c, frame, (size_t)n);
-    return true;
-}
-
 /* A READ's job as it arrives: its connection, dataset, request and trace. */
 static void read_job_init(struct read_job *job, struct connection *c, struct dataset_entry *e,
                           const struct larder__read *read, uint64_t request,

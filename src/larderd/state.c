@@ -27,6 +27,7 @@ void larderd_init(struct larderd *d)
     d->self = SIZE_MAX;
     d->epoll = d->wake = d->spare_fd = -1;
     pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->opened, NULL);
     pthread_mutex_init(&d->uncached_lock, NULL);
     pthread_cond_init(&d->uncached_freed, NULL);
     pthread_mutex_init(&d->warm_lock, NULL);
@@ -39,6 +40,7 @@ int larderd_start(struct larderd *d)
     d->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (d->wake < 0) return -errno;
     int rc = larder__pool_new(&d->pool, d->config.jobs);
+    if (rc == 0) rc = larder__pool_new(&d->open_pool, OPEN_WORKERS);
     return rc < 0 ? rc : larder__pool_new(&d->peer_pool, d->config.jobs);
 }
 
@@ -58,6 +60,8 @@ void larderd_classes_get(struct larderd *d, struct larder__pool_stats *out)
 
 void larderd_free(struct larderd *d)
 {
+    larder__pool_free(d->open_pool); /* the OPENs under way end: they use all below */
+    d->open_pool = NULL;
     publications_stop(d);            /* no name job opening datasets, starting hints */
     hints_stop(d);                   /* no more hint threads queueing staging */
     larder__pool_free(d->peer_pool); /* finishes the reads in flight */
@@ -83,6 +87,7 @@ void larderd_free(struct larderd *d)
     if (d->wake >= 0) close(d->wake);
     d->epoll = d->wake = -1;
     pthread_mutex_destroy(&d->lock);
+    pthread_cond_destroy(&d->opened);
     pthread_mutex_destroy(&d->uncached_lock);
     pthread_cond_destroy(&d->uncached_freed);
     pthread_mutex_destroy(&d->warm_lock);

@@ -6,9 +6,10 @@ origin while everything it asked was still in flight.
     gated_origin.py ROOT PORT_FILE
 
 Serves ROOT on 127.0.0.1 at a free port (written to PORT_FILE once ready),
-with single byte ranges.  A range GET of a path containing "shard-" is
-logged as it arrives and answered only once released; everything else
-(the index, HEAD) is answered at once.
+with single byte ranges.  A range GET of a path containing "shard-", and
+any GET of a path under a directory named "held", is logged as it arrives
+and answered only once released; everything else (the index, HEAD) is
+answered at once.
 
     GET /__log          JSON: [[path, range], ...] in order of arrival
     GET /__release/N    release the N-th logged request (from 0), and every
@@ -77,7 +78,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.send_bytes(404, b"not found\n")
         wanted = self.headers.get("Range")
         m = re.match(r"bytes=(\d+)-(\d+)$", wanted or "")
-        if self.command == "GET" and m and "shard-" in self.path:
+        if self.command == "GET" and ((m and "shard-" in self.path) or "/held/" in self.path):
             with changed:
                 log.append([self.path, wanted])
                 changed.notify_all()

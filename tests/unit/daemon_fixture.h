@@ -22,9 +22,10 @@ struct connection *fixture_connection(struct larderd *d, bool tcp);
 bool fixture_send(struct connection *c, const uint8_t *frame, size_t length);
 /* HELLO as a reader (or a peer); the WELCOME checked and dropped. */
 void fixture_hello(struct connection *c, bool peer);
-/* Wait until c's READ jobs have ended. */
+/* Wait until c's jobs (READs, OPENs of new indexes) have ended. */
 void fixture_wait_jobs(struct connection *c);
-/* The next answer queued on c, of type `type` (checked); free() it. */
+/* The next answer queued on c (waited for up to 20 s: from a worker), of type
+ * `type` (checked); free() it. */
 struct output *fixture_answer(struct connection *c, int type);
 /* An ERROR answer's code, its message copied into message (size bytes). */
 int fixture_error(struct connection *c, char *message, size_t size);

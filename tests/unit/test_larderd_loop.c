@@ -2,7 +2,7 @@
  * test_larderd_loop.c - the event loop's parts that need no socket
  * (src/larderd/loop.c, connection.c): frames taken out of a connection's
  * input whole, a cut frame kept and timed, a malformed one closing the
- * connection, the memory budget pausing it, the sweep's reasons to drop a
+ * connection, the memory budget (and an OPEN under way) pausing it, the sweep's reasons to drop a
  * connection, who may use the Unix socket, and the output queue's charge, and the Unix socket
  * replacing a stale one.
  */
@@ -85,6 +85,78 @@ TEST(larderd_loop_budget_pauses)
     c->paused = false;
     CHECK(process_input(c));
     free(fixture_answer(c, LARDER__WELCOME));
+    connection_release(c);
+    larderd_free(&d);
+}
+
+/* An OPEN of an index not open yet goes to a worker; the frames behind it
+ * on its connection wait until it is answered, so a READ sent right after
+ * its OPEN finds the dataset opened (and the loop thread never waits). */
+TEST(larderd_loop_open_holds_back_next_frames)
+{
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    const char *index = fixture_dataset("loop-open", 20, 4096);
+    struct connection *c = fixture_connection(&d, false);
+    fixture_hello(c, false);
+    uint8_t open[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL], stat[LARDER__WIRE_HEADER];
+    int n = larder__wire_encode_open(open, sizeof open, 4, index);
+    CHECK(n > 0);
+    larder__wire_encode_header(stat, sizeof stat, LARDER__STAT, 0, 5);
+    feed(c, open, (size_t)n);
+    feed(c, stat, sizeof stat);
+    CHECK(process_input(c));
+    /* either the OPEN is still under way (the STAT waits, the connection
+     * paused) or it ended already; never is the STAT answered first */
+    if (c->paused) {
+        CHECK_EQ(c->in_used, sizeof stat);
+        fixture_wait_jobs(c);
+        CHECK_EQ(c->opens, 0);
+        c->paused = false; /* as flush() does once it is not held back */
+        CHECK(process_input(c));
+    }
+    CHECK_EQ(c->in_used, 0);
+    struct output *o = fixture_answer(c, LARDER__OPENED);
+    struct larder__frame f;
+    CHECK_EQ(larder__wire_header(o->bytes, o->length, &f), 0);
+    CHECK_EQ(f.request, 4);
+    free(o);
+    free(fixture_answer(c, LARDER__STATS));
+    CHECK_EQ(__atomic_load_n(&d.datasets[0].holders, __ATOMIC_ACQUIRE), 1);
+    CHECK_EQ(c->opened, 1);
+
+    /* open already: answered on the spot, no job, held once per connection */
+    feed(c, open, (size_t)n);
+    CHECK(process_input(c));
+    CHECK(!c->paused);
+    CHECK_EQ(c->jobs, 0);
+    free(fixture_answer(c, LARDER__OPENED));
+    CHECK_EQ(__atomic_load_n(&d.datasets[0].holders, __ATOMIC_ACQUIRE), 1);
+    connection_release(c);
+    CHECK_EQ(__atomic_load_n(&d.datasets[0].holders, __ATOMIC_ACQUIRE), 0);
+    larderd_free(&d);
+}
+
+/* A bad index opened on a worker: an ERROR, nothing held, the connection
+ * read on. */
+TEST(larderd_loop_open_error_from_worker)
+{
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    struct connection *c = fixture_connection(&d, false);
+    fixture_hello(c, false);
+    uint8_t junk[64] = "not an index";
+    test_write_file(test_path("loop-junk.larder"), junk, sizeof junk);
+    uint8_t open[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL];
+    int n = larder__wire_encode_open(open, sizeof open, 4, test_path("loop-junk.larder"));
+    CHECK(n > 0);
+    feed(c, open, (size_t)n);
+    CHECK(process_input(c));
+    fixture_wait_jobs(c);
+    char message[256];
+    CHECK(fixture_error(c, message, sizeof message) < 0);
+    CHECK_EQ(c->opened, 0);
+    CHECK_EQ(d.num_datasets, 0);
     connection_release(c);
     larderd_free(&d);
 }
