@@ -29,6 +29,15 @@
  * COUNT_FOR_MS.  A dataset with no live plan publishes nothing and is
  * never taken from by others; a publication older than PUBLISHED_FOR_MS
  * (its readers gone) counts as never used.
+ *
+ * Slots are given back: a dataset opened when all SHARE_SLOTS are live
+ * takes the slot of one that holds nothing (no resident block, or no cache
+ * files any more: a replaced checkpoint evicted whole) and published
+ * nothing for PUBLISHED_FOR_MS, so a long-lived cache directory that has
+ * seen many datasets (a checkpoint per hour) keeps admitting new ones.  A
+ * dataset whose slot was taken so, and that caches again, claims a slot
+ * anew before it grows (larder__share_over); until then it holds nothing,
+ * so the node's total misses nothing.
  */
 #include "cache_internal.h"
 #include "sys.h"
@@ -127,6 +136,8 @@ static uint64_t parse_size(const char *text)
     return value > UINT64_MAX / unit ? 0 : value * unit;
 }
 
+static int claim_slot(struct larder__share *s);
+
 void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_low,
                         uint64_t id_high)
 {
@@ -167,30 +178,20 @@ void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_l
         memcpy(f->magic, SHARE_MAGIC, 8);
     }
     s->slot = -1;
+    pthread_mutex_init(&s->lock, NULL);
     if (f->version == SHARE_VERSION && f->slots == SHARE_SLOTS) {
         __atomic_store_n(&f->capacity, capacity, __ATOMIC_RELEASE);
-        for (int pass = 0; pass < 2 && s->slot < 0; pass++)
-            for (int i = 0; i < SHARE_SLOTS && s->slot < 0; i++) {
-                struct share_slot *x = &f->slot[i];
-                if (pass == 0) { /* this dataset's slot, if it has one */
-                    if (__atomic_load_n(&x->state, __ATOMIC_ACQUIRE) == 2 && x->id_low == id_low &&
-                        x->id_high == id_high)
-                        s->slot = i;
-                    continue;
-                }
-                /* a free slot, or one whose claimer died before publishing */
-                uint64_t expected = __atomic_load_n(&x->state, __ATOMIC_ACQUIRE);
-                if (expected != 0 && !larder__claim_abandoned(expected)) continue;
-                uint64_t claim = larder__claim_word();
-                if (__atomic_compare_exchange_n(&x->state, &expected, claim, false,
-                                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-                    x->id_low = id_low;
-                    x->id_high = id_high;
-                    if (__atomic_compare_exchange_n(&x->state, &claim, 2, false, __ATOMIC_ACQ_REL,
-                                                    __ATOMIC_ACQUIRE))
-                        s->slot = i;
-                }
-            }
+        for (int i = 0; i < SHARE_SLOTS && s->slot < 0; i++) { /* its slot, if it has one */
+            struct share_slot *x = &f->slot[i];
+            if (__atomic_load_n(&x->state, __ATOMIC_ACQUIRE) == 2 && x->id_low == id_low &&
+                x->id_high == id_high)
+                s->slot = i;
+        }
+        if (s->slot < 0) {
+            pthread_mutex_lock(&s->lock);
+            s->slot = claim_slot(s);
+            pthread_mutex_unlock(&s->lock);
+        }
     }
     if (s->slot < 0) {
         larder__log(LARDER_LOG_WARN,
@@ -198,10 +199,10 @@ void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_l
                     "own capacity",
                     path, SHARE_SLOTS);
         munmap(s->file, sizeof *s->file);
+        pthread_mutex_destroy(&s->lock);
         free(s);
         return;
     }
-    pthread_mutex_init(&s->lock, NULL);
     c->share = s;
 }
 
@@ -310,6 +311,67 @@ static uint64_t peer_count(struct peer *p, int64_t now)
     if (moved < 0 && (uint64_t)-moved > p->counted) return 0;
     uint64_t count = p->counted + (uint64_t)moved;
     return count < p->total_blocks ? count : p->total_blocks;
+}
+
+/* Whether live slot i may go to another dataset: a second slot of an id
+ * (counted for nothing), or one whose dataset holds no block (or has no
+ * cache files any more) and published nothing for PUBLISHED_FOR_MS.  Call
+ * with s->lock held. */
+static bool slot_reclaimable(struct larder__share *s, int i, int64_t now)
+{
+    const struct share_slot *x = &s->file->slot[i];
+    if (__atomic_load_n(&x->state, __ATOMIC_ACQUIRE) != 2) return false;
+    if (!first_of_its_id(s->file, i)) return true;
+    int64_t published = x->published_ms;
+    if (published && now >= published && now - published <= PUBLISHED_FOR_MS) return false;
+    struct peer *p = peer_of(s, i);
+    if (!p) return true;
+    p->ever_counted = false; /* a popcount now, not the published counter */
+    return peer_count(p, now) == 0;
+}
+
+/*
+ * A slot for s's dataset: a free one, one whose claimer died before it
+ * published, else one slot_reclaimable gives back; its index, or -1.  A
+ * slot is taken by compare-and-swap to a claim word, named, then made
+ * live, so two openers never take the same one.  Call with s->lock held.
+ */
+static int claim_slot(struct larder__share *s)
+{
+    struct share_file *f = s->file;
+    int64_t now = larder__cache_clock_ms();
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < SHARE_SLOTS; i++) {
+            struct share_slot *x = &f->slot[i];
+            uint64_t expected = __atomic_load_n(&x->state, __ATOMIC_ACQUIRE);
+            bool takable = pass == 0 ? expected == 0 || larder__claim_abandoned(expected)
+                                     : slot_reclaimable(s, i, now);
+            if (!takable) continue;
+            uint64_t claim = larder__claim_word();
+            if (!__atomic_compare_exchange_n(&x->state, &expected, claim, false, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE))
+                continue;
+            x->id_low = s->id_low;
+            x->id_high = s->id_high;
+            x->count = 0;
+            x->published_ms = 0;
+            if (__atomic_compare_exchange_n(&x->state, &claim, 2, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                return i;
+        }
+    return -1;
+}
+
+/* s's dataset has a live slot, claimed anew when another took its slot
+ * back while it held nothing.  Call with s->lock held. */
+static void keep_slot(struct larder__share *s)
+{
+    for (int i = 0; i < SHARE_SLOTS; i++)
+        if (first_of_its_id(s->file, i) && s->file->slot[i].id_low == s->id_low &&
+            s->file->slot[i].id_high == s->id_high)
+            return;
+    int slot = claim_slot(s);
+    if (slot >= 0) s->slot = slot;
 }
 
 /* Bytes every dataset of the directory holds. */
@@ -505,6 +567,9 @@ bool larder__share_over(struct larder__cache *c, uint64_t more_bytes)
 {
     struct larder__share *s = c->share;
     if (!s) return false;
+    pthread_mutex_lock(&s->lock);
+    keep_slot(s); /* about to hold more: counted from now on */
+    pthread_mutex_unlock(&s->lock);
     return node_bytes(s) + more_bytes > s->capacity;
 }
 
