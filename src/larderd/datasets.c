@@ -13,7 +13,8 @@
  * never travels on from daemon to daemon, whatever each one thinks the
  * members are, and two daemons filling at once never wait on each other.
  * Every shard's source is wrapped in one that notes, for the thread
- * reading it, that it read and from where (take_source_reads).
+ * reading it, that it read and from where (take_source_reads).  Opening
+ * an entry (open_dataset) is opens.c's.
  */
 #include "larderd.h"
 #include "cache.h"
@@ -22,6 +23,7 @@
 #include "source.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,8 +142,8 @@ static int open_peer(void *context, size_t m, uint32_t shard, struct larder__sou
  * ahead, borrow_ahead) and this node's from the origin; the origin alone on
  * a node without peers.
  */
-static int striped_source(void *context, uint32_t shard, struct larder__source *origin,
-                          struct larder__source **out)
+int dataset_striped_source(void *context, uint32_t shard, struct larder__source *origin,
+                           struct larder__source **out)
 {
     struct dataset_entry *e = context;
     /* background reads of the origin yield to the readers' (source_gate.c) */
@@ -231,7 +233,7 @@ void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *lo
 }
 
 /* The entry at url, with its slot; NULL: not open.  Call with d->lock held. */
-static struct dataset_entry *find_by_url(struct larderd *d, const char *url, int *slot)
+struct dataset_entry *datasets_find_url(struct larderd *d, const char *url, int *slot)
 {
     for (int i = 0; i < d->num_datasets; i++)
         if (d->datasets[i].url && !d->datasets[i].closing && strcmp(d->datasets[i].url, url) == 0) {
@@ -243,8 +245,8 @@ static struct dataset_entry *find_by_url(struct larderd *d, const char *url, int
 
 /* The entry with that id other than `except`, with its slot; NULL: none.
  * Call with d->lock held. */
-static struct dataset_entry *find_by_id(struct larderd *d, uint64_t low, uint64_t high,
-                                        const struct dataset_entry *except, int *slot)
+struct dataset_entry *datasets_find_id(struct larderd *d, uint64_t low, uint64_t high,
+                                       const struct dataset_entry *except, int *slot)
 {
     for (int i = 0; i < d->num_datasets; i++) {
         struct dataset_entry *e = &d->datasets[i];
@@ -260,7 +262,7 @@ static struct dataset_entry *find_by_id(struct larderd *d, uint64_t low, uint64_
  * url, or this id (url NULL): a second entry on the same cache files would
  * pass its resident bits to sendfile and UCX while the eviction punches
  * holes under them.  Call with d->lock held. */
-static bool being_closed(const struct larderd *d, const char *url, uint64_t low, uint64_t high)
+bool datasets_closing(const struct larderd *d, const char *url, uint64_t low, uint64_t high)
 {
     for (int i = 0; i < d->num_datasets; i++) {
         const struct dataset_entry *e = &d->datasets[i];
@@ -273,7 +275,7 @@ static bool being_closed(const struct larderd *d, const char *url, uint64_t low,
 
 /* A slot for a new entry: one closed before (its url NULL), else the
  * next; -1 when all MAX_DATASETS are open.  Call with d->lock held. */
-static int free_slot(const struct larderd *d)
+int datasets_free_slot(const struct larderd *d)
 {
     for (int i = 0; i < d->num_datasets; i++)
         if (!d->datasets[i].url) return i;
@@ -281,7 +283,7 @@ static int free_slot(const struct larderd *d)
 }
 
 /* Free what an entry holds (the dataset, the peer endpoints, the URL). */
-static void entry_free(struct larderd *d, struct dataset_entry *e)
+void dataset_entry_free(struct larderd *d, struct dataset_entry *e)
 {
     larder_close(e->dataset);
     for (size_t m = 0; e->members && m < d->members.count; m++)
@@ -292,218 +294,10 @@ static void entry_free(struct larderd *d, struct dataset_entry *e)
     memset(e, 0, sizeof *e);
 }
 
-/* The refusal of an unchecked index to an opener without OPEN_UNCHECKED. */
-static int refuse_unchecked(const char *url)
-{
-    return larder__fail(LARDER_EDENIED,
-                        "%s: index marked unchecked (no checksums): this daemon opens it only for "
-                        "its own user, whose bytes it cannot check for anyone else",
-                        url);
-}
-
-/* Whether the index at url (refused by larder_open) is one marked
- * unchecked: asked again with the flag allowed, nothing kept. */
-static bool is_marked_unchecked(const char *url, const struct larderd *d)
-{
-    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
-                             .cache_dir = "",
-                             .daemon_socket = "",
-                             .allow_prefixes = d->config.num_allow ? d->config.allow : NULL,
-                             .allow_unchecked = 1};
-    larder_dataset *probe = NULL;
-    bool marked = larder_open(&probe, url, &o) == 0 && larder__dataset_index(probe)->unchecked;
-    larder_close(probe);
-    return marked;
-}
-
-/*
- * Open url into e (zeroed first) and check all of it, with no lock held:
- * the slow part of an OPEN (the index fetched, hashed and validated whole).
- * larder_open checks the index's content against the id it claims before
- * it touches the cache of that id (an index claiming another's id would
- * otherwise reset that dataset's cache state); then larder_validate checks
- * the whole index, before any of it is served: records, keys and overlaps.
- * So no index stands in for another in this registry or the cache.
- */
-static int open_entry(struct larderd *d, struct dataset_entry *e, const char *url, bool unchecked)
-{
-    /* never trust_index: an index from anywhere names only shards under
-     * its own base, and with --allow, under one of those prefixes */
-    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION,
-                             .cache_dir = d->config.cache_dir,
-                             .cache_capacity = d->config.cache_capacity,
-                             .max_inflight = d->config.jobs,
-                             .daemon_socket = "",
-                             .borrow_capacity = d->config.borrow_capacity,
-                             .trust_index = 0,
-                             .allow_prefixes = d->config.num_allow ? d->config.allow : NULL,
-                             .allow_unchecked = unchecked};
-    memset(e, 0, sizeof *e);
-    int rc = larder_open(&e->dataset, url, &o);
-    if (rc == LARDER_EBADINDEX && !unchecked && is_marked_unchecked(url, d))
-        rc = refuse_unchecked(url);
-    if (rc == 0) e->unchecked = larder__dataset_index(e->dataset)->unchecked;
-    if (rc == 0) rc = larder_validate(e->dataset);
-    if (rc == 0) larder__dataset_id(e->dataset, &e->id_low, &e->id_high);
-    return rc;
-}
-
-/* An entry in its slot (d->lock held), before any READ can find it: every
- * shard's source is the entry's (the wrapper's context is the slot). */
-static void entry_attach(struct larderd *d, struct dataset_entry *e)
-{
-    e->daemon = d;
-    /* the owners of a read's chunks are read at once on the dataset's pool
-     * (none: one after another) */
-    if (larder__dataset_pool_get(e->dataset, &e->stripe_pool) < 0) e->stripe_pool = NULL;
-    larder__dataset_set_source_wrapper(e->dataset, striped_source, e);
-}
-
-/* The endpoints of the other members, which the wrapper reads each chunk
- * of a shard through (its owner's). */
-static int connect_members(struct larderd *d, struct dataset_entry *e, const char *url)
-{
-    int rc = 0;
-    e->members = calloc(d->members.count, sizeof *e->members);
-    if (!e->members) rc = -ENOMEM;
-    for (size_t m = 0; rc == 0 && m < d->members.count; m++)
-        if (m != d->self)
-            rc = larder__endpoint_new(&e->members[m], d->members.names[m], LARDER__ROLE_PEER,
-                                      d->secret, url, 5000);
-    for (size_t m = 0; rc == 0 && m < d->members.count; m++)
-        if (e->members[m]) ucx_adopt_endpoint(d, e->members[m]); /* --transport ucx|auto */
-    return rc;
-}
-
-/* Whether an OPEN of url is under way (d->opening).  Call with d->lock held. */
-static bool being_opened(const struct larderd *d, const char *url)
-{
-    for (int i = 0; i < MAX_OPENING; i++)
-        if (d->opening[i] && strcmp(d->opening[i], url) == 0) return true;
-    return false;
-}
-
-/* Note url as being opened: its place in d->opening, or -1 when all
- * MAX_OPENING are taken.  Call with d->lock held. */
-static int opening_add(struct larderd *d, const char *url)
-{
-    for (int i = 0; i < MAX_OPENING; i++)
-        if (!d->opening[i]) {
-            d->opening[i] = url;
-            return i;
-        }
-    return -1;
-}
-
-/* The caller holds e (slot) for its connection: one holder per connection
- * (bit `slot` of *held).  Call with d->lock held. */
-static void hold(struct dataset_entry *e, int slot, uint64_t *held)
-{
-    if (!held || (*held & (UINT64_C(1) << slot))) return;
-    __atomic_add_fetch(&e->holders, 1, __ATOMIC_ACQ_REL);
-    *held |= UINT64_C(1) << slot;
-}
-
-/*
- * Registered under d->lock, opened without it: the index is fetched,
- * hashed and validated by open_entry with the lock released, so the loop's
- * find_dataset (every READ) and other openers go on meanwhile.  A second
- * opener of the same url waits for the first (d->opened) rather than open
- * it beside it; so does one past MAX_OPENING opens at once.  Only callers
- * with OPEN_NEW ever wait: the loop thread asks without it, and is told
- * LARDER_ENOTFOUND for a url not open yet (requests.c opens it on a worker).
- */
-int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
-                      int *slot, uint64_t *held)
-{
-    bool unchecked = (how & OPEN_UNCHECKED) != 0;
-    struct dataset_entry opened, *e, *same;
-    int rc = 0, mark = -1;
-    pthread_mutex_lock(&d->lock);
-    for (;;) {
-        if ((e = find_by_url(d, url, slot))) {
-            if (e->unchecked && !unchecked) {
-                rc = refuse_unchecked(url);
-            } else {
-                hold(e, *slot, held);
-                *out = e;
-            }
-            goto done;
-        }
-        if (!(how & OPEN_NEW)) {
-            rc = larder__fail(LARDER_ENOTFOUND, "dataset %s is not open on this node", url);
-            goto done;
-        }
-        if (being_closed(d, url, 0, 0)) {
-            rc = larder__fail(-EAGAIN,
-                              "dataset %s is being closed here (a replaced publication no one "
-                              "read): open it again in a moment",
-                              url);
-            goto done;
-        }
-        if (free_slot(d) < 0) {
-            rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
-            goto done;
-        }
-        if (!being_opened(d, url) && (mark = opening_add(d, url)) >= 0) break;
-        pthread_cond_wait(&d->opened, &d->lock); /* another's OPEN of it, or too many at once */
-    }
-    pthread_mutex_unlock(&d->lock);
-    rc = open_entry(d, &opened, url, unchecked);
-    pthread_mutex_lock(&d->lock);
-    d->opening[mark] = NULL;
-    pthread_cond_broadcast(&d->opened);
-    if (rc == 0 && being_closed(d, NULL, opened.id_low, opened.id_high))
-        rc = larder__fail(-EAGAIN,
-                          "dataset %s is being closed here under another name (a "
-                          "replaced publication): open it again in a moment",
-                          url);
-    if (rc == 0 && (same = find_by_id(d, opened.id_low, opened.id_high, NULL, slot))) {
-        entry_free(d, &opened); /* the same content under another name: one entry */
-        hold(same, *slot, held);
-        *out = same;
-        goto done;
-    }
-    int free = rc == 0 ? free_slot(d) : -1;
-    if (rc == 0 && free < 0) rc = larder__fail(LARDER_EUSAGE, "too many datasets open");
-    if (rc < 0) {
-        entry_free(d, &opened);
-        goto done;
-    }
-    e = &d->datasets[free];
-    *e = opened;
-    entry_attach(d, e);
-    if (!(e->url = strdup(url))) rc = -ENOMEM;
-    if (rc == 0) publication_adopt(d, e, url); /* a publication's owner is its producer */
-    /* an unchecked dataset is read from its origin only: no peer is asked
-     * for it (nor may a peer OPEN it) */
-    if (rc == 0 && d->members.count > 1 && !e->unchecked)
-        rc = connect_members(d, e, e->peer_url ? e->peer_url : url);
-    if (rc == 0) {
-        *slot = free;
-        if (free == d->num_datasets) d->num_datasets++;
-        hold(e, free, held);
-        *out = e;
-        say("opened %s", url);
-        if (d->config.warm) warm_owned(d, e);
-    } else {
-        entry_free(d, e);
-    }
-done:
-    pthread_mutex_unlock(&d->lock);
-    return rc;
-}
-
-int open_dataset(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
-                 int *slot)
-{
-    return open_dataset_held(d, url, how, out, slot, NULL);
-}
-
 struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t high, int *slot)
 {
     pthread_mutex_lock(&d->lock);
-    struct dataset_entry *found = find_by_id(d, low, high, NULL, slot);
+    struct dataset_entry *found = datasets_find_id(d, low, high, NULL, slot);
     pthread_mutex_unlock(&d->lock);
     return found;
 }
@@ -511,7 +305,7 @@ struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t hig
 void close_datasets(struct larderd *d)
 {
     for (int i = 0; i < d->num_datasets; i++)
-        entry_free(d, &d->datasets[i]);
+        dataset_entry_free(d, &d->datasets[i]);
     d->num_datasets = 0;
 }
 
@@ -549,7 +343,7 @@ size_t close_unused_datasets(struct larderd *d,
     for (int i = 0; i < d->num_datasets; i++) {
         struct dataset_entry *e = &d->datasets[i];
         if (!e->url || !e->closing || !__atomic_load_n(&e->evicted, __ATOMIC_ACQUIRE)) continue;
-        entry_free(d, e); /* the slot is free for the next dataset opened */
+        dataset_entry_free(d, e); /* the slot is free for the next dataset opened */
         d->datasets_closed++;
     }
     while (d->num_datasets > 0 && !d->datasets[d->num_datasets - 1].url)

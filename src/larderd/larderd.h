@@ -58,7 +58,7 @@
                                 : LARDER__WIRE_MAX_HINT))
 #define MAX_DATASETS 64 /* a connection's opened datasets are a 64-bit mask */
 #define MAX_OPENING 16  /* indexes fetched and checked at once (open_dataset), off d->lock */
-#define OPEN_WORKERS 4  /* the workers OPENs of indexes not open yet run on (requests.c) */
+#define OPEN_WORKERS MAX_OPENING       /* the workers OPENs of new indexes run on (opens.c) */
 #define PARTIAL_FRAME_TIMEOUT_MS 10000 /* a frame begun and not finished this long */
 #define CLOSING_TIMEOUT_MS 5000        /* a refused client that does not take its ERROR */
 /* Charged per READ besides its length, so that a flood of tiny READs is
@@ -114,6 +114,7 @@ struct connection {
 
 struct larder__stripe_loan;
 struct larder__source;
+struct opening;
 
 struct dataset_entry {
     larder_dataset *dataset;
@@ -158,9 +159,9 @@ struct larderd {
     /* OPENs of indexes not open yet: fetched and checked on workers of
      * their own, never on the loop thread (requests.c) nor under d->lock */
     struct larder__pool *open_pool;
-    pthread_mutex_t lock;             /* datasets[], opening[] */
-    pthread_cond_t opened;            /* an entry of opening[] was cleared */
-    const char *opening[MAX_OPENING]; /* urls being opened now (open_dataset); NULL: free */
+    pthread_mutex_t lock;                 /* datasets[], opening[] */
+    pthread_cond_t opened;                /* an entry of opening[] was cleared */
+    struct opening *opening[MAX_OPENING]; /* OPENs under way (datasets.c); NULL: free */
     struct dataset_entry datasets[MAX_DATASETS];
     int num_datasets;         /* slots in use or closed below it (a closed one: url NULL) */
     uint64_t datasets_closed; /* entries closed since start: replaced publications (d->lock) */
@@ -312,6 +313,9 @@ void hints_on_publish(struct larderd *d, const char *name, struct dataset_entry 
  * local client of the daemon's own uid (or root), who could read its
  * files itself (docs/security.md) */
 #define OPEN_UNCHECKED 2u
+/* with OPEN_NEW, on the loop thread: -EAGAIN rather than wait for another
+ * OPEN of the same url (or for a free place among MAX_OPENING) */
+#define OPEN_NOWAIT 4u
 /*
  * Find the dataset at `url`, or open it when `how` has OPEN_NEW (through
  * the --allow prefixes, when given); one marked unchecked only when `how`
@@ -323,9 +327,25 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
 /* open_dataset, and the entry held for a connection whose c->opened is
  * *held (NULL: none): one holder per connection, taken under d->lock so
  * that close_unused_datasets never closes it in between.  With OPEN_NEW it
- * may block while the index is fetched: never on the loop thread. */
+ * fetches the index, or waits for another's OPEN of it (not with
+ * OPEN_NOWAIT): on the loop thread only PUBLISH does so (its own index). */
 int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
                       int *slot, uint64_t *held);
+/* The registry's parts for opens.c (each with d->lock held): the entry at
+ * url, or with that id other than `except`, and its slot (NULL: none);
+ * whether an entry being closed has this url or (url NULL) this id; a free
+ * slot (-1: MAX_DATASETS open); an entry's dataset, endpoints and url freed
+ * (the entry zeroed). */
+struct dataset_entry *datasets_find_url(struct larderd *d, const char *url, int *slot);
+struct dataset_entry *datasets_find_id(struct larderd *d, uint64_t low, uint64_t high,
+                                       const struct dataset_entry *except, int *slot);
+bool datasets_closing(const struct larderd *d, const char *url, uint64_t low, uint64_t high);
+int datasets_free_slot(const struct larderd *d);
+void dataset_entry_free(struct larderd *d, struct dataset_entry *e);
+/* The source wrapper of entry `context`'s shards (source.h's wrapper):
+ * each chunk from its owner node, this node's from the origin. */
+int dataset_striped_source(void *context, uint32_t shard, struct larder__source *origin,
+                           struct larder__source **out);
 /* The open dataset with that id and its slot, or NULL. */
 struct dataset_entry *find_dataset(struct larderd *d, uint64_t low, uint64_t high, int *slot);
 /* Close every dataset and its peer endpoints. */

@@ -473,7 +473,14 @@ void run_loop(struct larderd *d, int unix_fd, int tcp_fd, int metrics_fd)
                 struct connection *c = tag;
                 if (c->dropped) continue;
                 bool was_paused = c->paused, ok = true;
-                if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) ok = receive(c);
+                /* a paused connection (its OPEN under way, or over its
+                 * budget) watches no input, but a hangup is reported
+                 * anyway, every time: the client is gone, drop it now (its
+                 * jobs hold their own reference) rather than spin */
+                if (c->paused && (events[i].events & (EPOLLHUP | EPOLLERR)))
+                    ok = false;
+                else if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                    ok = receive(c);
                 after_event(c, ok, was_paused);
             }
         }

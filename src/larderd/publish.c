@@ -292,9 +292,11 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
             origin_url = p->origin ? strdup(p->origin) : NULL;
             pthread_mutex_unlock(&r->lock);
         }
-        rc = url ? open_dataset(d, url, allowed == 1 ? OPEN_NEW : 0, &e, &slot) : -ENOMEM;
+        /* on the loop thread: never waits for another's OPEN of it (-EAGAIN) */
+        rc = url ? open_dataset(d, url, allowed == 1 ? OPEN_NEW | OPEN_NOWAIT : 0, &e, &slot)
+                 : -ENOMEM;
         if (rc == 0 && origin_url) {
-            rc = open_dataset(d, origin_url, OPEN_NEW, &copy, &slot);
+            rc = open_dataset(d, origin_url, OPEN_NEW | OPEN_NOWAIT, &copy, &slot);
             if (rc == 0 && copy != e)
                 rc = larder__fail(LARDER_EUSAGE, "the written-through index %s is not %s's",
                                   origin_url, url);

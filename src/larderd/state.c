@@ -5,6 +5,7 @@
  * parts without its start-up, and make a daemon of its own.
  */
 #include "larderd.h"
+#include "source_http.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -35,6 +36,7 @@ void larderd_init(struct larderd *d)
 
 int larderd_start(struct larderd *d)
 {
+    larder__http_global_init(); /* here, on the main thread, not on an OPEN's worker */
     d->epoll = epoll_create1(EPOLL_CLOEXEC);
     if (d->epoll < 0) return -errno;
     d->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

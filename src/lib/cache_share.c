@@ -36,10 +36,12 @@
  * nothing for PUBLISHED_FOR_MS, so a long-lived cache directory that has
  * seen many datasets (a checkpoint per hour) keeps admitting new ones.  A
  * dataset whose slot was taken so, and that caches again, claims a slot
- * anew before it grows (larder__share_over); until then it holds nothing,
- * so the node's total misses nothing.
+ * anew when it next weighs the node's total (larder__share_over: before it
+ * admits more, or under LARDER_EVICT=clock when it next evicts); the blocks
+ * it stored meanwhile are missing from the others' total until then.
  */
 #include "cache_internal.h"
+#include "cache_share_internal.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -50,79 +52,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define SHARE_MAGIC "LARDERNS"
-#define SHARE_VERSION 1
-#define SHARE_SLOTS 32
-#define PUBLISHED_FOR_MS 10000
-/* blocks a dataset's published count may move between popcounts: 64, or
- * 1/4096 of its blocks when more (a popcount reads one word per 64 blocks:
- * about 64 word reads per block moved, whatever the dataset's size) */
-#define COUNT_SLACK 64
-#define COUNT_SLACK_SHIFT 12
-#define COUNT_FOR_MS 1000    /* a popcount is taken again at least this often */
-#define MAX_SHARDS (1 << 20) /* another dataset with more shards is never evicted from */
-
-struct share_victim {
-    uint64_t use;    /* weighed steps to its next use; UINT64_MAX: never */
-    uint64_t global; /* block number in its dataset */
-    uint64_t offset; /* in its shard's data file */
-    uint32_t shard, length;
-};
-
-struct share_slot {
-    uint64_t state; /* atomic: 0 free, 2 live, or a claim (larder__claim_word) */
-    uint64_t id_low, id_high;
-    uint64_t sequence; /* atomic: odd while the victims are written */
-    int64_t published_ms;
-    uint64_t count;
-    uint64_t reserved[2];
-    struct share_victim victims[LARDER__SHARE_VICTIMS];
-};
-
-struct share_file {
-    char magic[8];
-    uint32_t version, slots;
-    uint64_t capacity;
-    uint64_t reserved[6];
-    struct share_slot slot[SHARE_SLOTS];
-};
-
-/* Another dataset's `blocks`, mapped to read its count and bits, and its
- * geometry, worked out from its own files (never from a publication). */
-struct peer {
-    uint64_t id_low, id_high;
-    struct shared_header *header;
-    uint64_t *resident, *borrowed, *suspect;
-    /* the header's, as checked against the file at mapping: the mapping is
-     * shared and writable, its header may change */
-    uint64_t total_blocks;
-    uint32_t block_size;
-    unsigned block_shift;
-    size_t size;
-    /* its resident count: the bitmap's popcount, taken again when the
-     * published counter moved by more than its slack or COUNT_FOR_MS
-     * passed; in between, the counter's moves are added */
-    uint64_t counted, published_at_count;
-    int64_t counted_ms;
-    bool ever_counted;
-    /* shards: 0 not worked out yet, 1 known, -1 refused (never evicted from) */
-    int geometry;
-    uint64_t num_shards;
-    uint64_t *shard_base; /* first global block of each shard, plus the total */
-    uint64_t *shard_size; /* its data file's size, the shard's */
-    char dir[PATH_MAX - 64];
-};
-
-struct larder__share {
-    struct share_file *file;
-    uint64_t capacity; /* this process's LARDER_NODE_CACHE_SIZE: the file's is only shown */
-    int slot;
-    uint64_t id_low, id_high;
-    pthread_mutex_t lock; /* guards peers[] (admission runs outside evict_lock) */
-    struct peer peers[SHARE_SLOTS];
-    char root[PATH_MAX - 128]; /* DIR */
-};
 
 static uint64_t parse_size(const char *text)
 {
@@ -135,8 +64,6 @@ static uint64_t parse_size(const char *text)
     if (*end == 'T' || *end == 't') unit = UINT64_C(1) << 40;
     return value > UINT64_MAX / unit ? 0 : value * unit;
 }
-
-static int claim_slot(struct larder__share *s);
 
 void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_low,
                         uint64_t id_high)
@@ -189,7 +116,7 @@ void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_l
         }
         if (s->slot < 0) {
             pthread_mutex_lock(&s->lock);
-            s->slot = claim_slot(s);
+            s->slot = larder__share_claim_slot(s);
             pthread_mutex_unlock(&s->lock);
         }
     }
@@ -206,172 +133,14 @@ void larder__share_open(struct larder__cache *c, const char *root, uint64_t id_l
     c->share = s;
 }
 
-static void peer_drop(struct peer *p)
-{
-    if (p->header) munmap(p->header, p->size);
-    free(p->shard_base);
-    free(p->shard_size);
-    memset(p, 0, sizeof *p);
-}
-
 void larder__share_close(struct larder__share *s)
 {
     if (!s) return;
     for (int i = 0; i < SHARE_SLOTS; i++)
-        peer_drop(&s->peers[i]);
+        larder__share_peer_drop(&s->peers[i]);
     munmap(s->file, sizeof *s->file);
     pthread_mutex_destroy(&s->lock);
     free(s);
-}
-
-/* Whether slot i is the first live slot naming its dataset: only that one
- * is its dataset's (a later one claiming the same id is ignored, so no
- * dataset is counted twice nor published for by two slots). */
-static bool first_of_its_id(const struct share_file *f, int i)
-{
-    if (__atomic_load_n(&f->slot[i].state, __ATOMIC_ACQUIRE) != 2) return false;
-    for (int j = 0; j < i; j++)
-        if (__atomic_load_n(&f->slot[j].state, __ATOMIC_ACQUIRE) == 2 &&
-            f->slot[j].id_low == f->slot[i].id_low && f->slot[j].id_high == f->slot[i].id_high)
-            return false;
-    return true;
-}
-
-/* Map the `blocks` of the dataset in slot i (checked against its own header). */
-static struct peer *peer_of(struct larder__share *s, int i)
-{
-    struct share_slot *x = &s->file->slot[i];
-    struct peer *p = &s->peers[i];
-    if (p->header && p->id_low == x->id_low && p->id_high == x->id_high) return p;
-    peer_drop(p);
-    char id[33], path[PATH_MAX];
-    larder__hex128(x->id_high, x->id_low, id);
-    snprintf(p->dir, sizeof p->dir, "%s/%s", s->root, id);
-    snprintf(path, sizeof path, "%s/blocks", p->dir);
-    int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
-    struct stat st;
-    if (fd < 0) return NULL;
-    if (larder__sys.fstat(fd, &st) < 0 || (uint64_t)st.st_size < LARDER__CACHE_HEADER_SIZE) {
-        larder__sys.close(fd);
-        return NULL;
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    larder__sys.close(fd);
-    if (map == MAP_FAILED) return NULL;
-    struct shared_header *h = map;
-    /* read once: the mapping is shared and writable, so every later use
-     * goes by this value, checked here against the file's size */
-    uint64_t total = __atomic_load_n(&h->total_blocks, __ATOMIC_RELAXED);
-    uint32_t block_size = __atomic_load_n(&h->block_size, __ATOMIC_RELAXED);
-    uint64_t words = (total + 63) / 64;
-    if (memcmp(h->magic, LARDER__CACHE_MAGIC, 8) != 0 || h->version != LARDER__CACHE_VERSION ||
-        h->id_low != x->id_low || h->id_high != x->id_high || total > (UINT64_C(1) << 36) ||
-        block_size < 512 || block_size > (UINT32_C(1) << 30) ||
-        (block_size & (block_size - 1)) != 0 ||
-        (uint64_t)st.st_size != LARDER__CACHE_HEADER_SIZE + 5 * words * 8) {
-        munmap(map, (size_t)st.st_size);
-        return NULL;
-    }
-    p->id_low = x->id_low, p->id_high = x->id_high;
-    p->header = h;
-    p->total_blocks = total;
-    p->block_size = block_size;
-    while ((UINT32_C(1) << p->block_shift) < block_size)
-        p->block_shift++;
-    p->size = (size_t)st.st_size;
-    p->resident = (uint64_t *)((uint8_t *)map + LARDER__CACHE_HEADER_SIZE);
-    p->borrowed = p->resident + 2 * words;
-    p->suspect = p->resident + 3 * words;
-    return p;
-}
-
-/* A dataset's resident blocks, from its bitmap: its published counter
- * moves this count only within its slack of the last popcount (a
- * counter written by anyone else can shift the node's total by no more). */
-static uint64_t peer_count(struct peer *p, int64_t now)
-{
-    uint64_t published = atomic_load64(&p->header->resident_blocks);
-    int64_t moved = (int64_t)(published - p->published_at_count);
-    int64_t slack = (int64_t)(p->total_blocks >> COUNT_SLACK_SHIFT);
-    if (slack < COUNT_SLACK) slack = COUNT_SLACK;
-    if (!p->ever_counted || moved > slack || moved < -slack ||
-        now - p->counted_ms >= COUNT_FOR_MS || now < p->counted_ms) {
-        uint64_t words = p->total_blocks / 64, count = 0;
-        for (uint64_t w = 0; w < words; w++)
-            count += (uint64_t)__builtin_popcountll(atomic_load64(&p->resident[w]));
-        if (p->total_blocks % 64) /* bits past the last block are no block's */
-            count += (uint64_t)__builtin_popcountll(atomic_load64(&p->resident[words]) &
-                                                    ((UINT64_C(1) << (p->total_blocks % 64)) - 1));
-        p->counted = count;
-        p->published_at_count = published;
-        p->counted_ms = now;
-        p->ever_counted = true;
-        moved = 0;
-    }
-    if (moved < 0 && (uint64_t)-moved > p->counted) return 0;
-    uint64_t count = p->counted + (uint64_t)moved;
-    return count < p->total_blocks ? count : p->total_blocks;
-}
-
-/* Whether live slot i may go to another dataset: a second slot of an id
- * (counted for nothing), or one whose dataset holds no block (or has no
- * cache files any more) and published nothing for PUBLISHED_FOR_MS.  Call
- * with s->lock held. */
-static bool slot_reclaimable(struct larder__share *s, int i, int64_t now)
-{
-    const struct share_slot *x = &s->file->slot[i];
-    if (__atomic_load_n(&x->state, __ATOMIC_ACQUIRE) != 2) return false;
-    if (!first_of_its_id(s->file, i)) return true;
-    int64_t published = x->published_ms;
-    if (published && now >= published && now - published <= PUBLISHED_FOR_MS) return false;
-    struct peer *p = peer_of(s, i);
-    if (!p) return true;
-    p->ever_counted = false; /* a popcount now, not the published counter */
-    return peer_count(p, now) == 0;
-}
-
-/*
- * A slot for s's dataset: a free one, one whose claimer died before it
- * published, else one slot_reclaimable gives back; its index, or -1.  A
- * slot is taken by compare-and-swap to a claim word, named, then made
- * live, so two openers never take the same one.  Call with s->lock held.
- */
-static int claim_slot(struct larder__share *s)
-{
-    struct share_file *f = s->file;
-    int64_t now = larder__cache_clock_ms();
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < SHARE_SLOTS; i++) {
-            struct share_slot *x = &f->slot[i];
-            uint64_t expected = __atomic_load_n(&x->state, __ATOMIC_ACQUIRE);
-            bool takable = pass == 0 ? expected == 0 || larder__claim_abandoned(expected)
-                                     : slot_reclaimable(s, i, now);
-            if (!takable) continue;
-            uint64_t claim = larder__claim_word();
-            if (!__atomic_compare_exchange_n(&x->state, &expected, claim, false, __ATOMIC_ACQ_REL,
-                                             __ATOMIC_ACQUIRE))
-                continue;
-            x->id_low = s->id_low;
-            x->id_high = s->id_high;
-            x->count = 0;
-            x->published_ms = 0;
-            if (__atomic_compare_exchange_n(&x->state, &claim, 2, false, __ATOMIC_ACQ_REL,
-                                            __ATOMIC_ACQUIRE))
-                return i;
-        }
-    return -1;
-}
-
-/* s's dataset has a live slot, claimed anew when another took its slot
- * back while it held nothing.  Call with s->lock held. */
-static void keep_slot(struct larder__share *s)
-{
-    for (int i = 0; i < SHARE_SLOTS; i++)
-        if (first_of_its_id(s->file, i) && s->file->slot[i].id_low == s->id_low &&
-            s->file->slot[i].id_high == s->id_high)
-            return;
-    int slot = claim_slot(s);
-    if (slot >= 0) s->slot = slot;
 }
 
 /* Bytes every dataset of the directory holds. */
@@ -381,9 +150,9 @@ static uint64_t node_bytes(struct larder__share *s)
     int64_t now = larder__cache_clock_ms();
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < SHARE_SLOTS; i++) {
-        if (!first_of_its_id(s->file, i)) continue;
-        struct peer *p = peer_of(s, i);
-        if (p) total += peer_count(p, now) << p->block_shift;
+        if (!larder__share_first_of_its_id(s->file, i)) continue;
+        struct peer *p = larder__share_peer_of(s, i);
+        if (p) total += larder__share_peer_count(p, now) << p->block_shift;
     }
     pthread_mutex_unlock(&s->lock);
     return total;
@@ -464,7 +233,7 @@ void larder__share_publish(struct larder__cache *c, const uint64_t *blocks, cons
      * have taken that place since it was opened) */
     int slot = -1;
     for (int i = 0; i < SHARE_SLOTS && slot < 0; i++)
-        if (first_of_its_id(s->file, i) && s->file->slot[i].id_low == s->id_low &&
+        if (larder__share_first_of_its_id(s->file, i) && s->file->slot[i].id_low == s->id_low &&
             s->file->slot[i].id_high == s->id_high)
             slot = i;
     if (slot < 0) return; /* freed under it: it publishes nothing, so nothing is taken from it */
@@ -495,15 +264,16 @@ static bool farthest_other(struct larder__share *s, struct share_victim *out, in
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < SHARE_SLOTS; i++) {
         struct share_slot *x = &s->file->slot[i];
-        if (!first_of_its_id(s->file, i) || (x->id_low == s->id_low && x->id_high == s->id_high))
+        if (!larder__share_first_of_its_id(s->file, i) ||
+            (x->id_low == s->id_low && x->id_high == s->id_high))
             continue;
-        struct peer *p = peer_of(s, i);
+        struct peer *p = larder__share_peer_of(s, i);
         if (!p) continue;
         struct share_victim copy[LARDER__SHARE_VICTIMS];
         uint64_t before = __atomic_load_n(&x->sequence, __ATOMIC_ACQUIRE);
         uint64_t count = x->count < LARDER__SHARE_VICTIMS ? x->count : LARDER__SHARE_VICTIMS;
         memcpy(copy, x->victims, sizeof copy);
-        bool stale = now - x->published_ms > PUBLISHED_FOR_MS;
+        bool stale = !larder__share_published_lately(x->published_ms, now);
         if ((before & 1) || __atomic_load_n(&x->sequence, __ATOMIC_ACQUIRE) != before) continue;
         for (uint64_t k = 0; k < count; k++) {
             struct share_victim v = copy[k];
@@ -525,7 +295,7 @@ static bool farthest_other(struct larder__share *s, struct share_victim *out, in
 static bool evict_other(struct larder__share *s, int slot, const struct share_victim *v)
 {
     pthread_mutex_lock(&s->lock);
-    struct peer *p = peer_of(s, slot);
+    struct peer *p = larder__share_peer_of(s, slot);
     bool evicted = false;
     int lock_fd = -1, data = -1;
     char path[PATH_MAX];
@@ -568,7 +338,7 @@ bool larder__share_over(struct larder__cache *c, uint64_t more_bytes)
     struct larder__share *s = c->share;
     if (!s) return false;
     pthread_mutex_lock(&s->lock);
-    keep_slot(s); /* about to hold more: counted from now on */
+    larder__share_keep_slot(s); /* about to hold more: counted from now on */
     pthread_mutex_unlock(&s->lock);
     return node_bytes(s) + more_bytes > s->capacity;
 }

@@ -39,6 +39,11 @@ static void curl_init_once(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+void larder__http_global_init(void)
+{
+    pthread_once(&curl_once, curl_init_once);
+}
+
 CURL *larder__http_handle_take(struct http_source *h)
 {
     pthread_mutex_lock(&h->lock);

@@ -30,4 +30,10 @@ LARDER__HIDDEN int larder__source_http_signed_open(struct larder__source **out, 
                                                    const struct larder__http_signer *signer,
                                                    struct larder__hedge_budget *budget);
 
+/* libcurl's (and OpenSSL's) global set-up, once per process; done on the
+ * first HTTP source's open otherwise.  A program with worker threads calls
+ * it first thing on its main thread: OpenSSL's set-up on a worker leaves
+ * state of that thread's that is never freed (larderd_start does). */
+LARDER__HIDDEN void larder__http_global_init(void);
+
 #endif

@@ -7,7 +7,9 @@
 # on a worker of its own, not on the loop thread, and holds no lock the
 # others need.  Then B's index is let go: the OPEN is answered, B reads
 # byte-exact, and a READ the B client sent right behind its OPEN (before
-# OPENED came) was answered after it, on the dataset opened.
+# OPENED came) was answered after it, on the dataset opened.  Two OPENs
+# of one url fetch its index once, a bad one's failure going to both; a
+# client hanging up during its OPEN is dropped (the daemon stays idle).
 source "$(dirname "$0")/lib.sh"
 LARDERD=${LARDER%/larder}/larderd
 [ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
@@ -16,6 +18,8 @@ make_tree a 60
 make_tree b 60
 "$LARDER" pack a -o local/A --shard-size 100K >/dev/null
 "$LARDER" pack b -o www/held/B --shard-size 100K >/dev/null
+mkdir -p www/held/C
+head -c 3000 /dev/urandom >www/held/C/index.larder # not an index
 start_gated_origin www
 "$LARDERD" --cache "$WORK/cache" --socket "$WORK/sock" --jobs 2 2>>"$WORK/daemon.log" &
 pid=$!
@@ -23,10 +27,15 @@ cleanup_hooks=("curl -s $gated_base/__release/all >/dev/null; kill $pid 2>/dev/n
 for _ in $(seq 100); do [ -S "$WORK/sock" ] && break; sleep 0.05; done
 [ -S "$WORK/sock" ] || fail "larderd did not start: $(cat daemon.log)"
 
-/usr/bin/python3 - "$WORK/sock" "$gated_base" "$WORK/local/A" "$WORK/www/held/B" <<'PY' ||
+/usr/bin/python3 - "$WORK/sock" "$gated_base" "$WORK/local/A" "$WORK/www/held/B" "$pid" <<'PY' ||
 import glob, json, os, socket, struct, sys, time, urllib.request
 import larder_wire as w
-sock, base, a_dir, b_dir = sys.argv[1:5]
+sock, base, a_dir, b_dir, pid = sys.argv[1:6]
+
+def cpu_ticks():
+    with open("/proc/%s/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
 
 def get(path):
     with urllib.request.urlopen(base + path, timeout=10) as r:
@@ -80,11 +89,48 @@ except socket.timeout:
     pass
 assert len(json.loads(get("/__log"))) == 1, get("/__log")
 
+def opener(url, request):
+    c = w.Client(sock, 1, timeout=20)
+    c.greet()
+    c.sock.sendall(w.frame(w.OPEN, url.encode(), request))
+    return c
+
+def index_gets(name):
+    return sum(1 for p, _ in json.loads(get("/__log")) if p == "/held/%s/index.larder" % name)
+
+# a second OPEN of B waits for the first (one fetch); one of a client that
+# hangs up at once is dropped, the loop not spinning on its hangup; a bad
+# index (C) asked for twice is fetched once, both told why it failed
+b2 = opener(b_url, 50)
+gone = opener(b_url, 51)
+gone.sock.close()
+c_url = base + "/held/C/index.larder"
+c1 = opener(c_url, 60)
+for _ in range(400):
+    if index_gets("C"):
+        break
+    time.sleep(0.05)
+c2 = opener(c_url, 61)
+time.sleep(1.0)  # c2's OPEN reaches the pool and waits for c1's
+t0 = cpu_ticks()
+time.sleep(1.0)
+spent = cpu_ticks() - t0
+tick = os.sysconf("SC_CLK_TCK")
+print("the daemon's CPU over 1 s with three OPENs held and a client gone: %.2f s" % (spent / tick))
+assert spent < 0.3 * tick, "the daemon spun while its OPENs were held: %d ticks in 1 s" % spent
+
 get("/__release/all")
 b.sock.settimeout(20)
 kind, request, payload = w.recv_frame(b.sock)
 assert kind == w.OPENED and request == 40, (kind, request)
 b_low, b_high, b_shards = struct.unpack("<QQI", payload)
+kind, request, payload = w.recv_frame(b2.sock)
+assert kind == w.OPENED and request == 50 and struct.unpack("<QQI", payload)[:2] == (b_low, b_high)
+for c, request in ((c1, 60), (c2, 61)):
+    kind, got, payload = w.recv_frame(c.sock)
+    assert kind == w.ERROR and got == request, (kind, got)
+    print("OPEN of a bad index:", w.parse_error(payload))
+assert index_gets("B") == 1 and index_gets("C") == 1, get("/__log")
 kind, request, payload = w.recv_frame(b.sock)
 assert kind == w.ERROR and request == 41, (kind, request)  # A is not opened on b
 assert b.read(b_low, b_high, 0, 0, 3000) == expect(shard(b_dir, 0), 0, 3000)

@@ -308,74 +308,64 @@ TEST(share_abandoned_claims_are_taken_back)
     unsetenv("LARDER_NODE_CACHE_SIZE");
 }
 
-/* Every slot live and taken by datasets that hold nothing (ids with no
- * cache files, published long ago): a dataset opened next takes one of
- * them back; one holding blocks, or that published within the last 10 s,
- * keeps its slot.  Then a dataset whose slot was taken back, about to
- * cache again, claims a slot anew. */
+/* Every slot live: a dataset opened next takes back the one slot whose
+ * dataset holds nothing (no cache files) and published nothing for 10 s,
+ * passing over slots of datasets that hold blocks (whatever their
+ * publication time says) and of ones that published lately; a slot just
+ * claimed is not taken back at once by the next opener; a dataset whose
+ * slot was taken back claims one anew before it caches more. */
 TEST(share_slots_of_datasets_holding_nothing_are_given_back)
 {
     struct side a, b;
     setup(&a, &b);
     larder_close(b.d);
     struct forged_share *f = map_share();
-    struct forged_slot *mine = slot_of(f, &a);
+    struct forged_slot *a_slot = slot_of(f, &a), *b_slot = slot_of(f, &b);
+    CHECK(a_slot < &f->slot[31] && b_slot < &f->slot[31]);
+    a_slot->published_ms = b_slot->published_ms = 0; /* long ago: only their blocks keep them */
     int64_t now = larder__cache_clock_ms();
     for (int i = 0; i < 32; i++) {
         struct forged_slot *x = &f->slot[i];
-        if (x == mine) continue;
+        if (x == a_slot || x == b_slot) continue;
         x->state = 2, x->id_low = 1000 + (uint64_t)i, x->id_high = 77; /* no such cache dir */
-        x->published_ms = i == 3 ? now : 0; /* slot 3: a plan published just now */
+        x->published_ms = i == 31 ? 0 : now;                           /* 31 alone: long ago */
         x->count = 0;
     }
-    /* b (closed, every block still cached) named by one slot that
-     * published nothing for long: kept, for what it holds */
-    struct side b2;
-    CHECK(&f->slot[5] != mine || &f->slot[6] != mine);
-    struct forged_slot *b_slot = &f->slot[5] != mine ? &f->slot[5] : &f->slot[6];
-    b_slot->id_low = b.id_low, b_slot->id_high = b.id_high;
-    b_slot->published_ms = 0;
-    open_side(&b2, "b"); /* finds its own slot: nothing taken */
-    CHECK(b2.cache->share != NULL);
-    CHECK(slot_of(f, &b2) == b_slot);
-    larder_close(b2.d);
 
-    /* a third dataset: takes the first slot whose dataset holds nothing */
     make("c", 5000);
     struct side c;
     open_side(&c, "c");
     CHECK(c.cache->share != NULL);
-    struct forged_slot *c_slot = slot_of(f, &c);
-    CHECK(c_slot != mine && c_slot != b_slot && c_slot != &f->slot[3]);
-    CHECK(mine->id_low == a.id_low && b_slot->id_low == b.id_low);
-    CHECK_EQ(f->slot[3].id_low, 1003); /* published just now: kept */
+    CHECK(slot_of(f, &c) == &f->slot[31]);
+    CHECK(a_slot->id_low == a.id_low && b_slot->id_low == b.id_low);
     larder_close(c.d);
+
+    /* c's slot, claimed just now, is not the next opener's, though c holds
+     * nothing once its blocks are gone: the other slots published lately */
+    larder_dataset *c_again = share_fixture_open("c", BLOCK);
+    larder__cache_evict_all(larder__dataset_cache(c_again));
+    larder_close(c_again);
+    make("d", 7000);
+    larder_dataset *d = share_fixture_open("d", BLOCK);
+    CHECK(larder__dataset_cache(d)->share == NULL); /* it keeps to its own capacity */
+    larder_close(d);
+    CHECK(slot_of(f, &c) == &f->slot[31]);
+
+    /* once c's claim is old and c holds nothing, d takes its slot */
+    f->slot[31].published_ms = 0;
+    d = share_fixture_open("d", BLOCK);
+    CHECK(larder__dataset_cache(d)->share != NULL);
+    CHECK(f->slot[31].id_low != c.id_low);
+    larder_close(d);
 
     /* a's slot taken under it (as if a held nothing): a claims one anew
      * before it caches more */
-    mine->id_low = 4242, mine->id_high = 4242;
+    a_slot->id_low = 4242, a_slot->id_high = 4242;
+    a_slot->published_ms = larder__cache_clock_ms(); /* its new holder: lately */
+    f->slot[30].published_ms = 0;                    /* one slot to take: a forged id, no files */
     larder__cache_evict_all(a.cache);
     CHECK(!larder__share_over(a.cache, BLOCK));
-    CHECK(slot_of(f, &a) != NULL);
-
-    /* every slot held by datasets with blocks, or live publications: a new
-     * dataset keeps to its own capacity, as before */
-    for (int i = 0; i < 32; i++) {
-        struct forged_slot *x = &f->slot[i];
-        if (x->id_low == a.id_low || x->id_low == b.id_low || x->id_low == c.id_low) continue;
-        x->published_ms = larder__cache_clock_ms();
-    }
-    struct side a_again;
-    open_side(&a_again, "a"); /* a holds all its blocks again (read whole) */
-    larder_close(a_again.d);
-    open_side(&c, "c"); /* c's slot kept: it holds its blocks */
-    CHECK(c.cache->share != NULL);
-    larder_close(c.d);
-    make("d", 7000);
-    struct side d;
-    open_side(&d, "d");
-    CHECK(d.cache->share == NULL);
-    larder_close(d.d);
+    CHECK(slot_of(f, &a) == &f->slot[30]);
     munmap(f, sizeof *f);
     larder_close(a.d);
     unsetenv("LARDER_NODE_CACHE_SIZE");
