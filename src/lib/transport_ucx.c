@@ -201,6 +201,9 @@ static ucs_status_t on_read(void *arg, const void *header, size_t header_length,
     uint64_t id = larder__le64(h + LARDER__UCX_TOKEN);
     if (larder__wire_read(h + LARDER__UCX_TOKEN + 8, READ_PAYLOAD, &read) < 0) {
         larder__ucx_answer(s, id, LARDER_EPROTOCOL, "a malformed READ", 16);
+    } else if (hub->refusing) { /* larder__ucx_quiesce: what READs use is going away */
+        __atomic_store_n(&hub->refused_ms, larder__ucx_now_ms(), __ATOMIC_RELAXED);
+        larder__ucx_answer(s, id, -ESHUTDOWN, "the daemon is stopping", 22);
     } else if (hub->serve) {
         hub->serve(s->owner, s, id, &read);
     }
@@ -485,7 +488,13 @@ void larder__ucx_stop(struct larder__ucx *hub)
         larder__ucx_kick(hub);
         pthread_join(hub->thread, NULL);
     }
-    if (hub->worker) larder__ucx_answers_end(hub); /* before their mappings go */
+    /* before their mappings go; an answer UCX still holds even so keeps
+     * the whole hub (its completion would reach the mappings, the
+     * endpoints and the worker): the process is ending */
+    if (hub->worker && larder__ucx_answers_end(hub) > 0) {
+        larder__log(LARDER_LOG_WARN, "UCX: answers still in flight at the stop: the hub is kept");
+        return;
+    }
     larder__ucx_log_stats(hub);
     larder__ucx_mappings_free(hub);
     if (hub->worker) larder__ucx_conns_close(hub);

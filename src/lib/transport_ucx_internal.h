@@ -103,6 +103,8 @@ struct larder__ucx {
     int64_t poll_us;  /* polling after the last event before sleeping (LARDER_UCX_POLL_US) */
     uint64_t dropped; /* READs with no session or malformed (progress thread only) */
     larder__ucx_read_fn *serve;
+    bool refusing;      /* larder__ucx_quiesce: READs answered -ESHUTDOWN (under worker_lock) */
+    int64_t refused_ms; /* when the last was (atomic) */
     struct larder__ucx_answer *answers; /* sent without a waiter (transport_ucx_answer.c) */
     size_t num_answers;
     int64_t next_sweep_ms; /* when the progress thread looks at them next (its own) */
@@ -123,6 +125,7 @@ struct larder__ucx_link {
     struct larder__ucx_conn *conn;
     uint8_t token[LARDER__UCX_TOKEN];
     int64_t answered_ms; /* when an ANSWER last came on it (atomic) */
+    int control_fd;      /* larder__ucx_link_watch's; -1: none */
 };
 
 int64_t larder__ucx_now_ms(void);
@@ -150,8 +153,9 @@ void larder__ucx_conns_reap(struct larder__ucx *hub);
  * 100 ms). */
 void larder__ucx_answers_sweep(struct larder__ucx *hub);
 /* Cancel every answer still in flight and progress until their
- * completions ran (the hub's stop, after the progress thread ended). */
-void larder__ucx_answers_end(struct larder__ucx *hub);
+ * completions ran (the hub's stop, after the progress thread ended; 2 s
+ * at most): how many are left. */
+size_t larder__ucx_answers_end(struct larder__ucx *hub);
 /* ---- transport_ucx_map.c: the cache files answers are sent from ---- */
 struct larder__ucx_mapping;
 int larder__ucx_mappings_new(struct larder__ucx *hub);

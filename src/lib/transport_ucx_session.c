@@ -9,6 +9,7 @@
 #include "auth.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +340,7 @@ int larder__ucx_link_new(struct larder__ucx *hub, const void *address, size_t le
     struct larder__ucx_link *l = calloc(1, sizeof *l);
     if (!l) return -ENOMEM;
     l->hub = hub;
+    l->control_fd = -1;
     memcpy(l->token, token, LARDER__UCX_TOKEN);
     if (!(l->conn = conn_get(hub, address, length))) {
         free(l);
@@ -359,6 +361,19 @@ void larder__ucx_link_free(struct larder__ucx_link *l)
 bool larder__ucx_link_broken(const struct larder__ucx_link *l)
 {
     return conn_broken(l->conn);
+}
+
+void larder__ucx_link_watch(struct larder__ucx_link *l, int fd)
+{
+    l->control_fd = fd;
+}
+
+/* Whether the watched control connection closed (its session with it). */
+static bool control_closed(const struct larder__ucx_link *l)
+{
+    struct pollfd poll_fd = {.fd = l->control_fd, .events = POLLRDHUP};
+    return l->control_fd >= 0 && poll(&poll_fd, 1, 0) == 1 &&
+           poll_fd.revents & (POLLRDHUP | POLLHUP | POLLERR);
 }
 
 int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read *read, void *buf,
@@ -402,6 +417,16 @@ int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read 
         }
         int64_t left = deadline - now;
         larder__ucx_wait(hub, &p.wake, left > 100 ? 100 : left);
+        if (p.state == PENDING_WAITING && larder__ucx_now_ms() - now >= 100) {
+            pthread_mutex_unlock(&hub->lock); /* a system call: not under the lock */
+            bool closed = control_closed(l);
+            pthread_mutex_lock(&hub->lock);
+            if (closed && p.state == PENDING_WAITING) {
+                p.state = PENDING_DONE;
+                p.rc = -ECONNRESET;
+                break;
+            }
+        }
     }
     for (struct larder__ucx_pending **q = &hub->pending; *q; q = &(*q)->next)
         if (*q == &p) {
@@ -415,7 +440,8 @@ int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read 
         return 0;
     }
     if (p.answered) { /* the daemon's answer, not the link's failure */
-        *fault = p.rc == LARDER_EPROTOCOL;
+        /* a stopping daemon's (larder__ucx_quiesce) is the path's end too */
+        *fault = p.rc == LARDER_EPROTOCOL || p.rc == -ESHUTDOWN;
         return larder__fail(p.rc, "larder daemon over UCX: %s", p.message);
     }
     if (p.rc == LARDER_EPROTOCOL)
@@ -475,6 +501,10 @@ int larder__ucx_link_new(struct larder__ucx *hub, const void *address, size_t le
 void larder__ucx_link_free(struct larder__ucx_link *l)
 {
     (void)l;
+}
+void larder__ucx_link_watch(struct larder__ucx_link *l, int fd)
+{
+    (void)l, (void)fd;
 }
 bool larder__ucx_link_broken(const struct larder__ucx_link *l)
 {
