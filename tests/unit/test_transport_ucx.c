@@ -159,6 +159,67 @@ TEST(ucx_error_answer_is_the_daemons_code)
     larder__ucx_stop(daemon);
 }
 
+struct reader_arg {
+    struct larder__ucx_link *link;
+    int index;
+    int bad; /* READs failed or not byte-exact */
+};
+
+/* 40 READs of 256 KiB + index at offsets of its own, each checked whole. */
+static void *read_many(void *arg)
+{
+    struct reader_arg *r = arg;
+    uint64_t length = (256u << 10) + (uint64_t)r->index;
+    uint8_t *buf = malloc(length);
+    for (int i = 0; i < 40; i++) {
+        uint64_t offset = (uint64_t)r->index * 1000003u + (uint64_t)i * 7919u;
+        memset(buf, 0, length);
+        bool fault = false;
+        if (read_range(r->link, offset, length, buf, 20000, &fault) != 0) {
+            r->bad++;
+            continue;
+        }
+        for (uint64_t k = 0; k < length; k++)
+            if (buf[k] != pattern(offset + k)) {
+                r->bad++;
+                break;
+            }
+    }
+    free(buf);
+    return NULL;
+}
+
+/* 16 threads reading at once over one link: while the progress thread
+ * holds the worker pulling answers in, their READs are queued for it to
+ * post (transport_ucx_link.c's outbox); every READ is answered, each with
+ * its own bytes (the formula at its own offset and length). */
+TEST(ucx_many_readers_at_once_each_get_their_own_bytes)
+{
+    struct larder__ucx *daemon, *borrower;
+    start_pair(&daemon, &borrower);
+    struct larder__ucx_session *session;
+    struct larder__ucx_link *link;
+    connect_pair(daemon, borrower, &session, &link);
+    enum { READERS = 16 };
+    pthread_t threads[READERS];
+    struct reader_arg args[READERS];
+    for (int i = 0; i < READERS; i++) {
+        args[i] = (struct reader_arg){.link = link, .index = i};
+        CHECK_EQ(pthread_create(&threads[i], NULL, read_many, &args[i]), 0);
+    }
+    int bad = 0;
+    for (int i = 0; i < READERS; i++) {
+        pthread_join(threads[i], NULL);
+        bad += args[i].bad;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(served, READERS * 40);
+    larder__ucx_link_free(link);
+    larder__ucx_session_free(session);
+    larder__ucx_stop(borrower);
+    larder__ucx_stop(daemon);
+}
+
 /* A stopping daemon (larder__ucx_quiesce) refuses every READ from then on
  * with -ESHUTDOWN, which the borrower takes as the path's failure (it goes
  * over TCP), and its READ handler is not called again. */
