@@ -141,7 +141,7 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_lengt
         p->descriptor = data;
         p->arrived_us = larder__ucx_now_us();
         p->queued_next = hub->to_receive;
-        hub->to_receive = p;
+        __atomic_store_n(&hub->to_receive, p, __ATOMIC_RELEASE); /* (start_receives peeks) */
         hub->busy++;
         pthread_mutex_unlock(&hub->lock);
         return UCS_INPROGRESS;
@@ -154,9 +154,11 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_lengt
  * any callback, worker_lock held): whether there were any. */
 static bool start_receives(struct larder__ucx *hub)
 {
+    /* a look without the lock first: this runs between every two progress calls */
+    if (!__atomic_load_n(&hub->to_receive, __ATOMIC_ACQUIRE)) return false;
     pthread_mutex_lock(&hub->lock);
     struct larder__ucx_pending *list = hub->to_receive;
-    hub->to_receive = NULL;
+    __atomic_store_n(&hub->to_receive, NULL, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&hub->lock);
     bool any = list != NULL;
     int64_t now = any ? larder__ucx_now_us() : 0;

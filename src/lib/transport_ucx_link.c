@@ -110,9 +110,11 @@ static bool post_read(struct larder__ucx *hub, struct larder__ucx_outgoing *o)
 
 bool larder__ucx_outbox_post(struct larder__ucx *hub)
 {
+    /* a look without the lock first: this runs between every two progress calls */
+    if (!__atomic_load_n(&hub->outbox, __ATOMIC_ACQUIRE)) return false;
     pthread_mutex_lock(&hub->lock);
     struct larder__ucx_outgoing *list = hub->outbox;
-    hub->outbox = NULL;
+    __atomic_store_n(&hub->outbox, NULL, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&hub->lock);
     bool any = list != NULL;
     /* in the order they were queued: the list is newest first */
@@ -135,7 +137,7 @@ void larder__ucx_outbox_drop(struct larder__ucx *hub)
 {
     pthread_mutex_lock(&hub->lock);
     struct larder__ucx_outgoing *list = hub->outbox;
-    hub->outbox = NULL;
+    __atomic_store_n(&hub->outbox, NULL, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&hub->lock);
     while (list) {
         struct larder__ucx_outgoing *o = list;
@@ -169,7 +171,7 @@ static int send_read(struct larder__ucx_link *l, uint64_t id, const uint8_t head
         __atomic_add_fetch(&hub->stats.reads_queued, 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&hub->lock);
         o->next = hub->outbox;
-        hub->outbox = o;
+        __atomic_store_n(&hub->outbox, o, __ATOMIC_RELEASE); /* (outbox_post peeks) */
         pthread_mutex_unlock(&hub->lock);
     }
     /* queued, or still in flight: the progress thread may sleep, and the
