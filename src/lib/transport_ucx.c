@@ -506,6 +506,8 @@ void larder__ucx_stop(struct larder__ucx *hub)
      * the whole hub (its completion would reach the mappings, the
      * endpoints and the worker): the process is ending */
     larder__ucx_outbox_drop(hub);
+    /* the progress below may run on_read: no READ reaches its server now */
+    hub->refusing = true;
     if (hub->worker && larder__ucx_answers_end(hub) > 0) {
         larder__log(LARDER_LOG_WARN, "UCX: answers still in flight at the stop: the hub is kept");
         return;
