@@ -227,6 +227,17 @@ for tls in tcp shm; do
   uclient_stats=$(grep -h "UCX stats" "$work/bench_ucx_$tls.err" | sed 's/.*answers received/received/' | tail -1)
   cp "$work/daemon.log" "$work/daemon_ucx_${tls}_serve.log"
   : >"$work/daemon.log"
+  # serving with both progress threads polling 50 us after each event (the daemon's and
+  # the client's; LARDER_UCX_POLL_US): the ceilings busy-poll both sides all along
+  LARDER_UCX_POLL_US=50 TRANSPORT=ucx start_cluster 1
+  LARDER_SOCKET=$work/sock0 "$larder" warm "$index" --cache "$work/cache0" >/dev/null
+  upoll_both_list=""
+  for ((r = 0; r < ${UCX_ROUNDS:-3}; r++)); do
+    upoll_both_list+="$(LARDER_UCX_POLL_US=50 LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" \
+      "$index" bench-secret 8 1024 "$upasses" 2>/dev/null | awk '/^[0-9]+ [0-9.]+$/ { printf "%.0f", $2 }' || true) "
+  done
+  stop_cluster
+  : >"$work/daemon.log"
   # end to end: UCX_ROUNDS rounds with fresh daemons, the median rate
   ue2e_list=""
   for ((r = 0; r < ${UCX_ROUNDS:-3}; r++)); do
@@ -255,6 +266,7 @@ for tls in tcp shm; do
   done
   ufiles_best_rows+="| UCX $tls | ${files_ceiling:-0} | $vcells$vbest | $(printf '%.0f' "$userve_rate") | $(awk -v r="$userve_rate" -v c="$vbest" 'BEGIN { print (c ? sprintf("%.2fx", r / c) : "?") }') |"$'\n'
   ucx_notes+="  - serving with the client polling 50 us after each event (LARDER_UCX_POLL_US=50), MB/s of each round: $upoll_list(median $(median $upoll_list))"$'\n'
+  ucx_notes+="  - serving with both the daemon and the client polling 50 us (a daemon of its own), MB/s of each round: $upoll_both_list(median $(median $upoll_both_list))"$'\n'
   ucx_notes+="  - UCX sending the cache files other ways, MB/s of each round: $(for v in "${ufile_variants[@]}"; do printf '%s: %s; ' "${v%%|*}" "${uvariant_list[${v%%|*}]:-}"; done)"$'\n'
   unset uvariant_list
   ufiles_rows+=$(awk -v t=$tls -v r="$userve_rate" -v c="${files_ceiling:-0}" -v p="${ceiling:-0}" \
