@@ -170,7 +170,7 @@ borrow_rate_median=$(printf '%s' "$borrow_rounds" | awk '{ print $2 / $1 / 1e6 }
 
 # ---- 3. over UCX: serving, end to end, and UCX's own ceiling -------------------
 # ucx_perftest's bandwidth is in MiB/s: converted to MB/s (1e6) like the rest
-ucx_rows="" ucx_notes="" ufiles_rows=""
+ucx_rows="" ucx_notes="" ufiles_rows="" ufiles_best_rows=""
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : 0 }'; }
 ucx_ceiling() { # TLS: MB/s of ucp_am_bw, 1 MiB messages, one client
   local port=$((base + 7))
@@ -192,16 +192,33 @@ for tls in tcp shm; do
   # printed on stdout came first, and the row read 0 MB/s).
   # as many passes over the dataset as make the ceiling's 1000 MiB (setup amortized alike)
   upasses=$(awk -v s="$shard_bytes" 'BEGIN { p = int(1048576000 / s + 0.999); print (p > 1 ? p : 1) }')
-  urc=0 userve_list="" ceiling_list="" uslow_list="" files_list=""
+  urc=0 userve_list="" ceiling_list="" uslow_list="" files_list="" upoll_list=""
+  # other ways UCX offers to move the same bytes (bench/ucx_files.c), so that the files
+  # ceiling is the strongest found, not one way of sending: name|flag|in flight|KiB|rendezvous scheme
+  ufile_variants=("16 in flight||16|1024|" "4 MiB messages||8|4096|" "tagged, receives posted ahead|--tag|8|1024|"
+    "rendezvous put_zcopy||8|1024|put_zcopy")
+  declare -A uvariant_list=()
   for ((r = 0; r < ${UCX_ROUNDS:-3}; r++)); do
     ceiling_list+="$(ucx_ceiling $tls) "
     # the second ceiling: UCX alone sending the daemon's own cache files (ucx_files.c)
     [ -x "$build/larder_bench_ucx_files" ] && files_list+="$(UCX_TLS=$tls timeout 120 "$build/larder_bench_ucx_files" \
       "$upasses" 8 1024 "$work"/cache0/*/*.data 2>/dev/null | awk '{ printf "%.0f", $2 }' || true) "
+    if [ -x "$build/larder_bench_ucx_files" ]; then
+      for v in "${ufile_variants[@]}"; do
+        IFS='|' read -r vname vflag vin vkib vscheme <<<"$v"
+        uvariant_list[$vname]+="$(env UCX_TLS=$tls ${vscheme:+UCX_RNDV_SCHEME=$vscheme} timeout 120 \
+          "$build/larder_bench_ucx_files" $vflag "$upasses" "$vin" "$vkib" "$work"/cache0/*/*.data 2>/dev/null |
+          awk '{ printf "%.0f", $2 }' || true) "
+      done
+    fi
     LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" "$index" bench-secret 8 1024 "$upasses" \
       >"$work/bench_ucx_$tls.out" 2>"$work/bench_ucx_$tls.err" || urc=$?
     read -r userved rate < <(grep -E '^[0-9]+ [0-9.]+$' "$work/bench_ucx_$tls.out" || echo 0 0)
     userve_list+="$rate "
+    # the same, the client's progress thread polling 50 us after each event before it
+    # sleeps (LARDER_UCX_POLL_US; docs/operations.md): for a quiet machine's figures
+    upoll_list+="$(LARDER_UCX_POLL_US=50 LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" "$index" \
+      bench-secret 8 1024 "$upasses" 2>/dev/null | awk '/^[0-9]+ [0-9.]+$/ { printf "%.0f", $2 }' || true) "
     uslow_list+="$(sed -n 's/^slowest READ: \([0-9.]*\) ms; READs over 50 ms: \([0-9]*\)/\1 ms (\2 over 50 ms)/p' "$work/bench_ucx_$tls.err" | tail -1); "
   done
   userve_rate=$(median $userve_list) ceiling=$(median $ceiling_list) files_ceiling=$(median $files_list)
@@ -209,6 +226,17 @@ for tls in tcp shm; do
   userve_stats=$(grep -h "UCX stats" "$work/daemon.log" | sed 's/^larderd: UCX stats: //' | tail -1)
   uclient_stats=$(grep -h "UCX stats" "$work/bench_ucx_$tls.err" | sed 's/.*answers received/received/' | tail -1)
   cp "$work/daemon.log" "$work/daemon_ucx_${tls}_serve.log"
+  : >"$work/daemon.log"
+  # serving with both progress threads polling 50 us after each event (the daemon's and
+  # the client's; LARDER_UCX_POLL_US): the ceilings busy-poll both sides all along
+  LARDER_UCX_POLL_US=50 TRANSPORT=ucx start_cluster 1
+  LARDER_SOCKET=$work/sock0 "$larder" warm "$index" --cache "$work/cache0" >/dev/null
+  upoll_both_list=""
+  for ((r = 0; r < ${UCX_ROUNDS:-3}; r++)); do
+    upoll_both_list+="$(LARDER_UCX_POLL_US=50 LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" \
+      "$index" bench-secret 8 1024 "$upasses" 2>/dev/null | awk '/^[0-9]+ [0-9.]+$/ { printf "%.0f", $2 }' || true) "
+  done
+  stop_cluster
   : >"$work/daemon.log"
   # end to end: UCX_ROUNDS rounds with fresh daemons, the median rate
   ue2e_list=""
@@ -229,6 +257,18 @@ for tls in tcp shm; do
     'BEGIN {
     printf "| UCX %s | %.0f | %.0f | %s | %.0f | %s |\n", t, c, r, c ? sprintf("%.2fx", r / c) : "?", e,
       c ? sprintf("%.2fx", e / c) : "?" }')$'\n'
+  vbest=${files_ceiling:-0} vcells=""
+  for v in "${ufile_variants[@]}"; do
+    vname=${v%%|*}
+    vm=$(median ${uvariant_list[$vname]:-})
+    vcells+="$vm | "
+    [ "${vm:-0}" -gt "$vbest" ] && vbest=$vm
+  done
+  ufiles_best_rows+="| UCX $tls | ${files_ceiling:-0} | $vcells$vbest | $(printf '%.0f' "$userve_rate") | $(awk -v r="$userve_rate" -v c="$vbest" 'BEGIN { print (c ? sprintf("%.2fx", r / c) : "?") }') |"$'\n'
+  ucx_notes+="  - serving with the client polling 50 us after each event (LARDER_UCX_POLL_US=50), MB/s of each round: $upoll_list(median $(median $upoll_list))"$'\n'
+  ucx_notes+="  - serving with both the daemon and the client polling 50 us (a daemon of its own), MB/s of each round: $upoll_both_list(median $(median $upoll_both_list))"$'\n'
+  ucx_notes+="  - UCX sending the cache files other ways, MB/s of each round: $(for v in "${ufile_variants[@]}"; do printf '%s: %s; ' "${v%%|*}" "${uvariant_list[${v%%|*}]:-}"; done)"$'\n'
+  unset uvariant_list
   ufiles_rows+=$(awk -v t=$tls -v r="$userve_rate" -v c="${files_ceiling:-0}" -v p="${ceiling:-0}" \
     'BEGIN { printf "| UCX %s | %.0f | %.0f | %s | %.0f |\n", t, c, r, c ? sprintf("%.2fx", r / c) : "?", p }')$'\n'
   ucx_notes+="- UCX $tls: the serving client's READs went over $(grep '^transport: ' "$work/bench_ucx_$tls.err" | tail -1 | sed 's/transport: //')"
@@ -330,6 +370,16 @@ done
   echo "| transport | UCX sending the cache files MB/s | serving MB/s | serving vs that | ucx_perftest MB/s |"
   echo "|---|---|---|---|---|"
   printf '%s' "$ufiles_rows"
+  echo
+  echo "The same bytes moved the other ways UCX offers (bench/ucx_files.c; same rounds, medians),"
+  echo "so that the files ceiling is the strongest found rather than one way of sending: 16"
+  echo "messages in flight, messages of 4 MiB, tagged messages with the receives posted ahead (UCX"
+  echo "matches each to its buffer inside progress and pulls it at once), and"
+  echo "UCX_RNDV_SCHEME=put_zcopy on both sides; \"best\" is the highest of these and the row above."
+  echo
+  echo "| transport | AM 8 x 1 MiB | 16 in flight | 4 MiB messages | tagged, posted ahead | rendezvous put_zcopy | best | serving MB/s | serving vs best |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  printf '%s' "$ufiles_best_rows"
   echo
   printf '%s' "$ucx_notes"
   echo

@@ -2,7 +2,7 @@
  * ucx_files.c - UCX's own ceiling for serving a dataset: UCX moving the
  * same bytes out of the same files, with nothing of larder in between.
  *
- *   larder_bench_ucx_files PASSES IN_FLIGHT MESSAGE_KB FILE...
+ *   larder_bench_ucx_files [--tag] PASSES IN_FLIGHT MESSAGE_KB FILE...
  *
  * ucx_perftest -t ucp_am_bw sends one 1 MiB buffer again and again: a
  * buffer hot in the CPU's cache, registered once.  A daemon serving a
@@ -17,6 +17,14 @@
  * reading threads do.  Both busy-poll their worker on one thread, as
  * ucx_perftest does.  The worker addresses are swapped over a socketpair.
  * UCX_TLS and the rest of UCX's environment apply.
+ *
+ * With --tag the same bytes go as tagged messages instead (tag = the
+ * message's number): the receiver posts IN_FLIGHT receives ahead, into
+ * the same rotating buffers, so that UCX matches each arriving message
+ * (or its rendezvous request) to a posted buffer inside its progress and
+ * pulls it at once, with no callback of ours between; the other way UCX
+ * offers to move the bytes, measured so the ceiling is the better of the
+ * two (bench/peer.sh).
  *
  * Prints "BYTES MB/s" (the receiver's bytes, from its first message to
  * its last) like larder_bench_peer.  bench/peer.sh section 3.
@@ -37,6 +45,7 @@
 
 enum { AM_DATA = 1, AM_END = 2 };
 
+static int tagged; /* --tag: tagged messages, receives posted ahead */
 static ucp_context_h context;
 static ucp_worker_h worker;
 static ucp_ep_h ep;
@@ -69,7 +78,8 @@ static int io_all(int fd, void *buf, size_t length, int writing)
 /* UCP's context, worker, and an endpoint to the other process's worker (over `sock`). */
 static void wire_up(int sock)
 {
-    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                           .features = UCP_FEATURE_AM | UCP_FEATURE_TAG};
     ucp_config_t *config;
     if (ucp_config_read(NULL, NULL, &config) != UCS_OK ||
         ucp_init(&params, config, &context) != UCS_OK)
@@ -159,8 +169,9 @@ static void send_files(int passes, int most, size_t message, int count, char **n
                     param.memh = memhs[i];
                 }
                 ucs_status_ptr_t r =
-                    ucp_am_send_nbx(ep, AM_DATA, &slot->header, sizeof slot->header,
-                                    bases[i] + offset, length, &param);
+                    tagged ? ucp_tag_send_nbx(ep, bases[i] + offset, length, slot->header, &param)
+                           : ucp_am_send_nbx(ep, AM_DATA, &slot->header, sizeof slot->header,
+                                             bases[i] + offset, length, &param);
                 if (UCS_PTR_IS_ERR(r)) die("a send failed");
                 if (r)
                     in_flight++;
@@ -169,6 +180,7 @@ static void send_files(int passes, int most, size_t message, int count, char **n
             }
     while (in_flight > 0)
         ucp_worker_progress(worker);
+    if (tagged) return; /* the receiver counts the messages itself */
     ucp_request_param_t param = {.op_attr_mask = 0};
     ucs_status_ptr_t r = ucp_am_send_nbx(ep, AM_END, NULL, 0, NULL, 0, &param);
     while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
@@ -267,10 +279,74 @@ static void receive(int most, size_t message)
     }
 }
 
+/* ---- the receiver, --tag: IN_FLIGHT receives posted ahead --------------------------- */
+
+struct posted {
+    uint64_t seq;
+    int busy;
+};
+
+static void tag_landed(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                       void *user_data)
+{
+    struct posted *slot = user_data;
+    if (status != UCS_OK) die("a receive failed");
+    if (messages++ == 0) first_s = now_s();
+    received += info->length;
+    last_s = now_s();
+    slot->busy = 0;
+    ucp_request_free(request);
+}
+
+/* Every message's number is known ahead (the files' sizes, as the sender
+ * cuts them): a receive is posted for each, IN_FLIGHT at once. */
+static void receive_tagged(int passes, int most, size_t message, int count, char **names)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < count; i++) {
+        struct stat st;
+        if (stat(names[i], &st) < 0 || st.st_size == 0) die("cannot open a file");
+        total += ((uint64_t)st.st_size + message - 1) / message;
+    }
+    total *= (uint64_t)passes;
+    struct posted *slots = calloc((size_t)most, sizeof *slots);
+    uint8_t **bufs = calloc((size_t)most, sizeof *bufs);
+    if (!slots || !bufs) die("out of memory");
+    for (int i = 0; i < most; i++)
+        if (!(bufs[i] = malloc(message))) die("out of memory");
+    uint64_t next = 0;
+    for (;;) {
+        for (int i = 0; i < most && next < total; i++) {
+            if (slots[i].busy) continue;
+            slots[i].busy = 1;
+            slots[i].seq = next;
+            ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                                      UCP_OP_ATTR_FIELD_USER_DATA |
+                                                      UCP_OP_ATTR_FIELD_DATATYPE,
+                                      .cb.recv = tag_landed,
+                                      .user_data = &slots[i],
+                                      .datatype = ucp_dt_make_contig(1)};
+            ucs_status_ptr_t r =
+                ucp_tag_recv_nbx(worker, bufs[i], message, (ucp_tag_t)next, (ucp_tag_t)-1, &rp);
+            if (UCS_PTR_IS_ERR(r)) die("a receive failed");
+            next++;
+        }
+        int busy = 0;
+        for (int i = 0; i < most; i++)
+            busy += slots[i].busy;
+        if (next >= total && busy == 0) break;
+        ucp_worker_progress(worker);
+    }
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--tag") == 0) {
+        tagged = 1;
+        argv++, argc--;
+    }
     if (argc < 5) {
-        fprintf(stderr, "usage: %s PASSES IN_FLIGHT MESSAGE_KB FILE...\n", argv[0]);
+        fprintf(stderr, "usage: %s [--tag] PASSES IN_FLIGHT MESSAGE_KB FILE...\n", argv[0]);
         return 2;
     }
     int passes = atoi(argv[1]), most = atoi(argv[2]);
@@ -290,14 +366,20 @@ int main(int argc, char **argv)
     }
     close(pair[1]);
     wire_up(pair[0]);
-    receive(most, message);
+    if (tagged)
+        receive_tagged(passes, most, message, argc - 4, argv + 4);
+    else
+        receive(most, message);
     close(pair[0]); /* the sender may go */
     int status;
     waitpid(child, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("the sender failed");
     double seconds = last_s - first_s;
-    fprintf(stderr, "messages: %llu (%llu by rendezvous)\n", (unsigned long long)messages,
-            (unsigned long long)rendezvous);
+    if (tagged)
+        fprintf(stderr, "messages: %llu (tagged)\n", (unsigned long long)messages);
+    else
+        fprintf(stderr, "messages: %llu (%llu by rendezvous)\n", (unsigned long long)messages,
+                (unsigned long long)rendezvous);
     printf("%llu %.1f\n", (unsigned long long)received, seconds > 0 ? received / seconds / 1e6 : 0);
     return 0;
 }

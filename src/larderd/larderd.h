@@ -175,7 +175,8 @@ struct larderd {
     pthread_mutex_t warm_lock; /* warm_next_start */
     double warm_next_start;    /* when the next warm chunk may start (--warm-rate) */
     volatile sig_atomic_t stopping;
-    struct hints *hints; /* hints.c: pins and their expiry; NULL until the first hint */
+    struct hints *hints;   /* hints.c: pins and their expiry; NULL until the first hint */
+    bool ucx_answers_left; /* ucx_daemon_quiesce: answers UCX kept; the datasets stay to exit */
     struct publications *publications; /* publish.c's name registry; NULL: none yet */
     struct larder__ucx *ucx;       /* ucx.c: the UCX hub peers' data goes over; NULL: TCP only */
     struct transforms *transforms; /* transform.c: made on the first TRANSFORM; NULL: none */
@@ -437,6 +438,11 @@ bool read_answer_resident(struct connection *c, const struct larder__read *read,
  * -1 once the failure is said (--transport ucx without a usable UCX). */
 int ucx_daemon_start(struct larderd *d);
 /* Stop it (after the pools: no READ answers any more). */
+/* Before larderd_free: READs over UCX refused from now on, and the answers
+ * the progress thread sent from the cache taken or cancelled, so that no
+ * READ job ends after the datasets closed (sets ucx_answers_left when UCX
+ * kept some even so). */
+void ucx_daemon_quiesce(struct larderd *d);
 void ucx_daemon_stop(struct larderd *d);
 /* UCX_OFFER from c (handle()'s case): false closes the connection at once. */
 bool ucx_offer(struct connection *c, const struct larder__frame *f, const uint8_t *payload);

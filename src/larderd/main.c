@@ -129,7 +129,8 @@ int main(int argc, char **argv)
     say("stopping");
     if (config->socket_path) unlink(config->socket_path);
     readers_signal_stop(d);
-    larderd_free(d); /* finishes the reads in flight first */
+    ucx_daemon_quiesce(d); /* no READ over UCX from now on, none answered after the datasets go */
+    larderd_free(d);       /* finishes the reads in flight first */
     ucx_daemon_stop(d);
     return 0;
 }

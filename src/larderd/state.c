@@ -75,7 +75,7 @@ void larderd_free(struct larderd *d)
     /* d->hints left: a hint thread still waits on a member (hints_free
      * gave it 10 s); the datasets, their member endpoints and the members
      * it uses stay, for the process is ending */
-    if (!d->hints) {
+    if (!d->hints && !d->ucx_answers_left) { /* (and the answers UCX kept: ucx.c) */
         close_datasets(d);
         publications_free(d);
         larder__members_clear(&d->members);

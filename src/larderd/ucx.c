@@ -73,6 +73,16 @@ int ucx_daemon_start(struct larderd *d)
     return 0;
 }
 
+void ucx_daemon_quiesce(struct larderd *d)
+{
+    if (!d->ucx) return;
+    size_t left = larder__ucx_quiesce(d->ucx);
+    if (left == 0) return;
+    /* their completions end READ jobs, which use the datasets */
+    say("%zu answers over UCX still in flight: the datasets stay until exit", left);
+    d->ucx_answers_left = true;
+}
+
 void ucx_daemon_stop(struct larderd *d)
 {
     if (d->hints) return; /* its datasets' endpoints stay: so does the hub, until exit */

@@ -48,7 +48,7 @@ int64_t larder__ucx_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int64_t now_us(void)
+int64_t larder__ucx_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -139,8 +139,9 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_lengt
         __atomic_add_fetch(&hub->stats.rendezvous, 1, __ATOMIC_RELAXED);
         p->state = PENDING_RECEIVING; /* the waiter waits on while it is */
         p->descriptor = data;
+        p->arrived_us = larder__ucx_now_us();
         p->queued_next = hub->to_receive;
-        hub->to_receive = p;
+        __atomic_store_n(&hub->to_receive, p, __ATOMIC_RELEASE); /* (start_receives peeks) */
         hub->busy++;
         pthread_mutex_unlock(&hub->lock);
         return UCS_INPROGRESS;
@@ -153,14 +154,19 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_lengt
  * any callback, worker_lock held): whether there were any. */
 static bool start_receives(struct larder__ucx *hub)
 {
+    /* a look without the lock first: this runs between every two progress calls */
+    if (!__atomic_load_n(&hub->to_receive, __ATOMIC_ACQUIRE)) return false;
     pthread_mutex_lock(&hub->lock);
     struct larder__ucx_pending *list = hub->to_receive;
-    hub->to_receive = NULL;
+    __atomic_store_n(&hub->to_receive, NULL, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&hub->lock);
     bool any = list != NULL;
+    int64_t now = any ? larder__ucx_now_us() : 0;
     while (list) {
         struct larder__ucx_pending *p = list;
         list = p->queued_next;
+        __atomic_add_fetch(&hub->stats.receive_wait_us, (uint64_t)(now - p->arrived_us),
+                           __ATOMIC_RELAXED);
         ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                                   UCP_OP_ATTR_FIELD_USER_DATA |
                                                   UCP_OP_ATTR_FIELD_DATATYPE,
@@ -201,6 +207,9 @@ static ucs_status_t on_read(void *arg, const void *header, size_t header_length,
     uint64_t id = larder__le64(h + LARDER__UCX_TOKEN);
     if (larder__wire_read(h + LARDER__UCX_TOKEN + 8, READ_PAYLOAD, &read) < 0) {
         larder__ucx_answer(s, id, LARDER_EPROTOCOL, "a malformed READ", 16);
+    } else if (hub->refusing) { /* larder__ucx_quiesce: what READs use is going away */
+        __atomic_store_n(&hub->refused_ms, larder__ucx_now_ms(), __ATOMIC_RELAXED);
+        larder__ucx_answer(s, id, -ESHUTDOWN, "the daemon is stopping", 22);
     } else if (hub->serve) {
         hub->serve(s->owner, s, id, &read);
     }
@@ -337,20 +346,28 @@ int larder__ucx_send(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const vo
 
 /* ---- the hub -------------------------------------------------------------------------- */
 
-/* One pass over the worker (worker_lock held): whether anything happened. */
+/* One pass over the worker (worker_lock held): whether anything happened.
+ * The READs readers queued and the rendezvous receives on_answer asked
+ * for are started between each two progress calls, not once the worker
+ * ran dry: with 8 answers streaming it seldom does, and an answer whose
+ * pull waited for that sat idle while others' bytes were copied. */
 static bool progress_once(struct larder__ucx *hub)
 {
     bool any = false;
-    while (ucp_worker_progress(hub->worker))
+    for (;;) {
+        bool step = larder__ucx_outbox_post(hub);
+        if (ucp_worker_progress(hub->worker)) step = true;
+        if (start_receives(hub)) step = true;
+        if (!step) return any;
         any = true;
-    return start_receives(hub) || any;
+    }
 }
 
 static void *progress_main(void *arg)
 {
     struct larder__ucx *hub = arg;
     struct epoll_event events[2];
-    int64_t last_event_us = now_us();
+    int64_t last_event_us = larder__ucx_now_us();
     while (!__atomic_load_n(&hub->stopping, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&hub->worker_lock);
         bool any = progress_once(hub);
@@ -359,7 +376,7 @@ static void *progress_main(void *arg)
             larder__ucx_conns_reap(hub);
         larder__ucx_answers_sweep(hub);
         __atomic_add_fetch(&hub->stats.passes, 1, __ATOMIC_RELAXED);
-        int64_t now = now_us();
+        int64_t now = larder__ucx_now_us();
         if (any) last_event_us = now;
         /* polled while the next step of a transfer is likely near */
         if (now - last_event_us < hub->poll_us) continue;
@@ -379,7 +396,7 @@ static void *progress_main(void *arg)
             if (events[i].data.fd == hub->wake && read(hub->wake, &count, sizeof count) < 0) {
             }
         }
-        last_event_us = now_us(); /* woken: poll a while again */
+        last_event_us = larder__ucx_now_us(); /* woken: poll a while again */
     }
     return NULL;
 }
@@ -485,7 +502,16 @@ void larder__ucx_stop(struct larder__ucx *hub)
         larder__ucx_kick(hub);
         pthread_join(hub->thread, NULL);
     }
-    if (hub->worker) larder__ucx_answers_end(hub); /* before their mappings go */
+    /* before their mappings go; an answer UCX still holds even so keeps
+     * the whole hub (its completion would reach the mappings, the
+     * endpoints and the worker): the process is ending */
+    larder__ucx_outbox_drop(hub);
+    /* the progress below may run on_read: no READ reaches its server now */
+    hub->refusing = true;
+    if (hub->worker && larder__ucx_answers_end(hub) > 0) {
+        larder__log(LARDER_LOG_WARN, "UCX: answers still in flight at the stop: the hub is kept");
+        return;
+    }
     larder__ucx_log_stats(hub);
     larder__ucx_mappings_free(hub);
     if (hub->worker) larder__ucx_conns_close(hub);

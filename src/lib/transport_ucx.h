@@ -40,7 +40,9 @@ struct larder__ucx_link;    /* a borrower's side: its endpoint to a daemon's wor
  */
 LARDER__HIDDEN int larder__ucx_start(struct larder__ucx **out);
 /* Stop the progress thread and free the hub (NULL: nothing).  Links and
- * sessions must be freed first. */
+ * sessions must be freed first.  Answers still in flight are cancelled
+ * (2 s at most); when UCX holds on to some even so, the hub is left as it
+ * is (the process is ending) rather than freed under their callbacks. */
 LARDER__HIDDEN void larder__ucx_stop(struct larder__ucx *hub);
 /* The transports UCX picked for this worker, as text ("tcp", "posix,sysv,cma"): valid while the hub
  * is. */
@@ -120,6 +122,22 @@ LARDER__HIDDEN int larder__ucx_answer_file_async(struct larder__ucx_session *ses
                                                  size_t length, larder__ucx_done_fn *done,
                                                  void *arg);
 
+/*
+ * Stop serving, before what the answers are sent from goes (a daemon's
+ * datasets): from now on every READ is answered -ESHUTDOWN ("the daemon
+ * is stopping"; the borrower's link takes it as the path's failure), and
+ * the answers in flight without a waiter (larder__ucx_answer_file_async)
+ * are given up to 1 s to be taken, then cancelled; their `done` runs on
+ * the progress thread meanwhile.  Returns once none is left and no READ
+ * came for 50 ms (each borrower told), 3 s at most.  Returns how
+ * many are still in flight: 0, unless UCX held on to some, whose `done`
+ * may then still run (the caller keeps what it uses; larder__ucx_stop
+ * keeps the hub).  The sends of waiting answerers are not touched: they
+ * end as before (taken, cancelled when their session is forgotten, or
+ * after 30 s).
+ */
+LARDER__HIDDEN size_t larder__ucx_quiesce(struct larder__ucx *hub);
+
 /* How many files the hub keeps mapped for answers (for tests). */
 LARDER__HIDDEN size_t larder__ucx_mapped_files(struct larder__ucx *hub);
 
@@ -131,6 +149,12 @@ LARDER__HIDDEN int larder__ucx_link_new(struct larder__ucx *hub, const void *add
                                         const uint8_t token[LARDER__UCX_TOKEN],
                                         struct larder__ucx_link **out);
 LARDER__HIDDEN void larder__ucx_link_free(struct larder__ucx_link *link);
+/* Watch `fd`, the control connection the link's session lives on (open
+ * while the link is): a READ waiting on the link fails (-ECONNRESET, a
+ * fault) within 100 ms of its closing, for its session is gone and no
+ * answer will come (over shared memory UCX cannot tell that a daemon
+ * stopped or died). */
+LARDER__HIDDEN void larder__ucx_link_watch(struct larder__ucx_link *link, int fd);
 /* Whether the link failed (its daemon went away). */
 LARDER__HIDDEN bool larder__ucx_link_broken(const struct larder__ucx_link *link);
 /*

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SEND_TIMEOUT_MS 30000 /* as larder__ucx_send's */
 #define SWEEP_EVERY_MS 100
@@ -175,14 +176,20 @@ void larder__ucx_answers_sweep(struct larder__ucx *hub)
     if (any) sweep(hub, false);
 }
 
-void larder__ucx_answers_end(struct larder__ucx *hub)
+static size_t in_flight(struct larder__ucx *hub)
+{
+    pthread_mutex_lock(&hub->lock);
+    size_t n = hub->num_answers;
+    pthread_mutex_unlock(&hub->lock);
+    return n;
+}
+
+size_t larder__ucx_answers_end(struct larder__ucx *hub)
 {
     int64_t deadline = larder__ucx_now_ms() + 2000;
     for (;;) {
-        pthread_mutex_lock(&hub->lock);
-        bool any = hub->answers != NULL;
-        pthread_mutex_unlock(&hub->lock);
-        if (!any || larder__ucx_now_ms() > deadline) break;
+        size_t left = in_flight(hub);
+        if (left == 0 || larder__ucx_now_ms() > deadline) return left;
         sweep(hub, true);
         pthread_mutex_lock(&hub->worker_lock);
         ucp_worker_progress(hub->worker);
@@ -190,9 +197,51 @@ void larder__ucx_answers_end(struct larder__ucx *hub)
     }
 }
 
+#define QUIESCE_TAKE_MS 1000   /* answers in flight may be taken this long */
+#define QUIESCE_CANCEL_MS 2000 /* then cancelled, and their completions waited for */
+/* Refused READs are awaited until none came for this long: each borrower's
+ * thread whose READ was answered just before sends its next one at once,
+ * and it must find the hub still refusing (over shared memory a READ sent
+ * once the process is gone waits out the borrower's whole timeout). */
+#define QUIESCE_QUIET_MS 50
+
+size_t larder__ucx_quiesce(struct larder__ucx *hub)
+{
+    if (!hub) return 0; /* (a daemon under --transport tcp) */
+    /* on_read runs under worker_lock: no READ is served after this */
+    pthread_mutex_lock(&hub->worker_lock);
+    hub->refusing = true;
+    pthread_mutex_unlock(&hub->worker_lock);
+    /* the progress thread runs on: it progresses the sends and runs their
+     * completions; this thread only watches the list, and cancels */
+    int64_t start = larder__ucx_now_ms();
+    bool cancelled = false;
+    for (;;) {
+        size_t left = in_flight(hub);
+        int64_t now = larder__ucx_now_ms(), waited = now - start;
+        int64_t refused = __atomic_load_n(&hub->refused_ms, __ATOMIC_RELAXED);
+        int64_t quiet = now - (refused > start ? refused : start);
+        if ((left == 0 && quiet >= QUIESCE_QUIET_MS) ||
+            waited > QUIESCE_TAKE_MS + QUIESCE_CANCEL_MS)
+            return left;
+        if (waited > QUIESCE_TAKE_MS && !cancelled) {
+            sweep(hub, true);
+            cancelled = true;
+        }
+        larder__ucx_kick(hub);
+        usleep(1000);
+    }
+}
+
 #else /* built without UCX */
 
 #include <errno.h>
+
+size_t larder__ucx_quiesce(struct larder__ucx *hub)
+{
+    (void)hub;
+    return 0;
+}
 
 int larder__ucx_answer_file_async(struct larder__ucx_session *s, uint64_t request, int fd,
                                   uint64_t offset, size_t length, larder__ucx_done_fn *done,

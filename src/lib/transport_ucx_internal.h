@@ -39,6 +39,7 @@ struct larder__ucx_pending {
     char message[256]; /* the daemon's error message */
     struct larder__ucx_pending *next;
     void *descriptor;                        /* a rendezvous answer's, until received */
+    int64_t arrived_us;                      /* when it arrived (stats.receive_wait_us) */
     struct larder__ucx_pending *queued_next; /* in hub->to_receive */
 };
 
@@ -51,6 +52,7 @@ struct larder__ucx_pending {
  * holds it (larder__ucx_conns_reap); so are idle ones (live, unheld)
  * when the list is full. */
 struct larder__ucx_answer;
+struct larder__ucx_outgoing;
 
 struct larder__ucx_conn {
     struct larder__ucx *hub;
@@ -79,7 +81,10 @@ struct larder__ucx {
         uint64_t answers, answer_bytes; /* ANSWERs sent with bytes, and those bytes */
         uint64_t maps;                  /* mmap calls for them (a file's mapping is kept) */
         uint64_t eager, rendezvous;     /* ANSWERs received by each protocol */
-        uint64_t unwaited; /* ANSWERs posted with no thread waiting (transport_ucx_answer.c) */
+        uint64_t unwaited;     /* ANSWERs posted with no thread waiting (transport_ucx_answer.c) */
+        uint64_t reads_queued; /* READs that found the worker held: posted by the progress thread */
+        uint64_t
+            receive_wait_us; /* from a rendezvous ANSWER's arrival to its pull's start, summed */
     } stats;
     int epoll, wake;
     /* Every call on the worker, from any thread, is made with worker_lock
@@ -103,7 +108,10 @@ struct larder__ucx {
     int64_t poll_us;  /* polling after the last event before sleeping (LARDER_UCX_POLL_US) */
     uint64_t dropped; /* READs with no session or malformed (progress thread only) */
     larder__ucx_read_fn *serve;
-    struct larder__ucx_answer *answers; /* sent without a waiter (transport_ucx_answer.c) */
+    bool refusing;      /* larder__ucx_quiesce: READs answered -ESHUTDOWN (under worker_lock) */
+    int64_t refused_ms; /* when the last was (atomic) */
+    struct larder__ucx_outgoing *outbox; /* READs for the progress thread to post (under lock) */
+    struct larder__ucx_answer *answers;  /* sent without a waiter (transport_ucx_answer.c) */
     size_t num_answers;
     int64_t next_sweep_ms; /* when the progress thread looks at them next (its own) */
 };
@@ -123,9 +131,11 @@ struct larder__ucx_link {
     struct larder__ucx_conn *conn;
     uint8_t token[LARDER__UCX_TOKEN];
     int64_t answered_ms; /* when an ANSWER last came on it (atomic) */
+    int control_fd;      /* larder__ucx_link_watch's; -1: none */
 };
 
 int64_t larder__ucx_now_ms(void);
+int64_t larder__ucx_now_us(void);
 /* Wait on `cond` (with hub->lock held) until signalled or at most ms milliseconds. */
 void larder__ucx_wait(struct larder__ucx *hub, pthread_cond_t *cond, int64_t ms);
 /* Wake the progress thread. */
@@ -139,6 +149,19 @@ void larder__ucx_cond_init(pthread_cond_t *cond);
 int larder__ucx_send(struct larder__ucx *hub, ucp_ep_h ep, unsigned id, const void *header,
                      size_t header_length, const void *bytes, size_t length, void *memh,
                      const bool *live);
+/* Post the READs borrowers queued while the worker was busy (progress
+ * thread, worker_lock held): whether there were any. */
+bool larder__ucx_outbox_post(struct larder__ucx *hub);
+/* Forget the READs still queued (larder__ucx_stop, the thread ended). */
+void larder__ucx_outbox_drop(struct larder__ucx *hub);
+/* transport_ucx_session.c: the endpoint to the worker at `address`, shared
+ * (a reference taken; made if there is none): NULL with a message. */
+struct larder__ucx_conn *larder__ucx_conn_get(struct larder__ucx *hub, const void *address,
+                                              size_t length);
+/* Let go of a reference (any thread; a broken conn goes once none holds it). */
+void larder__ucx_conn_put(struct larder__ucx_conn *c);
+/* Whether its error handler ran. */
+bool larder__ucx_conn_broken(const struct larder__ucx_conn *c);
 /* Close every endpoint (larder__ucx_stop). */
 void larder__ucx_conns_close(struct larder__ucx *hub);
 /* Close and free the broken endpoints no link or session holds any more
@@ -150,8 +173,9 @@ void larder__ucx_conns_reap(struct larder__ucx *hub);
  * 100 ms). */
 void larder__ucx_answers_sweep(struct larder__ucx *hub);
 /* Cancel every answer still in flight and progress until their
- * completions ran (the hub's stop, after the progress thread ended). */
-void larder__ucx_answers_end(struct larder__ucx *hub);
+ * completions ran (the hub's stop, after the progress thread ended; 2 s
+ * at most): how many are left. */
+size_t larder__ucx_answers_end(struct larder__ucx *hub);
 /* ---- transport_ucx_map.c: the cache files answers are sent from ---- */
 struct larder__ucx_mapping;
 int larder__ucx_mappings_new(struct larder__ucx *hub);

@@ -44,11 +44,16 @@ void larder__ucx_log_stats(struct larder__ucx *hub)
     larder__log(LARDER_LOG_WARN,
                 "UCX stats: %llu progress passes, %llu sleeps on the event fd; %llu answers "
                 "sent (%llu bytes, %llu with no thread waiting) from %llu mmaps; answers received "
-                "%llu eager, %llu rendezvous",
+                "%llu eager, %llu rendezvous (their pulls started %.1f us after arrival on "
+                "average); READs that found the worker held: %llu",
                 (unsigned long long)hub->stats.passes, (unsigned long long)hub->stats.sleeps,
                 (unsigned long long)hub->stats.answers, (unsigned long long)hub->stats.answer_bytes,
                 (unsigned long long)hub->stats.unwaited, (unsigned long long)hub->stats.maps,
-                (unsigned long long)hub->stats.eager, (unsigned long long)hub->stats.rendezvous);
+                (unsigned long long)hub->stats.eager, (unsigned long long)hub->stats.rendezvous,
+                hub->stats.rendezvous
+                    ? (double)hub->stats.receive_wait_us / (double)hub->stats.rendezvous
+                    : 0.0,
+                (unsigned long long)hub->stats.reads_queued);
 }
 
 #endif

@@ -163,6 +163,7 @@ static int make_path(struct larder__ucx_peer *p, struct path **out)
     }
     path->fd = fd;
     path->refs = 1;
+    larder__ucx_link_watch(path->link, fd); /* its READs fail once it closes */
     *out = path;
     return 0;
 }

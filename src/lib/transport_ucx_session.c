@@ -1,9 +1,9 @@
 /*
- * transport_ucx_session.c - the two ends of a UCX data path
- * (transport_ucx.h): a daemon's session (an authenticated connection's
- * token, and the endpoint it answers on, made from the worker address
- * that came over that connection) and a borrower's link (its endpoint to
- * the daemon's worker, the token, and the READs it waits on).
+ * transport_ucx_session.c - a daemon's end of a UCX data path
+ * (transport_ucx.h): its session (an authenticated connection's token,
+ * and the endpoint it answers on, made from the worker address that came
+ * over that connection), and the endpoints (conns) sessions and links
+ * share.  A borrower's link is in transport_ucx_link.c.
  */
 #include "transport_ucx_internal.h"
 #include "auth.h"
@@ -16,7 +16,7 @@
 
 #ifdef LARDER_HAVE_UCX
 
-static bool conn_broken(const struct larder__ucx_conn *c)
+bool larder__ucx_conn_broken(const struct larder__ucx_conn *c)
 {
     return __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);
 }
@@ -72,15 +72,16 @@ static ucs_status_t make_ep(struct larder__ucx *hub, const void *address,
 #define MAX_CONNS 4096 /* remote workers this hub keeps an endpoint to */
 
 /* The live endpoint to the worker at `address`, made if there is none.  NULL with a message. */
-static struct larder__ucx_conn *conn_get(struct larder__ucx *hub, const void *address,
-                                         size_t length)
+struct larder__ucx_conn *larder__ucx_conn_get(struct larder__ucx *hub, const void *address,
+                                              size_t length)
 {
     size_t most = hub->max_conns ? hub->max_conns : MAX_CONNS;
     pthread_mutex_lock(&hub->conns_lock);
     struct larder__ucx_conn *c = NULL;
     for (int attempt = 0;; attempt++) {
         for (c = hub->conns; c; c = c->next)
-            if (!conn_broken(c) && c->length == length && memcmp(c->address, address, length) == 0)
+            if (!larder__ucx_conn_broken(c) && c->length == length &&
+                memcmp(c->address, address, length) == 0)
                 break;
         if (c || hub->num_conns < most || attempt == 1000) break;
         /* full: the progress thread closes the endpoints no link or session
@@ -127,11 +128,11 @@ static struct larder__ucx_conn *conn_get(struct larder__ucx *hub, const void *ad
 /* A link or session lets its endpoint go: a broken one goes once none
  * holds it.  Without conns_lock: a session's last reference may go inside
  * a callback, under worker_lock, which conn_get takes under conns_lock. */
-static void conn_put(struct larder__ucx_conn *c)
+void larder__ucx_conn_put(struct larder__ucx_conn *c)
 {
     struct larder__ucx *hub = c->hub;
     bool last = __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0;
-    if (last && conn_broken(c)) {
+    if (last && larder__ucx_conn_broken(c)) {
         __atomic_store_n(&hub->reap_conns, true, __ATOMIC_RELEASE);
         larder__ucx_kick(hub);
     }
@@ -165,7 +166,8 @@ void larder__ucx_conns_reap(struct larder__ucx *hub)
     pthread_mutex_lock(&hub->conns_lock);
     for (struct larder__ucx_conn **at = &hub->conns; *at;) {
         struct larder__ucx_conn *c = *at;
-        if (__atomic_load_n(&c->refs, __ATOMIC_ACQUIRE) > 0 || (!conn_broken(c) && !idle_too)) {
+        if (__atomic_load_n(&c->refs, __ATOMIC_ACQUIRE) > 0 ||
+            (!larder__ucx_conn_broken(c) && !idle_too)) {
             at = &c->next;
             continue;
         }
@@ -211,7 +213,7 @@ int larder__ucx_session_new(struct larder__ucx *hub, void *owner, const void *ad
     s->hub = hub;
     s->owner = owner;
     s->refs = 1;
-    if (!(s->conn = conn_get(hub, address, length))) {
+    if (!(s->conn = larder__ucx_conn_get(hub, address, length))) {
         free(s);
         return LARDER_EUNSUPPORTED;
     }
@@ -234,7 +236,7 @@ struct larder__ucx_session *larder__ucx_session_find(struct larder__ucx *hub,
     pthread_mutex_lock(&hub->lock);
     /* every live token compared whole, in constant time */
     for (struct larder__ucx_session *s = hub->sessions; s; s = s->next)
-        if (larder__auth_equal(s->token, token) && !conn_broken(s->conn)) found = s;
+        if (larder__auth_equal(s->token, token) && !larder__ucx_conn_broken(s->conn)) found = s;
     if (found) found->refs++;
     pthread_mutex_unlock(&hub->lock);
     return found;
@@ -263,7 +265,7 @@ void larder__ucx_session_release(struct larder__ucx_session *s)
     bool last = --s->refs == 0;
     pthread_mutex_unlock(&hub->lock);
     if (!last) return;
-    conn_put(s->conn);
+    larder__ucx_conn_put(s->conn);
     memset(s->token, 0, sizeof s->token);
     free(s);
 }
@@ -292,7 +294,7 @@ int larder__ucx_answer(struct larder__ucx_session *s, uint64_t request, int code
     uint8_t header[ANSWER_HEADER] = {0};
     larder__put_le64(header, request);
     larder__put_le32(header + 8, (uint32_t)(int32_t)code);
-    if (conn_broken(s->conn)) return -ECONNRESET;
+    if (larder__ucx_conn_broken(s->conn)) return -ECONNRESET;
     return larder__ucx_send(s->hub, s->conn->ep, AM_ANSWER, header, sizeof header, bytes, length,
                             NULL, &s->live);
 }
@@ -318,109 +320,16 @@ int larder__ucx_answer_file(struct larder__ucx_session *s, uint64_t request, int
     }
     uint8_t header[ANSWER_HEADER] = {0};
     larder__put_le64(header, request);
-    rc = conn_broken(s->conn) ? -ECONNRESET
-                              : larder__ucx_send(hub, s->conn->ep, AM_ANSWER, header, sizeof header,
-                                                 bytes, length, memh, &s->live);
+    rc = larder__ucx_conn_broken(s->conn)
+             ? -ECONNRESET
+             : larder__ucx_send(hub, s->conn->ep, AM_ANSWER, header, sizeof header, bytes, length,
+                                memh, &s->live);
     larder__ucx_mapping_put(hub, m);
     if (rc == 0) {
         __atomic_add_fetch(&hub->stats.answers, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&hub->stats.answer_bytes, length, __ATOMIC_RELAXED);
     }
     return rc;
-}
-
-/* ---- links ---------------------------------------------------------------------------- */
-
-int larder__ucx_link_new(struct larder__ucx *hub, const void *address, size_t length,
-                         const uint8_t token[LARDER__UCX_TOKEN], struct larder__ucx_link **out)
-{
-    if (length == 0 || length > LARDER__UCX_MAX_ADDRESS)
-        return larder__fail(LARDER_EPROTOCOL, "a UCX worker address of %zu bytes", length);
-    struct larder__ucx_link *l = calloc(1, sizeof *l);
-    if (!l) return -ENOMEM;
-    l->hub = hub;
-    memcpy(l->token, token, LARDER__UCX_TOKEN);
-    if (!(l->conn = conn_get(hub, address, length))) {
-        free(l);
-        return LARDER_EUNSUPPORTED;
-    }
-    *out = l;
-    return 0;
-}
-
-void larder__ucx_link_free(struct larder__ucx_link *l)
-{
-    if (!l) return;
-    conn_put(l->conn);
-    memset(l->token, 0, sizeof l->token);
-    free(l);
-}
-
-bool larder__ucx_link_broken(const struct larder__ucx_link *l)
-{
-    return conn_broken(l->conn);
-}
-
-int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read *read, void *buf,
-                          int wait_ms, int patience_ms, bool *fault)
-{
-    struct larder__ucx *hub = l->hub;
-    *fault = true;
-    if (larder__ucx_link_broken(l)) return -ECONNRESET;
-    struct larder__ucx_pending p = {
-        .hub = hub, .link = l, .buf = buf, .length = read->length, .state = PENDING_WAITING};
-    larder__ucx_cond_init(&p.wake);
-    uint8_t frame[LARDER__WIRE_HEADER + READ_PAYLOAD];
-    int n = larder__wire_encode_read(frame, sizeof frame, 0, read);
-    if (n != (int)sizeof frame) return n < 0 ? n : LARDER_EPROTOCOL;
-    pthread_mutex_lock(&hub->lock);
-    p.id = ++hub->next_id;
-    p.next = hub->pending;
-    hub->pending = &p;
-    pthread_mutex_unlock(&hub->lock);
-    uint8_t header[READ_HEADER];
-    memcpy(header, l->token, LARDER__UCX_TOKEN);
-    larder__put_le64(header + LARDER__UCX_TOKEN, p.id);
-    memcpy(header + LARDER__UCX_TOKEN + 8, frame + LARDER__WIRE_HEADER, READ_PAYLOAD);
-    int rc =
-        larder__ucx_send(hub, l->conn->ep, AM_READ, header, sizeof header, NULL, 0, NULL, NULL);
-    int64_t started = larder__ucx_now_ms(), deadline = started + wait_ms;
-    pthread_mutex_lock(&hub->lock);
-    if (rc < 0 && p.state == PENDING_WAITING) p.state = PENDING_DONE, p.rc = rc;
-    while (p.state != PENDING_DONE) {
-        int64_t now = larder__ucx_now_ms();
-        if (now >= deadline && p.state == PENDING_WAITING) {
-            /* a daemon answering others meanwhile is busy, not gone */
-            int64_t answered = __atomic_load_n(&l->answered_ms, __ATOMIC_RELAXED);
-            if (now - answered < wait_ms && now - started < patience_ms) {
-                deadline = now + wait_ms;
-            } else {
-                p.state = PENDING_DONE;
-                p.rc = -ETIMEDOUT;
-                break;
-            }
-        }
-        int64_t left = deadline - now;
-        larder__ucx_wait(hub, &p.wake, left > 100 ? 100 : left);
-    }
-    for (struct larder__ucx_pending **q = &hub->pending; *q; q = &(*q)->next)
-        if (*q == &p) {
-            *q = p.next;
-            break;
-        }
-    pthread_mutex_unlock(&hub->lock);
-    pthread_cond_destroy(&p.wake);
-    if (p.rc == 0) {
-        *fault = false;
-        return 0;
-    }
-    if (p.answered) { /* the daemon's answer, not the link's failure */
-        *fault = p.rc == LARDER_EPROTOCOL;
-        return larder__fail(p.rc, "larder daemon over UCX: %s", p.message);
-    }
-    if (p.rc == LARDER_EPROTOCOL)
-        return larder__fail(p.rc, "larder daemon over UCX: %s", p.message);
-    return p.rc;
 }
 
 #else /* built without UCX */
@@ -466,27 +375,4 @@ int larder__ucx_answer_file(struct larder__ucx_session *s, uint64_t request, int
     (void)s, (void)request, (void)fd, (void)offset, (void)length;
     return -ENOTSUP;
 }
-int larder__ucx_link_new(struct larder__ucx *hub, const void *address, size_t length,
-                         const uint8_t token[LARDER__UCX_TOKEN], struct larder__ucx_link **out)
-{
-    (void)hub, (void)address, (void)length, (void)token, (void)out;
-    return -ENOTSUP;
-}
-void larder__ucx_link_free(struct larder__ucx_link *l)
-{
-    (void)l;
-}
-bool larder__ucx_link_broken(const struct larder__ucx_link *l)
-{
-    (void)l;
-    return true;
-}
-int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read *read, void *buf,
-                          int wait_ms, int patience_ms, bool *fault)
-{
-    (void)l, (void)read, (void)buf, (void)wait_ms, (void)patience_ms;
-    *fault = true;
-    return -ENOTSUP;
-}
-
 #endif

@@ -14,10 +14,19 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static int served;      /* READs the daemon side was handed */
 static int answer_code; /* 0: bytes; else this error */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static uint8_t pattern(uint64_t at)
 {
@@ -144,6 +153,152 @@ TEST(ucx_error_answer_is_the_daemons_code)
     CHECK_EQ(read_range(link, 0, sizeof buf, buf, 10000, &fault), LARDER_ENOTFOUND);
     CHECK(!fault); /* an answer, not the link's failure */
     CHECK(strstr(larder_errmsg(), "no such shard") != NULL);
+    larder__ucx_link_free(link);
+    larder__ucx_session_free(session);
+    larder__ucx_stop(borrower);
+    larder__ucx_stop(daemon);
+}
+
+struct reader_arg {
+    struct larder__ucx_link *link;
+    int index;
+    int bad; /* READs failed or not byte-exact */
+};
+
+/* 40 READs of 256 KiB + index at offsets of its own, each checked whole. */
+static void *read_many(void *arg)
+{
+    struct reader_arg *r = arg;
+    uint64_t length = (256u << 10) + (uint64_t)r->index;
+    uint8_t *buf = malloc(length);
+    for (int i = 0; i < 40; i++) {
+        uint64_t offset = (uint64_t)r->index * 1000003u + (uint64_t)i * 7919u;
+        memset(buf, 0, length);
+        bool fault = false;
+        if (read_range(r->link, offset, length, buf, 20000, &fault) != 0) {
+            r->bad++;
+            continue;
+        }
+        for (uint64_t k = 0; k < length; k++)
+            if (buf[k] != pattern(offset + k)) {
+                r->bad++;
+                break;
+            }
+    }
+    free(buf);
+    return NULL;
+}
+
+/* 16 threads reading at once over one link: while the progress thread
+ * holds the worker pulling answers in, their READs are queued for it to
+ * post (transport_ucx_link.c's outbox); every READ is answered, each with
+ * its own bytes (the formula at its own offset and length). */
+TEST(ucx_many_readers_at_once_each_get_their_own_bytes)
+{
+    struct larder__ucx *daemon, *borrower;
+    start_pair(&daemon, &borrower);
+    struct larder__ucx_session *session;
+    struct larder__ucx_link *link;
+    connect_pair(daemon, borrower, &session, &link);
+    enum { READERS = 16 };
+    pthread_t threads[READERS];
+    struct reader_arg args[READERS];
+    for (int i = 0; i < READERS; i++) {
+        args[i] = (struct reader_arg){.link = link, .index = i};
+        CHECK_EQ(pthread_create(&threads[i], NULL, read_many, &args[i]), 0);
+    }
+    int bad = 0;
+    for (int i = 0; i < READERS; i++) {
+        pthread_join(threads[i], NULL);
+        bad += args[i].bad;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(served, READERS * 40);
+    larder__ucx_link_free(link);
+    larder__ucx_session_free(session);
+    larder__ucx_stop(borrower);
+    larder__ucx_stop(daemon);
+}
+
+/* A stopping daemon (larder__ucx_quiesce) refuses every READ from then on
+ * with -ESHUTDOWN, which the borrower takes as the path's failure (it goes
+ * over TCP), and its READ handler is not called again. */
+TEST(ucx_quiesced_hub_refuses_reads_as_a_fault)
+{
+    struct larder__ucx *daemon, *borrower;
+    start_pair(&daemon, &borrower);
+    struct larder__ucx_session *session;
+    struct larder__ucx_link *link;
+    connect_pair(daemon, borrower, &session, &link);
+    uint8_t buf[64];
+    bool fault = true;
+    CHECK_EQ(read_range(link, 0, sizeof buf, buf, 10000, &fault), 0);
+    CHECK_EQ(served, 1);
+    int64_t started = now_ms();
+    CHECK_EQ(larder__ucx_quiesce(daemon), 0); /* nothing was in flight */
+    /* it waited for 50 ms without a READ, not for its 3 s bound */
+    CHECK(now_ms() - started < 2000);
+    for (int i = 0; i < 3; i++) {
+        fault = false;
+        CHECK_EQ(read_range(link, 0, sizeof buf, buf, 10000, &fault), -ESHUTDOWN);
+        CHECK(fault);
+        CHECK(strstr(larder_errmsg(), "the daemon is stopping") != NULL);
+    }
+    CHECK_EQ(served, 1);
+    larder__ucx_link_free(link);
+    larder__ucx_session_free(session);
+    larder__ucx_stop(borrower);
+    larder__ucx_stop(daemon);
+}
+
+static void serve_nothing(void *owner, struct larder__ucx_session *s, uint64_t request,
+                          const struct larder__read *read)
+{
+    (void)owner, (void)s, (void)request, (void)read;
+    __atomic_add_fetch(&served, 1, __ATOMIC_RELAXED);
+}
+
+struct hang_up {
+    int fd;
+    int after_ms;
+};
+
+static void *hang_up_later(void *arg)
+{
+    struct hang_up *h = arg;
+    usleep((useconds_t)h->after_ms * 1000);
+    close(h->fd);
+    return NULL;
+}
+
+/* A READ waiting on a link whose control connection closes (the daemon
+ * stopped or died: over shared memory UCX cannot tell) fails as a fault
+ * within a few hundred ms of the close, not at its 20 s wait. */
+TEST(ucx_link_read_fails_when_its_control_connection_closes)
+{
+    struct larder__ucx *daemon, *borrower;
+    start_pair(&daemon, &borrower);
+    larder__ucx_serve(daemon, serve_nothing); /* the READ is never answered */
+    struct larder__ucx_session *session;
+    struct larder__ucx_link *link;
+    connect_pair(daemon, borrower, &session, &link);
+    int pair[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+    larder__ucx_link_watch(link, pair[0]);
+    struct hang_up h = {.fd = pair[1], .after_ms = 300};
+    pthread_t thread;
+    CHECK_EQ(pthread_create(&thread, NULL, hang_up_later, &h), 0);
+    uint8_t buf[64];
+    bool fault = false;
+    int64_t started = now_ms();
+    CHECK_EQ(read_range(link, 0, sizeof buf, buf, 20000, &fault), -ECONNRESET);
+    int64_t took = now_ms() - started;
+    CHECK(fault);
+    CHECK(took >= 250); /* not before the close */
+    CHECK(took < 5000); /* its wait was 20 s */
+    CHECK_EQ(served, 1);
+    pthread_join(thread, NULL);
+    close(pair[0]);
     larder__ucx_link_free(link);
     larder__ucx_session_free(session);
     larder__ucx_stop(borrower);
