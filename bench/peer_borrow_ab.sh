@@ -21,7 +21,7 @@ work=$PWD/bench/work/peer_ab
 rm -rf "$work" && mkdir -p "$work/src"
 pids=()
 trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null' EXIT
-larder=$PWD/$1/larder
+larder=$(cd "$1" && pwd)/larder
 random_samples "$work/src" "$samples" "$size"
 "$larder" pack "$work/src" -o "$work/origin" --shard-size 8M >/dev/null
 index=$work/origin/index.larder

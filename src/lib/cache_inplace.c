@@ -66,16 +66,19 @@ int larder__cache_map_blocks(struct larder__cache *c, uint32_t shard, uint64_t f
     if (larder__sys.fstat(fd, &st) < 0 || st.st_nlink == 0 ||
         (uint64_t)st.st_size < offset + length)
         return -ESTALE;
-    /* the disk's room first: a shared mapping's store into a hole the
-     * disk has no room for is a SIGBUS, a fallocate's refusal a code */
-    if (larder__sys.fallocate(fd, 0, (off_t)offset, (off_t)length) < 0 && errno != EOPNOTSUPP)
-        return -errno;
     void *mapped = larder__sys.mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
                                     (off_t)offset);
     if (mapped == MAP_FAILED) return -errno;
-    /* the pages in place before the peer's bytes arrive: one call, not a
-     * fault per page inside recv (kernels before 5.14 fault them in) */
-    (void)madvise(mapped, length, MADV_POPULATE_WRITE);
+    /* the pages in place before the peer's bytes arrive, in one call
+     * rather than a fault per page inside recv; it also takes the disk's
+     * room for them (a shared mapping's store into a hole the disk has no
+     * room for is a SIGBUS, this call's failure a code).  A kernel
+     * without it (before 5.14): fallocate takes the room instead */
+    if (madvise(mapped, length, MADV_POPULATE_WRITE) < 0) {
+        if (errno != EINVAL) return -errno;
+        if (larder__sys.fallocate(fd, 0, (off_t)offset, (off_t)length) < 0 && errno != EOPNOTSUPP)
+            return -errno;
+    }
     return 0;
 }
 
