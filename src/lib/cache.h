@@ -163,7 +163,7 @@ LARDER__HIDDEN bool larder__cache_any_present(const struct larder__cache *cache,
                                               uint64_t first, uint64_t last);
 /* Map blocks [first, last] of `shard`'s data file writable and shared at
  * `at` (page aligned; MAP_FIXED over memory the caller owns), room on disk
- * allocated first and the pages populated.  Call with their fill lock held
+ * allocated first (fallocate).  Call with their fill lock held
  * and none of them present.  0, or a negative code (at's memory is then
  * the caller's to unmap). */
 LARDER__HIDDEN int larder__cache_map_blocks(struct larder__cache *cache, uint32_t shard,

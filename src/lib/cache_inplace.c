@@ -21,10 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
 int larder__cache_lock_more(struct larder__cache *c, int lock, uint32_t shard, uint64_t first,
                             uint64_t last)
 {
@@ -66,19 +62,16 @@ int larder__cache_map_blocks(struct larder__cache *c, uint32_t shard, uint64_t f
     if (larder__sys.fstat(fd, &st) < 0 || st.st_nlink == 0 ||
         (uint64_t)st.st_size < offset + length)
         return -ESTALE;
+    /* the disk's room first: a store through the mapping into a hole the
+     * disk has no room for would be a SIGBUS, fallocate's refusal is a code */
+    if (larder__sys.fallocate(fd, 0, (off_t)offset, (off_t)length) < 0 && errno != EOPNOTSUPP)
+        return -errno;
+    /* not populated: the bytes arrive by splice into the page cache
+     * (recv_window.h), and the fill's reads map them then; writing pages
+     * populated here cost more than the pwrite they replace */
     void *mapped = larder__sys.mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
                                     (off_t)offset);
     if (mapped == MAP_FAILED) return -errno;
-    /* the pages in place before the peer's bytes arrive, in one call
-     * rather than a fault per page inside recv; it also takes the disk's
-     * room for them (a shared mapping's store into a hole the disk has no
-     * room for is a SIGBUS, this call's failure a code).  A kernel
-     * without it (before 5.14): fallocate takes the room instead */
-    if (madvise(mapped, length, MADV_POPULATE_WRITE) < 0) {
-        if (errno != EINVAL) return -errno;
-        if (larder__sys.fallocate(fd, 0, (off_t)offset, (off_t)length) < 0 && errno != EOPNOTSUPP)
-            return -errno;
-    }
     return 0;
 }
 

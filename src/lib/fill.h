@@ -129,6 +129,7 @@ LARDER__HIDDEN void larder__fill_offer_span(uint32_t shard, uint64_t start, uint
  */
 /* inner blocks put in place at most (more: a buffer as before) */
 #define LARDER__INPLACE_BLOCKS 1024
+#define LARDER__INPLACE_RUNS 8 /* runs of them (between blocks cached already) at most */
 struct larder__fill_inplace {
     uint8_t *room;               /* the span's memory; NULL: not begun */
     size_t mapped;               /* bytes mapped at room (whole pages) */
@@ -142,6 +143,9 @@ struct larder__fill_inplace {
      * in the cache when locked; the others' bytes go through room's
      * anonymous pages (the fill reads them from the cache over those) */
     uint64_t in_file[LARDER__INPLACE_BLOCKS / 64];
+    /* the runs of them registered as windows onto the data file, which a
+     * peer's answer is spliced into (recv_window.h); -1: none */
+    int windows[LARDER__INPLACE_RUNS];
 };
 LARDER__HIDDEN int larder__fill_inplace_begin(struct larder__fill *fill, uint32_t shard,
                                               uint64_t lo, uint64_t hi, uint64_t room_start,

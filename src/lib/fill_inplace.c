@@ -19,6 +19,7 @@
  * ever, under the fill's own lock.
  */
 #include "fill_internal.h"
+#include "recv_window.h"
 
 #include <errno.h>
 #include <string.h>
@@ -167,21 +168,25 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
      * first sample kept its blocks, most often): never overwrite kept
      * bytes, which readers may be reading now */
     uint64_t in_file[LARDER__INPLACE_BLOCKS / 64] = {0};
-    bool any = false;
-    int rc = 0;
-    for (uint64_t b = first; rc == 0 && b <= last; b++) {
+    int windows[LARDER__INPLACE_RUNS], runs = 0, rc = 0, fd = larder__cache_data_fd(c, shard);
+    for (uint64_t b = first; rc == 0 && fd >= 0 && b <= last && runs < LARDER__INPLACE_RUNS; b++) {
         if (larder__cache_present(c, shard, b, b)) continue;
         uint64_t end = b;
         while (end < last && !larder__cache_present(c, shard, end + 1, end + 1))
             end++;
-        rc = larder__cache_map_blocks(c, shard, b, end,
-                                      room + (larder__cache_block_offset(c, b) - room_start));
+        uint64_t offset = larder__cache_block_offset(c, b);
+        uint8_t *place = room + (offset - room_start);
+        rc = larder__cache_map_blocks(c, shard, b, end, place);
         for (uint64_t i = b - first; rc == 0 && i <= end - first; i++)
             in_file[i / 64] |= UINT64_C(1) << (i % 64);
-        any = any || rc == 0;
+        if (rc == 0) /* no window left: received through the mapping, dearer */
+            windows[runs++] = larder__recv_window_add(
+                place, (size_t)larder__cache_span(c, shard, b, end), fd, offset);
         b = end;
     }
-    if (rc < 0 || !any) {
+    if (rc < 0 || runs == 0) {
+        for (int i = 0; i < runs; i++)
+            larder__recv_window_remove(windows[i]);
         if (rc < 0) larder__cache_punch_absent(c, shard, first, last); /* the room fallocate took */
         larder__cache_unlock(c, lock);
         munmap(room, mapped);
@@ -197,6 +202,8 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
                                         .last = last,
                                         .lock = lock};
     memcpy(in->in_file, in_file, sizeof in_file);
+    for (int i = 0; i < LARDER__INPLACE_RUNS; i++)
+        in->windows[i] = i < runs ? windows[i] : -1;
     return 0;
 }
 
@@ -225,6 +232,8 @@ void larder__fill_inplace_end(struct larder__fill_inplace *in)
     held.lock = -1;
     held.taken = held.settled = false;
     held.map_lo = held.map_hi = NULL;
+    for (int i = 0; i < LARDER__INPLACE_RUNS; i++)
+        larder__recv_window_remove(in->windows[i]);
     if (in->lock >= 0) { /* no fill took it: nothing of it was published */
         larder__cache_punch_absent(in->cache, in->shard, in->first, in->last);
         larder__cache_unlock(in->cache, in->lock);
