@@ -1,12 +1,11 @@
 /*
  * cache_inplace.c - blocks received straight into their data file's pages
  * (cache.h, "In place"): a daemon borrowing a whole chunk maps the
- * chunk's blocks of the data file and has the peer's bytes received
- * there, checks them from there, and only then marks them resident
- * (larder__cache_store with no data).  Until then the bytes sit in the
- * page cache under blocks whose resident bit is clear, which no reader
- * of the cache reads (sendfile to peers and readers, UCX answers, the
- * mount's passthrough and direct reads, `larder cache check` all go by
+ * chunk's blocks of the data file and has the peer's bytes spliced into
+ * the file there (recv_window.h), checks them through the mapping, and only then marks them
+ * resident (larder__cache_store with no data).  Until then the bytes sit in the page cache under
+ * blocks whose resident bit is clear, which no reader of the cache reads (sendfile to peers and
+ * readers, UCX answers, the mount's passthrough and direct reads, `larder cache check` all go by
  * the resident bits), and under the fill lock of those blocks, which no
  * other fill can take to store or publish them meanwhile.  Blocks that
  * are not published are punched out before the lock is let go.

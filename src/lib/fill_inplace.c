@@ -4,7 +4,10 @@
  * the cache file (larder__fill_inplace_begin): the daemon staging a whole
  * chunk takes the fill lock of the chunk's inner blocks first, maps their
  * pages of the data file into the middle of the span it offers the fill,
- * has the peer's bytes received there, and hands that lock to the fill,
+ * registers them as windows the peer's answer is spliced into
+ * (recv_window.h: the one copy, into the page cache; a recv into the
+ * mapping faulted its pages in at a higher cost than the pwrite it saved),
+ * and hands that lock to the fill,
  * which checks the bytes where they lie and publishes the blocks that
  * checked out without writing them again (cache_inplace.c says why no one
  * reads them before).  What is not published is punched out before the
