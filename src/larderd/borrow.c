@@ -129,7 +129,7 @@ static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, ui
      * loan: what that one copies is checked before it is kept, as ever. */
     uint64_t span_lo, span_hi, room_lo = 0;
     uint8_t *room = NULL;
-    /* the chunk's inner blocks received straight into the cache file's
+    /* the chunk's inner blocks spliced straight into the cache file's
      * pages, under their fill lock (fill_inplace.c), when it can; the
      * rest of the span (or all of it) into a buffer */
     struct larder__fill_inplace in_place = {.lock = -1};

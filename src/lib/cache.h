@@ -147,7 +147,7 @@ LARDER__HIDDEN int larder__cache_store(struct larder__cache *cache, uint32_t sha
                                        bool checked);
 /*
  * In place (cache_inplace.c): a daemon borrowing a whole chunk has the
- * peer's bytes received straight into the data file's pages of blocks it
+ * peer's bytes spliced straight into the data file's pages of blocks it
  * holds the fill lock of, none of them present, and stores them with
  * larder__cache_store(data NULL) once they checked out.  Unchecked bytes
  * therefore sit only in blocks whose resident bit is clear (no reader
