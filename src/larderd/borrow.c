@@ -129,24 +129,43 @@ static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, ui
      * loan: what that one copies is checked before it is kept, as ever. */
     uint64_t span_lo, span_hi, room_lo = 0;
     uint8_t *room = NULL;
+    /* the chunk's inner blocks spliced straight into the cache file's
+     * pages, under their fill lock (fill_inplace.c), when it can; the
+     * rest of the span (or all of it) into a buffer */
+    struct larder__fill_inplace in_place = {.lock = -1};
     if (larder__fill_range_scope(fill, shard, lo, hi - lo, &span_lo, &span_hi) == 0 &&
-        span_hi - span_lo <= SIZE_MAX - 2 * SPAN_SLACK &&
-        (room = larder__bigbuf_get((size_t)(span_hi - span_lo + 2 * SPAN_SLACK)))) {
+        span_hi - span_lo <= SIZE_MAX - 2 * SPAN_SLACK) {
         room_lo = span_lo > SPAN_SLACK ? span_lo - SPAN_SLACK : 0;
-        loan = borrow_range_into(e, shard, span_lo, span_hi - span_lo, priority,
-                                 room + (span_lo - room_lo), &stripe);
+        uint64_t room_length = span_hi - room_lo + SPAN_SLACK;
+        /* at DEMAND only: the lock is held while the owner sends, and a
+         * READ more urgent than a staging does not wait for it (claim):
+         * behind a NEAR or HINTED staging's lock it would */
+        if (priority <= LARDER__DEMAND &&
+            larder__fill_inplace_begin(fill, shard, lo, hi, room_lo, room_length, &in_place) == 0)
+            room = in_place.room;
+        else
+            room = larder__bigbuf_get((size_t)room_length);
+        if (room)
+            loan = borrow_range_into(e, shard, span_lo, span_hi - span_lo, priority,
+                                     room + (span_lo - room_lo), &stripe);
     }
     span_trace.borrowed_us = trace_now_us();
     int fd = -1, rc = -1;
     /* a failed borrow left no loan: the fill reads the chunk from the origin
      * (what a READ of it would do), and a failed fill is the READ's to say */
     if (loan) {
-        larder__fill_offer_span(shard, room_lo, span_hi - room_lo + SPAN_SLACK, room);
+        if (in_place.room)
+            larder__fill_inplace_offer(&in_place);
+        else
+            larder__fill_offer_span(shard, room_lo, span_hi - room_lo + SPAN_SLACK, room);
         rc = larder__fill_stage_range_at(fill, shard, lo, hi - lo, priority, &fd);
         larder__fill_offer_span(0, 0, 0, NULL);
     }
     borrow_return(stripe, loan);
-    larder__bigbuf_put(room);
+    if (in_place.room)
+        larder__fill_inplace_end(&in_place); /* after the loan: its bytes lie there */
+    else
+        larder__bigbuf_put(room);
     trace_end(&span_trace, rc >= 0);
 }
 

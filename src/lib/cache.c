@@ -540,7 +540,8 @@ int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first,
     int fd = data_fd_for_store(c, shard);
     if (fd < 0) return fd;
     uint64_t length = larder__cache_span(c, shard, first, last);
-    int rc = larder__pwrite_full(fd, data, (size_t)length, first << c->block_shift, c->dir);
+    int rc = data ? larder__pwrite_full(fd, data, (size_t)length, first << c->block_shift, c->dir)
+                  : 0; /* put in place already (cache_inplace.c) */
     if (rc < 0) {
         if (!c->warned_full) {
             c->warned_full = true;

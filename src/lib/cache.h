@@ -137,13 +137,41 @@ LARDER__HIDDEN bool larder__cache_try_lock(struct larder__cache *cache, int lock
  * borrowed, when they came from another node).  `checked`: every sample
  * byte in them matched its checksum; otherwise (a block shared with a
  * sample the fill did not read whole) they are kept suspect, for a later
- * fill to check without fetching them again.  Call with the fill lock held.  Returns 0; or
+ * fill to check without fetching them again.  data NULL: the bytes are in
+ * the data file already (put in place, below).  Call with the fill lock held.  Returns 0; or
  * -ENOSPC/-EDQUOT/-EIO when the disk refuses, in which case nothing is marked and the caller serves
  * the bytes uncached.
  */
 LARDER__HIDDEN int larder__cache_store(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                        uint64_t last, const void *data, bool borrowed,
                                        bool checked);
+/*
+ * In place (cache_inplace.c): a daemon borrowing a whole chunk has the
+ * peer's bytes spliced straight into the data file's pages of blocks it
+ * holds the fill lock of, none of them present, and stores them with
+ * larder__cache_store(data NULL) once they checked out.  Unchecked bytes
+ * therefore sit only in blocks whose resident bit is clear (no reader
+ * reads those) under a fill lock (no other fill stores or publishes them);
+ * whatever was not published is punched out before that lock is let go,
+ * and a process that dies leaves its blocks absent and unlocked.
+ */
+/* Grow fill lock `lock` by blocks [first, last], waiting for their fillers. */
+LARDER__HIDDEN int larder__cache_lock_more(struct larder__cache *cache, int lock, uint32_t shard,
+                                           uint64_t first, uint64_t last);
+/* Whether any of blocks [first, last] of `shard` is in the data file. */
+LARDER__HIDDEN bool larder__cache_any_present(const struct larder__cache *cache, uint32_t shard,
+                                              uint64_t first, uint64_t last);
+/* Map blocks [first, last] of `shard`'s data file writable and shared at
+ * `at` (page aligned; MAP_FIXED over memory the caller owns), room on disk
+ * allocated first (fallocate).  Call with their fill lock held
+ * and none of them present.  0, or a negative code (at's memory is then
+ * the caller's to unmap). */
+LARDER__HIDDEN int larder__cache_map_blocks(struct larder__cache *cache, uint32_t shard,
+                                            uint64_t first, uint64_t last, void *at);
+/* Punch out the blocks of [first, last] that are not resident: bytes put
+ * in place and never published.  Call with their fill lock held. */
+LARDER__HIDDEN void larder__cache_punch_absent(struct larder__cache *cache, uint32_t shard,
+                                               uint64_t first, uint64_t last);
 /* Evict down to the limits again (stores do it as they go, but cannot evict
  * what their own fill lock covers): call after releasing a fill lock. */
 LARDER__HIDDEN void larder__cache_trim(struct larder__cache *cache);

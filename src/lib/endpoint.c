@@ -11,6 +11,7 @@
  * One connection's dialling, handshake and frames are endpoint_wire.c's.
  */
 #include "endpoint_internal.h"
+#include "recv_window.h"
 #include "cluster.h"
 #include "priority.h"
 #include "transport_ucx_peer.h"
@@ -198,7 +199,9 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
     *connection_fault = rc < 0;
     if (rc < 0) return rc;
     if (frame.type == LARDER__DATA && frame.length == read->length) {
-        rc = larder__endpoint_recv_all(fd, buf, (size_t)read->length);
+        /* into a cache file's pages with splice where buf is a window onto
+         * them (a daemon staging a borrowed chunk in place, recv_window.h) */
+        rc = larder__recv_into(fd, buf, (size_t)read->length);
         *connection_fault = rc < 0;
     } else if (frame.type == LARDER__ERROR && frame.length <= 4 + LARDER__WIRE_MAX_MESSAGE) {
         uint8_t payload[4 + LARDER__WIRE_MAX_MESSAGE];

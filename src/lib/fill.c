@@ -343,11 +343,19 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
             for (uint64_t x = b, y; x <= end; x = y + 1) {
                 y = x;
                 if (!admit[x - b]) continue;
-                while (y < end && admit[y + 1 - b])
+                /* a run admitted alike, and alike in place or not: blocks
+                 * received (or read) into the data file's own pages are
+                 * marked, not written again */
+                const uint8_t *data = span + larder__cache_block_offset(c, x) - start;
+                bool in_place = larder__fill_in_place(data, larder__cache_span(c, shard, x, x));
+                while (y < end && admit[y + 1 - b] &&
+                       larder__fill_in_place(span + larder__cache_block_offset(c, y + 1) - start,
+                                             larder__cache_span(c, shard, y + 1, y + 1)) ==
+                           in_place)
                     y++;
-                if (larder__cache_store(
-                        c, shard, x, y, span + larder__cache_block_offset(c, x) - start,
-                        fetched[b - p->first] == BLOCK_PEER, what == LARDER__KEEP_CHECKED) < 0) {
+                if (larder__cache_store(c, shard, x, y, in_place ? NULL : data,
+                                        fetched[b - p->first] == BLOCK_PEER,
+                                        what == LARDER__KEEP_CHECKED) < 0) {
                     free(admitted);
                     return; /* disk full: served uncached (the cache counts it and warns once) */
                 }
@@ -356,33 +364,6 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
         b = end + 1;
     }
     free(admitted);
-}
-
-/* The span larder__fill_offer_span offered this thread's next fill. */
-static _Thread_local struct {
-    uint8_t *buf;
-    uint32_t shard;
-    uint64_t start, length;
-} offered;
-
-void larder__fill_offer_span(uint32_t shard, uint64_t start, uint64_t length, void *buf)
-{
-    offered.buf = buf;
-    offered.shard = shard;
-    offered.start = start;
-    offered.length = length;
-}
-
-/* The place of [start, start + length) in the offered span when it lies
- * within it (the offer is then taken), else NULL. */
-static uint8_t *take_offered_span(uint32_t shard, uint64_t start, uint64_t length)
-{
-    uint8_t *buf = offered.buf;
-    offered.buf = NULL;
-    return buf && offered.shard == shard && start >= offered.start && length <= offered.length &&
-                   start - offered.start <= offered.length - length
-               ? buf + (start - offered.start)
-               : NULL;
 }
 
 /*
@@ -408,7 +389,7 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
     if ((rc = larder__fill_scope_make(f->ix, f->sums, f->cache, map, shard, lo, hi, &p)) < 0)
         return rc;
     uint64_t started = now_microseconds();
-    int lock = larder__cache_lock(c, shard, p.first, p.last);
+    int lock = larder__fill_lock_blocks(c, shard, p.first, p.last);
     if (lock < 0) return lock;
     larder__fill_scope_take_in(f->cache, shard, lock, &p);
     uint64_t want_first, want_last;
@@ -416,7 +397,7 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
     if (!suspect && larder__cache_resident(c, shard, want_first, want_last)) {
         /* filled while we waited: resident blocks were checked when kept */
         rc = buf ? larder__cache_pread(c, shard, buf, (size_t)(hi - lo), lo) : 0;
-        larder__cache_unlock(c, lock);
+        larder__fill_unlock_blocks(c, lock);
         if (rc == 0) {
             larder__cache_count(&k->hits, 1);
             return 0;
@@ -431,7 +412,7 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
     uint64_t blocks = p.last - p.first + 1, checked = p.check_last - p.check_first;
     uint64_t span_start = larder__cache_block_offset(c, p.first);
     uint64_t span_length = larder__cache_span(c, shard, p.first, p.last);
-    uint8_t *offered_span = take_offered_span(shard, span_start, span_length);
+    uint8_t *offered_span = larder__fill_take_offered_span(shard, span_start, span_length);
     uint8_t *span = offered_span ? offered_span : larder__bigbuf_get((size_t)span_length);
     uint8_t *fetched = calloc(blocks, sizeof *fetched);
     bool *ok = calloc(checked ? checked : 1, sizeof *ok);
@@ -467,7 +448,7 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
         keep_blocks(f, shard, &p, span, fetched, keep);
         if (buf) memcpy(buf, span + (lo - span_start), (size_t)(hi - lo));
     }
-    larder__cache_unlock(c, lock);
+    larder__fill_unlock_blocks(c, lock);
     larder__cache_trim(c);
     larder__cache_record_fill(c, now_microseconds() - started);
     if (span != offered_span) larder__bigbuf_put(span); /* pages kept mapped */

@@ -110,6 +110,49 @@ LARDER__HIDDEN int larder__fill_resident_fd(struct larder__fill *fill, uint32_t 
  */
 LARDER__HIDDEN void larder__fill_offer_span(uint32_t shard, uint64_t start, uint64_t length,
                                             void *buf);
+/*
+ * A whole chunk borrowed straight into the cache file (fill_inplace.c):
+ * a daemon staging chunk [lo, hi) of `shard` calls _begin before it
+ * borrows the chunk's span, with room_start and room_length the span
+ * buffer it will offer (larder__fill_offer_span's start and length).
+ * _begin takes the fill lock of the chunk's inner blocks (waiting, with
+ * nothing held), and returns 0 with `room` that buffer: anonymous memory
+ * with those blocks' pages of the data file mapped in its middle; 1 when
+ * it cannot (no cache, one that evicts, no inner blocks or all of them in
+ * the cache, the disk full): nothing is held, and the caller uses a buffer
+ * of its own.  _offer, just before the fill, offers the next fill on this
+ * thread the room and the lock: that fill checks the bytes where they lie
+ * and marks resident those that checked out without writing them again.
+ * _end, after the fill (or instead of it), punches out what was not
+ * published, lets the lock go and unmaps the room; call it once the loan
+ * the bytes were received through is returned.
+ */
+/* inner blocks put in place at most (more: a buffer as before) */
+#define LARDER__INPLACE_BLOCKS 1024
+#define LARDER__INPLACE_RUNS 8 /* runs of them (between blocks cached already) at most */
+struct larder__fill_inplace {
+    uint8_t *room;               /* the span's memory; NULL: not begun */
+    size_t mapped;               /* bytes mapped at room (whole pages) */
+    uint64_t room_start;         /* shard offset of room[0] */
+    uint64_t room_length;        /* bytes of the shard room stands for */
+    struct larder__cache *cache; /* whose data file is mapped */
+    uint32_t shard;
+    uint64_t first, last; /* the inner blocks, locked */
+    int lock;             /* their fill lock; -1: none, or a fill settled it */
+    /* which of them are put in place (bit i: block first + i): those not
+     * in the cache when locked; the others' bytes go through room's
+     * anonymous pages (the fill reads them from the cache over those) */
+    uint64_t in_file[LARDER__INPLACE_BLOCKS / 64];
+    /* the runs of them registered as windows onto the data file, which a
+     * peer's answer is spliced into (recv_window.h); -1: none */
+    int windows[LARDER__INPLACE_RUNS];
+};
+LARDER__HIDDEN int larder__fill_inplace_begin(struct larder__fill *fill, uint32_t shard,
+                                              uint64_t lo, uint64_t hi, uint64_t room_start,
+                                              uint64_t room_length,
+                                              struct larder__fill_inplace *in);
+LARDER__HIDDEN void larder__fill_inplace_offer(struct larder__fill_inplace *in);
+LARDER__HIDDEN void larder__fill_inplace_end(struct larder__fill_inplace *in);
 /* Whether every block of sample `id` is in the cache (false without one). */
 LARDER__HIDDEN bool larder__fill_staged(const struct larder__fill *fill, uint64_t id);
 /* Bring sample `id` into the cache, checked (nothing without a cache), at

@@ -52,4 +52,17 @@ LARDER__HIDDEN int larder__fill_checksum_failure(struct larder__fill *f, uint64_
 LARDER__HIDDEN int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t lo,
                                               uint64_t hi, void *buf, bool suspect, int priority);
 
+/* The span offered this thread's next fill when [start, start + length)
+ * lies within it (the offer is then taken), else NULL (fill_inplace.c). */
+LARDER__HIDDEN uint8_t *larder__fill_take_offered_span(uint32_t shard, uint64_t start,
+                                                       uint64_t length);
+/* A fill's lock of blocks [first, last]: larder__cache_lock, or the lock
+ * of blocks put in place offered with the span, grown to them; and its
+ * release, which punches out what of those was not published first. */
+LARDER__HIDDEN int larder__fill_lock_blocks(struct larder__cache *cache, uint32_t shard,
+                                            uint64_t first, uint64_t last);
+LARDER__HIDDEN void larder__fill_unlock_blocks(struct larder__cache *cache, int lock);
+/* Whether data (length bytes) are the pages of blocks put in place under
+ * this thread's fill lock: stored by marking them, not by writing. */
+LARDER__HIDDEN bool larder__fill_in_place(const void *data, uint64_t length);
 #endif

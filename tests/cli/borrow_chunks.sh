@@ -220,3 +220,104 @@ for k in "$key" "$key2" sample00003 sample00042; do
   LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" "$k" bin "s/$k.bin"
 done
 kill -0 "${pids[1]}" || fail "daemon 1 died"
+
+# 7. received straight into the cache file (fill_inplace.c), and wrong: a
+# lying owner, and an origin whose copy of key2 is damaged (4 KiB of 0xA5
+# in its middle) while node 1 stages the chunk.  The READ of key2 fails;
+# nothing more is resident than key's blocks were, and neither the liar's
+# bytes (0x5A) nor the damaged origin's, both of which sat in the data
+# file's pages during the fill, are left there.  With the origin mended,
+# the same READ is right, and the data file holds the right bytes.
+kill "${pids[0]}" "${pids[1]}"
+wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+: >liar.rec.log
+/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --liar &
+pids[0]=$!
+for _ in $(seq 100); do
+  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
+  sleep 0.05
+done
+start_node 1 "$WORK/cache1f"
+resident() { "$LARDER" stat --cache "$1" --json | /usr/bin/python3 -c "
+import json, sys
+print(sum(d['resident_bytes'] for d in json.load(sys.stdin)['datasets']))"; }
+# data_has CACHE BYTE: whether the shard's data file holds 4 KiB of BYTE in a row
+data_has() {
+  /usr/bin/python3 - "$1/$S_ID/000000.data" "$2" <<'PY'
+import sys
+with open(sys.argv[1], "rb") as f:
+    data = f.read()
+sys.exit(0 if bytes([int(sys.argv[2], 16)]) * 4096 in data else 1)
+PY
+}
+cp "$SHARD" shard.good
+/usr/bin/python3 - "$SHARD" "$((offset2 + length2 / 2 - 2048))" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2]))
+    f.write(b"\xa5" * 4096)
+PY
+read_one 1 "$offset" "$length" || fail "node 1's read of $key (liar, origin damaged elsewhere)"
+kept=$(resident "$WORK/cache1f")
+if read_one 1 "$offset2" "$length2" 2>read7.err; then fail "node 1 read $key2 though the origin's is damaged"; fi
+grep -q "checksum" read7.err || fail "the failed READ of $key2 says: $(cat read7.err)"
+asked=$(awk '$1 == "read" && $3 > n { n = $3 } END { print n + 0 }' liar.rec.log)
+now=$(resident "$WORK/cache1f")
+echo "step 7: asked the liar for up to $asked bytes; resident $kept bytes before the failed READ, $now after"
+[ "$asked" -ge $((4 << 20)) ] || fail "node 1 did not stage the chunk from the liar: $(cat liar.rec.log)"
+# (the fill's refetch forgets the blocks it read from the cache: fewer is right)
+[ "$now" -le "$kept" ] || fail "a failed borrow left $((now - kept)) bytes more resident"
+data_has "$WORK/cache1f" 5a && fail "the liar's bytes were left in node 1's data file"
+data_has "$WORK/cache1f" a5 && fail "the damaged origin's bytes were left in node 1's data file"
+cp shard.good "$SHARD"
+read_one 1 "$offset2" "$length2" || fail "node 1's read of $key2 once the origin is mended"
+/usr/bin/python3 - "$WORK/cache1f/$S_ID/000000.data" "$SHARD" "$offset2" "$length2" <<'PY' ||
+import sys
+offset, length = int(sys.argv[3]), int(sys.argv[4])
+with open(sys.argv[1], "rb") as a, open(sys.argv[2], "rb") as b:
+    a.seek(offset), b.seek(offset)
+    assert a.read(length) == b.read(length)
+PY
+  fail "node 1's data file does not hold $key2's bytes after the mended READ"
+kill -0 "${pids[1]}" || fail "daemon 1 died"
+
+# 8. killed mid-transfer: an owner that sends half of the chunk and stalls;
+# node 1 is killed (SIGKILL) while its fill lock is held and half of the
+# liar's bytes sit unchecked in its data file's pages.  Nothing of the
+# chunk is resident; a restarted node 1 on the same cache, with a real
+# owner, reads key2 right, and `larder warm` through it reads every sample.
+kill "${pids[0]}" "${pids[1]}"
+wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+: >liar.rec.log
+/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --stall &
+pids[0]=$!
+for _ in $(seq 100); do
+  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
+  sleep 0.05
+done
+start_node 1 "$WORK/cache1g"
+read_one 1 "$offset" "$length" || fail "node 1's read of $key (stalling owner)"
+kept=$(resident "$WORK/cache1g")
+read_one 1 "$offset2" "$length2" 2>/dev/null &
+reader=$!
+for _ in $(seq 200); do grep -q stalled liar.rec.log && break; sleep 0.05; done
+grep -q stalled liar.rec.log || fail "the owner never stalled: $(cat liar.rec.log)"
+sleep 0.2
+kill -9 "${pids[1]}"
+wait "${pids[1]}" 2>/dev/null || true
+wait "$reader" 2>/dev/null || true
+now=$(resident "$WORK/cache1g")
+echo "step 8: killed mid-transfer; resident $kept bytes before, $now after"
+[ "$now" = "$kept" ] || fail "a killed borrow left $((now - kept)) bytes resident"
+kill "${pids[0]}"
+wait "${pids[0]}" 2>/dev/null || true
+start_node 0 "$WORK/cache0g"
+start_node 1 "$WORK/cache1g"
+read_one 1 "$offset2" "$length2" || fail "the restarted node 1's read of $key2"
+LARDER_SOCKET=$WORK/sock1 "$LARDER" warm "$INDEX" --cache "$WORK/cache1g" --jobs 16 >warm1g.txt ||
+  fail "the restarted node 1: $(cat warm1g.txt)"
+grep -q "warmed $(ls s | wc -l) samples" warm1g.txt || fail "the restarted node 1: $(cat warm1g.txt)"
+data_has "$WORK/cache1g" 5a && fail "the stalled owner's bytes were left in node 1's data file"
+for k in "$key" "$key2" sample00003; do
+  LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" "$k" bin "s/$k.bin"
+done

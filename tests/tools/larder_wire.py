@@ -5,7 +5,7 @@ it does not share), a client, and a fake owner daemon that records every
 byte it receives.
 
 Usage as a program:
-  larder_wire.py owner PORT SECRET_FILE RECORD [--impostor | --liar]
+  larder_wire.py owner PORT SECRET_FILE RECORD [--impostor | --liar | --stall]
       serve as a cluster member on 127.0.0.1:PORT: greet with a proof over
       the secret (a wrong one with --impostor), check the peer's PROVE,
       answer OPEN with an ERROR (so the peer reads the origin), and append
@@ -13,6 +13,9 @@ Usage as a program:
       With --liar, it opens every index (OPENED) and answers each READ
       with DATA of the length asked, every byte 0x5A: wrong bytes from
       a member that proved the secret (RECORD.log: "read OFFSET LENGTH").
+      With --stall, as --liar, but a READ of 1 MiB or more gets its DATA
+      frame's header and half its bytes, then nothing more ("stalled"):
+      a borrower caught mid-transfer.
 """
 import hashlib
 import hmac
@@ -161,7 +164,7 @@ class Refused(Exception):
         self.code, self.message = code, message
 
 
-def serve_owner(port, secret, record, impostor, liar=False):
+def serve_owner(port, secret, record, impostor, liar=False, stall=False):
     listener = socket.socket(socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
@@ -212,6 +215,13 @@ def serve_owner(port, secret, record, impostor, liar=False):
                 elif liar and kind == READ and length == 40:
                     offset, count = struct.unpack_from("<QQ", payload, 24)
                     log("read %d %d" % (offset, count))
+                    if stall and count >= 1 << 20:
+                        conn.sendall(frame(DATA, b"\x5a" * count, request)[:24 + count // 2])
+                        log("stalled")
+                        conn.settimeout(None)
+                        conn.recv(1)  # until the borrower goes
+                        log("closed")
+                        return
                     conn.sendall(frame(DATA, b"\x5a" * count, request))
                 else:
                     log("frame %d" % kind)
@@ -232,7 +242,8 @@ if __name__ == "__main__":
     if len(sys.argv) >= 5 and sys.argv[1] == "owner":
         with open(sys.argv[3], "rb") as f:
             secret = f.read().rstrip(b"\r\n ")
+        stall = "--stall" in sys.argv[5:]
         serve_owner(int(sys.argv[2]), secret, sys.argv[4], "--impostor" in sys.argv[5:],
-                    "--liar" in sys.argv[5:])
+                    "--liar" in sys.argv[5:] or stall, stall)
     else:
         sys.exit(__doc__)
