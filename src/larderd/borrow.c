@@ -223,11 +223,12 @@ static bool asked_before(const struct dataset_entry *e, uint32_t shard, uint64_t
  * LARDERD_BORROW_PIECE bytes (default BORROW_PIECE; a power of two from
  * 64 KiB to 2 MiB, so pieces divide chunks; 0 or anything else: whole
  * chunks, as before): it stages and waits for the pieces holding its own
- * bytes only.  Once it is answered, its worker stages the next piece after
- * its end that is neither resident nor in flight (AHEAD past the one the
- * reader is in at most, into the next chunk at a chunk's end, this node's
- * own pieces from the origin), at the READ's class, so a reader reading on
- * finds its bytes resident or in flight.  Each piece is one borrow its
+ * bytes only.  Once it is answered, its worker stages the pieces after its
+ * end, in order, up to AHEAD past the one the reader is in (into the next
+ * chunk at a chunk's end and the next shard at a shard's end, this node's
+ * own pieces from the origin), at the READ's class, one at a time: two at
+ * once would share the owner's link and each come in later.  So a reader
+ * reading on finds its bytes resident or in flight.  Each piece is one borrow its
  * owner fills from the origin, so the origin still reads each byte once;
  * READs needing one piece stage it once (the slots), the others wait for
  * it.  HINTED and WARM stagings, which no reader waits on, still borrow
@@ -291,14 +292,15 @@ void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset,
                        int priority)
 {
     uint64_t piece = piece_bytes(), x, y;
+    uint32_t shards = larder__dataset_num_shards(e->dataset);
     if (!piece || priority > LARDER__NEAR || length == 0 || !e->members ||
-        e->daemon->members.count <= 1 || shard >= larder__dataset_num_shards(e->dataset))
+        e->daemon->members.count <= 1 || shard >= shards)
         return;
     struct larder__cache *cache = larder__dataset_cache(e->dataset);
     if (!cache || larder__cache_evicts(cache)) return;
     struct larder__fill *fill = larder__dataset_fill(e->dataset);
     uint64_t size = larder__dataset_shard_size(e->dataset, shard), next = offset + length;
-    if (next < offset || next >= size) return;
+    if (next < offset || next > size) return;
     /* read in turn: a chunk of the READ's asked for twice lately (a lone
      * sample's READ has nothing more come over).  borrow_whole_chunks
      * counts the READs of other members' chunks; this node's are counted
@@ -310,31 +312,40 @@ void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset,
         pthread_mutex_unlock(&slots_lock);
     }
     if (!read_in_turn(e, shard, last) && (first == last || !read_in_turn(e, shard, first))) return;
-    /* the first piece from the next byte on that is neither resident nor in
-     * flight, AHEAD pieces past the one holding it at most (into the next
-     * chunk at a chunk's end: pieces divide chunks).  This node's pieces
-     * are read from the origin, other members' borrowed */
-    uint64_t p = next / piece * piece;
-    for (int i = 0; i <= AHEAD && p < size; i++, p += piece) {
-        uint64_t chunk = p / LARDER__OWNER_CHUNK;
-        uint64_t p_hi = p + piece < size ? p + piece : size, from = i == 0 ? next : p;
-        if (larder__fill_range_scope(fill, shard, from, p_hi - from, &x, &y) != 0) continue;
-        struct chunk_slot *slot = claim(e, shard, p, p_hi, priority, NULL, true);
-        if (!slot) continue; /* in flight already: the one after it */
-        if (chunk != last) { /* the reader goes on into this chunk: read in turn too */
-            pthread_mutex_lock(&slots_lock);
-            note_asked(e, shard, chunk, 2);
-            pthread_mutex_unlock(&slots_lock);
+    /* from the piece holding the next byte, AHEAD pieces past it, in
+     * order, each that is neither resident nor in flight (into the next
+     * chunk at a chunk's end: pieces divide chunks; into the next shard at
+     * a shard's end); at a piece in flight, its stager goes on after it.
+     * This node's pieces are read from the origin, other members' borrowed */
+    uint32_t reader_shard = shard;
+    uint64_t p = next / piece * piece, from = next;
+    for (int i = 0; i <= AHEAD; i++) {
+        if (p >= size) { /* the shard read to its end: the next one's first pieces */
+            if (++shard >= shards) return;
+            size = larder__dataset_shard_size(e->dataset, shard);
+            p = from = 0;
+            if (size == 0) return;
         }
-        int fd;
-        if (larder__fill_range_scope(fill, shard, from, p_hi - from, &x, &y) != 0)
-            ; /* resident by now */
-        else if (owns_chunk(e, shard, chunk))
-            larder__fill_stage_range_at(fill, shard, p, p_hi - p, priority, &fd);
-        else
-            stage_chunk(e, shard, p, p_hi, priority);
-        release(slot);
-        return;
+        uint64_t chunk = p / LARDER__OWNER_CHUNK, p_hi = p + piece < size ? p + piece : size;
+        if (from < p) from = p;
+        if (larder__fill_range_scope(fill, shard, from, p_hi - from, &x, &y) == 0) {
+            struct chunk_slot *slot = claim(e, shard, p, p_hi, priority, NULL, true);
+            if (!slot) return;                            /* in flight already */
+            if (shard != reader_shard || chunk != last) { /* the reader goes on into it */
+                pthread_mutex_lock(&slots_lock);
+                note_asked(e, shard, chunk, 2);
+                pthread_mutex_unlock(&slots_lock);
+            }
+            int fd;
+            if (larder__fill_range_scope(fill, shard, from, p_hi - from, &x, &y) != 0)
+                ; /* resident by now */
+            else if (owns_chunk(e, shard, chunk))
+                larder__fill_stage_range_at(fill, shard, p, p_hi - p, priority, &fd);
+            else
+                stage_chunk(e, shard, p, p_hi, priority);
+            release(slot);
+        }
+        p = p_hi;
     }
 }
 

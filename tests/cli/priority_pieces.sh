@@ -15,7 +15,8 @@
 #     origin was never asked for C's middle 2 MiB (before: the whole chunk,
 #     and B waited for all of it);
 #  3. after B's answer, the next piece, the first MiB of the chunk after C
-#     (owned by node 0 or 2), is asked of the origin: read ahead, in order;
+#     (owned by node 0 or 2), is asked of the origin, and only once that
+#     is let go the MiB after it: read ahead, in order, one at a time;
 #  4. nodes 1 and 2 both read a sample in the middle of another chunk D of
 #     node 0's at once (each after a lone one of D first): node 0 asks the
 #     origin for that piece once (no two requests overlap; one exact repeat
@@ -188,6 +189,13 @@ for first, end in asked()[seen:]:
     assert nxt - SLACK <= first and end <= nxt + PIECE + SLACK, \
         "the read ahead asked for %d-%d, not the next piece" % (first, end)
 seen = release_new(seen)
+# ... and, that one let go, the piece after it (one at a time, in order)
+wait_for("the read ahead of the piece after it",
+         lambda: any(first < nxt + 2 * PIECE and end > nxt + PIECE for first, end in asked()[seen:]))
+print("3. then", asked()[seen:])
+for first, end in asked()[seen:]:
+    assert nxt + PIECE - SLACK <= first and end <= nxt + 2 * PIECE + SLACK, \
+        "the read ahead asked for %d-%d, not the piece after" % (first, end)
 origin("/__release/all")
 
 # 4. two borrowers of one piece at once: the origin is asked for it once
