@@ -328,7 +328,7 @@ void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset,
         }
         uint64_t chunk = p / LARDER__OWNER_CHUNK, p_hi = p + piece < size ? p + piece : size;
         if (from < p) from = p;
-        if (larder__fill_range_scope(fill, shard, from, p_hi - from, &x, &y) == 0) {
+        if (from < p_hi && larder__fill_range_scope(fill, shard, from, p_hi - from, &x, &y) == 0) {
             struct chunk_slot *slot = claim(e, shard, p, p_hi, priority, NULL, true);
             if (!slot) return;                            /* in flight already */
             if (shard != reader_shard || chunk != last) { /* the reader goes on into it */
