@@ -38,12 +38,15 @@
 #define SPAN_SLACK ((uint64_t)1 << 20)
 #define CHUNK_WAIT_MS 60000 /* a READ waits this long at most for another's chunk */
 
-/* One chunk being borrowed and staged by one READ's worker. */
+/* One chunk (or piece of one) being borrowed and staged by one READ's
+ * worker; in the ring `asked`, a chunk a READ asked for. */
 struct chunk_slot {
     const struct dataset_entry *entry; /* NULL: the slot is free */
     uint32_t shard;
-    uint64_t chunk;
-    int priority; /* the class it is staged at (priority.h: lower is more urgent) */
+    uint64_t chunk;  /* the ring's: which chunk */
+    uint64_t lo, hi; /* the slots': the bytes being staged */
+    int priority;    /* the class it is staged at (priority.h: lower is more urgent) */
+    unsigned asks;   /* the ring's: READs that needed bytes of it (2: read in turn) */
 };
 
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -54,38 +57,51 @@ static struct chunk_slot slots[CHUNK_SLOTS];
 static struct chunk_slot asked[ASKED];
 static int next_asked;
 
-/* The slot staging that chunk, or NULL; call with slots_lock held. */
-static struct chunk_slot *find_slot(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+/* The slot staging bytes of [lo, hi) of that shard, or NULL; call with slots_lock held. */
+static struct chunk_slot *find_slot(const struct dataset_entry *e, uint32_t shard, uint64_t lo,
+                                    uint64_t hi)
 {
     for (int i = 0; i < CHUNK_SLOTS; i++)
-        if (slots[i].entry == e && slots[i].shard == shard && slots[i].chunk == chunk)
+        if (slots[i].entry == e && slots[i].shard == shard && slots[i].lo < hi && lo < slots[i].hi)
             return &slots[i];
     return NULL;
 }
 
+/* A free slot, or NULL; call with slots_lock held. */
+static struct chunk_slot *free_slot(void)
+{
+    for (int i = 0; i < CHUNK_SLOTS; i++)
+        if (!slots[i].entry) return &slots[i];
+    return NULL;
+}
+
 /*
- * Claim the chunk for the caller to stage at class `priority`: its slot,
- * or NULL when the caller should borrow its own bytes instead.  A chunk
- * being staged at the caller's class or a more urgent one is waited for
- * (up to deadline), then NULL: it is resident now, or failed.  One staged
- * at a less urgent class is not (a HINTED staging may wait on its owner's
- * readers: a DEMAND READ must not wait behind it), nor is a free slot
- * (the slots' stagings may wait on a busy origin at the owner).
+ * Claim bytes [lo, hi) of the shard (a chunk, or a piece of one) for the
+ * caller to stage at class `priority`: its slot, or NULL when the caller
+ * should borrow its own bytes instead.  Bytes being staged at the caller's
+ * class or a more urgent one are waited for (up to deadline), then NULL:
+ * they are resident now, or failed.  Ones staged at a less urgent class
+ * are not (a HINTED staging may wait on its owner's readers: a DEMAND READ
+ * must not wait behind it), nor is a free slot (the slots' stagings may
+ * wait on a busy origin at the owner).  With `no_wait`, NULL at once when
+ * any of those bytes are being staged.
  */
-static struct chunk_slot *claim(const struct dataset_entry *e, uint32_t shard, uint64_t chunk,
-                                int priority, const struct timespec *deadline)
+static struct chunk_slot *claim(const struct dataset_entry *e, uint32_t shard, uint64_t lo,
+                                uint64_t hi, int priority, const struct timespec *deadline,
+                                bool no_wait)
 {
     pthread_mutex_lock(&slots_lock);
-    struct chunk_slot *s = find_slot(e, shard, chunk);
-    if (s && s->priority <= priority) {
-        while (find_slot(e, shard, chunk) &&
+    struct chunk_slot *s = find_slot(e, shard, lo, hi);
+    if (s && s->priority <= priority && !no_wait) {
+        while (find_slot(e, shard, lo, hi) &&
                pthread_cond_timedwait(&slot_freed, &slots_lock, deadline) != ETIMEDOUT)
             ;
         s = NULL;
     } else if (s) {
         s = NULL;
-    } else if ((s = find_slot(NULL, 0, 0)) != NULL) {
-        *s = (struct chunk_slot){.entry = e, .shard = shard, .chunk = chunk, .priority = priority};
+    } else if ((s = free_slot()) != NULL) {
+        *s = (struct chunk_slot){
+            .entry = e, .shard = shard, .lo = lo, .hi = hi, .priority = priority};
     }
     pthread_mutex_unlock(&slots_lock);
     return s;
@@ -181,15 +197,175 @@ void borrow_reserve_buffers(const struct larderd *d)
     larder__bigbuf_reserve(CHUNK_SLOTS, LARDER__OWNER_CHUNK + 2 * SPAN_SLACK + (1u << 20));
 }
 
+/* The ring's entry for that chunk, or NULL; call with slots_lock held. */
+static struct chunk_slot *asked_entry(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    for (int i = 0; i < ASKED; i++)
+        if (asked[i].entry == e && asked[i].shard == shard && asked[i].chunk == chunk)
+            return &asked[i];
+    return NULL;
+}
+
+/* Note that a READ asked for bytes of that chunk (`asks` times at least);
+ * call with slots_lock held. */
+static void note_asked(const struct dataset_entry *e, uint32_t shard, uint64_t chunk, unsigned asks)
+{
+    struct chunk_slot *a = asked_entry(e, shard, chunk);
+    if (!a) {
+        a = &asked[next_asked];
+        next_asked = (next_asked + 1) % ASKED;
+        *a = (struct chunk_slot){.entry = e, .shard = shard, .chunk = chunk};
+    }
+    if (a->asks < asks) a->asks = asks;
+}
+
 /* Whether a READ asked for bytes of that chunk lately, noting that this
  * one did; call with slots_lock held. */
 static bool asked_before(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
 {
-    for (int i = 0; i < ASKED; i++)
-        if (asked[i].entry == e && asked[i].shard == shard && asked[i].chunk == chunk) return true;
-    asked[next_asked] = (struct chunk_slot){.entry = e, .shard = shard, .chunk = chunk};
-    next_asked = (next_asked + 1) % ASKED;
+    struct chunk_slot *a = asked_entry(e, shard, chunk);
+    if (a) {
+        a->asks++;
+        return true;
+    }
+    note_asked(e, shard, chunk, 1);
     return false;
+}
+
+/*
+ * Pieces.  A chunk borrowed whole comes in one transfer that its owner
+ * answers once the whole chunk is in its cache: 4 MiB from an origin of
+ * 100 MB/s is about 46 ms, and the READ that asked for it, a reader's
+ * second sample in the chunk, waits all of it (bench/restart.sh's traced
+ * training reader: its p99 steps were these, 70-80 ms of borrow each).
+ * So a DEMAND or NEAR READ has the chunk come over in pieces of
+ * LARDERD_BORROW_PIECE bytes (default BORROW_PIECE; a power of two from
+ * 64 KiB to 2 MiB, so pieces divide chunks; 0 or anything else: whole
+ * chunks, as before): it stages and waits for the pieces holding its own
+ * bytes only.  Once it is answered, its worker stages the pieces after its
+ * end, in order, up to AHEAD past the one the reader is in (into the next
+ * chunk at a chunk's end and the next shard at a shard's end, this node's
+ * own pieces from the origin), at the READ's class, one at a time: two at
+ * once would share the owner's link and each come in later.  So a reader
+ * reading on finds its bytes resident or in flight.  Each piece is one borrow its
+ * owner fills from the origin, so the origin still reads each byte once;
+ * READs needing one piece stage it once (the slots), the others wait for
+ * it.  HINTED and WARM stagings, which no reader waits on, still borrow
+ * whole chunks.
+ */
+#define BORROW_PIECE ((uint64_t)1 << 20)
+#define AHEAD 2 /* pieces in flight past the one a reader is in, at most */
+
+/* Bytes of a piece; 0: whole chunks. */
+static uint64_t piece_bytes(void)
+{
+    static uint64_t piece = UINT64_MAX;
+    uint64_t p = __atomic_load_n(&piece, __ATOMIC_RELAXED);
+    if (p != UINT64_MAX) return p;
+    const char *text = getenv("LARDERD_BORROW_PIECE");
+    char *end;
+    unsigned long long v = text && *text ? strtoull(text, &end, 10) : BORROW_PIECE;
+    /* a power of two from the smallest checksum block to half a chunk (so
+     * pieces divide chunks); anything else: whole chunks */
+    if (text && *text && (*end || v < (64u << 10) || v > LARDER__OWNER_CHUNK / 2 || (v & (v - 1))))
+        v = 0;
+    __atomic_store_n(&piece, (uint64_t)v, __ATOMIC_RELAXED);
+    return (uint64_t)v;
+}
+
+/* Stage the pieces of chunk [start, end) that hold bytes of [want_lo,
+ * want_hi) the cache lacks, waiting for those another READ stages; true
+ * when it staged or waited for some. */
+static bool stage_pieces(struct dataset_entry *e, uint32_t shard, uint64_t start, uint64_t end,
+                         uint64_t want_lo, uint64_t want_hi, int priority,
+                         const struct timespec *deadline)
+{
+    struct larder__fill *fill = larder__dataset_fill(e->dataset);
+    uint64_t piece = piece_bytes(), x, y;
+    bool staged = false;
+    for (uint64_t p = start + (want_lo - start) / piece * piece; p < want_hi; p += piece) {
+        uint64_t p_hi = p + piece < end ? p + piece : end;
+        uint64_t a = p > want_lo ? p : want_lo, b = p_hi < want_hi ? p_hi : want_hi;
+        if (larder__fill_range_scope(fill, shard, a, b - a, &x, &y) != 0) continue;
+        struct chunk_slot *slot = claim(e, shard, p, p_hi, priority, deadline, false);
+        staged = true;
+        if (!slot) continue; /* staged by another READ meanwhile, or its own bytes */
+        if (larder__fill_range_scope(fill, shard, a, b - a, &x, &y) == 0)
+            stage_chunk(e, shard, p, p_hi, priority);
+        release(slot);
+    }
+    return staged;
+}
+
+/* Whether that chunk was asked for twice lately (read in turn). */
+static bool read_in_turn(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    pthread_mutex_lock(&slots_lock);
+    struct chunk_slot *a = asked_entry(e, shard, chunk);
+    bool in_turn = a && a->asks >= 2;
+    pthread_mutex_unlock(&slots_lock);
+    return in_turn;
+}
+
+void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
+                       int priority)
+{
+    uint64_t piece = piece_bytes(), x, y;
+    uint32_t shards = larder__dataset_num_shards(e->dataset);
+    if (!piece || priority > LARDER__NEAR || length == 0 || !e->members ||
+        e->daemon->members.count <= 1 || shard >= shards)
+        return;
+    struct larder__cache *cache = larder__dataset_cache(e->dataset);
+    if (!cache || larder__cache_evicts(cache)) return;
+    struct larder__fill *fill = larder__dataset_fill(e->dataset);
+    uint64_t size = larder__dataset_shard_size(e->dataset, shard), next = offset + length;
+    if (next < offset || next > size) return;
+    /* read in turn: a chunk of the READ's asked for twice lately (a lone
+     * sample's READ has nothing more come over).  borrow_whole_chunks
+     * counts the READs of other members' chunks; this node's are counted
+     * here */
+    uint64_t first = offset / LARDER__OWNER_CHUNK, last = (next - 1) / LARDER__OWNER_CHUNK;
+    if (owns_chunk(e, shard, last)) {
+        pthread_mutex_lock(&slots_lock);
+        asked_before(e, shard, last);
+        pthread_mutex_unlock(&slots_lock);
+    }
+    if (!read_in_turn(e, shard, last) && (first == last || !read_in_turn(e, shard, first))) return;
+    /* from the piece holding the next byte, AHEAD pieces past it, in
+     * order, each that is neither resident nor in flight (into the next
+     * chunk at a chunk's end: pieces divide chunks; into the next shard at
+     * a shard's end); at a piece in flight, its stager goes on after it.
+     * This node's pieces are read from the origin, other members' borrowed */
+    uint32_t reader_shard = shard;
+    uint64_t p = next / piece * piece, from = next;
+    for (int i = 0; i <= AHEAD; i++) {
+        if (p >= size) { /* the shard read to its end: the next one's first pieces */
+            if (++shard >= shards) return;
+            size = larder__dataset_shard_size(e->dataset, shard);
+            p = from = 0;
+            if (size == 0) return;
+        }
+        uint64_t chunk = p / LARDER__OWNER_CHUNK, p_hi = p + piece < size ? p + piece : size;
+        if (from < p) from = p;
+        if (from < p_hi && larder__fill_range_scope(fill, shard, from, p_hi - from, &x, &y) == 0) {
+            struct chunk_slot *slot = claim(e, shard, p, p_hi, priority, NULL, true);
+            if (!slot) return;                            /* in flight already */
+            if (shard != reader_shard || chunk != last) { /* the reader goes on into it */
+                pthread_mutex_lock(&slots_lock);
+                note_asked(e, shard, chunk, 2);
+                pthread_mutex_unlock(&slots_lock);
+            }
+            int fd;
+            if (larder__fill_range_scope(fill, shard, from, p_hi - from, &x, &y) != 0)
+                ; /* resident by now */
+            else if (owns_chunk(e, shard, chunk))
+                larder__fill_stage_range_at(fill, shard, p, p_hi - p, priority, &fd);
+            else
+                stage_chunk(e, shard, p, p_hi, priority);
+            release(slot);
+        }
+        p = p_hi;
+    }
 }
 
 bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
@@ -221,13 +397,17 @@ bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offse
         if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) != 0)
             continue;
         pthread_mutex_lock(&slots_lock);
-        bool busy = find_slot(e, shard, chunk) != NULL, again = asked_before(e, shard, chunk);
+        bool busy = find_slot(e, shard, start, end) != NULL, again = asked_before(e, shard, chunk);
         pthread_mutex_unlock(&slots_lock);
         /* the first READ of a chunk lately borrows its own bytes: a lone
          * reader's sample costs no more than it did; the next one, or one
          * arriving while the chunk is staged, has all of it come over */
         if (!busy && !again) continue;
-        struct chunk_slot *slot = claim(e, shard, chunk, priority, &deadline);
+        if (piece_bytes() && priority <= LARDER__NEAR) { /* a reader waits: in pieces */
+            staged |= stage_pieces(e, shard, start, end, want_lo, want_hi, priority, &deadline);
+            continue;
+        }
+        struct chunk_slot *slot = claim(e, shard, start, end, priority, &deadline, false);
         if (!slot) continue; /* staged by another READ meanwhile, or its own bytes */
         /* resident by now (staged by a READ that ended as this one claimed it)? */
         if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)

@@ -416,6 +416,13 @@ void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *lo
  * the READ's bytes are resident now (nothing left to borrow_ahead). */
 bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
                          int priority);
+/* After a local reader's DEMAND or NEAR READ of [offset, offset + length)
+ * was answered, from a chunk it reads in turn: the pieces after its end
+ * that the cache lacks, a few, staged now in order on the calling worker
+ * (borrow.c, "Pieces"), so that the reader's next READs find them
+ * resident or in flight.  Call with the READ's connection still held. */
+void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
+                       int priority);
 /* In a cluster whose cache evicts nothing, the buffers of the chunks
  * borrowed whole at once (borrow.c) made and their pages backed now, at
  * the daemon's start, rather than faulted in by its first borrows. */

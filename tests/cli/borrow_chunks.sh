@@ -22,7 +22,10 @@
 #     0x5A bytes): for the two samples, node 1 asks it for the whole chunk, finds the bytes
 #     wrong, reads them from the origin, and its readers get the right
 #     bytes, then and from its cache after.
+# The daemons borrow whole chunks here (LARDERD_BORROW_PIECE=0): a DEMAND
+# READ's borrow in pieces of 1 MiB, the default, is tests/cli/priority_pieces.sh's.
 source "$(dirname "$0")/lib.sh"
+export LARDERD_BORROW_PIECE=0
 LARDERD=${LARDER%/larder}/larderd
 [ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
 export PYTHONPATH=$TESTS/tools:$TESTS/unit
