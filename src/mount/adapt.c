@@ -1,5 +1,5 @@
 /*
- * adapt.c - the adaptive staging limit (adapt.h).
+ * adapt.c - the adaptive staging limit and the span of a miss (adapt.h).
  */
 #include "adapt.h"
 
@@ -85,4 +85,17 @@ bool larder__mount_adapt_piece(struct larder__mount_adapt *a, const char **why)
     a->pieces_calm = 0;
     if (why) *why = "no reader missed";
     return grow(a);
+}
+
+uint64_t larder__mount_miss_span(uint64_t at, uint64_t n, uint64_t left, unsigned sum_shift)
+{
+    uint64_t span = left < LARDER__MOUNT_MISS_SPAN ? left : LARDER__MOUNT_MISS_SPAN;
+    if (span < n) span = n < left ? n : left;
+    if (sum_shift == 0 || sum_shift > 40 || at > UINT64_MAX - span - (UINT64_C(1) << 40))
+        return span;
+    uint64_t block = UINT64_C(1) << sum_shift;
+    uint64_t end = (at + span) / block * block;          /* the last boundary within the span */
+    uint64_t own = (at + n + block - 1) / block * block; /* the end of the miss's own blocks */
+    if (end < own) end = own;
+    return end - at < span ? end - at : span;
 }

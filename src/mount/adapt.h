@@ -25,6 +25,7 @@
 #define LARDER_MOUNT_ADAPT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #define LARDER__MOUNT_ADAPT_MAX 32   /* pieces in flight at most */
 #define LARDER__MOUNT_ADAPT_WINDOW 8 /* misses per decision */
@@ -49,5 +50,14 @@ bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool sta
                               const char **why);
 /* A staging piece was answered.  true when the limit changed (*why says why). */
 bool larder__mount_adapt_piece(struct larder__mount_adapt *a, const char **why);
+
+/* A miss of n bytes at shard offset `at` in a file being staged brings
+ * LARDER__MOUNT_MISS_SPAN bytes from `at` on, `left` bytes of file there
+ * at most, cut at the last checksum block boundary (blocks of 2^sum_shift
+ * bytes; 0: none) within them but never short of the miss's own blocks:
+ * a fill reads whole checksum blocks, and 512 KiB from the second half of
+ * a 1 MiB block read two of them where the reader needed one.  The span. */
+#define LARDER__MOUNT_MISS_SPAN (UINT64_C(512) << 10)
+uint64_t larder__mount_miss_span(uint64_t at, uint64_t n, uint64_t left, unsigned sum_shift);
 
 #endif

@@ -144,3 +144,25 @@ TEST(mount_adapt_grows_while_no_reader_misses_and_ignores_bad_latencies)
     CHECK_EQ(a.filled, before.filled);
     CHECK(fabs(a.baseline - before.baseline) < 1e-9);
 }
+
+/* The span a miss brings in a file being staged, against checksum blocks
+ * of 1 MiB (shift 20) and 64 KiB (16): figures worked out by hand. */
+TEST(mount_miss_span_stops_at_a_checksum_block_boundary_but_covers_its_own_blocks)
+{
+    const uint64_t KiB = 1024, MiB = 1024 * KiB, big = 1024 * MiB;
+    /* first half of a 1 MiB block: 512 KiB, as before (one block either way) */
+    CHECK_EQ(larder__mount_miss_span(3 * MiB + 100, 4096, big, 20), 512 * KiB);
+    /* second half: up to the block's end, not into the next block */
+    CHECK_EQ(larder__mount_miss_span(3 * MiB + 768 * KiB, 4096, big, 20), 256 * KiB);
+    /* a miss crossing the boundary keeps its own two blocks' bytes (up to 512 KiB) */
+    CHECK_EQ(larder__mount_miss_span(4 * MiB - 4096, 8192, big, 20), 512 * KiB);
+    CHECK_EQ(larder__mount_miss_span(4 * MiB - 4096, 4096, big, 20), 4096u);
+    /* 64 KiB blocks: the last boundary within 512 KiB */
+    CHECK_EQ(larder__mount_miss_span(3 * MiB + 100, 4096, big, 16), 512 * KiB - 100);
+    /* no block sums: 512 KiB; near the file's end: what is left */
+    CHECK_EQ(larder__mount_miss_span(3 * MiB + 768 * KiB, 4096, big, 0), 512 * KiB);
+    CHECK_EQ(larder__mount_miss_span(3 * MiB + 100, 4096, 10000, 20), 10000u);
+    /* hostile shifts and offsets: no overflow, no more than 512 KiB */
+    CHECK_EQ(larder__mount_miss_span(UINT64_MAX - 10, 4096, big, 20), 512 * KiB);
+    CHECK_EQ(larder__mount_miss_span(3 * MiB, 4096, big, 63), 512 * KiB);
+}
