@@ -16,6 +16,7 @@
 
 #include "dataset.h"
 #include "fill.h"
+#include "index.h"
 #include "priority.h"
 #include "npy.h"
 #include "passthrough.h"
@@ -35,7 +36,6 @@
 #define STATS_INO (CONTROL_INO + 1)     /* the stats file's */
 #define STATS_MAX 2048                  /* bytes the stats file reads back at most */
 #define CONTROL_MAX 4096                /* bytes of one registration */
-#define MISS_SPAN (UINT64_C(512) << 10) /* bytes a miss brings in a file being staged */
 
 /* One open file. */
 struct open_file {
@@ -363,7 +363,7 @@ static bool cached_sample_bad(struct larder__mount *m, struct open_file *f, fuse
 /*
  * A miss of data bytes [at, at + n): larder_file_pread, except in a file
  * that is being staged whole (stager.c), where a small miss brings
- * MISS_SPAN bytes from `at` on at DEMAND: staging would fetch them anyway,
+ * larder__mount_miss_span bytes from `at` on at DEMAND: staging would fetch them anyway,
  * and a reader that reads a record in several requests (the kernel sends
  * a page, then the rest) waits on one round trip to the origin, not on
  * one per request.  Not through a daemon: its misses are the daemon's to
@@ -373,8 +373,13 @@ static int64_t read_miss(struct larder__mount *m, struct open_file *f, uint8_t *
                          uint64_t at)
 {
     uint64_t size = f->node->size - f->node->header_length;
-    if (m->staged_on_open && m->cached && !m->daemon && n < MISS_SPAN && at < size) {
-        uint64_t span = size - at < MISS_SPAN ? size - at : MISS_SPAN;
+    struct larder__shard shard;
+    if (m->staged_on_open && m->cached && !m->daemon && n < LARDER__MOUNT_MISS_SPAN && at < size) {
+        unsigned shift =
+            larder__index_shard(larder__dataset_index(m->dataset), f->shard, &shard) == 0
+                ? shard.sum_shift
+                : 0;
+        uint64_t span = larder__mount_miss_span(f->base + at, n, size - at, shift);
         uint8_t *big = span > n ? malloc((size_t)span) : NULL;
         if (big && larder__fill_range_at(larder__dataset_fill(m->dataset), f->shard, f->base + at,
                                          span, LARDER__DEMAND, big) == 0) {
@@ -428,10 +433,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
         if (m->trace)
             larder__mount_log(LARDER_LOG_INFO,
                               "trace: miss sample %llu at %llu, %llu bytes: %.1f ms (%u misses "
-                              "waiting, %u staging reads in flight)",
+                              "waiting, %u staging reads in flight) at %.3f s",
                               (unsigned long long)f->node->sample,
                               (unsigned long long)(at + done - header),
-                              (unsigned long long)(n - done), ms, waiting, staging);
+                              (unsigned long long)(n - done), ms, waiting, staging,
+                              (double)t1.tv_sec + (double)t1.tv_nsec / 1e9);
         /* the stager's signal: how long a reader waits, with its staging in the way or not */
         if (got >= 0) larder__mount_stager_miss(m, ms, staging > 0);
         if (atomic_fetch_sub(&m->demand_waiting, 1) == 1) larder__mount_stager_kick(m);

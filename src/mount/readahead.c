@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define PIECE (UINT64_C(1) << 20)
 #define FIRST_WINDOW (UINT64_C(1) << 20)
@@ -67,6 +68,14 @@ static void run_stage(void *arg)
                               t->shard, larder_errmsg());
         else
             atomic_fetch_add(&m->readahead_bytes, t->length);
+        if (rc >= 0 && m->trace && t->job) { /* the whole-file staging's rate, for the trace */
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            larder__mount_log(
+                LARDER_LOG_INFO, "trace: staged %llu bytes at %llu (%u in flight) at %.3f s",
+                (unsigned long long)t->length, (unsigned long long)t->offset,
+                atomic_load(&m->stage_running), (double)now.tv_sec + (double)now.tv_nsec / 1e9);
+        }
         free(buf);
     }
     if (t->job) larder__mount_stager_done(m, t->job);

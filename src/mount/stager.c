@@ -14,9 +14,10 @@
  *     parallel file system's client, an object store's connection pool)
  *     never has its queue filled by staging ahead of a blocked reader.
  *     The limit is --stage-inflight's when given, else adaptive (adapt.c):
- *     it starts at one, grows while the readers' misses (timed by fs.c)
- *     stay near their latency with no staging in the way, or while no
- *     reader misses at all, and halves when they slow down;
+ *     it starts at one, grows (doubling until its first halving, a slow
+ *     start) while the readers' misses (timed by fs.c) stay near their
+ *     recent latency, or while no reader misses at all, and halves when
+ *     they slow down;
  *   - the file's first HEAD and last TAIL bytes are staged at once at
  *     NEAR (where formats keep their metadata: HDF5's superblock, object
  *     headers and B-trees, a zip's directory, a checkpoint's index), so

@@ -12,7 +12,7 @@
 # cache that evicts nothing) it stages, and without --stage-inflight the
 # limit is adaptive and starts at one read: 5 + 1
 # held, never more; once let go, answered pieces with no reader missing
-# grow it (the trace says so) and the file is staged whole.  The kernel's
+# double it, 1 -> 2 -> 4 -> 8 (the trace says so) and the file is staged whole.  The kernel's
 # read-ahead for the mount stays at its 128 KiB while the file is being
 # staged and is raised to 1 MiB once it is (as root; else the log says it
 # stays).  Order and counts are checked, never time.
@@ -164,10 +164,13 @@ else:
     raise SystemExit("staging never ended")
 log = open("mnt-adapt.log").read()
 assert "staging limit 1 -> 2 (no reader missed)" in log, "the limit did not grow: %s" % log[-800:]
+# slow start: a limit's worth of calm pieces doubles it (19 MiB of pieces: 1 + 2 + 4 answered)
+assert "staging limit 2 -> 4 (no reader missed)" in log, "the limit did not double: %s" % log[-800:]
+assert "staging limit 4 -> 8 (no reader missed)" in log, "the limit did not double: %s" % log[-800:]
 with open("mnt-adapt/big.bin", "rb") as f:
     assert f.read() == open("src/big.bin", "rb").read(), "the file read through the mount differs"
 os.close(fd)
-print("adaptive: 1 staging read held at first, grown once answered, the file staged whole")
+print("adaptive: 1 staging read held at first, doubled once answered, the file staged whole")
 PY
 # the kernel's read-ahead for the mount: 1 MiB once staged (root), else said
 dev=$(/usr/bin/python3 -c "import os,sys; d=os.stat(sys.argv[1]).st_dev; print('%d:%d' % (os.major(d), os.minor(d)))" "$WORK/mnt-adapt")
