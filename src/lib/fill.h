@@ -139,6 +139,7 @@ struct larder__fill_inplace {
     uint32_t shard;
     uint64_t first, last; /* the inner blocks, locked */
     int lock;             /* their fill lock; -1: none, or a fill settled it */
+    int fd;               /* the data file mapped (the cache's descriptor: not closed here) */
     /* which of them are put in place (bit i: block first + i): those not
      * in the cache when locked; the others' bytes go through room's
      * anonymous pages (the fill reads them from the cache over those) */

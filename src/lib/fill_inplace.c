@@ -48,6 +48,7 @@ static _Thread_local struct {
     const uint8_t *map_lo, *map_hi; /* the inner blocks' place in the span */
     const uint64_t *in_file;        /* which of them are the file's pages */
     uint64_t block_size;
+    int fd; /* the data file mapped */
 } held = {.lock = -1};
 
 void larder__fill_offer_span(uint32_t shard, uint64_t start, uint64_t length, void *buf)
@@ -179,7 +180,7 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
             end++;
         uint64_t offset = larder__cache_block_offset(c, b);
         uint8_t *place = room + (offset - room_start);
-        rc = larder__cache_map_blocks(c, shard, b, end, place);
+        rc = larder__cache_map_blocks(c, shard, fd, b, end, place);
         for (uint64_t i = b - first; rc == 0 && i <= end - first; i++)
             in_file[i / 64] |= UINT64_C(1) << (i % 64);
         if (rc == 0) /* no window left: received through the mapping, dearer */
@@ -203,7 +204,8 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
                                         .shard = shard,
                                         .first = first,
                                         .last = last,
-                                        .lock = lock};
+                                        .lock = lock,
+                                        .fd = fd};
     memcpy(in->in_file, in_file, sizeof in_file);
     for (int i = 0; i < LARDER__INPLACE_RUNS; i++)
         in->windows[i] = i < runs ? windows[i] : -1;
@@ -225,6 +227,13 @@ void larder__fill_inplace_offer(struct larder__fill_inplace *in)
     held.map_hi = map_lo + larder__cache_span(in->cache, in->shard, in->first, in->last);
     held.in_file = in->in_file;
     held.block_size = larder__cache_block_size(in->cache);
+    held.fd = in->fd;
+}
+
+int larder__fill_store_in_place(struct larder__cache *c, uint32_t shard, uint64_t first,
+                                uint64_t last, const void *data, bool borrowed, bool checked)
+{
+    return larder__cache_store_placed(c, shard, first, last, data, held.fd, borrowed, checked);
 }
 
 void larder__fill_inplace_end(struct larder__fill_inplace *in)
