@@ -140,7 +140,9 @@ static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, ui
         /* at DEMAND only: the lock is held while the owner sends, and a
          * READ more urgent than a staging does not wait for it (claim):
          * behind a NEAR or HINTED staging's lock it would */
-        if (priority <= LARDER__DEMAND &&
+        /* and over TCP only: a UCX receive into the window would have no
+         * deadline while the lock is held (recv_window.h) */
+        if (priority <= LARDER__DEMAND && !e->daemon->ucx &&
             larder__fill_inplace_begin(fill, shard, lo, hi, room_lo, room_length, &in_place) == 0)
             room = in_place.room;
         else
