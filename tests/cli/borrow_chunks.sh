@@ -359,3 +359,38 @@ echo "step 9: a trickling owner; both READs answered after $took s"
 /usr/bin/python3 -c "import sys; sys.exit(0 if $took < 20 else 1)" ||
   fail "the READs waited $took s on a trickling owner"
 kill -0 "${pids[1]}" || fail "daemon 1 died"
+
+# 10. a busy owner (review finding 1): it answers the chunk's READ with a
+# PROGRESS frame every 0.4 s for up to 60 s.  A READ staged in place
+# waits for a busy member 2 s at most (the fill lock of the chunk's inner
+# blocks is held meanwhile), then gives up in place and borrows the
+# ordinary way (here: the liar's bytes, found wrong, then the origin's);
+# the member is not marked down for it.  Before, 60 s.
+kill "${pids[0]}" "${pids[1]}"
+wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+: >liar.rec.log
+: >"$WORK/daemon1.log"
+/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --busy &
+pids[0]=$!
+for _ in $(seq 100); do
+  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
+  sleep 0.05
+done
+start_node 1 "$WORK/cache1i"
+read_one 1 "$offset" "$length" || fail "node 1's read of $key (busy owner)"
+started=$(date +%s.%N)
+read_one 1 "$offset2" "$length2" 2>read10.err &
+reader=$!
+for _ in $(seq 200); do grep -q busy liar.rec.log && break; sleep 0.05; done
+grep -q busy liar.rec.log || fail "the owner was never busy: $(cat liar.rec.log)"
+read_one 1 "$middle" 65536 2>read10b.err &
+other=$!
+wait "$reader" || fail "node 1's read of $key2 with a busy owner: $(cat read10.err)"
+wait "$other" || fail "a read of the chunk's middle with a busy owner: $(cat read10b.err)"
+took=$(/usr/bin/python3 -c "import time; print('%.1f' % (time.time() - $started))")
+echo "step 10: a busy owner; both READs answered after $took s"
+/usr/bin/python3 -c "import sys; sys.exit(0 if $took < 20 else 1)" ||
+  fail "the READs waited $took s on a busy owner"
+grep -q "skipped for" "$WORK/daemon1.log" &&
+  fail "giving up in place marked the member down: $(cat "$WORK/daemon1.log")"
+kill -0 "${pids[1]}" || fail "daemon 1 died"
