@@ -164,8 +164,9 @@ static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, ui
         larder__fill_offer_span(0, 0, 0, NULL);
     }
     borrow_return(stripe, loan);
-    if (in_place.room)
-        larder__fill_inplace_end(&in_place); /* after the loan: its bytes lie there */
+    if (in_place.room) /* after the loan: its bytes lie there */
+        __atomic_fetch_add(&e->served.inplace_blocks, larder__fill_inplace_end(&in_place),
+                           __ATOMIC_RELAXED);
     else
         larder__bigbuf_put(room);
     trace_end(&span_trace, rc >= 0);

@@ -214,6 +214,7 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
 
 void larder__fill_inplace_offer(struct larder__fill_inplace *in)
 {
+    in->offered = true;
     larder__fill_offer_span(in->shard, in->room_start, in->room_length, in->room);
     uint8_t *map_lo =
         in->room + (larder__cache_block_offset(in->cache, in->first) - in->room_start);
@@ -236,9 +237,13 @@ int larder__fill_store_in_place(struct larder__cache *c, uint32_t shard, uint64_
     return larder__cache_store_placed(c, shard, first, last, data, held.fd, borrowed, checked);
 }
 
-void larder__fill_inplace_end(struct larder__fill_inplace *in)
+uint64_t larder__fill_inplace_end(struct larder__fill_inplace *in)
 {
-    if (!in->room) return;
+    if (!in->room) return 0;
+    uint64_t received = 0;
+    if (in->offered)
+        for (size_t i = 0; i < LARDER__INPLACE_BLOCKS / 64; i++)
+            received += (uint64_t)__builtin_popcountll(in->in_file[i]);
     larder__fill_offer_span(0, 0, 0, NULL);
     if (held.settled) in->lock = -1; /* a fill took it, and settled it before letting it go */
     held.lock = -1;
@@ -252,4 +257,5 @@ void larder__fill_inplace_end(struct larder__fill_inplace *in)
     }
     munmap(in->room, in->mapped);
     *in = (struct larder__fill_inplace){.lock = -1};
+    return received;
 }

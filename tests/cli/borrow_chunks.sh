@@ -135,6 +135,14 @@ echo "step 1: then $got bytes for another sample of the chunk, $key2 of $length2
 [ "$got" -ge $((4 << 20)) ] || fail "node 0 served $got bytes, not its whole chunk"
 [ "$got" -le $(((4 << 20) + 2 * MAX_SAMPLE)) ] || fail "node 0 served $got bytes for one chunk"
 [ "$(($(served 0 peer_served_reads) - reads))" -le 3 ] || fail "the chunk came in more than 3 READs"
+# in place (fill_inplace.c) over TCP: the chunk's inner blocks (4 MiB of
+# 64 KiB blocks: 64, less up to 4 on each edge for samples crossing it and
+# up to 5 for the sample kept before; 40 leaves room) spliced into the file
+inplace=$(served 1 inplace_blocks)
+echo "step 1: $inplace blocks received in place"
+if [ "${LARDER_TEST_TRANSPORT:-tcp}" = tcp ]; then
+  [ "$inplace" -ge 40 ] && [ "$inplace" -le 64 ] || fail "node 1 received $inplace blocks in place, not the chunk's inner ones"
+fi
 
 # 2. every sample, a READ each: right, each chunk about once, few READs borrowed
 LARDER_SOCKET=$WORK/sock1 "$LARDER" warm "$INDEX" --cache "$WORK/cache1" --jobs 16 >warm1.txt ||
@@ -259,6 +267,7 @@ with open(sys.argv[1], "r+b") as f:
 PY
 read_one 1 "$offset" "$length" || fail "node 1's read of $key (liar, origin damaged elsewhere)"
 kept=$(resident "$WORK/cache1f")
+inplace=$(served 1 inplace_blocks)
 if read_one 1 "$offset2" "$length2" 2>read7.err; then fail "node 1 read $key2 though the origin's is damaged"; fi
 grep -q "checksum" read7.err || fail "the failed READ of $key2 says: $(cat read7.err)"
 asked=$(awk '$1 == "read" && $3 > n { n = $3 } END { print n + 0 }' liar.rec.log)
@@ -268,6 +277,9 @@ echo "step 7: asked the liar for up to $asked bytes; resident $kept bytes before
 # (the fill's refetch forgets the blocks it read from the cache: fewer is right)
 [ "$now" -le "$kept" ] || fail "a failed borrow left $((now - kept)) bytes more resident"
 data_has "$WORK/cache1f" 5a && fail "the liar's bytes were left in node 1's data file"
+# and they were there: the chunk was received in place
+[ "$(served 1 inplace_blocks)" -gt "$inplace" ] || [ "${LARDER_TEST_TRANSPORT:-tcp}" != tcp ] ||
+  fail "the liar's chunk was not received in place ($inplace blocks before, $(served 1 inplace_blocks) after)"
 data_has "$WORK/cache1f" a5 && fail "the damaged origin's bytes were left in node 1's data file"
 cp shard.good "$SHARD"
 read_one 1 "$offset2" "$length2" || fail "node 1's read of $key2 once the origin is mended"
@@ -303,6 +315,10 @@ reader=$!
 for _ in $(seq 200); do grep -q stalled liar.rec.log && break; sleep 0.05; done
 grep -q stalled liar.rec.log || fail "the owner never stalled: $(cat liar.rec.log)"
 sleep 0.2
+# the stalled owner's bytes sit in node 1's data file (spliced in place), unchecked
+if [ "${LARDER_TEST_TRANSPORT:-tcp}" = tcp ]; then
+  data_has "$WORK/cache1g" 5a || fail "the stalled owner's bytes are not in node 1's data file: not in place"
+fi
 kill -9 "${pids[1]}"
 wait "${pids[1]}" 2>/dev/null || true
 wait "$reader" 2>/dev/null || true
@@ -313,6 +329,8 @@ kill "${pids[0]}"
 wait "${pids[0]}" 2>/dev/null || true
 start_node 0 "$WORK/cache0g"
 start_node 1 "$WORK/cache1g"
+restarted=$(resident "$WORK/cache1g")
+[ "$restarted" = "$kept" ] || fail "restarted on the killed borrow's cache: $restarted bytes resident, $kept before"
 read_one 1 "$offset2" "$length2" || fail "the restarted node 1's read of $key2"
 LARDER_SOCKET=$WORK/sock1 "$LARDER" warm "$INDEX" --cache "$WORK/cache1g" --jobs 16 >warm1g.txt ||
   fail "the restarted node 1: $(cat warm1g.txt)"
