@@ -62,7 +62,8 @@ LARDER_API const char *larder_version(void);
     X(EUNSUPPORTED, -1013, "unsupported input")                                                    \
     X(ECACHE, -1014, "cache directory belongs to another dataset or block size")                   \
     X(EPROTOCOL, -1015, "malformed protocol message")                                              \
-    X(EDENIED, -1016, "refused: outside what this opener or daemon allows")
+    X(EDENIED, -1016, "refused: outside what this opener or daemon allows")                        \
+    X(ELOCAL, -1017, "this node's own resources failed, not the peer's")
 
 enum larder_error {
 #define LARDER_ERR_ENUM(name, value, text) LARDER_##name = (value),

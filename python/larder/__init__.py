@@ -21,6 +21,7 @@ docs/python.md has examples.
 from ._lib import (
     ECACHE,
     EDENIED,
+    ELOCAL,
     EPROTOCOL,
     EBADINDEX,
     EBADTAR,
@@ -57,7 +58,7 @@ __version__ = _lib.lib.larder_version().decode()
 __all__ = [
     "EBADINDEX", "EVERSION", "EBADTAR", "ECHECKSUM", "ENOTFOUND", "EDUPKEY", "EUNSAFE",
     "ETRUNCATED", "EHDF5", "EHTTP", "EEMPTY", "ETOOSMALL", "EUSAGE", "EUNSUPPORTED", "ECACHE",
-    "EPROTOCOL", "EDENIED",
+    "EPROTOCOL", "EDENIED", "ELOCAL",
     "Dataset",
     "DatasetInfo",
     "Field",

@@ -101,6 +101,7 @@ EUNSUPPORTED = -1013
 ECACHE = -1014
 EPROTOCOL = -1015
 EDENIED = -1016
+ELOCAL = -1017
 
 PLAN_MODES = {"global": 0, "locality": 1, "none": 2}
 

@@ -156,7 +156,9 @@ static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, ui
         /* at DEMAND only: the lock is held while the owner sends, and a
          * READ more urgent than a staging does not wait for it (claim):
          * behind a NEAR or HINTED staging's lock it would */
-        if (priority <= LARDER__DEMAND &&
+        /* and over TCP only: a UCX receive into the window would have no
+         * deadline while the lock is held (recv_window.h) */
+        if (priority <= LARDER__DEMAND && !e->daemon->ucx &&
             larder__fill_inplace_begin(fill, shard, lo, hi, room_lo, room_length, &in_place) == 0)
             room = in_place.room;
         else
@@ -178,8 +180,9 @@ static void stage_chunk(struct dataset_entry *e, uint32_t shard, uint64_t lo, ui
         larder__fill_offer_span(0, 0, 0, NULL);
     }
     borrow_return(stripe, loan);
-    if (in_place.room)
-        larder__fill_inplace_end(&in_place); /* after the loan: its bytes lie there */
+    if (in_place.room) /* after the loan: its bytes lie there */
+        __atomic_fetch_add(&e->served.inplace_blocks, larder__fill_inplace_end(&in_place),
+                           __ATOMIC_RELAXED);
     else
         larder__bigbuf_put(room);
     trace_end(&span_trace, rc >= 0);

@@ -90,6 +90,8 @@ static const struct {
     {"larder_resident_bytes", "gauge", "Bytes staged in the node cache."},
     {"larder_dataset_bytes", "gauge", "Bytes of the dataset's shards."},
     {"larder_pinned_bytes", "gauge", "Bytes of the node cache pinned by hints until their TTL."},
+    {"larder_inplace_blocks_total", "counter",
+     "Cache blocks of borrowed chunks received straight into the cache file (spliced)."},
 };
 
 enum { NUM_METRICS = sizeof metrics / sizeof *metrics };
@@ -102,7 +104,7 @@ static uint64_t value_of(const struct metrics_row *r, size_t m)
     const uint64_t values[NUM_METRICS] = {
         v->hits,       v->misses,         v->borrowed,        v->errors,       v->bytes,
         v->peer_reads, v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
-        s->peer_bytes, s->resident_bytes, s->total_bytes,     r->pinned_bytes};
+        s->peer_bytes, s->resident_bytes, s->total_bytes,     r->pinned_bytes, v->inplace_blocks};
     return values[m];
 }
 

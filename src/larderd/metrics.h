@@ -36,6 +36,7 @@ struct served {
     uint64_t bytes;          /* bytes of DATA answers, to readers and peers */
     uint64_t peer_reads;     /* of the answered READs: those of other nodes' daemons */
     uint64_t peer_bytes;     /* and their bytes */
+    uint64_t inplace_blocks; /* blocks of borrowed chunks received straight into the cache file */
     uint64_t latency_sum_us; /* time to answer, summed */
     uint64_t latency[READ_LATENCY_BUCKETS + 1]; /* READs by time to answer (not cumulative) */
 };

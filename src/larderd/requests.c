@@ -260,7 +260,7 @@ static void stats_frame(struct connection *c, uint64_t request)
             "\"read_p50_us\": %llu, \"read_p99_us\": %llu, "
             "\"origin_requests\": %llu, \"origin_bytes\": %llu, \"peer_requests\": %llu, "
             "\"peer_bytes\": %llu, \"resident_bytes\": %llu, \"total_bytes\": %llu, "
-            "\"pinned_bytes\": %llu}",
+            "\"inplace_blocks\": %llu, \"pinned_bytes\": %llu}",
             first ? "" : ", ", info.dataset_id, (unsigned long long)v.hits,
             (unsigned long long)v.misses, (unsigned long long)v.borrowed,
             (unsigned long long)v.errors, (unsigned long long)v.bytes,
@@ -269,7 +269,7 @@ static void stats_frame(struct connection *c, uint64_t request)
             (unsigned long long)served_percentile(&v, 0.99), (unsigned long long)s.origin_requests,
             (unsigned long long)s.origin_bytes, (unsigned long long)s.peer_requests,
             (unsigned long long)s.peer_bytes, (unsigned long long)s.resident_bytes,
-            (unsigned long long)s.total_bytes,
+            (unsigned long long)s.total_bytes, (unsigned long long)v.inplace_blocks,
             (unsigned long long)dataset_pinned_bytes(d->datasets[i].dataset));
         first = false;
     }

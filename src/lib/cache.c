@@ -534,12 +534,23 @@ void larder__cache_forget(struct larder__cache *c, uint32_t shard, uint64_t firs
     disturbed(c);
 }
 
-int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
-                        const void *data, bool borrowed, bool checked)
+/* placed_fd >= 0: data maps placed_fd's file at the blocks' offsets (cache_inplace.c) */
+static int store(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
+                 const void *data, int placed_fd, bool borrowed, bool checked)
 {
+    uint64_t length = larder__cache_span(c, shard, first, last);
+    /* before the file is reconciled, which would grow one cut short again */
+    int whole = placed_fd >= 0
+                    ? larder__cache_placed_in(-1, placed_fd, (first << c->block_shift) + length)
+                    : 0;
+    if (whole < 0) return whole;
     int fd = data_fd_for_store(c, shard);
     if (fd < 0) return fd;
-    uint64_t length = larder__cache_span(c, shard, first, last);
+    if (placed_fd >= 0) { /* the same live file: marked only; another: written from the mapping */
+        int same = larder__cache_placed_in(fd, placed_fd, (first << c->block_shift) + length);
+        if (same < 0) return same;
+        if (same) data = NULL;
+    }
     int rc = data ? larder__pwrite_full(fd, data, (size_t)length, first << c->block_shift, c->dir)
                   : 0; /* put in place already (cache_inplace.c) */
     if (rc < 0) {
@@ -566,4 +577,18 @@ int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first,
     __atomic_fetch_add(&c->header->borrowed_blocks, newly_borrowed, __ATOMIC_RELAXED);
     larder__cache_trim(c);
     return 0;
+}
+
+int larder__cache_store(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
+                        const void *data, bool borrowed, bool checked)
+{
+    return store(c, shard, first, last, data, -1, borrowed, checked);
+}
+
+int larder__cache_store_placed(struct larder__cache *c, uint32_t shard, uint64_t first,
+                               uint64_t last, const void *mapped, int placed_fd, bool borrowed,
+                               bool checked)
+{
+    if (!mapped || placed_fd < 0) return -EINVAL;
+    return store(c, shard, first, last, mapped, placed_fd, borrowed, checked);
 }

@@ -145,6 +145,16 @@ LARDER__HIDDEN bool larder__cache_try_lock(struct larder__cache *cache, int lock
 LARDER__HIDDEN int larder__cache_store(struct larder__cache *cache, uint32_t shard, uint64_t first,
                                        uint64_t last, const void *data, bool borrowed,
                                        bool checked);
+/* Store blocks put in place: `mapped` maps them in file `placed_fd` (the
+ * data file larder__cache_map_blocks mapped).  When the shard's data file
+ * is still that file (same device and inode, not unlinked) they are only
+ * marked; when it was replaced meanwhile (deleted underneath), the bytes
+ * are written from the mapping into the new one; when the mapped file was
+ * cut short of them, -ESTALE and nothing is marked.  Else as
+ * larder__cache_store. */
+LARDER__HIDDEN int larder__cache_store_placed(struct larder__cache *cache, uint32_t shard,
+                                              uint64_t first, uint64_t last, const void *mapped,
+                                              int placed_fd, bool borrowed, bool checked);
 /*
  * In place (cache_inplace.c): a daemon borrowing a whole chunk has the
  * peer's bytes spliced straight into the data file's pages of blocks it
@@ -161,12 +171,13 @@ LARDER__HIDDEN int larder__cache_lock_more(struct larder__cache *cache, int lock
 /* Whether any of blocks [first, last] of `shard` is in the data file. */
 LARDER__HIDDEN bool larder__cache_any_present(const struct larder__cache *cache, uint32_t shard,
                                               uint64_t first, uint64_t last);
-/* Map blocks [first, last] of `shard`'s data file writable and shared at
+/* Map blocks [first, last] of `shard`'s data file (fd, from
+ * larder__cache_data_fd) writable and shared at
  * `at` (page aligned; MAP_FIXED over memory the caller owns), room on disk
  * allocated first (fallocate).  Call with their fill lock held
  * and none of them present.  0, or a negative code (at's memory is then
  * the caller's to unmap). */
-LARDER__HIDDEN int larder__cache_map_blocks(struct larder__cache *cache, uint32_t shard,
+LARDER__HIDDEN int larder__cache_map_blocks(struct larder__cache *cache, uint32_t shard, int fd,
                                             uint64_t first, uint64_t last, void *at);
 /* Punch out the blocks of [first, last] that are not resident: bytes put
  * in place and never published.  Call with their fill lock held. */

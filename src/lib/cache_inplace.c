@@ -44,14 +44,12 @@ bool larder__cache_any_present(const struct larder__cache *c, uint32_t shard, ui
     return false;
 }
 
-int larder__cache_map_blocks(struct larder__cache *c, uint32_t shard, uint64_t first, uint64_t last,
-                             void *at)
+int larder__cache_map_blocks(struct larder__cache *c, uint32_t shard, int fd, uint64_t first,
+                             uint64_t last, void *at)
 {
-    if (shard >= c->num_shards || first > last ||
+    if (shard >= c->num_shards || first > last || fd < 0 ||
         last >= c->shard_base[shard + 1] - c->shard_base[shard])
         return -EINVAL;
-    int fd = larder__cache_data_fd(c, shard);
-    if (fd < 0) return fd;
     struct stat st;
     uint64_t offset = first << c->block_shift;
     size_t length = (size_t)larder__cache_span(c, shard, first, last);
@@ -62,9 +60,11 @@ int larder__cache_map_blocks(struct larder__cache *c, uint32_t shard, uint64_t f
         (uint64_t)st.st_size < offset + length)
         return -ESTALE;
     /* the disk's room first: a store through the mapping into a hole the
-     * disk has no room for would be a SIGBUS, fallocate's refusal is a code */
-    if (larder__sys.fallocate(fd, 0, (off_t)offset, (off_t)length) < 0 && errno != EOPNOTSUPP)
-        return -errno;
+     * disk has no room for would be a SIGBUS, fallocate's refusal is a
+     * code.  A file system without fallocate (EOPNOTSUPP) gives no such
+     * promise: not in place there, like any other refusal */
+    if (larder__sys.fallocate(fd, 0, (off_t)offset, (off_t)length) < 0)
+        return errno == EOPNOTSUPP ? -EOPNOTSUPP : -errno;
     /* not populated: the bytes arrive by splice into the page cache
      * (recv_window.h), and the fill's reads map them then; writing pages
      * populated here cost more than the pwrite they replace */
@@ -72,6 +72,20 @@ int larder__cache_map_blocks(struct larder__cache *c, uint32_t shard, uint64_t f
                                     (off_t)offset);
     if (mapped == MAP_FAILED) return -errno;
     return 0;
+}
+
+int larder__cache_placed_in(int fd, int placed_fd, uint64_t end)
+{
+    struct stat now, then;
+    if (larder__sys.fstat(placed_fd, &then) < 0) return -errno;
+    /* the mapping reaches past the mapped file's end: those bytes are gone
+     * (and reading them would be a SIGBUS) */
+    if ((uint64_t)then.st_size < end) return -ESTALE;
+    if (fd < 0) return 0;
+    if (fd == placed_fd && then.st_nlink > 0) return 1;
+    if (larder__sys.fstat(fd, &now) < 0) return -errno;
+    return now.st_dev == then.st_dev && now.st_ino == then.st_ino && now.st_nlink > 0 &&
+           then.st_nlink > 0;
 }
 
 void larder__cache_punch_absent(struct larder__cache *c, uint32_t shard, uint64_t first,

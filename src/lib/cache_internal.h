@@ -176,6 +176,11 @@ LARDER__HIDDEN bool larder__cache_evict_claim(struct larder__cache *c, int lock_
 LARDER__HIDDEN void larder__cache_evict_finish(struct larder__cache *c, int lock_fd,
                                                struct larder__evict_batch *batch);
 /* Shard of a global block number. */
+/* Whether the bytes up to `end` mapped from placed_fd (cache_inplace.c)
+ * are in data file fd: 1 the same live file, 0 another (placed_fd's bytes
+ * are readable: copy them), -ESTALE placed_fd was cut short of them.
+ * fd -1: only whether placed_fd still holds them (0 or -ESTALE). */
+LARDER__HIDDEN int larder__cache_placed_in(int fd, int placed_fd, uint64_t end);
 LARDER__HIDDEN uint32_t larder__cache_shard_of(const struct larder__cache *c, uint64_t global);
 
 #endif

@@ -144,6 +144,9 @@ static int take_idle(struct larder__endpoint *e, int group)
     }
 }
 
+/* How long a READ staged in place waits at most for a busy member's answer to start */
+#define INPLACE_ANSWER_MS 2000
+
 /*
  * Wait for the answer to a READ at `priority` to start, and take its
  * header into *frame: 0, or a negative code (-ETIMEDOUT: none in time).
@@ -153,14 +156,23 @@ static int take_idle(struct larder__endpoint *e, int group)
  * QUEUED_TIMEOUT_MS in all, while the member sends PROGRESS frames for it
  * (docs/protocol.md) or answers other READs; it gives up after
  * e->timeout_ms in which the member sent nothing at all.
+ *
+ * `in_place`: the answer is bound for a window onto the cache file
+ * (recv_window.h), whose fill lock the caller holds, blocking every other
+ * filler of those blocks: a busy member is waited for INPLACE_ANSWER_MS
+ * at most, then LARDER_ELOCAL (the caller gives up in place, lets the
+ * lock go and borrows the ordinary way; the member is not at fault).
  */
 static int await_answer(struct larder__endpoint *e, int fd, int priority,
-                        struct larder__frame *frame, bool *answered)
+                        struct larder__frame *frame, bool *answered, bool in_place)
 {
     uint8_t header[LARDER__WIRE_HEADER];
-    bool peer = e->role == LARDER__ROLE_PEER;
+    bool peer = e->role == LARDER__ROLE_PEER, busy = false;
     int wait_ms = e->timeout_ms;
     if (priority >= LARDER__HINTED && wait_ms < QUEUED_TIMEOUT_MS) wait_ms = QUEUED_TIMEOUT_MS;
+    int64_t limit = QUEUED_TIMEOUT_MS;
+    if (in_place) limit = e->timeout_ms > INPLACE_ANSWER_MS ? e->timeout_ms : INPLACE_ANSWER_MS;
+    if (wait_ms > limit) wait_ms = (int)limit;
     int64_t started = larder__endpoint_now_ms();
     for (;;) {
         int rc = larder__endpoint_recv_header(fd, header, wait_ms, answered);
@@ -168,17 +180,28 @@ static int await_answer(struct larder__endpoint *e, int fd, int priority,
         while (rc == -ETIMEDOUT && peer &&
                larder__endpoint_now_ms() - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) <
                    e->timeout_ms &&
-               larder__endpoint_now_ms() - started < QUEUED_TIMEOUT_MS)
-            rc = larder__endpoint_recv_header(fd, header, e->timeout_ms, answered);
+               larder__endpoint_now_ms() - started < limit) {
+            int64_t left = limit - (larder__endpoint_now_ms() - started);
+            busy = true;
+            rc = larder__endpoint_recv_header(
+                fd, header, left < e->timeout_ms ? (int)left : e->timeout_ms, answered);
+        }
         if (rc == 0) __atomic_store_n(&e->answered_ms, larder__endpoint_now_ms(), __ATOMIC_RELAXED);
         if (rc == 0) rc = larder__wire_header(header, sizeof header, frame);
+        if (rc == -ETIMEDOUT && in_place && busy) break;
         if (rc < 0 || frame->type != LARDER__PROGRESS || !peer) return rc;
         /* the member has it in hand: wait on, within the limit */
         *answered = false;
-        int64_t left = QUEUED_TIMEOUT_MS - (larder__endpoint_now_ms() - started);
+        busy = true;
+        int64_t left = limit - (larder__endpoint_now_ms() - started);
+        if (left <= 0 && in_place) break;
         if (left <= 0) return -ETIMEDOUT;
         wait_ms = priority >= LARDER__HINTED || left < e->timeout_ms ? (int)left : e->timeout_ms;
     }
+    return larder__fail(LARDER_ELOCAL,
+                        "larder daemon at %s: busy past %lld ms with a READ staged in place "
+                        "(its blocks locked); borrowing it the ordinary way",
+                        e->address, (long long)limit);
 }
 
 /*
@@ -194,7 +217,8 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
     int rc = n < 0 ? n : larder__endpoint_send_all(fd, request, (size_t)n);
     struct larder__frame frame;
     bool answered = false;
-    if (rc == 0) rc = await_answer(e, fd, read->priority, &frame, &answered);
+    bool in_place = larder__recv_window_covers(buf, (size_t)read->length);
+    if (rc == 0) rc = await_answer(e, fd, read->priority, &frame, &answered, in_place);
     *unanswered = !answered && (rc == -EPIPE || rc == -ECONNRESET);
     *connection_fault = rc < 0;
     if (rc < 0) return rc;
@@ -238,7 +262,11 @@ int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, u
                                 .flags = (uint8_t)flags,
                                 .offset = offset,
                                 .length = length};
-    if (e->ucx) { /* over UCX, unless this peer has none: then on, over TCP */
+    /* over UCX, unless this peer has none: then on, over TCP.  Never into
+     * a window onto the cache file (recv_window.h): a UCX receive there
+     * has no deadline of its own while the fill lock is held (larderd
+     * stages in place only without a UCX hub; this keeps it so) */
+    if (e->ucx && !larder__recv_window_covers(buf, (size_t)length)) {
         bool fault = false;
         int wait_ms = priority >= LARDER__HINTED ? QUEUED_TIMEOUT_MS : e->timeout_ms;
         int rc = larder__ucx_peer_read(e->ucx, &read, buf, wait_ms, QUEUED_TIMEOUT_MS, &fault);
@@ -269,7 +297,8 @@ int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, u
             /* a pooled connection the daemon closed while it sat idle: not
              * the daemon's failure; once more on a fresh one */
             if (pooled && unanswered && attempt == 0) continue;
-            mark_down(e, e->down_ms);
+            /* this node's own failure (its disk, its lock): the member is fine */
+            if (rc != LARDER_ELOCAL) mark_down(e, e->down_ms);
             if (larder__endpoint_is_errno(rc))
                 rc = larder__fail(rc, "larder daemon at %s: %s", e->address, strerror(-rc));
             return rc;

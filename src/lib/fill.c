@@ -353,9 +353,10 @@ static void keep_blocks(struct larder__fill *f, uint32_t shard, const struct lar
                                              larder__cache_span(c, shard, y + 1, y + 1)) ==
                            in_place)
                     y++;
-                if (larder__cache_store(c, shard, x, y, in_place ? NULL : data,
-                                        fetched[b - p->first] == BLOCK_PEER,
-                                        what == LARDER__KEEP_CHECKED) < 0) {
+                bool peer = fetched[b - p->first] == BLOCK_PEER;
+                bool checked = what == LARDER__KEEP_CHECKED;
+                if ((in_place ? larder__fill_store_in_place(c, shard, x, y, data, peer, checked)
+                              : larder__cache_store(c, shard, x, y, data, peer, checked)) < 0) {
                     free(admitted);
                     return; /* disk full: served uncached (the cache counts it and warns once) */
                 }
@@ -402,7 +403,12 @@ int larder__fill_through_cache(struct larder__fill *f, uint32_t shard, uint64_t 
             larder__cache_count(&k->hits, 1);
             return 0;
         }
-        lock = larder__cache_lock(c, shard, p.first, p.last); /* cut underneath: fill it */
+        /* cut underneath: fill it, in ordinary memory.  A span offered
+         * with blocks in place maps the data file, which may be the file
+         * cut short (a read past its end is a SIGBUS); letting the lock
+         * go above punched out its unpublished blocks already */
+        (void)larder__fill_take_offered_span(shard, 0, 0);
+        lock = larder__cache_lock(c, shard, p.first, p.last);
         if (lock < 0) return lock;
     }
     if (suspect) {

@@ -139,6 +139,8 @@ struct larder__fill_inplace {
     uint32_t shard;
     uint64_t first, last; /* the inner blocks, locked */
     int lock;             /* their fill lock; -1: none, or a fill settled it */
+    int fd;               /* the data file mapped (the cache's descriptor: not closed here) */
+    bool offered;         /* offered to a fill: the peer's bytes were received into it */
     /* which of them are put in place (bit i: block first + i): those not
      * in the cache when locked; the others' bytes go through room's
      * anonymous pages (the fill reads them from the cache over those) */
@@ -152,7 +154,9 @@ LARDER__HIDDEN int larder__fill_inplace_begin(struct larder__fill *fill, uint32_
                                               uint64_t room_length,
                                               struct larder__fill_inplace *in);
 LARDER__HIDDEN void larder__fill_inplace_offer(struct larder__fill_inplace *in);
-LARDER__HIDDEN void larder__fill_inplace_end(struct larder__fill_inplace *in);
+/* Returns how many blocks the peer's bytes were received into in place
+ * (counted once the fill took the span: the borrow was whole). */
+LARDER__HIDDEN uint64_t larder__fill_inplace_end(struct larder__fill_inplace *in);
 /* Whether every block of sample `id` is in the cache (false without one). */
 LARDER__HIDDEN bool larder__fill_staged(const struct larder__fill *fill, uint64_t id);
 /* Bring sample `id` into the cache, checked (nothing without a cache), at

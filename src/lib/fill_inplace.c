@@ -48,6 +48,7 @@ static _Thread_local struct {
     const uint8_t *map_lo, *map_hi; /* the inner blocks' place in the span */
     const uint64_t *in_file;        /* which of them are the file's pages */
     uint64_t block_size;
+    int fd; /* the data file mapped */
 } held = {.lock = -1};
 
 void larder__fill_offer_span(uint32_t shard, uint64_t start, uint64_t length, void *buf)
@@ -179,7 +180,7 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
             end++;
         uint64_t offset = larder__cache_block_offset(c, b);
         uint8_t *place = room + (offset - room_start);
-        rc = larder__cache_map_blocks(c, shard, b, end, place);
+        rc = larder__cache_map_blocks(c, shard, fd, b, end, place);
         for (uint64_t i = b - first; rc == 0 && i <= end - first; i++)
             in_file[i / 64] |= UINT64_C(1) << (i % 64);
         if (rc == 0) /* no window left: received through the mapping, dearer */
@@ -203,7 +204,8 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
                                         .shard = shard,
                                         .first = first,
                                         .last = last,
-                                        .lock = lock};
+                                        .lock = lock,
+                                        .fd = fd};
     memcpy(in->in_file, in_file, sizeof in_file);
     for (int i = 0; i < LARDER__INPLACE_RUNS; i++)
         in->windows[i] = i < runs ? windows[i] : -1;
@@ -212,6 +214,7 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
 
 void larder__fill_inplace_offer(struct larder__fill_inplace *in)
 {
+    in->offered = true;
     larder__fill_offer_span(in->shard, in->room_start, in->room_length, in->room);
     uint8_t *map_lo =
         in->room + (larder__cache_block_offset(in->cache, in->first) - in->room_start);
@@ -225,11 +228,22 @@ void larder__fill_inplace_offer(struct larder__fill_inplace *in)
     held.map_hi = map_lo + larder__cache_span(in->cache, in->shard, in->first, in->last);
     held.in_file = in->in_file;
     held.block_size = larder__cache_block_size(in->cache);
+    held.fd = in->fd;
 }
 
-void larder__fill_inplace_end(struct larder__fill_inplace *in)
+int larder__fill_store_in_place(struct larder__cache *c, uint32_t shard, uint64_t first,
+                                uint64_t last, const void *data, bool borrowed, bool checked)
 {
-    if (!in->room) return;
+    return larder__cache_store_placed(c, shard, first, last, data, held.fd, borrowed, checked);
+}
+
+uint64_t larder__fill_inplace_end(struct larder__fill_inplace *in)
+{
+    if (!in->room) return 0;
+    uint64_t received = 0;
+    if (in->offered)
+        for (size_t i = 0; i < LARDER__INPLACE_BLOCKS / 64; i++)
+            received += (uint64_t)__builtin_popcountll(in->in_file[i]);
     larder__fill_offer_span(0, 0, 0, NULL);
     if (held.settled) in->lock = -1; /* a fill took it, and settled it before letting it go */
     held.lock = -1;
@@ -243,4 +257,5 @@ void larder__fill_inplace_end(struct larder__fill_inplace *in)
     }
     munmap(in->room, in->mapped);
     *in = (struct larder__fill_inplace){.lock = -1};
+    return received;
 }

@@ -65,4 +65,10 @@ LARDER__HIDDEN void larder__fill_unlock_blocks(struct larder__cache *cache, int 
 /* Whether data (length bytes) are the pages of blocks put in place under
  * this thread's fill lock: stored by marking them, not by writing. */
 LARDER__HIDDEN bool larder__fill_in_place(const void *data, uint64_t length);
+/* Store blocks for which larder__fill_in_place said true: marked when the
+ * data file is still the one mapped, else written from the mapping
+ * (larder__cache_store_placed). */
+LARDER__HIDDEN int larder__fill_store_in_place(struct larder__cache *cache, uint32_t shard,
+                                               uint64_t first, uint64_t last, const void *data,
+                                               bool borrowed, bool checked);
 #endif

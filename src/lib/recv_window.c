@@ -9,6 +9,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -88,6 +91,37 @@ static size_t piece(const void *buf, size_t length, bool *inside, int *fd, uint6
     return size;
 }
 
+bool larder__recv_window_covers(const void *buf, size_t length)
+{
+    bool inside;
+    int fd;
+    uint64_t offset;
+    /* the first piece is the whole span only when no window starts in it */
+    return length && (piece(buf, length, &inside, &fd, &offset) < length || inside);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Wait for sock to have bytes before deadline (0: none, the socket's own
+ * timeout only): 0, or -ETIMEDOUT. */
+static int readable_by(int sock, int64_t deadline)
+{
+    if (!deadline) return 0;
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0) return -ETIMEDOUT;
+        struct pollfd p = {.fd = sock, .events = POLLIN};
+        int n = poll(&p, 1, left > 60000 ? 60000 : (int)left);
+        if (n > 0) return 0; /* bytes, an end or an error: the receive says which */
+        if (n < 0 && errno != EINTR) return -errno;
+    }
+}
+
 /* This thread's pipe for splice: [0] its read end; closed at the thread's end. */
 static pthread_key_t pipe_key;
 static pthread_once_t pipe_once = PTHREAD_ONCE_INIT;
@@ -136,9 +170,11 @@ static void drop_pipe(struct thread_pipe *p)
     close_pipe(p);
 }
 
-static int recv_memory(int sock, uint8_t *p, size_t length)
+static int recv_memory(int sock, uint8_t *p, size_t length, int64_t deadline)
 {
     while (length) {
+        int rc = readable_by(sock, deadline);
+        if (rc < 0) return rc;
         ssize_t n = recv(sock, p, length, 0);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return -(errno == EAGAIN ? ETIMEDOUT : errno);
@@ -149,10 +185,13 @@ static int recv_memory(int sock, uint8_t *p, size_t length)
 }
 
 /* length bytes from the socket into fd at offset, through the thread's pipe. */
-static int splice_into(int sock, struct thread_pipe *p, int fd, uint64_t offset, size_t length)
+static int splice_into(int sock, struct thread_pipe *p, int fd, uint64_t offset, size_t length,
+                       int64_t deadline)
 {
     loff_t at = (loff_t)offset;
     while (length) {
+        int rc = readable_by(sock, deadline);
+        if (rc < 0) return rc;
         ssize_t in = splice(sock, NULL, p->fds[1], NULL,
                             length < p->capacity ? length : p->capacity, SPLICE_F_MOVE);
         if (in < 0 && errno == EINTR) continue;
@@ -164,7 +203,9 @@ static int splice_into(int sock, struct thread_pipe *p, int fd, uint64_t offset,
             if (out <= 0) { /* ENOSPC, EIO: the stream is out of step anyway */
                 int err = out == 0 ? EIO : errno;
                 drop_pipe(p);
-                return -err;
+                /* this node's disk, not the sender: it must not count as the peer's fault */
+                return larder__fail(LARDER_ELOCAL, "writing a received chunk into the cache: %s",
+                                    strerror(err));
             }
             left -= out;
         }
@@ -177,13 +218,21 @@ int larder__recv_into(int sock, void *buf, size_t length)
 {
     uint8_t *at = buf;
     int rc = 0;
+    /* into a window: a deadline for all of it (recv_window.h), measured
+     * from now, when the answer's header is in */
+    int64_t deadline = 0;
+    if (larder__recv_window_covers(buf, length)) {
+        uint64_t ms = length / LARDER__RECV_WINDOW_MIN_RATE;
+        deadline =
+            now_ms() + (int64_t)(ms > LARDER__RECV_WINDOW_MIN_MS ? ms : LARDER__RECV_WINDOW_MIN_MS);
+    }
     while (rc == 0 && length) {
         bool inside;
         int fd;
         uint64_t offset;
         size_t n = piece(at, length, &inside, &fd, &offset);
         struct thread_pipe *p = inside ? thread_pipe() : NULL;
-        rc = p ? splice_into(sock, p, fd, offset, n) : recv_memory(sock, at, n);
+        rc = p ? splice_into(sock, p, fd, offset, n, deadline) : recv_memory(sock, at, n, deadline);
         at += n, length -= n;
     }
     return rc;

@@ -16,6 +16,7 @@
 
 #include "common.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,11 +28,26 @@ LARDER__HIDDEN int larder__recv_window_add(void *addr, size_t length, int fd, ui
 /* Remove a window (a negative handle: nothing); after this returns, no
  * receive writes through it any more. */
 LARDER__HIDDEN void larder__recv_window_remove(int handle);
+/* Whether any window overlaps [buf, buf + length): a receive there holds
+ * the window owner's fill lock while it runs. */
+LARDER__HIDDEN bool larder__recv_window_covers(const void *buf, size_t length);
+/*
+ * A receive into a window must end in time: the owner holds the fill lock
+ * of its blocks meanwhile, which every other filler of them on the node
+ * waits for.  So it has LARDER__RECV_WINDOW_MIN_MS, or the time its bytes
+ * take at LARDER__RECV_WINDOW_MIN_RATE bytes a millisecond (50 MB/s) if
+ * longer, in all, however the sender paces its bytes.
+ */
+#define LARDER__RECV_WINDOW_MIN_MS 2000
+#define LARDER__RECV_WINDOW_MIN_RATE 50000
 /*
  * Receive exactly length bytes from stream socket `sock` into buf: with
- * splice into the file when [buf, buf + length) lies inside one window,
- * else with recv.  0, or -errno (-ETIMEDOUT on the socket's receive
- * timeout, -ECONNRESET at its end); after a failure the stream is out of
+ * splice into the file where [buf, buf + length) lies inside a window,
+ * else with recv.  0, or a negative code: -ETIMEDOUT on the socket's
+ * receive timeout, or past the deadline above when any window overlaps
+ * buf; -ECONNRESET at its end; LARDER_ELOCAL (with a message naming the
+ * errno) when writing into the file failed (a full disk, EIO): this
+ * node's failure, not the sender's.  After a failure the stream is out of
  * step, and what reached the file is the window owner's to discard.
  */
 LARDER__HIDDEN int larder__recv_into(int sock, void *buf, size_t length);

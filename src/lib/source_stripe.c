@@ -82,12 +82,15 @@ static struct larder__source *live_peer(struct larder__stripe *s, size_t owner)
     return peer;
 }
 
-/* Ask owner's peer for the extents; a failure other than a quiet decline marks it down. */
+/* Ask owner's peer for the extents; a failure other than a quiet decline
+ * or this node's own (LARDER_ELOCAL: its disk, a READ given up in place)
+ * marks it down. */
 static int ask_peer(struct larder__stripe *s, size_t owner, struct larder__source *peer,
                     const struct larder__extent *extents, size_t count, unsigned flags)
 {
     int rc = larder__source_readv(peer, extents, count, flags);
-    if (rc < 0 && rc != -EHOSTUNREACH) /* declined unasked (known down): nothing to mark */
+    /* declined unasked (known down), or not the peer's doing: nothing to mark */
+    if (rc < 0 && rc != -EHOSTUNREACH && rc != LARDER_ELOCAL)
         link_failed(s, &s->links[owner], (int64_t)larder__now_ms());
     return rc;
 }

@@ -138,6 +138,14 @@ echo "step 1: then $got bytes for another sample of the chunk, $key2 of $length2
 [ "$got" -ge $((4 << 20)) ] || fail "node 0 served $got bytes, not its whole chunk"
 [ "$got" -le $(((4 << 20) + 2 * MAX_SAMPLE)) ] || fail "node 0 served $got bytes for one chunk"
 [ "$(($(served 0 peer_served_reads) - reads))" -le 3 ] || fail "the chunk came in more than 3 READs"
+# in place (fill_inplace.c) over TCP: the chunk's inner blocks (4 MiB of
+# 64 KiB blocks: 64, less up to 4 on each edge for samples crossing it and
+# up to 5 for the sample kept before; 40 leaves room) spliced into the file
+inplace=$(served 1 inplace_blocks)
+echo "step 1: $inplace blocks received in place"
+if [ "${LARDER_TEST_TRANSPORT:-tcp}" = tcp ]; then
+  [ "$inplace" -ge 40 ] && [ "$inplace" -le 64 ] || fail "node 1 received $inplace blocks in place, not the chunk's inner ones"
+fi
 
 # 2. every sample, a READ each: right, each chunk about once, few READs borrowed
 LARDER_SOCKET=$WORK/sock1 "$LARDER" warm "$INDEX" --cache "$WORK/cache1" --jobs 16 >warm1.txt ||
@@ -262,6 +270,7 @@ with open(sys.argv[1], "r+b") as f:
 PY
 read_one 1 "$offset" "$length" || fail "node 1's read of $key (liar, origin damaged elsewhere)"
 kept=$(resident "$WORK/cache1f")
+inplace=$(served 1 inplace_blocks)
 if read_one 1 "$offset2" "$length2" 2>read7.err; then fail "node 1 read $key2 though the origin's is damaged"; fi
 grep -q "checksum" read7.err || fail "the failed READ of $key2 says: $(cat read7.err)"
 asked=$(awk '$1 == "read" && $3 > n { n = $3 } END { print n + 0 }' liar.rec.log)
@@ -271,6 +280,9 @@ echo "step 7: asked the liar for up to $asked bytes; resident $kept bytes before
 # (the fill's refetch forgets the blocks it read from the cache: fewer is right)
 [ "$now" -le "$kept" ] || fail "a failed borrow left $((now - kept)) bytes more resident"
 data_has "$WORK/cache1f" 5a && fail "the liar's bytes were left in node 1's data file"
+# and they were there: the chunk was received in place
+[ "$(served 1 inplace_blocks)" -gt "$inplace" ] || [ "${LARDER_TEST_TRANSPORT:-tcp}" != tcp ] ||
+  fail "the liar's chunk was not received in place ($inplace blocks before, $(served 1 inplace_blocks) after)"
 data_has "$WORK/cache1f" a5 && fail "the damaged origin's bytes were left in node 1's data file"
 cp shard.good "$SHARD"
 read_one 1 "$offset2" "$length2" || fail "node 1's read of $key2 once the origin is mended"
@@ -306,6 +318,10 @@ reader=$!
 for _ in $(seq 200); do grep -q stalled liar.rec.log && break; sleep 0.05; done
 grep -q stalled liar.rec.log || fail "the owner never stalled: $(cat liar.rec.log)"
 sleep 0.2
+# the stalled owner's bytes sit in node 1's data file (spliced in place), unchecked
+if [ "${LARDER_TEST_TRANSPORT:-tcp}" = tcp ]; then
+  data_has "$WORK/cache1g" 5a || fail "the stalled owner's bytes are not in node 1's data file: not in place"
+fi
 kill -9 "${pids[1]}"
 wait "${pids[1]}" 2>/dev/null || true
 wait "$reader" 2>/dev/null || true
@@ -316,6 +332,8 @@ kill "${pids[0]}"
 wait "${pids[0]}" 2>/dev/null || true
 start_node 0 "$WORK/cache0g"
 start_node 1 "$WORK/cache1g"
+restarted=$(resident "$WORK/cache1g")
+[ "$restarted" = "$kept" ] || fail "restarted on the killed borrow's cache: $restarted bytes resident, $kept before"
 read_one 1 "$offset2" "$length2" || fail "the restarted node 1's read of $key2"
 LARDER_SOCKET=$WORK/sock1 "$LARDER" warm "$INDEX" --cache "$WORK/cache1g" --jobs 16 >warm1g.txt ||
   fail "the restarted node 1: $(cat warm1g.txt)"
@@ -324,3 +342,76 @@ data_has "$WORK/cache1g" 5a && fail "the stalled owner's bytes were left in node
 for k in "$key" "$key2" sample00003; do
   LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" "$k" bin "s/$k.bin"
 done
+
+# 9. a trickling owner (review finding 1): it answers the chunk's READ with
+# a DATA header, then one byte every 0.4 s, within every receive timeout,
+# while node 1 holds the fill lock of the chunk's inner blocks.  The
+# staging gives up within its deadline (LARDER__RECV_WINDOW_MIN_MS, 2 s,
+# for 4 MiB), node 1 reads key2 from the origin instead, and a reader of
+# other bytes in the middle of that chunk, started while the owner
+# trickles, is answered too.  Before, both waited for as long as the owner
+# trickled (4 MiB at 2.5 bytes a second).
+kill "${pids[0]}" "${pids[1]}"
+wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+: >liar.rec.log
+/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --trickle &
+pids[0]=$!
+for _ in $(seq 100); do
+  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
+  sleep 0.05
+done
+start_node 1 "$WORK/cache1h"
+read_one 1 "$offset" "$length" || fail "node 1's read of $key (trickling owner)"
+started=$(date +%s.%N)
+read_one 1 "$offset2" "$length2" 2>read9.err &
+reader=$!
+for _ in $(seq 200); do grep -q trickling liar.rec.log && break; sleep 0.05; done
+grep -q trickling liar.rec.log || fail "the owner never trickled: $(cat liar.rec.log)"
+# other bytes of the chunk's middle (its inner blocks, locked by the staging)
+middle=$((chunk * (4 << 20) + (2 << 20)))
+read_one 1 "$middle" 65536 2>read9b.err &
+other=$!
+wait "$reader" || fail "node 1's read of $key2 with a trickling owner: $(cat read9.err)"
+wait "$other" || fail "a read of the chunk's middle with a trickling owner: $(cat read9b.err)"
+took=$(/usr/bin/python3 -c "import time; print('%.1f' % (time.time() - $started))")
+echo "step 9: a trickling owner; both READs answered after $took s"
+# the in-place deadline (2 s) and the wait for a busy owner (2 s) with room
+# for a loaded machine: the owner would trickle for days
+/usr/bin/python3 -c "import sys; sys.exit(0 if $took < 20 else 1)" ||
+  fail "the READs waited $took s on a trickling owner"
+kill -0 "${pids[1]}" || fail "daemon 1 died"
+
+# 10. a busy owner (review finding 1): it answers the chunk's READ with a
+# PROGRESS frame every 0.4 s for up to 60 s.  A READ staged in place
+# waits for a busy member 2 s at most (the fill lock of the chunk's inner
+# blocks is held meanwhile), then gives up in place and borrows the
+# ordinary way (here: the liar's bytes, found wrong, then the origin's);
+# the member is not marked down for it.  Before, 60 s.
+kill "${pids[0]}" "${pids[1]}"
+wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+: >liar.rec.log
+: >"$WORK/daemon1.log"
+/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --busy &
+pids[0]=$!
+for _ in $(seq 100); do
+  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
+  sleep 0.05
+done
+start_node 1 "$WORK/cache1i"
+read_one 1 "$offset" "$length" || fail "node 1's read of $key (busy owner)"
+started=$(date +%s.%N)
+read_one 1 "$offset2" "$length2" 2>read10.err &
+reader=$!
+for _ in $(seq 200); do grep -q busy liar.rec.log && break; sleep 0.05; done
+grep -q busy liar.rec.log || fail "the owner was never busy: $(cat liar.rec.log)"
+read_one 1 "$middle" 65536 2>read10b.err &
+other=$!
+wait "$reader" || fail "node 1's read of $key2 with a busy owner: $(cat read10.err)"
+wait "$other" || fail "a read of the chunk's middle with a busy owner: $(cat read10b.err)"
+took=$(/usr/bin/python3 -c "import time; print('%.1f' % (time.time() - $started))")
+echo "step 10: a busy owner; both READs answered after $took s"
+/usr/bin/python3 -c "import sys; sys.exit(0 if $took < 20 else 1)" ||
+  fail "the READs waited $took s on a busy owner"
+grep -q "skipped for" "$WORK/daemon1.log" &&
+  fail "giving up in place marked the member down: $(cat "$WORK/daemon1.log")"
+kill -0 "${pids[1]}" || fail "daemon 1 died"

@@ -5,7 +5,8 @@ it does not share), a client, and a fake owner daemon that records every
 byte it receives.
 
 Usage as a program:
-  larder_wire.py owner PORT SECRET_FILE RECORD [--impostor | --liar | --stall]
+  larder_wire.py owner PORT SECRET_FILE RECORD [--impostor | --liar | --stall | --trickle |
+                                                 --busy]
       serve as a cluster member on 127.0.0.1:PORT: greet with a proof over
       the secret (a wrong one with --impostor), check the peer's PROVE,
       answer OPEN with an ERROR (so the peer reads the origin), and append
@@ -16,6 +17,13 @@ Usage as a program:
       With --stall, as --liar, but a READ of 1 MiB or more gets its DATA
       frame's header and half its bytes, then nothing more ("stalled"):
       a borrower caught mid-transfer.
+      With --trickle, as --liar, but a READ of 1 MiB or more gets its DATA
+      frame's header, then one byte every 0.4 s (within any receive
+      timeout) until the borrower goes ("trickling", then "closed"): an
+      owner holding a borrower's fill lock for as long as it likes.
+      With --busy, as --liar, but a READ of 1 MiB or more is answered
+      with a PROGRESS frame every 0.4 s ("busy"), for up to 60 s, and then
+      its DATA: an owner whose origin is slow (or one pretending).
 """
 import hashlib
 import hmac
@@ -24,11 +32,13 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 MAGIC = 0x5244524C
 VERSION = 2
 HELLO, WELCOME, READ, DATA, ERROR, STAT, STATS, OPEN, OPENED, PROVE = range(1, 11)
 PUBLISH, RESOLVE, RESOLVED, ANNOUNCE = range(13, 17)  # docs/protocol.md, "Names"
+PROGRESS = 20
 EDENIED = -1016
 
 
@@ -164,7 +174,8 @@ class Refused(Exception):
         self.code, self.message = code, message
 
 
-def serve_owner(port, secret, record, impostor, liar=False, stall=False):
+def serve_owner(port, secret, record, impostor, liar=False, stall=False, trickle=False,
+                busy=False):
     listener = socket.socket(socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
@@ -222,6 +233,27 @@ def serve_owner(port, secret, record, impostor, liar=False, stall=False):
                         conn.recv(1)  # until the borrower goes
                         log("closed")
                         return
+                    if trickle and count >= 1 << 20:
+                        conn.sendall(struct.pack("<IBBHIIQ", MAGIC, VERSION, DATA, 0, count, 0,
+                                                 request))  # the header of count bytes
+                        log("trickling")
+                        try:
+                            for _ in range(count):
+                                time.sleep(0.4)
+                                conn.sendall(b"\x5a")
+                        except OSError:
+                            pass
+                        log("closed")
+                        return
+                    if busy and count >= 1 << 20:
+                        log("busy")
+                        try:
+                            for _ in range(150):
+                                conn.sendall(frame(PROGRESS, b"", 0))
+                                time.sleep(0.4)
+                        except OSError:
+                            log("closed")
+                            return
                     conn.sendall(frame(DATA, b"\x5a" * count, request))
                 else:
                     log("frame %d" % kind)
@@ -243,7 +275,9 @@ if __name__ == "__main__":
         with open(sys.argv[3], "rb") as f:
             secret = f.read().rstrip(b"\r\n ")
         stall = "--stall" in sys.argv[5:]
+        trickle = "--trickle" in sys.argv[5:]
+        busy = "--busy" in sys.argv[5:]
         serve_owner(int(sys.argv[2]), secret, sys.argv[4], "--impostor" in sys.argv[5:],
-                    "--liar" in sys.argv[5:] or stall, stall)
+                    "--liar" in sys.argv[5:] or stall or trickle or busy, stall, trickle, busy)
     else:
         sys.exit(__doc__)

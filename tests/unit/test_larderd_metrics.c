@@ -31,6 +31,7 @@ static const struct {
     {"larder_resident_bytes", "gauge"},
     {"larder_dataset_bytes", "gauge"},
     {"larder_pinned_bytes", "gauge"},
+    {"larder_inplace_blocks_total", "counter"},
     {"larder_read_duration_seconds", "histogram"},
 };
 enum { NUM_EXPECTED = sizeof expected / sizeof *expected, HISTOGRAM = NUM_EXPECTED - 1 };
@@ -42,7 +43,7 @@ static uint64_t expected_value(const struct metrics_row *r, int m)
     const uint64_t values[NUM_EXPECTED - 1] = {
         v->hits,       v->misses,         v->borrowed,        v->errors,       v->bytes,
         v->peer_reads, v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
-        s->peer_bytes, s->resident_bytes, s->total_bytes,     r->pinned_bytes};
+        s->peer_bytes, s->resident_bytes, s->total_bytes,     r->pinned_bytes, v->inplace_blocks};
     return values[m];
 }
 
@@ -150,6 +151,7 @@ TEST(larderd_metrics_text)
         v->errors = base + 14, v->bytes = base + 15, v->peer_reads = base + 16;
         v->peer_bytes = base + 17, v->latency_sum_us = base * 1000 + 123456;
         rows[i].pinned_bytes = base + 18;
+        v->inplace_blocks = base + 19;
         for (int b = 0; b <= READ_LATENCY_BUCKETS; b++)
             v->latency[b] = (uint64_t)(b * (i + 1));
     }
@@ -160,6 +162,8 @@ TEST(larderd_metrics_text)
                        "18446744073709551615\n") != NULL);
     CHECK(strstr(text, "larder_pinned_bytes{dataset=\"fedcba9876543210fedcba9876543210\"} "
                        "2018\n") != NULL);
+    CHECK(strstr(text, "larder_inplace_blocks_total{dataset=\"0123456789abcdef0123456789abcdef\"} "
+                       "1019\n") != NULL);
     CHECK(strstr(text,
                  "larder_read_duration_seconds_bucket{dataset=\"0123456789abcdef0123456789abcdef"
                  "\",le=\"0.00025\"} 1\n") != NULL);

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PAGE 4096
@@ -131,4 +133,109 @@ TEST(recv_window_bad_windows_are_refused)
     CHECK_EQ(handles[n], -ENOSPC);
     for (int i = 0; i < n; i++)
         larder__recv_window_remove(handles[i]);
+}
+
+struct trickler {
+    int fd;
+    volatile int stop;
+};
+
+/* One byte every 300 ms (well within the receiver's 1 s socket timeout),
+ * for at most 8 s, then the end: a sender pacing bytes to hold a lock. */
+static void *trickle(void *arg)
+{
+    struct trickler *t = arg;
+    for (int i = 0; i < 8000 / 300 && !t->stop; i++) {
+        uint8_t byte = (uint8_t)i;
+        if (send(t->fd, &byte, 1, MSG_NOSIGNAL) != 1) break;
+        usleep(300 * 1000);
+    }
+    shutdown(t->fd, SHUT_WR);
+    return NULL;
+}
+
+TEST(recv_window_a_trickling_sender_runs_into_the_deadline)
+{
+    int file = open(test_path("data"), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(file >= 0);
+    CHECK(ftruncate(file, 4 * PAGE) == 0);
+    uint8_t *room = calloc(4, PAGE);
+    int window = larder__recv_window_add(room, 4 * PAGE, file, 0);
+    CHECK(window >= 0);
+    CHECK(larder__recv_window_covers(room + PAGE, 10));
+    CHECK(larder__recv_window_covers(room - 10, 11)); /* starts before, reaches in */
+    CHECK(!larder__recv_window_covers(room - 10, 10));
+    int pair[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    struct timeval second = {.tv_sec = 1};
+    CHECK(setsockopt(pair[1], SOL_SOCKET, SO_RCVTIMEO, &second, sizeof second) == 0);
+    struct trickler t = {.fd = pair[0]};
+    pthread_t sending;
+    CHECK(pthread_create(&sending, NULL, trickle, &t) == 0);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    /* 4 pages at 50 MB/s take far less than the 2 s floor: that floor is
+     * the bound.  Before the deadline, only the sender's end (8 s) ended it,
+     * as -ECONNRESET */
+    CHECK_EQ(larder__recv_into(pair[1], room, 4 * PAGE), -ETIMEDOUT);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double took = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    CHECK(took < LARDER__RECV_WINDOW_MIN_MS / 1000.0 + 1.5);
+    t.stop = 1;
+    pthread_join(sending, NULL);
+    /* into memory (no window): the socket's own timeout only, as before */
+    larder__recv_window_remove(window);
+    CHECK(!larder__recv_window_covers(room, 4 * PAGE));
+    free(room);
+    close(pair[0]);
+    close(pair[1]);
+    close(file);
+}
+
+TEST(recv_window_a_failed_write_into_the_file_is_local)
+{
+    /* a window onto a file opened read-only: the splice into it fails as a
+     * full disk would, and that is this node's failure (LARDER_ELOCAL), not
+     * the sender's; the thread's pipe, left holding bytes, is replaced */
+    int good = open(test_path("good"), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(good >= 0);
+    CHECK(ftruncate(good, 4 * PAGE) == 0);
+    int file = open(test_path("good"), O_RDONLY);
+    CHECK(file >= 0);
+    uint8_t *room = calloc(4, PAGE);
+    int window = larder__recv_window_add(room, 4 * PAGE, file, 0);
+    CHECK(window >= 0);
+    int pair[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    uint8_t *want = malloc(4 * PAGE);
+    pattern(want, 4 * PAGE, 5);
+    struct sender s = {pair[0], want, 4 * PAGE};
+    pthread_t sending;
+    CHECK(pthread_create(&sending, NULL, send_all, &s) == 0);
+    CHECK_EQ(larder__recv_into(pair[1], room, 4 * PAGE), LARDER_ELOCAL);
+    CHECK(strstr(larder_errmsg(), "Bad file descriptor") != NULL);
+    close(pair[1]); /* out of step: the sender's rest goes nowhere */
+    pthread_join(sending, NULL);
+    close(pair[0]);
+    larder__recv_window_remove(window);
+    /* the same thread's next splice, into a writable file, is whole and right */
+    window = larder__recv_window_add(room, 4 * PAGE, good, 0);
+    CHECK(window >= 0);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    pattern(want, 4 * PAGE, 9);
+    s = (struct sender){pair[0], want, 4 * PAGE};
+    CHECK(pthread_create(&sending, NULL, send_all, &s) == 0);
+    CHECK_EQ(larder__recv_into(pair[1], room, 4 * PAGE), 0);
+    pthread_join(sending, NULL);
+    uint8_t *got = malloc(4 * PAGE);
+    CHECK_EQ(pread(good, got, 4 * PAGE, 0), 4 * PAGE);
+    CHECK(memcmp(got, want, 4 * PAGE) == 0);
+    larder__recv_window_remove(window);
+    free(got);
+    free(want);
+    free(room);
+    close(pair[0]);
+    close(pair[1]);
+    close(file);
+    close(good);
 }
