@@ -343,75 +343,58 @@ for k in "$key" "$key2" sample00003; do
   LARDER_SOCKET=$WORK/sock1 same_bytes "$INDEX" "$k" bin "s/$k.bin"
 done
 
+# 9 and 10: a fake owner (larder_wire.py owner MODE) that holds node 1's
+# READ of key2's chunk, which node 1 stages in place (the fill lock of the
+# chunk's inner blocks held meanwhile).  Node 1 restarts on a fresh cache
+# beside it, reads key, then key2 and, while the owner holds that, other
+# bytes in the middle of the same chunk (its inner blocks): both READs must
+# be answered within 20 s (the in-place deadline and the wait for a busy
+# owner are 2 s each, with room for a loaded machine).  Sets middle.
+owner_holds() { # MODE CACHE STEP WORD
+  kill "${pids[0]}" "${pids[1]}"
+  wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+  : >liar.rec.log
+  : >"$WORK/daemon1.log"
+  /usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec "--$1" &
+  pids[0]=$!
+  for _ in $(seq 100); do
+    /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
+    sleep 0.05
+  done
+  start_node 1 "$WORK/$2"
+  read_one 1 "$offset" "$length" || fail "node 1's read of $key ($1 owner)"
+  local started reader other took
+  started=$(date +%s.%N)
+  read_one 1 "$offset2" "$length2" 2>"read$3.err" &
+  reader=$!
+  for _ in $(seq 200); do grep -q "$4" liar.rec.log && break; sleep 0.05; done
+  grep -q "$4" liar.rec.log || fail "the $1 owner never held the READ: $(cat liar.rec.log)"
+  middle=$((chunk * (4 << 20) + (2 << 20)))
+  read_one 1 "$middle" 65536 2>"read$3b.err" &
+  other=$!
+  wait "$reader" || fail "node 1's read of $key2 with a $1 owner: $(cat "read$3.err")"
+  wait "$other" || fail "a read of the chunk's middle with a $1 owner: $(cat "read$3b.err")"
+  took=$(/usr/bin/python3 -c "import time; print('%.1f' % (time.time() - $started))")
+  echo "step $3: a $1 owner; both READs answered after $took s"
+  /usr/bin/python3 -c "import sys; sys.exit(0 if $took < 20 else 1)" ||
+    fail "the READs waited $took s on a $1 owner"
+  kill -0 "${pids[1]}" || fail "daemon 1 died"
+}
+
 # 9. a trickling owner (review finding 1): it answers the chunk's READ with
-# a DATA header, then one byte every 0.4 s, within every receive timeout,
-# while node 1 holds the fill lock of the chunk's inner blocks.  The
-# staging gives up within its deadline (LARDER__RECV_WINDOW_MIN_MS, 2 s,
-# for 4 MiB), node 1 reads key2 from the origin instead, and a reader of
-# other bytes in the middle of that chunk, started while the owner
-# trickles, is answered too.  Before, both waited for as long as the owner
-# trickled (4 MiB at 2.5 bytes a second).
-kill "${pids[0]}" "${pids[1]}"
-wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
-: >liar.rec.log
-/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --trickle &
-pids[0]=$!
-for _ in $(seq 100); do
-  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
-  sleep 0.05
-done
-start_node 1 "$WORK/cache1h"
-read_one 1 "$offset" "$length" || fail "node 1's read of $key (trickling owner)"
-started=$(date +%s.%N)
-read_one 1 "$offset2" "$length2" 2>read9.err &
-reader=$!
-for _ in $(seq 200); do grep -q trickling liar.rec.log && break; sleep 0.05; done
-grep -q trickling liar.rec.log || fail "the owner never trickled: $(cat liar.rec.log)"
-# other bytes of the chunk's middle (its inner blocks, locked by the staging)
-middle=$((chunk * (4 << 20) + (2 << 20)))
-read_one 1 "$middle" 65536 2>read9b.err &
-other=$!
-wait "$reader" || fail "node 1's read of $key2 with a trickling owner: $(cat read9.err)"
-wait "$other" || fail "a read of the chunk's middle with a trickling owner: $(cat read9b.err)"
-took=$(/usr/bin/python3 -c "import time; print('%.1f' % (time.time() - $started))")
-echo "step 9: a trickling owner; both READs answered after $took s"
-# the in-place deadline (2 s) and the wait for a busy owner (2 s) with room
-# for a loaded machine: the owner would trickle for days
-/usr/bin/python3 -c "import sys; sys.exit(0 if $took < 20 else 1)" ||
-  fail "the READs waited $took s on a trickling owner"
-kill -0 "${pids[1]}" || fail "daemon 1 died"
+# a DATA header, then one byte every 0.4 s, within every receive timeout.
+# The staging gives up within its deadline (LARDER__RECV_WINDOW_MIN_MS,
+# 2 s, for 4 MiB) and node 1 reads key2 from the origin instead.  Before,
+# both READs waited for as long as the owner trickled (4 MiB at 2.5 bytes
+# a second).
+owner_holds trickle cache1h 9 trickling
 
 # 10. a busy owner (review finding 1): it answers the chunk's READ with a
 # PROGRESS frame every 0.4 s for up to 60 s.  A READ staged in place
-# waits for a busy member 2 s at most (the fill lock of the chunk's inner
-# blocks is held meanwhile), then gives up in place and borrows the
-# ordinary way (here: the liar's bytes, found wrong, then the origin's);
-# the member is not marked down for it.  Before, 60 s.
-kill "${pids[0]}" "${pids[1]}"
-wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
-: >liar.rec.log
-: >"$WORK/daemon1.log"
-/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --busy &
-pids[0]=$!
-for _ in $(seq 100); do
-  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
-  sleep 0.05
-done
-start_node 1 "$WORK/cache1i"
-read_one 1 "$offset" "$length" || fail "node 1's read of $key (busy owner)"
-started=$(date +%s.%N)
-read_one 1 "$offset2" "$length2" 2>read10.err &
-reader=$!
-for _ in $(seq 200); do grep -q busy liar.rec.log && break; sleep 0.05; done
-grep -q busy liar.rec.log || fail "the owner was never busy: $(cat liar.rec.log)"
-read_one 1 "$middle" 65536 2>read10b.err &
-other=$!
-wait "$reader" || fail "node 1's read of $key2 with a busy owner: $(cat read10.err)"
-wait "$other" || fail "a read of the chunk's middle with a busy owner: $(cat read10b.err)"
-took=$(/usr/bin/python3 -c "import time; print('%.1f' % (time.time() - $started))")
-echo "step 10: a busy owner; both READs answered after $took s"
-/usr/bin/python3 -c "import sys; sys.exit(0 if $took < 20 else 1)" ||
-  fail "the READs waited $took s on a busy owner"
+# waits for a busy member 2 s at most, then gives up in place and borrows
+# the ordinary way (here: the liar's bytes, found wrong, then the
+# origin's); the member is not marked down for it.  Before, 60 s.
+owner_holds busy cache1i 10 busy
 grep -q "skipped for" "$WORK/daemon1.log" &&
   fail "giving up in place marked the member down: $(cat "$WORK/daemon1.log")"
 kill -0 "${pids[1]}" || fail "daemon 1 died"
