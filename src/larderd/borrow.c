@@ -26,6 +26,8 @@
 #include "bigbuf.h"
 #include "cache.h"
 #include "fill.h"
+#include "index.h"
+#include "dataset.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -276,6 +278,20 @@ static uint64_t piece_bytes(void)
     return (uint64_t)v;
 }
 
+/* The piece size for a shard: piece_bytes(), but never smaller than the
+ * shard's checksum block (a fill takes whole blocks: smaller pieces would
+ * each bring the same block again); 0, whole chunks, when that reaches
+ * more than half a chunk. */
+static uint64_t shard_piece(const struct dataset_entry *e, uint32_t shard)
+{
+    uint64_t piece = piece_bytes();
+    struct larder__shard s;
+    if (piece && larder__index_shard(larder__dataset_index(e->dataset), shard, &s) == 0 &&
+        s.sum_shift > 0 && s.sum_shift < 40 && (UINT64_C(1) << s.sum_shift) > piece)
+        piece = UINT64_C(1) << s.sum_shift;
+    return piece > LARDER__OWNER_CHUNK / 2 ? 0 : piece;
+}
+
 /* Stage the pieces of chunk [start, end) that hold bytes of [want_lo,
  * want_hi) the cache lacks, waiting for those another READ stages; true
  * when it staged or waited for some. */
@@ -284,7 +300,7 @@ static bool stage_pieces(struct dataset_entry *e, uint32_t shard, uint64_t start
                          const struct timespec *deadline)
 {
     struct larder__fill *fill = larder__dataset_fill(e->dataset);
-    uint64_t piece = piece_bytes(), x, y;
+    uint64_t piece = shard_piece(e, shard), x, y;
     bool staged = false;
     for (uint64_t p = start + (want_lo - start) / piece * piece; p < want_hi; p += piece) {
         uint64_t p_hi = p + piece < end ? p + piece : end;
@@ -313,8 +329,8 @@ static bool read_in_turn(const struct dataset_entry *e, uint32_t shard, uint64_t
 void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
                        int priority)
 {
-    uint64_t piece = piece_bytes(), x, y;
     uint32_t shards = larder__dataset_num_shards(e->dataset);
+    uint64_t piece = shard < shards ? shard_piece(e, shard) : 0, x, y;
     if (!piece || priority > LARDER__NEAR || length == 0 || !e->members ||
         e->daemon->members.count <= 1 || shard >= shards)
         return;
@@ -343,7 +359,7 @@ void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset,
     uint64_t p = next / piece * piece, from = next;
     for (int i = 0; i <= AHEAD; i++) {
         if (p >= size) { /* the shard read to its end: the next one's first pieces */
-            if (++shard >= shards) return;
+            if (++shard >= shards || !(piece = shard_piece(e, shard))) return;
             size = larder__dataset_shard_size(e->dataset, shard);
             p = from = 0;
             if (size == 0) return;
@@ -406,7 +422,7 @@ bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offse
          * reader's sample costs no more than it did; the next one, or one
          * arriving while the chunk is staged, has all of it come over */
         if (!busy && !again) continue;
-        if (piece_bytes() && priority <= LARDER__NEAR) { /* a reader waits: in pieces */
+        if (shard_piece(e, shard) && priority <= LARDER__NEAR) { /* a reader waits: in pieces */
             staged |= stage_pieces(e, shard, start, end, want_lo, want_hi, priority, &deadline);
             continue;
         }

@@ -112,19 +112,19 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     c->jobs--;
     if (!job->via) c->reads--; /* PROGRESS is for READs on the connection itself */
     pthread_mutex_unlock(&c->lock);
+    /* a connection paused over its budget may read again; a READ over UCX
+     * wakes the loop for nothing else (its answer went over UCX): only then
+     * (a wake-up of the loop per answer was one more context switch each).
+     * Before the read ahead below, which may take a while */
+    if (!job->via || was_over) larderd_wake(d);
+    larder__ucx_session_release(job->via);
     /* answered: a reader reading in turn has its next piece come over
      * meanwhile (the connection, and so the entry, still held) */
     if (bytes && !c->peer)
         borrow_next_piece(job->entry, job->read.shard, job->read.offset, job->read.length,
                           job->read.priority);
-    /* a connection paused over its budget may read again; a READ over UCX
-     * wakes the loop for nothing else (its answer went over UCX): only then
-     * (a wake-up of the loop per answer was one more context switch each) */
-    bool wake = !job->via || was_over;
-    larder__ucx_session_release(job->via);
     connection_release(c);
     free(job);
-    if (wake) larderd_wake(d);
 }
 
 static void read_job(void *arg)

@@ -159,19 +159,19 @@ static int take_idle(struct larder__endpoint *e, int group)
  *
  * `in_place`: the answer is bound for a window onto the cache file
  * (recv_window.h), whose fill lock the caller holds, blocking every other
- * filler of those blocks: a busy member is waited for INPLACE_ANSWER_MS
- * at most, then LARDER_ELOCAL (the caller gives up in place, lets the
- * lock go and borrows the ordinary way; the member is not at fault).
+ * filler of those blocks: the member is waited for INPLACE_ANSWER_MS at
+ * most (busy, silent or sending PROGRESS alike), then LARDER_ELOCAL (the
+ * caller gives up in place, lets the lock go and borrows the ordinary
+ * way, under the usual rules above; the member is not marked down here).
  */
 static int await_answer(struct larder__endpoint *e, int fd, int priority,
                         struct larder__frame *frame, bool *answered, bool in_place)
 {
     uint8_t header[LARDER__WIRE_HEADER];
-    bool peer = e->role == LARDER__ROLE_PEER, busy = false;
+    bool peer = e->role == LARDER__ROLE_PEER;
     int wait_ms = e->timeout_ms;
     if (priority >= LARDER__HINTED && wait_ms < QUEUED_TIMEOUT_MS) wait_ms = QUEUED_TIMEOUT_MS;
-    int64_t limit = QUEUED_TIMEOUT_MS;
-    if (in_place) limit = e->timeout_ms > INPLACE_ANSWER_MS ? e->timeout_ms : INPLACE_ANSWER_MS;
+    int64_t limit = in_place ? INPLACE_ANSWER_MS : QUEUED_TIMEOUT_MS;
     if (wait_ms > limit) wait_ms = (int)limit;
     int64_t started = larder__endpoint_now_ms();
     for (;;) {
@@ -182,17 +182,15 @@ static int await_answer(struct larder__endpoint *e, int fd, int priority,
                    e->timeout_ms &&
                larder__endpoint_now_ms() - started < limit) {
             int64_t left = limit - (larder__endpoint_now_ms() - started);
-            busy = true;
             rc = larder__endpoint_recv_header(
                 fd, header, left < e->timeout_ms ? (int)left : e->timeout_ms, answered);
         }
         if (rc == 0) __atomic_store_n(&e->answered_ms, larder__endpoint_now_ms(), __ATOMIC_RELAXED);
         if (rc == 0) rc = larder__wire_header(header, sizeof header, frame);
-        if (rc == -ETIMEDOUT && in_place && busy) break;
+        if (rc == -ETIMEDOUT && in_place) break; /* whether busy or silent: not for this lock */
         if (rc < 0 || frame->type != LARDER__PROGRESS || !peer) return rc;
         /* the member has it in hand: wait on, within the limit */
         *answered = false;
-        busy = true;
         int64_t left = limit - (larder__endpoint_now_ms() - started);
         if (left <= 0 && in_place) break;
         if (left <= 0) return -ETIMEDOUT;
