@@ -39,8 +39,8 @@ PY
 start_gated_origin www
 cluster_init pieces-secret
 S_ID=$("$LARDER" inspect www/S/index.larder --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')
-# a base port at which node 0 owns a chunk C (not the last) followed by
-# one node 1 does not own, and another chunk D of 8 samples or more
+# a base port at which node 0 owns a chunk C followed by a whole chunk
+# node 1 does not own, and another chunk D of 8 samples or more
 base=$(/usr/bin/python3 - "$S_ID" www/S/shard-000000.tar <<'PY'
 import os, random, sys, tarfile
 from owner_chunk_reference import owner
@@ -52,7 +52,10 @@ for _ in range(1000):
     base = random.randint(20000, 31000)
     names = ["127.0.0.1:%d" % (base + n) for n in range(3)]
     owners = [owner(names, low, high, 0, c) for c in range(chunks)]
-    cs = [c for c in range(chunks - 1) if owners[c] == 0 and owners[c + 1] != 1]
+    # C + 1 a whole chunk: the read ahead's two pieces must be there to ask
+    # for (the shard's last chunk is a sliver a fill of C's last sample covers)
+    cs = [c for c in range(chunks - 1)
+          if owners[c] == 0 and owners[c + 1] != 1 and (c + 2) * CHUNK <= os.path.getsize(sys.argv[2])]
     if cs and any(owners[d] == 0 and d not in (cs[0], cs[0] + 1) and
                   sum(1 for s in starts if d * CHUNK <= s < (d + 1) * CHUNK - (128 << 10) - 512) >= 8
                   for d in range(chunks)):
@@ -140,8 +143,10 @@ chunks = (len(data) + CHUNK - 1) // CHUNK
 owners = [owner(members, id_low, id_high, 0, c) for c in range(chunks)]
 print("chunk owners:", owners)
 inside = lambda c: [s for s in samples if s[0] >= c * CHUNK and s[0] + s[1] <= (c + 1) * CHUNK]
-# C: node 0's, not the last, followed by a chunk node 1 does not own; D: another of node 0's
-cs = [c for c in range(chunks - 1) if owners[c] == 0 and owners[c + 1] != 1]
+# C: node 0's, followed by a whole chunk node 1 does not own (the read
+# ahead's two pieces are asked of the origin there); D: another of node 0's
+cs = [c for c in range(chunks - 1)
+      if owners[c] == 0 and owners[c + 1] != 1 and (c + 2) * CHUNK <= len(data)]
 ds = [c for c in range(chunks) if owners[c] == 0 and cs and c not in (cs[0], cs[0] + 1) and len(inside(c)) >= 8]
 assert cs and ds, "the port base does not give node 0 the chunks (owners %s)" % owners
 C, D = cs[0], ds[0]
