@@ -173,15 +173,23 @@ echo "step 3: with --cache-size, node 0 served $got bytes for two samples of the
 [ "$got" -gt 0 ] || fail "node 1 did not borrow with a capacity"
 [ "$got" -le $((2 * MAX_SAMPLE)) ] || fail "node 1 borrowed $got bytes with a capacity"
 
+# fake_owner MODE: node 0 and node 1 stopped, tests/tools/larder_wire.py's
+# owner in node 0's place (--MODE: liar, stall, trickle, busy), its log
+# liar.rec.log started afresh, waited for until it listens
+fake_owner() {
+  kill "${pids[0]}" "${pids[1]}"
+  wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
+  : >liar.rec.log
+  /usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec "--$1" &
+  pids[0]=$!
+  for _ in $(seq 100); do
+    /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
+    sleep 0.05
+  done
+}
+
 # 4. a lying owner in node 0's place
-kill "${pids[0]}" "${pids[1]}"
-wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
-/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --liar &
-pids[0]=$!
-for _ in $(seq 100); do
-  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
-  sleep 0.05
-done
+fake_owner liar
 start_node 1 "$WORK/cache1c"
 read_one 1 "$offset" "$length" || fail "node 1's read of $key from a lying owner"
 read_one 1 "$offset2" "$length2" || fail "node 1's read of $key2 from a lying owner"
@@ -239,15 +247,7 @@ kill -0 "${pids[1]}" || fail "daemon 1 died"
 # bytes (0x5A) nor the damaged origin's, both of which sat in the data
 # file's pages during the fill, are left there.  With the origin mended,
 # the same READ is right, and the data file holds the right bytes.
-kill "${pids[0]}" "${pids[1]}"
-wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
-: >liar.rec.log
-/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --liar &
-pids[0]=$!
-for _ in $(seq 100); do
-  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
-  sleep 0.05
-done
+fake_owner liar
 start_node 1 "$WORK/cache1f"
 resident() { "$LARDER" stat --cache "$1" --json | /usr/bin/python3 -c "
 import json, sys
@@ -301,15 +301,7 @@ kill -0 "${pids[1]}" || fail "daemon 1 died"
 # liar's bytes sit unchecked in its data file's pages.  Nothing of the
 # chunk is resident; a restarted node 1 on the same cache, with a real
 # owner, reads key2 right, and `larder warm` through it reads every sample.
-kill "${pids[0]}" "${pids[1]}"
-wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
-: >liar.rec.log
-/usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec --stall &
-pids[0]=$!
-for _ in $(seq 100); do
-  /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
-  sleep 0.05
-done
+fake_owner stall
 start_node 1 "$WORK/cache1g"
 read_one 1 "$offset" "$length" || fail "node 1's read of $key (stalling owner)"
 kept=$(resident "$WORK/cache1g")
@@ -351,16 +343,8 @@ done
 # be answered within 20 s (the in-place deadline and the wait for a busy
 # owner are 2 s each, with room for a loaded machine).  Sets middle.
 owner_holds() { # MODE CACHE STEP WORD
-  kill "${pids[0]}" "${pids[1]}"
-  wait "${pids[0]}" "${pids[1]}" 2>/dev/null || true
-  : >liar.rec.log
+  fake_owner "$1"
   : >"$WORK/daemon1.log"
-  /usr/bin/python3 "$TESTS/tools/larder_wire.py" owner "$base" secret liar.rec "--$1" &
-  pids[0]=$!
-  for _ in $(seq 100); do
-    /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $base), 1)" 2>/dev/null && break
-    sleep 0.05
-  done
   start_node 1 "$WORK/$2"
   read_one 1 "$offset" "$length" || fail "node 1's read of $key ($1 owner)"
   local started reader other took
