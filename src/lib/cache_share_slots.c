@@ -118,15 +118,13 @@ bool larder__share_published_lately(int64_t published, int64_t now)
     return published > 0 && published <= now && now - published <= PUBLISHED_FOR_MS;
 }
 
-/* Whether live slot i may go to another dataset: a second slot of an id
- * (counted for nothing), or one whose dataset holds no block (or has no
- * cache files any more) and published nothing for PUBLISHED_FOR_MS.  Call
- * with s->lock held. */
-static bool slot_reclaimable(struct larder__share *s, int i, int64_t now)
+/* Whether the dataset slot i names holds nothing (no resident block, or
+ * no cache files any more) and published nothing for PUBLISHED_FOR_MS,
+ * whatever the slot's state (live, or claimed by this process to take it
+ * back).  Call with s->lock held. */
+static bool holds_nothing(struct larder__share *s, int i, int64_t now)
 {
     const struct share_slot *x = &s->file->slot[i];
-    if (__atomic_load_n(&x->state, __ATOMIC_ACQUIRE) != 2) return false;
-    if (!larder__share_first_of_its_id(s->file, i)) return true;
     if (larder__share_published_lately(x->published_ms, now)) return false;
     struct peer *p = larder__share_peer_of(s, i);
     if (!p) return true;
@@ -134,17 +132,13 @@ static bool slot_reclaimable(struct larder__share *s, int i, int64_t now)
     return larder__share_peer_count(p, now) == 0;
 }
 
-/* slot_reclaimable's test on slot i once this process claimed it (its
- * state no longer 2): the dataset it names still holds nothing, and has not
- * published meanwhile.  Call with s->lock held. */
-static bool slot_reclaimable_claimed(struct larder__share *s, int i, int64_t now)
+/* Whether live slot i may go to another dataset: a second slot of an id
+ * (counted for nothing), or one whose dataset holds nothing.  Call with
+ * s->lock held. */
+static bool slot_reclaimable(struct larder__share *s, int i, int64_t now)
 {
-    const struct share_slot *x = &s->file->slot[i];
-    if (larder__share_published_lately(x->published_ms, now)) return false;
-    struct peer *p = larder__share_peer_of(s, i);
-    if (!p) return true;
-    p->ever_counted = false;
-    return larder__share_peer_count(p, now) == 0;
+    if (__atomic_load_n(&s->file->slot[i].state, __ATOMIC_ACQUIRE) != 2) return false;
+    return !larder__share_first_of_its_id(s->file, i) || holds_nothing(s, i, now);
 }
 
 /*
@@ -174,8 +168,8 @@ int larder__share_claim_slot(struct larder__share *s)
             if (!__atomic_compare_exchange_n(&x->state, &expected, claim, false, __ATOMIC_ACQ_REL,
                                              __ATOMIC_ACQUIRE))
                 continue;
-            if (pass == 1 && (x->id_low != low || x->id_high != high ||
-                              (!dup && !slot_reclaimable_claimed(s, i, now)))) {
+            if (pass == 1 &&
+                (x->id_low != low || x->id_high != high || (!dup && !holds_nothing(s, i, now)))) {
                 uint64_t mine = claim; /* not the slot judged: hand it back, live */
                 __atomic_compare_exchange_n(&x->state, &mine, 2, false, __ATOMIC_ACQ_REL,
                                             __ATOMIC_ACQUIRE);
