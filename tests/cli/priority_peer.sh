@@ -64,15 +64,32 @@ assert num_shards == len(shards)
 def stat(client):
     return json.loads(client.request(w.STAT)[1])
 
-def borrowed():
-    return sum(d["borrowed_reads"] for d in stat(b)["datasets"])
+def counted():
+    """B's READs counted so far, and how many of them it borrowed."""
+    datasets = stat(b)["datasets"]
+    return (sum(d["hits"] + d["misses"] + d["read_errors"] for d in datasets),
+            sum(d["borrowed_reads"] for d in datasets))
+
+def borrowed_after(reads):
+    # a READ is counted once its answer is sent (read_job_end), so the
+    # answer can come before its count: a STAT right after it may not show
+    # it yet, and the next probe's difference took it for its own (shard
+    # s-1 owned by A was then missed and B's shard s taken for A's: the
+    # fifth HINTED read never went to A).  Wait until all `reads` are in.
+    for _ in range(400):
+        n, borrowed = counted()
+        if n >= reads:
+            assert n == reads, (n, reads)
+            return borrowed
+        time.sleep(0.01)
+    raise SystemExit("B counted %d READs, want %d" % (counted()[0], reads))
 
 # which shards A owns: B borrows a read of their first bytes from it
 owned_by_a = []
 for s in range(len(shards)):
-    before = borrowed()
+    before = borrowed_after(s)
     b.read(id_low, id_high, s, 0, 100)
-    if borrowed() > before:
+    if borrowed_after(s + 1) > before:
         owned_by_a.append(s)
 print("A owns shards", owned_by_a, "of", len(shards))
 if len(owned_by_a) < 6:
