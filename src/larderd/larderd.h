@@ -329,7 +329,8 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
  * *held (NULL: none): one holder per connection, taken under d->lock so
  * that close_unused_datasets never closes it in between.  With OPEN_NEW it
  * fetches the index, or waits for another's OPEN of it (not with
- * OPEN_NOWAIT): on the loop thread only PUBLISH does so (its own index). */
+ * OPEN_NOWAIT): never on the loop thread (OPEN and PUBLISH open new
+ * indexes on the open pool). */
 int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
                       int *slot, uint64_t *held);
 /* The registry's parts for opens.c (each with d->lock held): the entry at

@@ -327,8 +327,9 @@ static int place(struct larderd *d, struct dataset_entry *opened, const char *ur
  * open it beside it; so does one past MAX_OPENING opens at once.  Only
  * callers with OPEN_NEW and without OPEN_NOWAIT ever wait: the loop thread
  * asks without OPEN_NEW (LARDER_ENOTFOUND for a url not open yet:
- * requests.c opens it on the open pool) or with OPEN_NOWAIT (-EAGAIN
- * rather than wait; PUBLISH, which opens its own index on the loop).
+ * requests.c opens it on the open pool); OPEN_NOWAIT (-EAGAIN rather than
+ * wait) is for a caller on the loop thread (none now: PUBLISH opens its
+ * index on the open pool too, publish.c).
  */
 int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct dataset_entry **out,
                       int *slot, uint64_t *held)

@@ -21,8 +21,10 @@
  *            asked of the members (a daemon restarted after the
  *            publication still finds it).
  *
- * Threads: handlers and the sweep run on the loop thread, fetches and
- * announcements on the pool; the registry is guarded by its own lock,
+ * Threads: handlers and the sweep run on the loop thread, but a PUBLISH
+ * opens its index on the open pool (the connection's next frames held back
+ * until it is answered, as for an OPEN); fetches and announcements run on
+ * the pool; the registry is guarded by its own lock,
  * which is taken inside d->lock (publication_adopt) and never held while
  * taking d->lock.
  *
@@ -213,28 +215,25 @@ bool announce_request(struct connection *c, const struct larder__frame *f, const
     return true;
 }
 
-bool publish_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
+/*
+ * The slow part of a PUBLISH, on the open pool (as an OPEN of a new index,
+ * opens.c): the index opened (fetched, hashed and validated whole: seconds
+ * for a large one), checked against a written-through copy, registered and
+ * answered, while the loop serves every other client.  m points into the
+ * job's copy of the frame.
+ */
+static void publish_open(struct connection *c, uint64_t request, int allowed,
+                         const struct larder__publish *m)
 {
     struct larderd *d = c->daemon;
-    if (c->peer) {
-        refuse(c, f->request, LARDER_EDENIED, "PUBLISH comes from a client of this node only");
-        return true;
-    }
-    struct larder__publish m;
-    int rc = larder__wire_publish(payload, f->length, &m);
-    if (rc < 0) return malformed(c, f, rc);
-    int allowed = may_open(c); /* 1: a local client that may open indexes */
-    if (allowed < 0) {
-        send_error(c, f->request, allowed, larder_errmsg());
-        return true;
-    }
+    int rc = 0;
     struct publications *r = registry(d);
     if (!r) {
-        send_error(c, f->request, -ENOMEM, "out of memory");
-        return true;
+        send_error(c, request, -ENOMEM, "out of memory");
+        return;
     }
-    char *index = strndup(m.index, m.index_length);
-    char *origin = m.origin_length ? strndup(m.origin, m.origin_length) : NULL;
+    char *index = strndup(m->index, m->index_length);
+    char *origin = m->origin_length ? strndup(m->origin, m->origin_length) : NULL;
     char *producer = strdup(self_name(d));
     struct publication *p = NULL;
     /* --replace of a name known here: registered as this node's only once the
@@ -242,26 +241,26 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
      * readers of the old keep their dataset (its id, its checksums) */
     bool replacing = false;
     uint64_t generation = 0;
-    if (!index || !producer || (m.origin_length && !origin)) rc = -ENOMEM;
+    if (!index || !producer || (m->origin_length && !origin)) rc = -ENOMEM;
     if (rc == 0) {
         pthread_mutex_lock(&r->lock);
-        struct publication *same = find(r, m.name, m.name_length);
+        struct publication *same = find(r, m->name, m->name_length);
         /* a name published here is replaced only by the user who published
          * it (or the daemon's own user, or root): a local user may not
          * swap another's "latest" for bytes of their own.  Names learned
          * from members are theirs (members are trusted with names). */
         bool others = same && same->mine && !c->own_user && same->publisher_uid != (int64_t)c->uid;
-        if (same && (m.flags & LARDER__PUBLISH_REPLACE) && same->state == READY && others)
+        if (same && (m->flags & LARDER__PUBLISH_REPLACE) && same->state == READY && others)
             rc = larder__fail(-EACCES, "%.*s was published here by another user",
-                              (int)m.name_length, m.name);
-        else if (same && (m.flags & LARDER__PUBLISH_REPLACE) && same->state == READY)
+                              (int)m->name_length, m->name);
+        else if (same && (m->flags & LARDER__PUBLISH_REPLACE) && same->state == READY)
             replacing = true, generation = same->generation + 1;
         else if (same)
-            rc = larder__fail(-EEXIST, "%.*s is %s (dataset from %s)%s", (int)m.name_length, m.name,
-                              same->state == READY ? "already published" : "being learned",
+            rc = larder__fail(-EEXIST, "%.*s is %s (dataset from %s)%s", (int)m->name_length,
+                              m->name, same->state == READY ? "already published" : "being learned",
                               same->producer ? same->producer : "a member",
-                              m.flags & LARDER__PUBLISH_REPLACE ? ": try again" : "");
-        else if (!(p = add(r, m.name, m.name_length)))
+                              m->flags & LARDER__PUBLISH_REPLACE ? ": try again" : "");
+        else if (!(p = add(r, m->name, m->name_length)))
             rc = larder__fail(-EAGAIN, "too many names here");
         if (p) {
             p->state = FETCHING;
@@ -292,11 +291,10 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
             origin_url = p->origin ? strdup(p->origin) : NULL;
             pthread_mutex_unlock(&r->lock);
         }
-        /* on the loop thread: never waits for another's OPEN of it (-EAGAIN) */
-        rc = url ? open_dataset(d, url, allowed == 1 ? OPEN_NEW | OPEN_NOWAIT : 0, &e, &slot)
-                 : -ENOMEM;
+        /* on the open pool: waits for another's OPEN of the same url, as an OPEN does */
+        rc = url ? open_dataset(d, url, allowed == 1 ? OPEN_NEW : 0, &e, &slot) : -ENOMEM;
         if (rc == 0 && origin_url) {
-            rc = open_dataset(d, origin_url, OPEN_NEW | OPEN_NOWAIT, &copy, &slot);
+            rc = open_dataset(d, origin_url, OPEN_NEW, &copy, &slot);
             if (rc == 0 && copy != e)
                 rc = larder__fail(LARDER_EUSAGE, "the written-through index %s is not %s's",
                                   origin_url, url);
@@ -316,11 +314,11 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
         pthread_mutex_unlock(&d->lock);
     }
     char name[LARDER__WIRE_MAX_PUBLICATION + 1];
-    memcpy(name, m.name, m.name_length);
-    name[m.name_length] = '\0';
+    memcpy(name, m->name, m->name_length);
+    name[m->name_length] = '\0';
     struct name_job *job = NULL;
     pthread_mutex_lock(&r->lock);
-    p = find(r, m.name, m.name_length);
+    p = find(r, m->name, m->name_length);
     if (rc < 0 && p && p->state != READY && p->mine && !replacing) forget(r, p), p = NULL;
     if (rc == 0 && !p) rc = larder__fail(LARDER_ENOTFOUND, "%s: forgotten meanwhile", name);
     if (rc == 0 && replacing && (p->state != READY || p->generation != generation - 1))
@@ -344,9 +342,9 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
     if (rc == 0) {
         p->id_low = e->id_low, p->id_high = e->id_high;
         p->state = READY;
-        send_publication(c, f->request, 0, p);
+        send_publication(c, request, 0, p);
         answer_waiters(r, p);
-        if (d->members.count > 1 && (job = name_job_new(d, name, m.name_length))) {
+        if (d->members.count > 1 && (job = name_job_new(d, name, m->name_length))) {
             job->id_low = p->id_low, job->id_high = p->id_high;
             job->generation = p->generation;
             job->producer = strdup(p->producer);
@@ -360,9 +358,9 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
     free(index), free(origin), free(producer); /* a replacement's, when not taken */
     if (rc < 0) {
         say("PUBLISH of %s refused: %s", name, larder_errmsg());
-        send_error(c, f->request, rc, larder_errmsg());
+        send_error(c, request, rc, larder_errmsg());
         free(url);
-        return true;
+        return;
     }
     if (replacing)
         say("published %s: %s (generation %llu, replacing the one before)", name, url,
@@ -373,5 +371,78 @@ bool publish_request(struct connection *c, const struct larder__frame *f, const 
     publication_remember(d, name); /* this node serves it again after a restart */
     hints_on_publish(d, name, e);
     if (job) announce_all(d, job);
+}
+
+/* A PUBLISH on the open pool: a copy of its frame's payload. */
+struct publish_job {
+    struct connection *connection;
+    uint64_t request;
+    int allowed; /* may_open's answer on the loop */
+    uint32_t length;
+    uint8_t payload[];
+};
+
+static void publish_job(void *arg)
+{
+    struct publish_job *job = arg;
+    struct connection *c = job->connection;
+    struct larderd *d = c->daemon;
+    struct larder__publish m;
+    /* parsed on the loop already: the same bytes parse the same */
+    if (larder__wire_publish(job->payload, job->length, &m) < 0)
+        send_error(c, job->request, LARDER_EPROTOCOL, "PUBLISH frame did not parse");
+    else if (d->stopping)
+        send_error(c, job->request, -EAGAIN, "the daemon is stopping");
+    else
+        publish_open(c, job->request, job->allowed, &m);
+    pthread_mutex_lock(&c->lock);
+    c->jobs--;
+    c->opens--; /* its next frames are read again */
+    pthread_mutex_unlock(&c->lock);
+    connection_release(c);
+    free(job);
+    larderd_wake(d);
+}
+
+/*
+ * PUBLISH: checked on the loop (a peer may not, a malformed frame closes
+ * the connection, a user who may not open indexes is refused), then opened
+ * and registered on the open pool, the connection's next frames held back
+ * until it is answered (c->opens, as for an OPEN).
+ */
+bool publish_request(struct connection *c, const struct larder__frame *f, const uint8_t *payload)
+{
+    struct larderd *d = c->daemon;
+    if (c->peer) {
+        refuse(c, f->request, LARDER_EDENIED, "PUBLISH comes from a client of this node only");
+        return true;
+    }
+    struct larder__publish m;
+    int rc = larder__wire_publish(payload, f->length, &m);
+    if (rc < 0) return malformed(c, f, rc);
+    int allowed = may_open(c); /* 1: a local client that may open indexes */
+    if (allowed < 0) {
+        send_error(c, f->request, allowed, larder_errmsg());
+        return true;
+    }
+    struct publish_job *job = malloc(sizeof *job + f->length);
+    if (job) {
+        *job = (struct publish_job){
+            .connection = c, .request = f->request, .allowed = allowed, .length = f->length};
+        memcpy(job->payload, payload, f->length);
+        pthread_mutex_lock(&c->lock);
+        c->refs++;
+        c->jobs++;
+        c->opens++;
+        pthread_mutex_unlock(&c->lock);
+        if (larder__pool_submit(d->open_pool, publish_job, job, LARDER__DEMAND) == 0) return true;
+        pthread_mutex_lock(&c->lock);
+        c->jobs--;
+        c->opens--;
+        pthread_mutex_unlock(&c->lock);
+        connection_release(c); /* ours: the loop still holds its own */
+        free(job);
+    }
+    send_error(c, f->request, -EAGAIN, "PUBLISH could not be queued (out of memory, or stopping)");
     return true;
 }

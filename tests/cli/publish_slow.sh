@@ -1,0 +1,119 @@
+# A PUBLISH whose index takes long to open does not hold up the daemon.
+# One larderd; dataset A packed on local disk; dataset P packed on local
+# disk and written through (copied) to an HTTP origin that holds P's index
+# (tests/tools/gated_origin.py: everything under held/) until the test lets
+# it go.  A client PUBLISHes P with that origin copy: the daemon opens both
+# indexes and checks they are one dataset, so the PUBLISH waits at the
+# origin.  Meanwhile another client reads A, asks for STAT and opens A on a
+# new connection, and gets every answer (the PUBLISH runs on the open pool,
+# not on the loop thread: before, each of these timed out); the publisher's
+# connection is answered nothing, not even a RESOLVE it sent right behind
+# its PUBLISH.  Then the index is let go: the PUBLISH is answered first
+# (RESOLVED, P's id), then the RESOLVE behind it finds the name.  A second
+# PUBLISH of the name is still refused (already published), and one of a
+# written-through copy that is another dataset still fails, as before.
+source "$(dirname "$0")/lib.sh"
+LARDERD=${LARDER%/larder}/larderd
+[ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
+export PYTHONPATH=$TESTS/tools
+make_tree a 60
+make_tree p 60
+make_tree q 20
+"$LARDER" pack a -o local/A --shard-size 100K >/dev/null
+"$LARDER" pack p -o local/P --shard-size 100K >/dev/null
+"$LARDER" pack q -o www/held/Q --shard-size 100K >/dev/null # another dataset
+mkdir -p www/held
+cp -r local/P www/held/P
+start_gated_origin www
+"$LARDERD" --cache "$WORK/cache" --socket "$WORK/sock" --jobs 2 2>>"$WORK/daemon.log" &
+pid=$!
+cleanup_hooks=("curl -s $gated_base/__release/all >/dev/null; kill $pid 2>/dev/null; wait $pid 2>/dev/null" "${cleanup_hooks[@]}")
+for _ in $(seq 100); do [ -S "$WORK/sock" ] && break; sleep 0.05; done
+[ -S "$WORK/sock" ] || fail "larderd did not start: $(cat daemon.log)"
+
+/usr/bin/python3 - "$WORK/sock" "$gated_base" "$WORK/local/A" "$WORK/local/P" <<'PY' ||
+import glob, json, socket, struct, sys, time, urllib.request
+import larder_wire as w
+sock, base, a_dir, p_dir = sys.argv[1:5]
+
+def get(path):
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        return r.read()
+
+def expect(path, offset, length):
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
+
+def shard(d, i):
+    return sorted(glob.glob(d + "/shard-*"))[i]
+
+def claimed_id(index):  # bytes 16-31 of an index (docs/format.md): the dataset's id
+    with open(index, "rb") as f:
+        return struct.unpack("<QQ", f.read(32)[16:32])
+
+a = w.Client(sock, 1, timeout=10)
+a.greet()
+a_low, a_high, a_shards = a.open(a_dir + "/index.larder")
+assert a.read(a_low, a_high, 0, 0, 100) == expect(shard(a_dir, 0), 0, 100)
+
+pub = w.Client(sock, 1, timeout=10)
+pub.greet()
+p_index = (p_dir + "/index.larder").encode()
+pub.sock.sendall(w.frame(w.PUBLISH, w.publish_payload(b"ckpt", p_index,
+                                                      (base + "/held/P/index.larder").encode()), 70))
+pub.sock.sendall(w.frame(w.RESOLVE, w.resolve_payload(b"ckpt"), 71))
+for _ in range(400):
+    if any(p == "/held/P/index.larder" for p, _ in json.loads(get("/__log"))):
+        break
+    time.sleep(0.05)
+else:
+    raise SystemExit("the origin never saw P's index asked for")
+
+# the PUBLISH waits at the origin: everyone else is served meanwhile
+t = time.monotonic()
+assert a.read(a_low, a_high, 1, 0, 4096) == expect(shard(a_dir, 1), 0, 4096)
+kind, payload = a.request(w.STAT)
+assert kind == w.STATS, kind
+a2 = w.Client(sock, 1, timeout=10)
+a2.greet()
+assert a2.open(a_dir + "/index.larder")[:2] == (a_low, a_high)
+print("served A, STAT and an OPEN of A in %.3f s while the PUBLISH's index was held"
+      % (time.monotonic() - t))
+pub.sock.settimeout(0.5)
+try:
+    got = w.recv_frame(pub.sock)
+    raise SystemExit("the publisher was answered before its index came: %r" % (got,))
+except socket.timeout:
+    pass
+
+get("/__release/all")
+pub.sock.settimeout(20)
+kind, request, payload = w.recv_frame(pub.sock)
+assert kind == w.RESOLVED and request == 70, (kind, request, payload)
+p_low, p_high = struct.unpack("<QQ", payload[:16])
+assert (p_low, p_high) == claimed_id(p_dir + "/index.larder"), (p_low, p_high)
+kind, request, payload = w.recv_frame(pub.sock)
+assert kind == w.RESOLVED and request == 71, (kind, request)
+assert struct.unpack("<QQ", payload[:16]) == (p_low, p_high)
+print("the PUBLISH answered once its index came, then the RESOLVE behind it")
+
+# its refusals are as before: the name is taken; a written-through copy of another dataset
+def refused(payload, needle):
+    c = w.Client(sock, 1, timeout=20)
+    c.greet()
+    try:
+        c.request(w.PUBLISH, payload, 7)
+    except w.Refused as e:
+        assert needle in e.message, (needle, e.message)
+        print("refused: %s" % e.message)
+        return
+    raise SystemExit("PUBLISH accepted: %r" % needle)
+
+refused(w.publish_payload(b"ckpt", p_index), "already published")
+refused(w.publish_payload(b"other", p_index, (base + "/held/Q/index.larder").encode()),
+        "is not")
+PY
+  fail "a slow PUBLISH held up the daemon: $(tail -n 5 daemon.log)"
+grep -q "published ckpt: $WORK/local/P/index.larder" daemon.log || fail "the daemon's log: $(cat daemon.log)"
+echo ok
