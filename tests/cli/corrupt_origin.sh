@@ -136,7 +136,8 @@ staged_within "warm" c2
 
 # ---- one larderd, the cache its own -------------------------------------------
 
-base=$((20000 + RANDOM % 20000))
+reserve_ports 2
+base=$port_base
 pids=()
 start_daemon() { # N [options]: daemon N on sockN with cacheN
   local n=$1

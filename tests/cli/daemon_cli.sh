@@ -23,7 +23,8 @@ D=$("$LARDER" inspect origin/D/index.larder --json | json 'd["dataset_id"]')
 D_BYTES=$("$LARDER" inspect origin/D/index.larder --json | json 'd["total_bytes"]')
 E=$("$LARDER" inspect origin/E/index.larder --json | json 'd["dataset_id"]')
 
-mport=$((20000 + RANDOM % 20000))
+reserve_ports 1
+mport=$port_base
 cat >larderd.conf <<CONF
 # the node daemon, as an admin would write it
 cache = $WORK/daemon-cache

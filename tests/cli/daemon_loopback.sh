@@ -11,7 +11,8 @@ export PYTHONPATH=$TESTS/tools
 make_tree a 10
 "$LARDER" pack a -o origin/A --shard-size 40K >/dev/null
 INDEX=$WORK/origin/A/index.larder
-base=$((20000 + RANDOM % 20000))
+reserve_ports 2
+base=$port_base
 pids=()
 cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null')
 

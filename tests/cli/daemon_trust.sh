@@ -20,7 +20,8 @@ INDEX=$WORK/origin/A/index.larder
 head -c 18 /dev/urandom | base64 >secret # one line, no newline inside
 SECRET=$(cat secret)
 
-base=$((20000 + RANDOM % 20000))
+reserve_ports 4
+base=$port_base
 pids=()
 cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null')
 wait_for() { # path-or-port log: wait until a socket file exists or a TCP port answers

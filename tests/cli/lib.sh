@@ -25,6 +25,65 @@ fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# reserve_ports N [BASE...]: sets port_base to the first of N consecutive
+# TCP ports, free now and this test's until it ends.  Tests run at once
+# (tests/run's, another checkout's, another user's) never get the same: each
+# port is locked (flock) under $LARDER_TEST_PORTS (/tmp/larder-test-ports),
+# the lock held by this shell and what it starts; and a port another program
+# holds is passed over (each is bound for a moment, on 0.0.0.0, before it is
+# taken).  Ports are drawn below Linux's ephemeral range (32768 and up),
+# which the daemons' own outgoing connections take, so that a restarted
+# daemon finds its port free again.  BASE...: the bases to try, in order
+# (a test whose member names must hash a certain way); else random ones.
+# Unreserved ports were picked at random and collided (cli_stripe_http,
+# cli_daemon_trust: "address in use").
+port_locks=${LARDER_TEST_PORTS:-/tmp/larder-test-ports}
+reserve_ports() {
+  local n=$1 base i fd ok fds candidates=("${@:2}") tries=0
+  mkdir -p "$port_locks" 2>/dev/null && chmod 1777 "$port_locks" 2>/dev/null
+  [ -d "$port_locks" ] && [ -w "$port_locks" ] || fail "cannot lock ports under $port_locks"
+  while :; do
+    if [ ${#candidates[@]} -gt 0 ]; then
+      [ $tries -lt ${#candidates[@]} ] || fail "none of the port bases given is free: ${candidates[*]}"
+      base=${candidates[$tries]}
+    else
+      [ $tries -lt 200 ] || fail "no $n free ports found in 200 tries"
+      base=$((20000 + RANDOM % (12000 - n)))
+    fi
+    tries=$((tries + 1))
+    fds=() ok=1
+    for ((i = 0; i < n; i++)); do
+      # braces: exec's own 2>/dev/null would silence this shell for good
+      if { exec {fd}>>"$port_locks/$((base + i))"; } 2>/dev/null; then
+        fds+=("$fd")
+        flock -n "$fd" || { ok=0; break; }
+      else
+        ok=0
+        break
+      fi
+    done
+    [ $ok = 1 ] && ports_bindable "$base" "$n" && break
+    for fd in "${fds[@]}"; do exec {fd}>&-; done
+  done
+  port_base=$base
+}
+# ports_bindable BASE N: whether ports BASE..BASE+N-1 can be bound now
+# (without SO_REUSEADDR: a port in TIME_WAIT is passed over too)
+ports_bindable() {
+  /usr/bin/python3 -c '
+import socket, sys
+base, n = int(sys.argv[1]), int(sys.argv[2])
+for port in range(base, base + n):
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", port))
+    except OSError:
+        sys.exit(1)
+    finally:
+        s.close()
+' "$1" "$2"
+}
+
 # start_nginx ROOT PROBE: serve $WORK/ROOT with nginx on a random loopback
 # port until the test ends, waiting until PROBE (a path under ROOT) answers;
 # sets port and nginx_pid.  Skips the test when nginx is not installed.
@@ -32,7 +91,8 @@ start_nginx() {
   local nginx
   nginx=$(command -v nginx || echo /usr/sbin/nginx)
   [ -x "$nginx" ] || skip "nginx is not installed (scripts/install-deps installs it)"
-  port=$((20000 + RANDOM % 20000))
+  reserve_ports 1
+  port=$port_base
   mkdir -p "$WORK/nginx/logs"
   cat >"$WORK/nginx/nginx.conf" <<CONF
 daemon off;
@@ -114,9 +174,9 @@ ucx_usable() {
   [ "$found" -gt 0 ] || { echo "skip: UCX has no $want transport here"; exit 77; }
 }
 cluster_init() {
-  # below Linux's ephemeral ports (32768 and up), which the daemons' own
-  # outgoing connections take: a restarted member must find its port free
-  base=$((20000 + RANDOM % 12000))
+  # base+3 too, for a listener of the test's own (daemon.sh's metrics)
+  reserve_ports 4
+  base=$port_base
   members="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
   printf '%s\n' "$1" >secret
   pids=()

@@ -22,7 +22,8 @@ start_gated_origin www
 base=$gated_base
 curl -sf "$base/__release/all" >/dev/null # answered at once while ownership is found
 
-port=$((20000 + RANDOM % 20000))
+reserve_ports 2
+port=$port_base
 members="127.0.0.1:$port,127.0.0.1:$((port + 1))"
 printf 'cluster-secret\n' >secret
 pids=()

@@ -41,15 +41,16 @@ cluster_init pieces-secret
 S_ID=$("$LARDER" inspect www/S/index.larder --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["dataset_id"])')
 # a base port at which node 0 owns a chunk C followed by a whole chunk
 # node 1 does not own, and another chunk D of 8 samples or more
-base=$(/usr/bin/python3 - "$S_ID" www/S/shard-000000.tar <<'PY'
+candidates=$(/usr/bin/python3 - "$S_ID" www/S/shard-000000.tar <<'PY'
 import os, random, sys, tarfile
 from owner_chunk_reference import owner
 CHUNK = 4 << 20
 high, low = int(sys.argv[1][:16], 16), int(sys.argv[1][16:], 16)
 starts = [m.offset_data for m in tarfile.open(sys.argv[2]) if m.isfile()]
 chunks = (os.path.getsize(sys.argv[2]) + CHUNK - 1) // CHUNK
+found = 0  # up to 20 usable bases: reserve_ports (lib.sh) takes the first one free
 for _ in range(1000):
-    base = random.randint(20000, 31000)
+    base = random.randint(20000, 32000)
     names = ["127.0.0.1:%d" % (base + n) for n in range(3)]
     owners = [owner(names, low, high, 0, c) for c in range(chunks)]
     # C + 1 a whole chunk: the read ahead's two pieces must be there to ask
@@ -60,10 +61,14 @@ for _ in range(1000):
                   sum(1 for s in starts if d * CHUNK <= s < (d + 1) * CHUNK - (128 << 10) - 512) >= 8
                   for d in range(chunks)):
         print(base)
-        break
+        found += 1
+        if found == 20:
+            break
 PY
 )
-[ -n "$base" ] || fail "no port base gives node 0 the chunks the test needs"
+[ -n "$candidates" ] || fail "no port base gives node 0 the chunks the test needs"
+reserve_ports 3 $candidates
+base=$port_base
 members="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
 start_daemon 0
 start_daemon 1

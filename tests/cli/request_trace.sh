@@ -13,7 +13,8 @@ export PYTHONPATH=$TESTS/tools
 make_tree a 200
 "$LARDER" pack a -o origin/A --shard-size 100K --block-size 4K >/dev/null
 
-port=$((20000 + RANDOM % 20000))
+reserve_ports 2
+port=$port_base
 members="127.0.0.1:$port,127.0.0.1:$((port + 1))"
 printf 'cluster-secret\n' >secret
 pids=()

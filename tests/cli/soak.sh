@@ -22,8 +22,8 @@ make_tree src 300
 start_nginx www packed/index.larder
 url=http://127.0.0.1:$port/packed/index.larder
 
-base=$((20000 + RANDOM % 20000))
-[ $base -eq $port ] && base=$((base + 7))
+reserve_ports 3
+base=$port_base
 members="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
 printf 'soak-secret\n' >secret
 pids=()

@@ -47,7 +47,8 @@ mkdir -p plugins
 echo "not a shared object" >plugins/junk.so
 expect_error 2 "plugins/junk.so" "$LARDERD" --cache c --socket s --transform-dir plugins
 
-mport=$((20000 + RANDOM % 12000))
+reserve_ports 1
+mport=$port_base
 # --transform-cpu-limit 100: other load on this machine must not send the work back
 "$LARDERD" --cache "$WORK/cache" --socket "$WORK/sock" --metrics "127.0.0.1:$mport" \
   --transform-cpu-limit 100 2>>"$WORK/daemon.log" &

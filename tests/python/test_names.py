@@ -8,8 +8,8 @@ are refused before anything is sent.
 
 import io
 import os
-import random
 import subprocess
+import sys
 import threading
 import time
 
@@ -17,6 +17,9 @@ import pytest
 
 import larder
 from conftest import LARDER
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from reserved_ports import Reservation  # noqa: E402
 
 LARDERD = os.path.join(os.path.dirname(LARDER), "larderd")
 
@@ -26,7 +29,8 @@ def cluster(tmp_path):
     """Two daemons (members of one cluster with a secret); their sockets."""
     if not os.access(LARDERD, os.X_OK):
         pytest.skip(f"larderd not built: {LARDERD}")
-    base = 20000 + random.randrange(12000)  # below the ephemeral ports (32768 and up)
+    ports = Reservation(2)  # never another test's, nor a port in use
+    base = ports.base
     members = f"127.0.0.1:{base},127.0.0.1:{base + 1}"
     (tmp_path / "secret").write_text("python-secret\n")
     procs, sockets = [], []
@@ -60,6 +64,7 @@ def cluster(tmp_path):
     for p in procs:
         p.terminate()
         p.wait(timeout=10)
+    ports.close()
 
 
 def make_files(root):

@@ -5,7 +5,6 @@ torch.distributed ranks split the same sequence."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -319,9 +318,16 @@ def test_spawned_workers(tree_index, tmp_path):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for gloo's rendezvous, reserved (tests/tools/reserved_ports.py)
+    until the test process ends: port 0's answer is an ephemeral port, which
+    an outgoing connection may take before the master binds it."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+    from reserved_ports import Reservation
+    held_ports.append(Reservation(1))  # closed, it would be free to take
+    return held_ports[-1].base
+
+
+held_ports = []
 
 
 def test_torch_distributed_gloo(tree_index, tmp_path):
