@@ -121,9 +121,7 @@ print("the impostor received %d HELLOs and nothing else" % len(kinds))
 PY
 
 # ---- 3. who may use the Unix socket ----------------------------------------
-chmod 755 "$WORK"
-nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
-nobody true 2>/dev/null || skip "setpriv cannot switch to uid 65534 here"
+nobody_init
 "$LARDERD" --cache "$WORK/cache3" --socket "$WORK/sock3" 2>>daemon3.log &
 pids+=($!)
 wait_for "$WORK/sock3" daemon3.log

@@ -121,6 +121,27 @@ CONF
 }
 skip() { echo "skipped: $*"; exit 77; }
 
+# nobody_init: `nobody CMD...` then runs CMD as uid 65534 (another local
+# user than the daemons'), with $nobody_larder the CLI and PYTHONPATH the
+# test tools (larder_wire.py) that it can reach: copies in $WORK/nobody,
+# world-readable, since the checkout may not be (one under a 0700
+# directory, e.g. made by mktemp -d, gave "Permission denied" on
+# build/larder and no module larder_wire).  $WORK itself is opened to
+# others (the sockets and files the test hands that user lie there).
+# Skips (77) where setpriv cannot switch to uid 65534.
+nobody_init() {
+  nobody_run true 2>/dev/null || skip "setpriv cannot switch to uid 65534 here"
+  chmod 755 "$WORK"
+  mkdir -p "$WORK/nobody"
+  cp "$LARDER" "$WORK/nobody/larder"
+  cp -r "$TESTS/tools" "$WORK/nobody/tools"
+  chmod -R a+rX "$WORK/nobody"
+  nobody_larder=$WORK/nobody/larder
+  nobody_run test -x "$nobody_larder" || fail "uid 65534 cannot run $nobody_larder"
+}
+nobody_run() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+nobody() { nobody_run env PYTHONPATH="$WORK/nobody/tools" "$@"; }
+
 # expect_error STATUS NEEDLE CMD...: the command exits STATUS and its
 # stderr contains NEEDLE.
 expect_error() {

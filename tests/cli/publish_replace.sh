@@ -149,9 +149,8 @@ for p in "${pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
 # publishes "shared", uid 65534 publishes its own directory as "shared"
 # with --replace: refused, the name still root's; its own name it may
 # replace (the same user)
-chmod 755 "$WORK"
-nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
-if nobody true 2>/dev/null; then
+if nobody_run true 2>/dev/null; then
+  nobody_init
   start9() {
     rm -f "$WORK/sock9"
     "$LARDERD" --cache "$WORK/cache9" --socket "$WORK/sock9" --allow-uid 65534 --allow "$WORK" \
@@ -166,16 +165,16 @@ if nobody true 2>/dev/null; then
   version v4
   version v5
   chown -R 65534:65534 v4 v5
-  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v4 shared --replace >pub10.txt 2>&1 &&
+  nobody env LARDER_SOCKET="$WORK/sock9" "$nobody_larder" publish v4 shared --replace >pub10.txt 2>&1 &&
     fail "uid 65534 replaced root's name: $(cat pub10.txt)"
   grep -q "published here by another user" pub10.txt || fail "no clear refusal: $(cat pub10.txt)"
   shared=$("$LARDER" names --socket "$WORK/sock9" | /usr/bin/python3 -c '
 import json, sys
 print([n["dataset_id"] for n in json.load(sys.stdin)["names"] if n["name"] == "shared"][0])')
   [ "$shared" = "$(id_of v1)" ] || fail "root's shared is now $shared"
-  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v4 theirs >pub11.txt 2>&1 ||
+  nobody env LARDER_SOCKET="$WORK/sock9" "$nobody_larder" publish v4 theirs >pub11.txt 2>&1 ||
     fail "uid 65534's own publish: $(cat pub11.txt)"
-  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v5 theirs --replace >pub12.txt 2>&1 ||
+  nobody env LARDER_SOCKET="$WORK/sock9" "$nobody_larder" publish v5 theirs --replace >pub12.txt 2>&1 ||
     fail "uid 65534 replacing its own name: $(cat pub12.txt)"
   echo "another user's --replace refused: $(cat pub10.txt)"
   # 6. after a restart the publisher is still known (published/mine keeps
@@ -188,13 +187,13 @@ print([n["dataset_id"] for n in json.load(sys.stdin)["names"] if n["name"] == "s
   start9
   version v6
   chown -R 65534:65534 v6
-  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v6 theirs --replace >pub13.txt 2>&1 ||
+  nobody env LARDER_SOCKET="$WORK/sock9" "$nobody_larder" publish v6 theirs --replace >pub13.txt 2>&1 ||
     fail "uid 65534 replacing its own name after a restart: $(cat pub13.txt) $(tail -3 daemon9.log)"
   grep -q "dataset $(id_of v6)" pub13.txt || fail "the replacement after a restart said: $(cat pub13.txt)"
-  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v6 shared --replace >pub14.txt 2>&1 &&
+  nobody env LARDER_SOCKET="$WORK/sock9" "$nobody_larder" publish v6 shared --replace >pub14.txt 2>&1 &&
     fail "uid 65534 replaced root's name after a restart: $(cat pub14.txt)"
   grep -q "published here by another user" pub14.txt || fail "no clear refusal: $(cat pub14.txt)"
-  nobody env LARDER_SOCKET="$WORK/sock9" "$LARDER" publish v5 legacy --replace >pub15.txt 2>&1 &&
+  nobody env LARDER_SOCKET="$WORK/sock9" "$nobody_larder" publish v5 legacy --replace >pub15.txt 2>&1 &&
     fail "uid 65534 replaced a name of unknown publisher: $(cat pub15.txt)"
   grep -q "published here by another user" pub15.txt || fail "no clear refusal: $(cat pub15.txt)"
   LARDER_SOCKET=$WORK/sock9 "$LARDER" publish v1 legacy --replace >pub16.txt 2>&1 ||
