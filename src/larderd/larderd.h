@@ -281,6 +281,10 @@ int may_open(const struct connection *c);
 /* open_dataset's `how` for c, given may_open's answer: OPEN_UNCHECKED only
  * for a local client of the daemon's own uid or root. */
 unsigned open_how(const struct connection *c, int allowed);
+/* Whether every index being opened here (open_dataset: OPEN, PUBLISH, a
+ * HINT's) is done, waiting ms at most: at shutdown, so that an index
+ * still coming from a slow origin does not hold the daemon up (main.c). */
+bool opens_ended_within(struct larderd *d, int ms);
 
 /* publish.c: names (publish and consume), docs/protocol.md "Names" */
 /* PUBLISH, RESOLVE and ANNOUNCE from c (handle()'s cases): false closes at once. */

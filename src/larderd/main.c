@@ -25,6 +25,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+/* How long a stopping daemon waits for the indexes being opened. */
+#define OPENS_STOP_MS 3000
+
 static void on_log(void *userdata, int level, const char *message)
 {
     (void)userdata;
@@ -130,7 +133,16 @@ int main(int argc, char **argv)
     if (config->socket_path) unlink(config->socket_path);
     readers_signal_stop(d);
     ucx_daemon_quiesce(d); /* no READ over UCX from now on, none answered after the datasets go */
-    larderd_free(d);       /* finishes the reads in flight first */
+    /* an index still coming from a slow origin (up to its HTTP timeout, then
+     * retries: minutes) is not waited for: the process ends as after a
+     * crash, which the cache survives (docs/cache.md); no answer could go
+     * out now anyway, the loop has stopped */
+    if (!opens_ended_within(d, OPENS_STOP_MS)) {
+        say("stopped with an index still being opened: not waiting past %d ms for its origin",
+            OPENS_STOP_MS);
+        _exit(0);
+    }
+    larderd_free(d); /* finishes the reads in flight first */
     ucx_daemon_stop(d);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /*
  * Whether this connection may open an index not yet open here (the
@@ -414,4 +415,25 @@ int open_dataset(struct larderd *d, const char *url, unsigned how, struct datase
                  int *slot)
 {
     return open_dataset_held(d, url, how, out, slot, NULL);
+}
+
+bool opens_ended_within(struct larderd *d, int ms)
+{
+    struct timespec deadline; /* d->opened waits on CLOCK_REALTIME, the default */
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += ms / 1000;
+    deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&d->lock);
+    bool ended;
+    int rc = 0;
+    for (;;) {
+        ended = true;
+        for (int i = 0; i < MAX_OPENING; i++)
+            if (d->opening[i]) ended = false;
+        if (ended || rc == ETIMEDOUT) break;
+        rc = pthread_cond_timedwait(&d->opened, &d->lock, &deadline);
+    }
+    pthread_mutex_unlock(&d->lock);
+    return ended;
 }
