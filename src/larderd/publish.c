@@ -235,7 +235,7 @@ static void publish_open(struct connection *c, uint64_t request, int allowed,
     char *index = strndup(m->index, m->index_length);
     char *origin = m->origin_length ? strndup(m->origin, m->origin_length) : NULL;
     char *producer = strdup(self_name(d));
-    struct publication *p = NULL;
+    struct publication *p = NULL, *added = NULL; /* added: the entry this PUBLISH made */
     /* --replace of a name known here: registered as this node's only once the
      * new index is open and checked, in place of the old, one generation up;
      * readers of the old keep their dataset (its id, its checksums) */
@@ -257,12 +257,16 @@ static void publish_open(struct connection *c, uint64_t request, int allowed,
             replacing = true, generation = same->generation + 1;
         else if (same)
             rc = larder__fail(-EEXIST, "%.*s is %s (dataset from %s)%s", (int)m->name_length,
-                              m->name, same->state == READY ? "already published" : "being learned",
+                              m->name,
+                              same->state == READY ? "already published"
+                              : same->mine         ? "being published here"
+                                                   : "being learned",
                               same->producer ? same->producer : "a member",
                               m->flags & LARDER__PUBLISH_REPLACE ? ": try again" : "");
         else if (!(p = add(r, m->name, m->name_length)))
             rc = larder__fail(-EAGAIN, "too many names here");
         if (p) {
+            added = p;
             p->state = FETCHING;
             p->mine = true;
             p->publisher_uid = (int64_t)c->uid;
@@ -319,7 +323,9 @@ static void publish_open(struct connection *c, uint64_t request, int allowed,
     struct name_job *job = NULL;
     pthread_mutex_lock(&r->lock);
     p = find(r, m->name, m->name_length);
-    if (rc < 0 && p && p->state != READY && p->mine && !replacing) forget(r, p), p = NULL;
+    /* only the entry this PUBLISH added: another's, being opened at once
+     * on another worker, is that one's to keep or forget */
+    if (rc < 0 && p && p == added && p->state != READY && p->mine) forget(r, p), p = NULL;
     if (rc == 0 && !p) rc = larder__fail(LARDER_ENOTFOUND, "%s: forgotten meanwhile", name);
     if (rc == 0 && replacing && (p->state != READY || p->generation != generation - 1))
         rc = larder__fail(-EBUSY, "%s was replaced meanwhile: try again", name);

@@ -52,6 +52,17 @@ def claimed_id(index):  # bytes 16-31 of an index (docs/format.md): the dataset'
     with open(index, "rb") as f:
         return struct.unpack("<QQ", f.read(32)[16:32])
 
+def refused(payload, needle):
+    c = w.Client(sock, 1, timeout=20)
+    c.greet()
+    try:
+        c.request(w.PUBLISH, payload, 7)
+    except w.Refused as e:
+        assert needle in e.message, (needle, e.message)
+        print("refused: %s" % e.message)
+        return
+    raise SystemExit("PUBLISH accepted: %r" % needle)
+
 a = w.Client(sock, 1, timeout=10)
 a.greet()
 a_low, a_high, a_shards = a.open(a_dir + "/index.larder")
@@ -80,6 +91,8 @@ a2.greet()
 assert a2.open(a_dir + "/index.larder")[:2] == (a_low, a_high)
 print("served A, STAT and an OPEN of A in %.3f s while the PUBLISH's index was held"
       % (time.monotonic() - t))
+# the same name published meanwhile from another connection: refused at once
+refused(w.publish_payload(b"ckpt", p_index), "being published here")
 pub.sock.settimeout(0.5)
 try:
     got = w.recv_frame(pub.sock)
@@ -99,17 +112,6 @@ assert struct.unpack("<QQ", payload[:16]) == (p_low, p_high)
 print("the PUBLISH answered once its index came, then the RESOLVE behind it")
 
 # its refusals are as before: the name is taken; a written-through copy of another dataset
-def refused(payload, needle):
-    c = w.Client(sock, 1, timeout=20)
-    c.greet()
-    try:
-        c.request(w.PUBLISH, payload, 7)
-    except w.Refused as e:
-        assert needle in e.message, (needle, e.message)
-        print("refused: %s" % e.message)
-        return
-    raise SystemExit("PUBLISH accepted: %r" % needle)
-
 refused(w.publish_payload(b"ckpt", p_index), "already published")
 refused(w.publish_payload(b"other", p_index, (base + "/held/Q/index.larder").encode()),
         "is not")
