@@ -395,12 +395,26 @@ static void publish_job(void *arg)
     struct larderd *d = c->daemon;
     struct larder__publish m;
     /* parsed on the loop already: the same bytes parse the same */
-    if (larder__wire_publish(job->payload, job->length, &m) < 0)
+    if (larder__wire_publish(job->payload, job->length, &m) < 0) {
         send_error(c, job->request, LARDER_EPROTOCOL, "PUBLISH frame did not parse");
-    else if (d->stopping)
+    } else if (d->stopping) {
         send_error(c, job->request, -EAGAIN, "the daemon is stopping");
-    else
+    } else {
+        /* the entry it opens is not closed under it (a replaced publication's
+         * may be, publish_retire.c) until its last use, hints_on_publish */
+        struct publications *r = registry(d);
+        if (r) {
+            pthread_mutex_lock(&r->lock);
+            r->opening++;
+            pthread_mutex_unlock(&r->lock);
+        }
         publish_open(c, job->request, job->allowed, &m);
+        if (r) {
+            pthread_mutex_lock(&r->lock);
+            r->opening--;
+            pthread_mutex_unlock(&r->lock);
+        }
+    }
     pthread_mutex_lock(&c->lock);
     c->jobs--;
     c->opens--; /* its next frames are read again */
