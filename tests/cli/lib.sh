@@ -53,8 +53,10 @@ reserve_ports() {
     tries=$((tries + 1))
     fds=() ok=1
     for ((i = 0; i < n; i++)); do
+      # read-only: another user's lock file (mode 644) locks as well;
       # braces: exec's own 2>/dev/null would silence this shell for good
-      if { exec {fd}>>"$port_locks/$((base + i))"; } 2>/dev/null; then
+      [ -e "$port_locks/$((base + i))" ] || : 2>/dev/null >>"$port_locks/$((base + i))" || true
+      if { exec {fd}<"$port_locks/$((base + i))"; } 2>/dev/null; then
         fds+=("$fd")
         flock -n "$fd" || { ok=0; break; }
       else

@@ -42,8 +42,11 @@ class Reservation:
         for base in bases:
             files = []
             for port in range(base, base + count):
-                try:
-                    f = open(os.path.join(LOCKS, str(port)), "a")
+                path = os.path.join(LOCKS, str(port))
+                try:  # read-only: another user's lock file (mode 644) locks as well
+                    if not os.path.exists(path):
+                        open(path, "a").close()
+                    f = open(path, "r")
                 except OSError:
                     break
                 files.append(f)
