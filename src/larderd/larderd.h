@@ -303,6 +303,9 @@ void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *u
  * in time).  It may block: never on the loop thread (publish_jobs.c). */
 int publication_open(struct larderd *d, const char *name, unsigned how, int wait_ms,
                      struct dataset_entry **out);
+/* Make the registry (this node's publications from before a restart):
+ * larderd_start, before any thread may reach it.  0, or -ENOMEM. */
+int publications_start(struct larderd *d);
 /* End the name jobs (announcing, learning) on the registry's own workers:
  * first thing in larderd_free, while what they use is still there. */
 void publications_stop(struct larderd *d);

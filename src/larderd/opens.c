@@ -354,6 +354,11 @@ int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct d
             rc = larder__fail(LARDER_ENOTFOUND, "dataset %s is not open on this node", url);
             goto done;
         }
+        if (d->stopping) { /* whatever asks now (a learn job drained at shutdown, a
+                            * PUBLISH's written-through copy) would hold up the exit */
+            rc = larder__fail(-EAGAIN, "the daemon is stopping");
+            goto done;
+        }
         if (datasets_closing(d, url, 0, 0)) {
             rc = larder__fail(-EAGAIN,
                               "dataset %s is being closed here (a replaced publication no one "

@@ -169,15 +169,19 @@ bool announce_request(struct connection *c, const struct larder__frame *f, const
     /* a replacement (--replace) of a known publication, or a stale announcement of one
      * replaced since (acknowledged, and nothing changes) */
     bool known = p && p->state != LEARNING;
+    /* a PUBLISH of the name here, its index being opened (on the open pool):
+     * a member's word does not change the entry under it */
+    bool publishing = p && p->mine && p->state == FETCHING;
     bool newer = known && m.generation > p->generation,
          stale = known && m.generation < p->generation;
-    if (known && !newer && !stale && (p->id_low != m.id_low || p->id_high != m.id_high)) {
+    if (publishing ||
+        (known && !newer && !stale && (p->id_low != m.id_low || p->id_high != m.id_high))) {
         pthread_mutex_unlock(&r->lock);
         name_job_free(job);
         char message[LARDER__WIRE_MAX_PUBLICATION + 64];
-        snprintf(message, sizeof message, "%.*s is published here as another dataset",
-                 (int)m.name_length, m.name);
-        send_error(c, f->request, -EEXIST, message);
+        snprintf(message, sizeof message, "%.*s is %s here", (int)m.name_length, m.name,
+                 publishing ? "being published" : "published as another dataset");
+        send_error(c, f->request, publishing ? -EBUSY : -EEXIST, message);
         return true;
     }
     /* a learning job gives way to the producer's word */
@@ -253,8 +257,12 @@ static void publish_open(struct connection *c, uint64_t request, int allowed,
         if (same && (m->flags & LARDER__PUBLISH_REPLACE) && same->state == READY && others)
             rc = larder__fail(-EACCES, "%.*s was published here by another user",
                               (int)m->name_length, m->name);
+        else if (same && (m->flags & LARDER__PUBLISH_REPLACE) && same->state == READY &&
+                 same->replacing) /* two at once: the loser's dataset would stay open */
+            rc = larder__fail(-EEXIST, "%.*s is being replaced here: try again",
+                              (int)m->name_length, m->name);
         else if (same && (m->flags & LARDER__PUBLISH_REPLACE) && same->state == READY)
-            replacing = true, generation = same->generation + 1;
+            replacing = same->replacing = true, generation = same->generation + 1;
         else if (same)
             rc = larder__fail(-EEXIST, "%.*s is %s (dataset from %s)%s", (int)m->name_length,
                               m->name,
@@ -323,6 +331,7 @@ static void publish_open(struct connection *c, uint64_t request, int allowed,
     struct name_job *job = NULL;
     pthread_mutex_lock(&r->lock);
     p = find(r, m->name, m->name_length);
+    if (replacing && p) p->replacing = false; /* (an entry made anew meanwhile has it clear) */
     /* only the entry this PUBLISH added: another's, being opened at once
      * on another worker, is that one's to keep or forget */
     if (rc < 0 && p && p == added && p->state != READY && p->mine) forget(r, p), p = NULL;

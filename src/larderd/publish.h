@@ -43,6 +43,7 @@ struct publication {
     char *location;         /* the index's path on the producer */
     char *origin;           /* the written-through index, or NULL */
     char *local;            /* what readers here open; NULL until fetched */
+    bool replacing;         /* a --replace of it is being opened here: a second is refused */
 };
 
 struct waiter {

@@ -19,9 +19,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The registry, made (with this node's own publications from before a
- * restart) on first use: on the loop thread, or from open_dataset on a
- * job, and never by two at once (jobs start after it is made). */
+/* The registry (with this node's own publications from before a restart),
+ * made by larderd_start before the loop or any worker runs: OPEN and
+ * PUBLISH jobs, the loop and the name jobs all reach it at once, and
+ * making it changes the allowed prefixes (publications_allow).  Made here
+ * on first use only where larderd_start was not called (one thread). */
 struct publications *registry(struct larderd *d)
 {
     if (!d->publications) {
@@ -38,6 +40,11 @@ struct publications *registry(struct larderd *d)
         d->publications = r;
     }
     return d->publications;
+}
+
+int publications_start(struct larderd *d)
+{
+    return registry(d) ? 0 : -ENOMEM;
 }
 
 void publication_free(struct publication *p)

@@ -43,7 +43,9 @@ int larderd_start(struct larderd *d)
     if (d->wake < 0) return -errno;
     int rc = larder__pool_new(&d->pool, d->config.jobs);
     if (rc == 0) rc = larder__pool_new(&d->open_pool, OPEN_WORKERS);
-    return rc < 0 ? rc : larder__pool_new(&d->peer_pool, d->config.jobs);
+    if (rc == 0) rc = larder__pool_new(&d->peer_pool, d->config.jobs);
+    /* the name registry now, before any thread may reach it (publish_registry.c) */
+    return rc < 0 ? rc : publications_start(d);
 }
 
 void larderd_classes_get(struct larderd *d, struct larder__pool_stats *out)

@@ -41,6 +41,12 @@ port_locks=${LARDER_TEST_PORTS:-/tmp/larder-test-ports}
 reserve_ports() {
   local n=$1 base i fd ok fds candidates=("${@:2}") tries=0
   mkdir -p "$port_locks" 2>/dev/null && chmod 1777 "$port_locks" 2>/dev/null
+  # a directory another user made (or a link) is not trusted with our files:
+  # then a private one (coordinating with our own runs only)
+  if [ -L "$port_locks" ] || ! [[ "$(stat -c %u "$port_locks" 2>/dev/null)" =~ ^(0|$(id -u))$ ]]; then
+    port_locks=$port_locks-$(id -u)
+    mkdir -p "$port_locks" 2>/dev/null
+  fi
   [ -d "$port_locks" ] && [ -w "$port_locks" ] || fail "cannot lock ports under $port_locks"
   while :; do
     if [ ${#candidates[@]} -gt 0 ]; then
@@ -55,7 +61,9 @@ reserve_ports() {
     for ((i = 0; i < n; i++)); do
       # read-only: another user's lock file (mode 644) locks as well;
       # braces: exec's own 2>/dev/null would silence this shell for good
-      [ -e "$port_locks/$((base + i))" ] || : 2>/dev/null >>"$port_locks/$((base + i))" || true
+      # never through a link another user left; made readable by all (umask)
+      [ -L "$port_locks/$((base + i))" ] && { ok=0; break; }
+      [ -e "$port_locks/$((base + i))" ] || (umask 022 && : 2>/dev/null >>"$port_locks/$((base + i))") || true
       if { exec {fd}<"$port_locks/$((base + i))"; } 2>/dev/null; then
         fds+=("$fd")
         flock -n "$fd" || { ok=0; break; }

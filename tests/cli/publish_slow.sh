@@ -12,6 +12,10 @@
 # (RESOLVED, P's id), then the RESOLVE behind it finds the name.  A second
 # PUBLISH of the name is still refused (already published), and one of a
 # written-through copy that is another dataset still fails, as before.
+# Last, a --replace of the name with dataset R, its written-through copy
+# held at the origin: a second --replace of the name meanwhile is refused
+# at once ("being replaced here"; two at once left the loser's dataset
+# open for good), and the first is answered with R's id once let go.
 source "$(dirname "$0")/lib.sh"
 LARDERD=${LARDER%/larder}/larderd
 [ -x "$LARDERD" ] || fail "larderd not built at $LARDERD"
@@ -19,11 +23,14 @@ export PYTHONPATH=$TESTS/tools
 make_tree a 60
 make_tree p 60
 make_tree q 20
+make_tree r 30
 "$LARDER" pack a -o local/A --shard-size 100K >/dev/null
 "$LARDER" pack p -o local/P --shard-size 100K >/dev/null
 "$LARDER" pack q -o www/held/Q --shard-size 100K >/dev/null # another dataset
+"$LARDER" pack r -o local/R --shard-size 100K >/dev/null
 mkdir -p www/held
 cp -r local/P www/held/P
+cp -r local/R www/held/R
 start_gated_origin www
 "$LARDERD" --cache "$WORK/cache" --socket "$WORK/sock" --jobs 2 2>>"$WORK/daemon.log" &
 pid=$!
@@ -31,10 +38,10 @@ cleanup_hooks=("curl -s $gated_base/__release/all >/dev/null; kill $pid 2>/dev/n
 for _ in $(seq 100); do [ -S "$WORK/sock" ] && break; sleep 0.05; done
 [ -S "$WORK/sock" ] || fail "larderd did not start: $(cat daemon.log)"
 
-/usr/bin/python3 - "$WORK/sock" "$gated_base" "$WORK/local/A" "$WORK/local/P" <<'PY' ||
+/usr/bin/python3 - "$WORK/sock" "$gated_base" "$WORK/local/A" "$WORK/local/P" "$WORK/local/R" <<'PY' ||
 import glob, json, socket, struct, sys, time, urllib.request
 import larder_wire as w
-sock, base, a_dir, p_dir = sys.argv[1:5]
+sock, base, a_dir, p_dir, r_dir = sys.argv[1:6]
 
 def get(path):
     with urllib.request.urlopen(base + path, timeout=10) as r:
@@ -115,6 +122,31 @@ print("the PUBLISH answered once its index came, then the RESOLVE behind it")
 refused(w.publish_payload(b"ckpt", p_index), "already published")
 refused(w.publish_payload(b"other", p_index, (base + "/held/Q/index.larder").encode()),
         "is not")
+
+def replace_payload(name, index, origin):  # PUBLISH with flags 1: --replace
+    return struct.pack("<IIII", len(name), len(index), len(origin), 1) + name + index + origin
+
+def wait_logged(path):
+    for _ in range(400):
+        if any(p == path for p, _ in json.loads(get("/__log"))):
+            return
+        time.sleep(0.05)
+    raise SystemExit("the origin never saw %s asked for" % path)
+
+get("/__hold")
+r_index = (r_dir + "/index.larder").encode()
+rep = w.Client(sock, 1, timeout=10)
+rep.greet()
+rep.sock.sendall(w.frame(w.PUBLISH, replace_payload(b"ckpt", r_index,
+                                                    (base + "/held/R/index.larder").encode()), 80))
+wait_logged("/held/R/index.larder")
+refused(replace_payload(b"ckpt", p_index, b""), "being replaced here")
+get("/__release/all")
+rep.sock.settimeout(20)
+kind, request, payload = w.recv_frame(rep.sock)
+assert kind == w.RESOLVED and request == 80, (kind, request, payload)
+assert struct.unpack("<QQ", payload[:16]) == claimed_id(r_dir + "/index.larder")
+print("a second --replace refused while the first was opened; the first replaced the name")
 PY
   fail "a slow PUBLISH held up the daemon: $(tail -n 5 daemon.log)"
 grep -q "published ckpt: $WORK/local/P/index.larder" daemon.log || fail "the daemon's log: $(cat daemon.log)"

@@ -32,21 +32,30 @@ class Reservation:
     """count ports from .base on, held until close() (or the process ends)."""
 
     def __init__(self, count, candidates=None, tries=200):
-        os.makedirs(LOCKS, exist_ok=True)
+        locks = LOCKS
+        os.makedirs(locks, exist_ok=True)
         try:
-            os.chmod(LOCKS, 0o1777)
+            os.chmod(locks, 0o1777)
         except OSError:
             pass  # another user's directory: its mode is theirs to set
+        st = os.lstat(locks)
+        if not os.path.isdir(locks) or os.path.islink(locks) or st.st_uid not in (0, os.getuid()):
+            # another user's (or a link): not trusted with our files (lib.sh does the same)
+            locks = "%s-%d" % (LOCKS, os.getuid())
+            os.makedirs(locks, exist_ok=True)
         bases = list(candidates) if candidates is not None else [
             20000 + random.randrange(12000 - count) for _ in range(tries)]
         for base in bases:
             files = []
             for port in range(base, base + count):
-                path = os.path.join(LOCKS, str(port))
-                try:  # read-only: another user's lock file (mode 644) locks as well
-                    if not os.path.exists(path):
-                        open(path, "a").close()
-                    f = open(path, "r")
+                path = os.path.join(locks, str(port))
+                try:  # read-only: another user's lock file (mode 644) locks as well;
+                    # never through a link, made readable by all whatever the umask
+                    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                 0o644)
+                    if os.fstat(fd).st_uid == os.getuid():
+                        os.fchmod(fd, 0o644)
+                    f = os.fdopen(fd, "r")
                 except OSError:
                     break
                 files.append(f)

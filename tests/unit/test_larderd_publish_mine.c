@@ -66,6 +66,10 @@ TEST(larderd_publish_mine_uid)
     for (size_t i = 0; i < count; i++)
         fprintf(f, "%s\t%s\t%s\t-%s\n", tails[i][0], id, index, tails[i][1]);
     fclose(f);
+    /* the daemon made its registry at start (published/mine absent then):
+     * made again, as after a restart, it loads the file */
+    publications_stop(&d);
+    publications_free(&d);
     struct publications *r = registry(&d); /* loads published/mine */
     CHECK(r != NULL);
     pthread_mutex_lock(&r->lock);
