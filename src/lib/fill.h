@@ -148,6 +148,11 @@ struct larder__fill_inplace {
     /* the runs of them registered as windows onto the data file, which a
      * peer's answer is spliced into (recv_window.h); -1: none */
     int windows[LARDER__INPLACE_RUNS];
+    /* where in room the data file is mapped, run by run (mapped_length 0:
+     * none): put back to anonymous memory at the end, so that the room is
+     * kept for the next chunk (fill_inplace.c, "Rooms") */
+    uint8_t *mapped_at[LARDER__INPLACE_RUNS];
+    size_t mapped_length[LARDER__INPLACE_RUNS];
 };
 LARDER__HIDDEN int larder__fill_inplace_begin(struct larder__fill *fill, uint32_t shard,
                                               uint64_t lo, uint64_t hi, uint64_t room_start,
