@@ -268,7 +268,7 @@ static bool asked_before(const struct dataset_entry *e, uint32_t shard, uint64_t
  * one piece to the next, STREAM_AFTER times) has its read ahead grow: the
  * whole rest of the chunk in one transfer, then the next chunk whole (a
  * READ of a chunk it streams into stages from its piece to the chunk's end
- * too).  Pieces cost a bulk reader about 2.5 times a whole chunk's CPU per
+ * too).  Pieces cost a bulk reader about twice a whole chunk's CPU per
  * borrowed MB (bench/results/peer-borrow.md, "Fifth pass": more requests
  * to the owner, and the samples crossing each piece's edges kept out of
  * the in-place window).  A reader jumping about (a piece two or more past
@@ -413,9 +413,9 @@ static void read_ahead_streaming(struct dataset_entry *e, uint32_t shard, uint64
         uint64_t chunk = p / LARDER__OWNER_CHUNK, end = (chunk + 1) * LARDER__OWNER_CHUNK;
         if (end > size) end = size;
         if (from < p) from = p;
+        /* a READ there stages the rest of it in one (borrow_whole_chunks) */
         pthread_mutex_lock(&slots_lock);
-        note_streaming(e, shard,
-                       chunk); /* a READ there: the rest of it in one (borrow_whole_chunks) */
+        note_streaming(e, shard, chunk);
         pthread_mutex_unlock(&slots_lock);
         if (larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0) {
             p = end; /* resident */
