@@ -13,7 +13,8 @@
 # A BUILD may carry environment for its daemons after a colon, for an A/B of
 # one build's settings: `build:LARDERD_BORROW_PIECE=0` (several: comma-separated).
 # Beside each run's CPU: the peer READs node 0 answered and node 1's blocks
-# received in place (the daemons' STATS).
+# received in place (the daemons' STATS), and node 1's minor page faults
+# during the read (/proc).
 #   bench/peer_borrow_ab.sh [--rounds N] BUILD[:VAR=VALUE,...]...   (SAMPLES, SIZE as peer.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,6 +111,8 @@ run_one() { # build[:env]: one borrowing-only run; prints its line
     sleep 0.2
   fi
   cpu0=$(cpu_ms "${pids[0]}") cpu1=$(cpu_ms "${pids[1]}")
+  local faults1
+  faults1=$(awk '{ print $10 }' "/proc/${pids[1]}/stat")
   t0=$(date +%s.%N)
   if [ "$use_perf" = 1 ]; then
     LARDER_SOCKET=$work/sock1 perf stat -e task-clock -x, -o "$work/perf_reader" \
@@ -120,6 +123,7 @@ run_one() { # build[:env]: one borrowing-only run; prints its line
   fi
   t1=$(date +%s.%N)
   cpu0=$(($(cpu_ms "${pids[0]}") - cpu0)) cpu1=$(($(cpu_ms "${pids[1]}") - cpu1))
+  faults1=$(($(awk '{ print $10 }' "/proc/${pids[1]}/stat") - faults1))
   if [ "$use_perf" = 1 ]; then
     kill -INT "${stats[@]}" 2>/dev/null
     wait "${stats[@]}" 2>/dev/null || true
@@ -135,13 +139,13 @@ run_one() { # build[:env]: one borrowing-only run; prints its line
   wait 2>/dev/null || true
   pids=() base=$((base + 10))
   read -r copy copy_cpu < <(copy_rate)
-  awk -v b="$spec" -v pr="$peer_reads" -v ip="$inplace" -v t0="$t0" -v t1="$t1" -v n="$bytes" -v c0="$cpu0" -v c1="$cpu1" -v r="$reader" \
+  awk -v b="$spec" -v pr="$peer_reads" -v ip="$inplace" -v mf="$faults1" -v t0="$t0" -v t1="$t1" -v n="$bytes" -v c0="$cpu0" -v c1="$cpu1" -v r="$reader" \
     -v copy="$copy" -v copy_cpu="$copy_cpu" -v load="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN {
       s = t1 - t0; mb = n / 1e6; rate = mb / s
-      printf "%s %.3f %.1f %.0f %d %d %d %.2f %.2f %.2f %d %.3f %s %.2f %d %d\n", b, s, mb, rate, c0, c1, r,
-        c0 / mb, c1 / mb, r / mb, copy, rate / copy, load, copy_cpu, pr, ip }'
+      printf "%s %.3f %.1f %.0f %d %d %d %.2f %.2f %.2f %d %.3f %s %.2f %d %d %d\n", b, s, mb, rate, c0, c1, r,
+        c0 / mb, c1 / mb, r / mb, copy, rate / copy, load, copy_cpu, pr, ip, mf }'
 }
-echo "# build seconds MB MB/s cpu0_ms cpu1_ms reader_ms node0_ms/MB node1_ms/MB reader_ms/MB copy_MB/s ratio load1 copy_ms/MB node0_peer_reads node1_inplace_blocks"
+echo "# build seconds MB MB/s cpu0_ms cpu1_ms reader_ms node0_ms/MB node1_ms/MB reader_ms/MB copy_MB/s ratio load1 copy_ms/MB node0_peer_reads node1_inplace_blocks node1_minor_faults"
 for ((round = 0; round < rounds; round++)); do
   for b in "$@"; do run_one "$b"; done
 done | tee "$work/runs"

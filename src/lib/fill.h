@@ -132,7 +132,8 @@ LARDER__HIDDEN void larder__fill_offer_span(uint32_t shard, uint64_t start, uint
 #define LARDER__INPLACE_RUNS 8 /* runs of them (between blocks cached already) at most */
 struct larder__fill_inplace {
     uint8_t *room;               /* the span's memory; NULL: not begun */
-    size_t mapped;               /* bytes mapped at room (whole pages) */
+    uint8_t *base;               /* the mapping room lies in (fill_inplace.c, "Rooms") */
+    size_t mapped;               /* bytes mapped at base (whole pages) */
     uint64_t room_start;         /* shard offset of room[0] */
     uint64_t room_length;        /* bytes of the shard room stands for */
     struct larder__cache *cache; /* whose data file is mapped */

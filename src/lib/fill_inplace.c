@@ -41,6 +41,14 @@
  * the room waits for the next chunk, its edges' pages still backed.
  */
 #define KEPT_ROOMS 8 /* as many as chunks staged at once (borrow.c), and some */
+/* Rooms are laid out alike: the chunk's first inner block (the first page
+ * mapped to the file) ROOM_LEAD bytes in, so that the edge before it, the
+ * samples crossing the chunk's start and the span's slack (borrow.c:
+ * about 1.3 MiB for 256 KiB samples), lands on pages the last chunk
+ * backed; and sizes are rounded to ROOM_ROUND, so that a kept room fits
+ * the next chunk. */
+#define ROOM_LEAD ((size_t)2 << 20)
+#define ROOM_ROUND ((size_t)2 << 20)
 static pthread_mutex_t rooms_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     uint8_t *room; /* NULL: none kept here */
@@ -231,14 +239,21 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
         at - room_start > room_length || length > room_length - (at - room_start) ||
         (at - room_start) % page || room_length > SIZE_MAX - page)
         return 1;
+    if (room_length > SIZE_MAX / 4) return 1;
     int lock = larder__cache_lock(c, shard, first, last); /* waits holding nothing */
     if (lock < 0) return 1;
-    size_t mapped = (size_t)((room_length + page - 1) / page * page);
-    uint8_t *room = room_get(mapped, &mapped);
-    if (!room) {
+    /* the first inner block at ROOM_LEAD into the room (or further, when
+     * more comes before it), whatever the chunk: the pages before it stay
+     * anonymous from one chunk to the next */
+    size_t left = (size_t)(at - room_start), lead = left > ROOM_LEAD ? left : ROOM_LEAD;
+    size_t mapped = lead + (size_t)(room_length - left);
+    mapped = (mapped + ROOM_ROUND - 1) / ROOM_ROUND * ROOM_ROUND;
+    uint8_t *base = room_get(mapped, &mapped);
+    if (!base) {
         larder__cache_unlock(c, lock);
         return 1;
     }
+    uint8_t *room = base + (lead - left);
     uint8_t *mapped_at[LARDER__INPLACE_RUNS];
     size_t mapped_length[LARDER__INPLACE_RUNS] = {0};
     /* the runs of blocks not in the cache (a lone READ of the chunk's
@@ -269,10 +284,11 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
             larder__recv_window_remove(windows[i]);
         if (rc < 0) larder__cache_punch_absent(c, shard, first, last); /* the room fallocate took */
         larder__cache_unlock(c, lock);
-        room_restore(room, mapped, mapped_at, mapped_length, runs + (rc < 0));
+        room_restore(base, mapped, mapped_at, mapped_length, runs + (rc < 0));
         return 1;
     }
     *in = (struct larder__fill_inplace){.room = room,
+                                        .base = base,
                                         .mapped = mapped,
                                         .room_start = room_start,
                                         .room_length = room_length,
@@ -334,7 +350,7 @@ uint64_t larder__fill_inplace_end(struct larder__fill_inplace *in)
         larder__cache_punch_absent(in->cache, in->shard, in->first, in->last);
         larder__cache_unlock(in->cache, in->lock);
     }
-    room_restore(in->room, in->mapped, in->mapped_at, in->mapped_length, LARDER__INPLACE_RUNS);
+    room_restore(in->base, in->mapped, in->mapped_at, in->mapped_length, LARDER__INPLACE_RUNS);
     *in = (struct larder__fill_inplace){.lock = -1};
     return received;
 }
