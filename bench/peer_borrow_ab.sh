@@ -10,7 +10,12 @@
 # that per borrowed MB,
 # and a plain TCP copy of the same files (bench/peer.sh's) for a ratio in
 # the same minute.  Prints one line per run and the medians per build.
-#   bench/peer_borrow_ab.sh [--rounds N] BUILD...   (SAMPLES, SIZE as peer.sh)
+# A BUILD may carry environment for its daemons after a colon, for an A/B of
+# one build's settings: `build:LARDERD_BORROW_PIECE=0` (several: comma-separated).
+# Beside each run's CPU: the peer READs node 0 answered and node 1's blocks
+# received in place (the daemons' STATS), and node 1's minor page faults
+# during the read (/proc).
+#   bench/peer_borrow_ab.sh [--rounds N] BUILD[:VAR=VALUE,...]...   (SAMPLES, SIZE as peer.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -22,7 +27,7 @@ work=$PWD/bench/work/peer_ab
 rm -rf "$work" && mkdir -p "$work/src"
 pids=()
 trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null' EXIT
-larder=$(cd "$1" && pwd)/larder
+larder=$(cd "${1%%:*}" && pwd)/larder
 random_samples "$work/src" "$samples" "$size"
 "$larder" pack "$work/src" -o "$work/origin" --shard-size 8M >/dev/null
 index=$work/origin/index.larder
@@ -61,13 +66,18 @@ while got < want:
 print("%.0f %.2f" % (got / (time.perf_counter() - start) / 1e6, (cpu() - cpu0) * 1e3 / (got / 1e6)))
 PY
 }
-run_one() { # build: one borrowing-only run; prints its line
-  local b=$1 i try members alive
+daemon_stat() { # build node key: the daemon's STATS figure for the dataset
+  "$1/larder" stat --socket "$work/sock$2" --json |
+    /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['datasets'][0].get('$3', 0))"
+}
+run_one() { # build[:env]: one borrowing-only run; prints its line
+  local spec=$1 b=${1%%:*} i try members alive envs=()
+  [ "$spec" != "$b" ] && IFS=, read -r -a envs <<<"${spec#*:}"
   for ((try = 0; try < 3; try++)); do
     members="127.0.0.1:$base,127.0.0.1:$((base + 1))"
     for i in 0 1; do
       rm -rf "$work/cache$i" "$work/sock$i"
-      "$b/larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+      env "${envs[@]}" "$b/larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
         --peers "$members" --secret-file "$work/secret" $([ $i = 1 ] && echo --warm) 2>>"$work/daemon.log" &
       pids+=($!)
     done
@@ -101,6 +111,8 @@ run_one() { # build: one borrowing-only run; prints its line
     sleep 0.2
   fi
   cpu0=$(cpu_ms "${pids[0]}") cpu1=$(cpu_ms "${pids[1]}")
+  local faults1
+  faults1=$(awk '{ print $10 }' "/proc/${pids[1]}/stat")
   t0=$(date +%s.%N)
   if [ "$use_perf" = 1 ]; then
     LARDER_SOCKET=$work/sock1 perf stat -e task-clock -x, -o "$work/perf_reader" \
@@ -111,6 +123,7 @@ run_one() { # build: one borrowing-only run; prints its line
   fi
   t1=$(date +%s.%N)
   cpu0=$(($(cpu_ms "${pids[0]}") - cpu0)) cpu1=$(($(cpu_ms "${pids[1]}") - cpu1))
+  faults1=$(($(awk '{ print $10 }' "/proc/${pids[1]}/stat") - faults1))
   if [ "$use_perf" = 1 ]; then
     kill -INT "${stats[@]}" 2>/dev/null
     wait "${stats[@]}" 2>/dev/null || true
@@ -120,17 +133,19 @@ run_one() { # build: one borrowing-only run; prints its line
     reader=$(awk '{ printf "%.0f", ($1 + $2) * 1000 }' "$work/reader_time")
   fi
   bytes=$(($(stat_of "$b" 1 peer_bytes) - before))
+  local peer_reads inplace
+  peer_reads=$(daemon_stat "$b" 0 peer_served_reads) inplace=$(daemon_stat "$b" 1 inplace_blocks)
   for p in "${pids[@]}"; do kill $p 2>/dev/null; done
   wait 2>/dev/null || true
   pids=() base=$((base + 10))
   read -r copy copy_cpu < <(copy_rate)
-  awk -v b="$b" -v t0="$t0" -v t1="$t1" -v n="$bytes" -v c0="$cpu0" -v c1="$cpu1" -v r="$reader" \
+  awk -v b="$spec" -v pr="$peer_reads" -v ip="$inplace" -v mf="$faults1" -v t0="$t0" -v t1="$t1" -v n="$bytes" -v c0="$cpu0" -v c1="$cpu1" -v r="$reader" \
     -v copy="$copy" -v copy_cpu="$copy_cpu" -v load="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN {
       s = t1 - t0; mb = n / 1e6; rate = mb / s
-      printf "%s %.3f %.1f %.0f %d %d %d %.2f %.2f %.2f %d %.3f %s %.2f\n", b, s, mb, rate, c0, c1, r,
-        c0 / mb, c1 / mb, r / mb, copy, rate / copy, load, copy_cpu }'
+      printf "%s %.3f %.1f %.0f %d %d %d %.2f %.2f %.2f %d %.3f %s %.2f %d %d %d\n", b, s, mb, rate, c0, c1, r,
+        c0 / mb, c1 / mb, r / mb, copy, rate / copy, load, copy_cpu, pr, ip, mf }'
 }
-echo "# build seconds MB MB/s cpu0_ms cpu1_ms reader_ms node0_ms/MB node1_ms/MB reader_ms/MB copy_MB/s ratio load1 copy_ms/MB"
+echo "# build seconds MB MB/s cpu0_ms cpu1_ms reader_ms node0_ms/MB node1_ms/MB reader_ms/MB copy_MB/s ratio load1 copy_ms/MB node0_peer_reads node1_inplace_blocks node1_minor_faults"
 for ((round = 0; round < rounds; round++)); do
   for b in "$@"; do run_one "$b"; done
 done | tee "$work/runs"

@@ -49,6 +49,12 @@ struct chunk_slot {
     uint64_t lo, hi; /* the slots': the bytes being staged */
     int priority;    /* the class it is staged at (priority.h: lower is more urgent) */
     unsigned asks;   /* the ring's: READs that needed bytes of it (2: read in turn) */
+    /* the ring's, for the read ahead ("Pieces"): 1 + the furthest piece
+     * of the chunk a reader's READ reached (0: none yet), and how many
+     * times a READ moved on from it in order, to the next piece */
+    uint64_t seen_piece;
+    unsigned in_order;
+    bool streaming; /* read in order through the chunk, or into it from one that was */
 };
 
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -257,9 +263,25 @@ static bool asked_before(const struct dataset_entry *e, uint32_t shard, uint64_t
  * READs needing one piece stage it once (the slots), the others wait for
  * it.  HINTED and WARM stagings, which no reader waits on, still borrow
  * whole chunks.
+ *
+ * A reader streaming through a chunk (its READs moving on in order from
+ * one piece to the next, STREAM_AFTER times) has its read ahead grow: the
+ * whole rest of the chunk in one transfer, then the next chunk whole (a
+ * READ of a chunk it streams into stages from its piece to the chunk's end
+ * too).  Pieces cost a bulk reader about twice a whole chunk's CPU per
+ * borrowed MB (bench/results/peer-borrow.md, "Fifth pass": more requests
+ * to the owner, and the samples crossing each piece's edges kept out of
+ * the in-place window).  A reader jumping about (a piece two or more past
+ * the last one) keeps the pieces, and their tail latency.
  */
 #define BORROW_PIECE ((uint64_t)1 << 20)
-#define AHEAD 2 /* pieces in flight past the one a reader is in, at most */
+#define AHEAD 2        /* pieces in flight past the one a reader is in, at most */
+#define STREAM_AFTER 2 /* moves to the next piece in order that make a reader streaming */
+/* a READ at a chunk's start streams when one of the STREAM_BEHIND chunks
+ * before it was streamed (the chunks between: this node's, or resident,
+ * which a reader sharing the cache reads without a READ) */
+#define STREAM_BEHIND 3
+#define STREAM_AHEAD 1 /* whole chunks a streaming reader's read ahead reaches past its own */
 
 /* Bytes of a piece; 0: whole chunks. */
 static uint64_t piece_bytes(void)
@@ -316,6 +338,45 @@ static bool stage_pieces(struct dataset_entry *e, uint32_t shard, uint64_t start
     return staged;
 }
 
+/* Note that a reader's READ ended in piece k of that chunk; whether the
+ * reader streams through it.  Call with slots_lock held. */
+static bool note_piece(const struct dataset_entry *e, uint32_t shard, uint64_t chunk, uint64_t k)
+{
+    struct chunk_slot *a = asked_entry(e, shard, chunk);
+    if (!a) {
+        note_asked(e, shard, chunk, 1);
+        a = asked_entry(e, shard, chunk);
+    }
+    if (a->seen_piece && k + 1 > a->seen_piece + 1) { /* a jump: pieces again */
+        a->in_order = 0;
+        a->streaming = false;
+    } else if (a->seen_piece && k + 1 > a->seen_piece) {
+        a->in_order++;
+    }
+    if (k + 1 > a->seen_piece) a->seen_piece = k + 1;
+    if (a->in_order >= STREAM_AFTER) a->streaming = true;
+    return a->streaming;
+}
+
+/* Note that a streaming reader's read ahead went into that chunk: read in
+ * turn, streamed.  Call with slots_lock held. */
+static void note_streaming(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    note_asked(e, shard, chunk, 2);
+    asked_entry(e, shard, chunk)->streaming = true;
+}
+
+/* Whether one of the STREAM_BEHIND chunks before that one was streamed
+ * through; call with slots_lock held. */
+static bool streamed_behind(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    for (uint64_t c = chunk; c > 0 && chunk - c < STREAM_BEHIND;) {
+        const struct chunk_slot *a = asked_entry(e, shard, --c);
+        if (a && a->streaming) return true;
+    }
+    return false;
+}
+
 /* Whether that chunk was asked for twice lately (read in turn). */
 static bool read_in_turn(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
 {
@@ -324,6 +385,64 @@ static bool read_in_turn(const struct dataset_entry *e, uint32_t shard, uint64_t
     bool in_turn = a && a->asks >= 2;
     pthread_mutex_unlock(&slots_lock);
     return in_turn;
+}
+
+/*
+ * A streaming reader's read ahead, from byte `from` of shard on: the rest
+ * of its chunk in one transfer, then STREAM_AHEAD whole chunks that are
+ * not resident (into the next shard at a shard's end), each not in flight
+ * (at a range in flight, from the piece after it); this node's chunks from
+ * the origin, other members' borrowed in place.
+ */
+static void read_ahead_streaming(struct dataset_entry *e, uint32_t shard, uint64_t from,
+                                 int priority)
+{
+    struct larder__fill *fill = larder__dataset_fill(e->dataset);
+    uint32_t shards = larder__dataset_num_shards(e->dataset);
+    uint64_t size = larder__dataset_shard_size(e->dataset, shard), x, y;
+    uint64_t piece = shard_piece(e, shard), p = from / piece * piece;
+    /* chunks staged past the reader's own, and chunks passed: resident
+     * ones (this node's, most often) are passed, up to STREAM_BEHIND */
+    for (int staged = 0, passed = 0; staged <= STREAM_AHEAD && passed <= STREAM_BEHIND;) {
+        if (p >= size) { /* the shard read to its end: the next one's first chunk */
+            if (++shard >= shards || !(piece = shard_piece(e, shard))) return;
+            size = larder__dataset_shard_size(e->dataset, shard);
+            p = from = 0;
+            if (size == 0) return;
+        }
+        uint64_t chunk = p / LARDER__OWNER_CHUNK, end = (chunk + 1) * LARDER__OWNER_CHUNK;
+        if (end > size) end = size;
+        if (from < p) from = p;
+        /* a READ there stages the rest of it in one (borrow_whole_chunks) */
+        pthread_mutex_lock(&slots_lock);
+        note_streaming(e, shard, chunk);
+        pthread_mutex_unlock(&slots_lock);
+        if (larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0) {
+            p = end; /* resident */
+            passed++;
+            continue;
+        }
+        struct chunk_slot *slot = claim(e, shard, p, end, priority, NULL, true);
+        if (!slot) { /* some of it in flight: the rest after that piece */
+            p += piece;
+            if (p >= end) {
+                passed++;
+                staged++;
+            }
+            continue;
+        }
+        int fd;
+        if (larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0)
+            ; /* resident by now */
+        else if (owns_chunk(e, shard, chunk))
+            larder__fill_stage_range_at(fill, shard, p, end - p, priority, &fd);
+        else
+            stage_chunk(e, shard, p, end, priority);
+        release(slot);
+        p = end;
+        passed++;
+        staged++;
+    }
 }
 
 void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
@@ -344,12 +463,15 @@ void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset,
      * counts the READs of other members' chunks; this node's are counted
      * here */
     uint64_t first = offset / LARDER__OWNER_CHUNK, last = (next - 1) / LARDER__OWNER_CHUNK;
-    if (owns_chunk(e, shard, last)) {
-        pthread_mutex_lock(&slots_lock);
-        asked_before(e, shard, last);
-        pthread_mutex_unlock(&slots_lock);
-    }
+    pthread_mutex_lock(&slots_lock);
+    if (owns_chunk(e, shard, last)) asked_before(e, shard, last);
+    bool streaming = note_piece(e, shard, last, (next - 1 - last * LARDER__OWNER_CHUNK) / piece);
+    pthread_mutex_unlock(&slots_lock);
     if (!read_in_turn(e, shard, last) && (first == last || !read_in_turn(e, shard, first))) return;
+    if (streaming) {
+        read_ahead_streaming(e, shard, next, priority);
+        return;
+    }
     /* from the piece holding the next byte, AHEAD pieces past it, in
      * order, each that is neither resident nor in flight (into the next
      * chunk at a chunk's end: pieces divide chunks; into the next shard at
@@ -415,14 +537,41 @@ bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offse
         uint64_t a, b; /* what the READ needs of this chunk: resident yet? */
         if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) != 0)
             continue;
+        uint64_t piece = shard_piece(e, shard);
         pthread_mutex_lock(&slots_lock);
         bool busy = find_slot(e, shard, start, end) != NULL, again = asked_before(e, shard, chunk);
+        /* a reader streaming through it, or entering it at its start from
+         * one of the chunks before it that it streamed through */
+        bool streaming = piece && priority <= LARDER__NEAR &&
+                         note_piece(e, shard, chunk, (want_lo - start) / piece);
+        if (!streaming && piece && priority <= LARDER__NEAR && want_lo - start < piece &&
+            streamed_behind(e, shard, chunk))
+            streaming = true;
+        if (streaming) note_streaming(e, shard, chunk);
         pthread_mutex_unlock(&slots_lock);
+        if (streaming) { /* from its piece to the chunk's end, in one */
+            uint64_t p = start + (want_lo - start) / piece * piece;
+            for (int tries = 0; tries < 2; tries++) {
+                struct chunk_slot *slot = claim(e, shard, p, end, priority, &deadline, false);
+                if (!slot) { /* some of it staged by another READ meanwhile: the rest? */
+                    if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) !=
+                        0)
+                        break;
+                    continue;
+                }
+                if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)
+                    stage_chunk(e, shard, p, end, priority);
+                release(slot);
+                break;
+            }
+            staged = true;
+            continue;
+        }
         /* the first READ of a chunk lately borrows its own bytes: a lone
          * reader's sample costs no more than it did; the next one, or one
          * arriving while the chunk is staged, has all of it come over */
         if (!busy && !again) continue;
-        if (shard_piece(e, shard) && priority <= LARDER__NEAR) { /* a reader waits: in pieces */
+        if (piece && priority <= LARDER__NEAR) { /* a reader waits: in pieces */
             staged |= stage_pieces(e, shard, start, end, want_lo, want_hi, priority, &deadline);
             continue;
         }

@@ -132,7 +132,8 @@ LARDER__HIDDEN void larder__fill_offer_span(uint32_t shard, uint64_t start, uint
 #define LARDER__INPLACE_RUNS 8 /* runs of them (between blocks cached already) at most */
 struct larder__fill_inplace {
     uint8_t *room;               /* the span's memory; NULL: not begun */
-    size_t mapped;               /* bytes mapped at room (whole pages) */
+    uint8_t *base;               /* the mapping room lies in (fill_inplace.c, "Rooms") */
+    size_t mapped;               /* bytes mapped at base (whole pages) */
     uint64_t room_start;         /* shard offset of room[0] */
     uint64_t room_length;        /* bytes of the shard room stands for */
     struct larder__cache *cache; /* whose data file is mapped */
@@ -148,6 +149,11 @@ struct larder__fill_inplace {
     /* the runs of them registered as windows onto the data file, which a
      * peer's answer is spliced into (recv_window.h); -1: none */
     int windows[LARDER__INPLACE_RUNS];
+    /* where in room the data file is mapped, run by run (mapped_length 0:
+     * none): put back to anonymous memory at the end, so that the room is
+     * kept for the next chunk (fill_inplace.c, "Rooms") */
+    uint8_t *mapped_at[LARDER__INPLACE_RUNS];
+    size_t mapped_length[LARDER__INPLACE_RUNS];
 };
 LARDER__HIDDEN int larder__fill_inplace_begin(struct larder__fill *fill, uint32_t shard,
                                               uint64_t lo, uint64_t hi, uint64_t room_start,

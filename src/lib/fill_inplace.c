@@ -25,9 +25,73 @@
 #include "recv_window.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+/*
+ * Rooms.  A room is anonymous memory around the data file's pages mapped
+ * into its middle; its edges (the samples crossing the chunk's edges, the
+ * neighbours a fill reads from the cache) are received or read into it.
+ * A fresh mmap per chunk made each of those pages a fault and a page of
+ * zeros: 20-25% of the borrowing daemon's CPU (perf, bench/results/peer-
+ * borrow.md "Fifth pass").  So rooms are kept: at the end of a chunk the
+ * file's pages are replaced by anonymous memory again (MAP_FIXED), and
+ * the room waits for the next chunk, its edges' pages still backed.
+ */
+#define KEPT_ROOMS 8 /* as many as chunks staged at once (borrow.c), and some */
+/* Rooms are laid out alike: the chunk's first inner block (the first page
+ * mapped to the file) ROOM_LEAD bytes in, so that the edge before it, the
+ * samples crossing the chunk's start and the span's slack (borrow.c:
+ * about 1.3 MiB for 256 KiB samples), lands on pages the last chunk
+ * backed; and sizes are rounded to ROOM_ROUND, so that a kept room fits
+ * the next chunk. */
+#define ROOM_LEAD ((size_t)2 << 20)
+#define ROOM_ROUND ((size_t)2 << 20)
+static pthread_mutex_t rooms_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    uint8_t *room; /* NULL: none kept here */
+    size_t mapped;
+} kept_rooms[KEPT_ROOMS];
+
+/* A room of at least `mapped` bytes (whole pages), its size in *got; NULL
+ * when out of memory. */
+static uint8_t *room_get(size_t mapped, size_t *got)
+{
+    int best = -1;
+    pthread_mutex_lock(&rooms_lock);
+    for (int i = 0; i < KEPT_ROOMS; i++)
+        if (kept_rooms[i].room && kept_rooms[i].mapped >= mapped &&
+            (best < 0 || kept_rooms[i].mapped < kept_rooms[best].mapped))
+            best = i;
+    uint8_t *room = NULL;
+    if (best >= 0) {
+        room = kept_rooms[best].room;
+        *got = kept_rooms[best].mapped;
+        kept_rooms[best].room = NULL;
+    }
+    pthread_mutex_unlock(&rooms_lock);
+    if (room) return room;
+    room = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    *got = mapped;
+    return room == MAP_FAILED ? NULL : room;
+}
+
+/* Keep a room of room_get's (anonymous memory only by now) for the next
+ * chunk, or unmap it when KEPT_ROOMS are kept already. */
+static void room_put(uint8_t *room, size_t mapped)
+{
+    pthread_mutex_lock(&rooms_lock);
+    for (int i = 0; room && i < KEPT_ROOMS; i++)
+        if (!kept_rooms[i].room) {
+            kept_rooms[i].room = room;
+            kept_rooms[i].mapped = mapped;
+            room = NULL;
+        }
+    pthread_mutex_unlock(&rooms_lock);
+    if (room) munmap(room, mapped);
+}
 
 /* The span larder__fill_offer_span offered this thread's next fill. */
 static _Thread_local struct {
@@ -142,6 +206,21 @@ static bool inner_blocks(struct larder__fill *f, uint32_t shard, uint64_t lo, ui
     return true;
 }
 
+/* The room's `runs` file mappings (at[i], length[i]; length 0: none) put
+ * back to anonymous memory, and the room kept; unmapped instead when one
+ * cannot be (it must never reach the next chunk with a file's pages in it). */
+static void room_restore(uint8_t *room, size_t mapped, uint8_t *const *at, const size_t *length,
+                         int runs)
+{
+    for (int i = 0; i < runs && i < LARDER__INPLACE_RUNS; i++)
+        if (length[i] && mmap(at[i], length[i], PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+            munmap(room, mapped);
+            return;
+        }
+    room_put(room, mapped);
+}
+
 int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t lo, uint64_t hi,
                                uint64_t room_start, uint64_t room_length,
                                struct larder__fill_inplace *in)
@@ -160,14 +239,23 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
         at - room_start > room_length || length > room_length - (at - room_start) ||
         (at - room_start) % page || room_length > SIZE_MAX - page)
         return 1;
+    if (room_length > SIZE_MAX / 4) return 1;
     int lock = larder__cache_lock(c, shard, first, last); /* waits holding nothing */
     if (lock < 0) return 1;
-    size_t mapped = (size_t)((room_length + page - 1) / page * page);
-    uint8_t *room = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (room == MAP_FAILED) {
+    /* the first inner block at ROOM_LEAD into the room (or further, when
+     * more comes before it), whatever the chunk: the pages before it stay
+     * anonymous from one chunk to the next */
+    size_t left = (size_t)(at - room_start), lead = left > ROOM_LEAD ? left : ROOM_LEAD;
+    size_t mapped = lead + (size_t)(room_length - left);
+    mapped = (mapped + ROOM_ROUND - 1) / ROOM_ROUND * ROOM_ROUND;
+    uint8_t *base = room_get(mapped, &mapped);
+    if (!base) {
         larder__cache_unlock(c, lock);
         return 1;
     }
+    uint8_t *room = base + (lead - left);
+    uint8_t *mapped_at[LARDER__INPLACE_RUNS];
+    size_t mapped_length[LARDER__INPLACE_RUNS] = {0};
     /* the runs of blocks not in the cache (a lone READ of the chunk's
      * first sample kept its blocks, most often): never overwrite kept
      * bytes, which readers may be reading now */
@@ -181,6 +269,9 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
         uint64_t offset = larder__cache_block_offset(c, b);
         uint8_t *place = room + (offset - room_start);
         rc = larder__cache_map_blocks(c, shard, fd, b, end, place);
+        /* the file mapped there (or, failed, maybe partly): put back at the end */
+        mapped_at[runs] = place;
+        mapped_length[runs] = (size_t)larder__cache_span(c, shard, b, end);
         for (uint64_t i = b - first; rc == 0 && i <= end - first; i++)
             in_file[i / 64] |= UINT64_C(1) << (i % 64);
         if (rc == 0) /* no window left: received through the mapping, dearer */
@@ -193,10 +284,11 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
             larder__recv_window_remove(windows[i]);
         if (rc < 0) larder__cache_punch_absent(c, shard, first, last); /* the room fallocate took */
         larder__cache_unlock(c, lock);
-        munmap(room, mapped);
+        room_restore(base, mapped, mapped_at, mapped_length, runs + (rc < 0));
         return 1;
     }
     *in = (struct larder__fill_inplace){.room = room,
+                                        .base = base,
                                         .mapped = mapped,
                                         .room_start = room_start,
                                         .room_length = room_length,
@@ -207,8 +299,11 @@ int larder__fill_inplace_begin(struct larder__fill *f, uint32_t shard, uint64_t 
                                         .lock = lock,
                                         .fd = fd};
     memcpy(in->in_file, in_file, sizeof in_file);
-    for (int i = 0; i < LARDER__INPLACE_RUNS; i++)
+    for (int i = 0; i < LARDER__INPLACE_RUNS; i++) {
         in->windows[i] = i < runs ? windows[i] : -1;
+        in->mapped_at[i] = i < runs ? mapped_at[i] : NULL;
+        in->mapped_length[i] = i < runs ? mapped_length[i] : 0;
+    }
     return 0;
 }
 
@@ -255,7 +350,7 @@ uint64_t larder__fill_inplace_end(struct larder__fill_inplace *in)
         larder__cache_punch_absent(in->cache, in->shard, in->first, in->last);
         larder__cache_unlock(in->cache, in->lock);
     }
-    munmap(in->room, in->mapped);
+    room_restore(in->base, in->mapped, in->mapped_at, in->mapped_length, LARDER__INPLACE_RUNS);
     *in = (struct larder__fill_inplace){.lock = -1};
     return received;
 }
