@@ -312,6 +312,32 @@ int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, u
     }
 }
 
+int larder__endpoint_prepare(struct larder__endpoint *e, int count)
+{
+    int made = 0;
+    for (; made < count; made++) {
+        pthread_mutex_lock(&e->lock);
+        bool enough = e->num_idle[0] >= count || e->num_idle[0] >= POOL ||
+                      e->down_until_ms > larder__endpoint_now_ms();
+        pthread_mutex_unlock(&e->lock);
+        if (enough) break;
+        int fd = connect_endpoint(e);
+        if (fd < 0) { /* as a READ's connect: a member that failed is left alone a while */
+            if (fd != LARDER_ENOTFOUND)
+                mark_down(e, fd == LARDER_EDENIED ? DENIED_DOWN_MS : e->down_ms);
+            return made ? made : fd;
+        }
+        pthread_mutex_lock(&e->lock);
+        if (e->num_idle[0] < POOL) {
+            e->idle[0][e->num_idle[0]++] = fd;
+            fd = -1;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (fd >= 0) close(fd);
+    }
+    return made;
+}
+
 int larder__endpoint_stats(struct larder__endpoint *e, char **json)
 {
     int fd = connect_endpoint(e);
