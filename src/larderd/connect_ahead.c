@@ -20,8 +20,9 @@
  *     READs take.  The job holds the entry (its holders) while it runs.
  * A member that is down or slow costs a worker of the open pool for its
  * connect timeout and a debug line; the late phase marks it down as a
- * READ's connect would.  Over UCX the TCP connections are made the same
- * way: the member opens the index, and a READ that falls back finds them.
+ * READ's connect would.  Over UCX the UCX path is made ahead first
+ * (larder__ucx_peer_prepare), then the TCP connections, for READs that
+ * fall back to TCP.
  */
 #include "larderd.h"
 #include "endpoint.h"

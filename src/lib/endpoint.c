@@ -315,6 +315,14 @@ int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, u
 int larder__endpoint_prepare(struct larder__endpoint *e, int count)
 {
     int made = 0;
+    if (e->ucx && !larder__endpoint_down(e)) {     /* its READs go over UCX: that path first */
+        int rc = larder__ucx_peer_prepare(e->ucx); /* LARDER__UCX_USE_TCP: on below */
+        if (rc < 0) {
+            if (rc != LARDER_ENOTFOUND)
+                mark_down(e, rc == LARDER_EDENIED ? DENIED_DOWN_MS : e->down_ms);
+            return rc;
+        }
+    } /* and the TCP connections, for READs that fall back to TCP */
     for (; made < count; made++) {
         pthread_mutex_lock(&e->lock);
         bool enough = e->num_idle[0] >= count || e->num_idle[0] >= POOL ||
