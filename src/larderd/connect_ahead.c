@@ -19,8 +19,9 @@
  *     member endpoint's pool (larder__endpoint_prepare), which the first
  *     READs take.  The job holds the entry (its holders) while it runs.
  * A member that is down or slow costs a worker of the open pool for its
- * connect timeout and a debug line; the late phase marks it down as a
- * READ's connect would.  Over UCX the UCX path is made ahead first
+ * connect timeout and a debug line, and nothing else: it is not marked
+ * down here, so a READ toward it fails, is marked and logged as ever
+ * (source_stripe.c: "skipped for ... ms").  Over UCX the UCX path is made ahead first
  * (larder__ucx_peer_prepare), then the TCP connections, for READs that
  * fall back to TCP.
  */

@@ -74,8 +74,9 @@ LARDER__HIDDEN int larder__endpoint_call(struct larder__endpoint *endpoint, cons
  * each connect takes (up to the endpoint's timeouts): call it off any
  * thread that serves requests.  Nothing is made for an endpoint marked
  * down.  The number made (0 when enough were pooled already), or the
- * first connect's failure when none was made: the endpoint is then marked
- * down as a READ's failed connect would mark it.
+ * first connect's failure when none was made, which marks nothing down:
+ * the first READ tries for itself, and its failure is marked and logged
+ * as ever.
  */
 LARDER__HIDDEN int larder__endpoint_prepare(struct larder__endpoint *endpoint, int count);
 
