@@ -22,6 +22,11 @@ script stays one readable page).
         replacement, then steps within each drawn round, for both kinds
         alike: steps of one round share its machine's load, so rounds are
         the unit that varies); "p99 base_p99 ratio low high steps rounds"
+    restart_figures.py pooled WORK BASE LABEL SKIP
+        the same with each round's first SKIP steps left out of both kinds
+        (an extra row, beside the target's: a round's first step carries the
+        daemon's OPEN of the reader's index and the cold first borrows, once
+        per dataset opened, not once per step)
 """
 import json
 import os
@@ -66,8 +71,9 @@ def ratios(idle_text, other_text):
           if r else "-")
 
 
-def step_waits(work, label):
-    """{round: [wait ms, ...]} of the run kind's traces in WORK."""
+def step_waits(work, label, skip=0):
+    """{round: [wait ms, ...]} of the run kind's traces in WORK, each
+    round's first `skip` steps left out."""
     rounds = {}
     prefix = f"train-{label}-"
     for name in sorted(os.listdir(work)):
@@ -77,7 +83,7 @@ def step_waits(work, label):
         if not tag.isdigit():
             continue  # another kind whose label starts with this one
         with open(os.path.join(work, name)) as f:
-            waits = [float(l.split()[1]) for l in f if len(l.split()) >= 2]
+            waits = [float(l.split()[1]) for l in f if len(l.split()) >= 2][skip:]
         if waits:
             rounds[int(tag)] = waits
     return rounds
@@ -90,10 +96,10 @@ def p99(values):
     return v[int((len(v) - 1) * 0.99)]
 
 
-def pooled(work, base_label, label, draws=2000, seed=12):
+def pooled(work, base_label, label, draws=2000, seed=12, skip=0):
     import random
 
-    base, other = step_waits(work, base_label), step_waits(work, label)
+    base, other = step_waits(work, base_label, skip), step_waits(work, label, skip)
     if not base or not other:
         print("-")
         return
@@ -122,8 +128,9 @@ def main():
         medians(sys.stdin)
     elif len(sys.argv) == 4 and sys.argv[1] == "ratios":
         ratios(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) == 5 and sys.argv[1] == "pooled":
-        pooled(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "pooled":
+        pooled(sys.argv[2], sys.argv[3], sys.argv[4],
+               skip=int(sys.argv[5]) if len(sys.argv) == 6 else 0)
     else:
         sys.exit(__doc__)
 

@@ -180,6 +180,8 @@ struct larderd {
     struct publications *publications; /* publish.c's name registry; NULL: none yet */
     struct larder__ucx *ucx;       /* ucx.c: the UCX hub peers' data goes over; NULL: TCP only */
     struct transforms *transforms; /* transform.c: made on the first TRANSFORM; NULL: none */
+    uint64_t peer_opens;           /* OPENs from peers answered OPENED (opens.c; atomic; STAT) */
+    uint64_t connected_ahead; /* peer connections made ahead of need (connect_ahead.c; atomic) */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -324,6 +326,9 @@ void hints_on_publish(struct larderd *d, const char *name, struct dataset_entry 
 /* with OPEN_NEW, on the loop thread: -EAGAIN rather than wait for another
  * OPEN of the same url (or for a free place among MAX_OPENING) */
 #define OPEN_NOWAIT 4u
+/* a reader's OPEN (not a peer's, not a hint's): connect to the members
+ * ahead of its first borrows (connect_ahead.c) */
+#define OPEN_AHEAD 8u
 /*
  * Find the dataset at `url`, or open it when `how` has OPEN_NEW (through
  * the --allow prefixes, when given); one marked unchecked only when `how`
@@ -508,6 +513,15 @@ int may_open(const struct connection *c);
 /* open_dataset's `how` for c, given may_open's answer: OPEN_UNCHECKED only
  * for a local client of the daemon's own uid or root. */
 unsigned open_how(const struct connection *c, int allowed);
+
+/* connect_ahead.c: peer connections made before the first READ needs them */
+/* Before this daemon's own fetch of a new index at url (no lock held): one
+ * connection to each member on the open pool, so they open it meanwhile. */
+void connect_ahead_url(struct larderd *d, const char *url);
+/* Once e is placed (d->lock held): LARDERD_CONNECT_AHEAD (default 2)
+ * connections of the DEMAND and NEAR group into each member endpoint's
+ * pool, on the open pool, e held meanwhile. */
+void connect_ahead_entry(struct larderd *d, struct dataset_entry *e);
 
 /* transform.c (docs/transforms.md) */
 /* A TRANSFORM frame from c: answered from the result cache, run on the

@@ -49,6 +49,7 @@ static void answer_open(struct connection *c, uint64_t request, int rc,
     struct larder__opened opened = {.id_low = e->id_low,
                                     .id_high = e->id_high,
                                     .num_shards = larder__dataset_num_shards(e->dataset)};
+    if (c->peer) __atomic_add_fetch(&c->daemon->peer_opens, 1, __ATOMIC_RELAXED);
     uint8_t frame[LARDER__WIRE_HEADER + 20];
     int n = larder__wire_encode_opened(frame, sizeof frame, request, &opened);
     if (n > 0) enqueue(c, frame, (size_t)n);
@@ -100,7 +101,7 @@ bool open_request(struct connection *c, const struct larder__frame *f, const uin
     int allowed = may_open(c);
     struct dataset_entry *e = NULL;
     int slot = -1;
-    unsigned how = allowed < 0 ? 0 : open_how(c, allowed);
+    unsigned how = allowed < 0 ? 0 : open_how(c, allowed) | (c->peer ? 0 : OPEN_AHEAD);
     /* without OPEN_NEW: never blocks (an index being opened is not found) */
     int rc = allowed < 0
                  ? allowed
@@ -276,7 +277,7 @@ static int wait_for(struct larderd *d, struct opening *o, uint64_t *low, uint64_
 
 /* Place what open_entry opened (d->lock held): in a free slot, or as the
  * entry already open with the same content. */
-static int place(struct larderd *d, struct dataset_entry *opened, const char *url,
+static int place(struct larderd *d, struct dataset_entry *opened, const char *url, unsigned how,
                  struct dataset_entry **out, int *slot, uint64_t *held)
 {
     struct dataset_entry *same;
@@ -316,6 +317,7 @@ static int place(struct larderd *d, struct dataset_entry *opened, const char *ur
     hold(e, free, held);
     *out = e;
     say("opened %s", url);
+    if (how & OPEN_AHEAD) connect_ahead_entry(d, e); /* its first borrows find them up */
     if (d->config.warm) warm_owned(d, e);
     return 0;
 }
@@ -393,10 +395,12 @@ int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct d
         }
     }
     pthread_mutex_unlock(&d->lock);
+    /* the members open it meanwhile, not after this daemon's first borrow */
+    if (how & OPEN_AHEAD) connect_ahead_url(d, url);
     rc = open_entry(d, &opened, url, unchecked);
     pthread_mutex_lock(&d->lock);
     if (rc == 0) {
-        rc = place(d, &opened, url, out, slot, held);
+        rc = place(d, &opened, url, how, out, slot, held);
     } else {
         dataset_entry_free(d, &opened);
     }

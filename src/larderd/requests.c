@@ -286,8 +286,13 @@ static void stats_frame(struct connection *c, uint64_t request)
     used += transforms_json(d, p + used, capacity - used);
     /* open now, and replaced publications closed since the start (publish_retire.c) */
     used += (size_t)snprintf(p + used, capacity - used,
-                             ", \"open_datasets\": %d, \"closed_datasets\": %llu}", open,
+                             ", \"open_datasets\": %d, \"closed_datasets\": %llu", open,
                              (unsigned long long)closed);
+    /* peers' OPENs answered here, and connections to peers made ahead (connect_ahead.c) */
+    used += (size_t)snprintf(
+        p + used, capacity - used, ", \"peer_opens\": %llu, \"connected_ahead\": %llu}",
+        (unsigned long long)__atomic_load_n(&d->peer_opens, __ATOMIC_RELAXED),
+        (unsigned long long)__atomic_load_n(&d->connected_ahead, __ATOMIC_RELAXED));
     larder__wire_encode_header((uint8_t *)text, LARDER__WIRE_HEADER, LARDER__STATS, (uint32_t)used,
                                request);
     enqueue(c, text, LARDER__WIRE_HEADER + used);

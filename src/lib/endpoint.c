@@ -312,6 +312,34 @@ int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, u
     }
 }
 
+int larder__endpoint_prepare(struct larder__endpoint *e, int count)
+{
+    int made = 0;
+    if (e->ucx && !larder__endpoint_down(e)) {     /* its READs go over UCX: that path first */
+        int rc = larder__ucx_peer_prepare(e->ucx); /* LARDER__UCX_USE_TCP: on below */
+        if (rc < 0) return rc;
+    } /* and the TCP connections, for READs that fall back to TCP */
+    for (; made < count; made++) {
+        pthread_mutex_lock(&e->lock);
+        bool enough = e->num_idle[0] >= count || e->num_idle[0] >= POOL ||
+                      e->down_until_ms > larder__endpoint_now_ms();
+        pthread_mutex_unlock(&e->lock);
+        if (enough) break;
+        /* a failure marks nothing down: the first READ finds out for itself,
+         * and its caller says so (source_stripe.c's "skipped for") */
+        int fd = connect_endpoint(e);
+        if (fd < 0) return made ? made : fd;
+        pthread_mutex_lock(&e->lock);
+        if (e->num_idle[0] < POOL) {
+            e->idle[0][e->num_idle[0]++] = fd;
+            fd = -1;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (fd >= 0) close(fd);
+    }
+    return made;
+}
+
 int larder__endpoint_stats(struct larder__endpoint *e, char **json)
 {
     int fd = connect_endpoint(e);

@@ -66,6 +66,20 @@ LARDER__HIDDEN int larder__endpoint_call(struct larder__endpoint *endpoint, cons
                                          size_t length, struct larder__frame *frame, void *payload,
                                          size_t capacity, int timeout_ms);
 
+/*
+ * Connect ahead of need (larderd's connect-ahead, docs/protocol.md "Peer
+ * connections"): make fresh connections of the DEMAND and NEAR group
+ * (dialled, greeted, the dataset opened) and pool them, until `count`
+ * sit idle, so that the first READs find them up.  Blocks for as long as
+ * each connect takes (up to the endpoint's timeouts): call it off any
+ * thread that serves requests.  Nothing is made for an endpoint marked
+ * down.  The number made (0 when enough were pooled already), or the
+ * first connect's failure when none was made, which marks nothing down:
+ * the first READ tries for itself, and its failure is marked and logged
+ * as ever.
+ */
+LARDER__HIDDEN int larder__endpoint_prepare(struct larder__endpoint *endpoint, int count);
+
 /* The daemon's statistics as JSON text (malloc'd; the caller frees it). */
 LARDER__HIDDEN int larder__endpoint_stats(struct larder__endpoint *endpoint, char **json);
 

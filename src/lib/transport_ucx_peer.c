@@ -175,6 +175,35 @@ static bool hung_up(int fd)
     return poll(&poll_fd, 1, 0) == 1 && poll_fd.revents & (POLLRDHUP | POLLHUP | POLLERR);
 }
 
+/* The current path made when there is none (p->lock held): 0 with
+ * p->path; LARDER__UCX_USE_TCP (this peer has none, or the UCX path failed
+ * lately); or the peer's failure. */
+static int ensure_path(struct larder__ucx_peer *p)
+{
+    if (p->path) return 0;
+    if ((p->state == STATE_TCP || p->failed) && now_ms() < p->retry_ms) return LARDER__UCX_USE_TCP;
+    int rc = make_path(p, &p->path);
+    if (rc == LARDER__UCX_USE_TCP) {
+        __atomic_store_n(&p->state, STATE_TCP, __ATOMIC_RELAXED);
+        p->retry_ms = now_ms() + TCP_RETRY_MS;
+    } else if (rc == 0) {
+        __atomic_store_n(&p->state, STATE_UCX, __ATOMIC_RELAXED);
+    }
+    return rc;
+}
+
+int larder__ucx_peer_prepare(struct larder__ucx_peer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->path && (larder__ucx_link_broken(p->path->link) || hung_up(p->path->fd))) {
+        path_release(p->path);
+        p->path = NULL;
+    }
+    int rc = ensure_path(p);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
 int larder__ucx_peer_read(struct larder__ucx_peer *p, const struct larder__read *read, void *buf,
                           int wait_ms, int patience_ms, bool *fault)
 {
@@ -184,19 +213,10 @@ int larder__ucx_peer_read(struct larder__ucx_peer *p, const struct larder__read 
         path_release(p->path);
         p->path = NULL;
     }
-    if (!p->path && (p->state == STATE_TCP || p->failed) && now_ms() < p->retry_ms) {
+    int rc = ensure_path(p);
+    if (rc == LARDER__UCX_USE_TCP && !p->path) {
         pthread_mutex_unlock(&p->lock);
         return LARDER__UCX_USE_TCP;
-    }
-    int rc = 0;
-    if (!p->path) {
-        rc = make_path(p, &p->path);
-        if (rc == LARDER__UCX_USE_TCP) {
-            __atomic_store_n(&p->state, STATE_TCP, __ATOMIC_RELAXED);
-            p->retry_ms = now_ms() + TCP_RETRY_MS;
-        } else if (rc == 0) {
-            __atomic_store_n(&p->state, STATE_UCX, __ATOMIC_RELAXED);
-        }
     }
     struct path *path = p->path;
     if (path) path->refs++;

@@ -300,6 +300,55 @@ TEST(priority_travels_in_a_peer_read_on_its_own_connections)
     close(peer.listener);
 }
 
+/* Connect-ahead (larderd's connect_ahead.c): larder__endpoint_prepare pools
+ * DEMAND and NEAR connections up to its count, which the next READs of
+ * those classes take (the fake peer counts what it accepts); HINTED keeps
+ * to its own connections; a member that refuses is not marked down. */
+TEST(endpoint_prepare_pools_connections_that_reads_take)
+{
+    static struct fake_peer peer;
+    char address[64];
+    fake_peer_start(&peer, address, sizeof address);
+    struct larder__endpoint *endpoint;
+    CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 5000), 0);
+    CHECK_EQ(larder__endpoint_prepare(endpoint, 2), 2);
+    pthread_mutex_lock(&peer.lock);
+    CHECK_EQ(peer.accepted, 2); /* each greeted before prepare returned */
+    pthread_mutex_unlock(&peer.lock);
+    CHECK_EQ(larder__endpoint_prepare(endpoint, 2), 0); /* two pooled already */
+    struct larder__source *source;
+    CHECK_EQ(larder__source_peer_open(&source, endpoint, 1, 2, 7), 0);
+    char buf[100];
+    int order[] = {LARDER__DEMAND, LARDER__NEAR, LARDER__DEMAND, LARDER__HINTED};
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(larder__source_read(source, buf, sizeof buf, 0, larder__read_at(order[i])),
+                 LARDER__FROM_PEER);
+    pthread_mutex_lock(&peer.lock);
+    CHECK_EQ(peer.reads, 4);
+    for (int i = 0; i < 3; i++) /* the foreground READs on connections made ahead */
+        CHECK(peer.connection[i] == 1 || peer.connection[i] == 2);
+    CHECK_EQ(peer.connection[3], 3); /* HINTED: never a foreground connection */
+    CHECK_EQ(peer.accepted, 3);
+    pthread_mutex_unlock(&peer.lock);
+    larder__source_close(source);
+    larder__endpoint_free(endpoint);
+    shutdown(peer.listener, SHUT_RDWR);
+    close(peer.listener);
+
+    /* a refusing address: the failure, and the endpoint still up */
+    int closed = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t length = sizeof a;
+    CHECK(bind(closed, (struct sockaddr *)&a, sizeof a) == 0); /* bound, never listening */
+    CHECK(getsockname(closed, (struct sockaddr *)&a, &length) == 0);
+    snprintf(address, sizeof address, "127.0.0.1:%u", ntohs(a.sin_port));
+    CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 5000), 0);
+    CHECK(larder__endpoint_prepare(endpoint, 2) < 0);
+    CHECK(!larder__endpoint_down(endpoint));
+    larder__endpoint_free(endpoint);
+    close(closed);
+}
+
 struct held_read {
     struct larder__source *source;
     int priority, rc;
