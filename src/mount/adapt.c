@@ -46,9 +46,15 @@ bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool sta
     if (!(ms >= 0) || ms > 1e9) return false; /* NaN, negative, absurd: not a latency */
     a->pieces_calm = 0;
     if (!staging) {
+        bool resumed = a->slow && a->baseline > 0 && ms <= GROW_BELOW * a->baseline;
+        if (resumed) {
+            a->slow = false; /* a miss back near its latency: the origin has room again */
+            if (why) *why = "a miss without staging near its latency: staging resumes";
+        }
         a->quiet = a->quiet > 0 ? a->quiet + (ms - a->quiet) / 8 : ms;
+        a->quiet_age = 0;
         a->baseline = baseline_of(a);
-        return false;
+        return resumed;
     }
     if (a->filled >= LARDER__MOUNT_ADAPT_WINDOW) a->filled = 0;
     a->window[a->filled++] = ms;
@@ -62,20 +68,34 @@ bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool sta
     if (a->recent_next >= LARDER__MOUNT_ADAPT_RECENT) a->recent_next = 0;
     a->recent[a->recent_next++] = median;
     if (a->recent_count < LARDER__MOUNT_ADAPT_RECENT) a->recent_count++;
+    if (++a->quiet_age > LARDER__MOUNT_ADAPT_RECENT) a->quiet = 0; /* aged out, as a window */
     a->baseline = baseline_of(a);
     unsigned limit = a->limit ? a->limit : 1;
     if (median <= GROW_BELOW * a->baseline) {
         if (why)
             *why = a->congested ? "misses near their latency without staging"
                                 : "misses near their latency without staging (slow start)";
+        a->slow = false;
         return grow(a);
     }
     if (median > SHRINK_ABOVE * a->baseline) {
         if (why) *why = "misses slowed by staging";
         a->congested = true;
-        return set_limit(a, limit / 2);
+        bool was = a->slow;
+        a->slow = true;
+        return set_limit(a, limit / 2) || !was;
     }
     return false;
+}
+
+unsigned larder__mount_adapt_allowed(const struct larder__mount_adapt *a, unsigned fixed,
+                                     unsigned waiting)
+{
+    unsigned limit = fixed ? fixed : a->limit;
+    if (limit == 0) limit = 1;
+    if (waiting == 0) return limit;
+    if (!fixed && a->slow) return 0;
+    return limit > 1 ? limit / 2 : 1;
 }
 
 bool larder__mount_adapt_piece(struct larder__mount_adapt *a, const char **why)

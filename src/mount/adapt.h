@@ -20,6 +20,17 @@
  * staging (the readers' own load on the origin, a congested origin) raise
  * it once halving has not brought them down, instead of holding staging
  * at one piece for good against a latency seen once in a calm moment.
+ * The quiet EWMA ages out the same way: once RECENT windows have been
+ * decided with no quiet miss among them, it no longer counts (a review
+ * finding: a quiet miss from the first second held the baseline for good).
+ *
+ * Staging yields to the readers: while the last window's misses were slow
+ * (over SHRINK_ABOVE times the baseline), no new piece starts while any
+ * reader waits on a miss (larder__mount_adapt_allowed), so a reader's miss
+ * meets only the pieces already at the origin, not a fresh one queued
+ * beside it; a quiet miss back near the baseline, or a good window, ends
+ * it.  While it lasts, a miss brings only its own checksum blocks
+ * (fs.c).
  */
 #ifndef LARDER_MOUNT_ADAPT_H
 #define LARDER_MOUNT_ADAPT_H
@@ -42,12 +53,21 @@ struct larder__mount_adapt {
     unsigned recent_count;                     /* how many of recent are set */
     unsigned recent_next;                      /* where the next median goes */
     unsigned pieces_calm;                      /* pieces answered since the last reader's miss */
+    unsigned quiet_age; /* windows decided since the last quiet miss: past RECENT, quiet is 0 */
+    bool slow;          /* the last window's misses were slowed: staging yields to misses */
 };
 
 /* A reader's miss took `ms` milliseconds, with staging in flight when it
- * began or not.  true when the limit changed (*why says why, for the trace). */
+ * began or not.  true when the limit or the yielding changed (*why says
+ * why, for the trace). */
 bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool staging,
                               const char **why);
+/* Pieces allowed in flight now with `waiting` readers waiting on a miss:
+ * the limit (at least 1) with none waiting; with some, none while slow,
+ * else half the limit (at least 1).  A fixed limit (`fixed` > 0, the
+ * --stage-inflight option) is halved, never yields. */
+unsigned larder__mount_adapt_allowed(const struct larder__mount_adapt *a, unsigned fixed,
+                                     unsigned waiting);
 /* A staging piece was answered.  true when the limit changed (*why says why). */
 bool larder__mount_adapt_piece(struct larder__mount_adapt *a, const char **why);
 

@@ -5,7 +5,8 @@
  * origin, checksums).  The parts:
  *
  *   tree.c       the names, sizes and directories, from the index alone;
- *   fs.c         the FUSE low-level operations over the tree;
+ *   fs.c         the FUSE low-level operations over the tree; miss.c how
+ *                much a reader's miss brings;
  *   readahead.c  per open file: sequential reads stage the blocks ahead
  *                (an adaptive window), random reads do not;
  *   stager.c     whole files staged in the background on their first
@@ -72,6 +73,7 @@ struct larder__mount {
     /* stager.c: files being staged (under lock), pieces in flight, the limit */
     struct larder__mount_stage_job *stage_jobs;
     _Atomic unsigned stage_running;
+    _Atomic unsigned stage_listed;    /* jobs in stage_jobs: read without the lock by every read */
     unsigned stage_inflight;          /* a fixed limit (--stage-inflight); 0: adaptive */
     struct larder__mount_adapt adapt; /* the adaptive limit (adapt.h), under lock */
     bool stopping;                    /* unmounting: nothing more is staged */
@@ -195,6 +197,22 @@ void larder__mount_stager_kick(struct larder__mount *m);
 void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging);
 /* Unmounting: stage nothing more (pieces running end on their own). */
 void larder__mount_stager_stop(struct larder__mount *m);
+/* Whether sample's whole file is being staged now.  Its readers' sequential
+ * runs then stage nothing ahead of their own (readahead.c): a member of an
+ * HDF5 file read in three requests widened the window to 2 MiB, ~2 MiB at
+ * NEAR per member outside the adaptive limit, at the origin beside the
+ * readers' misses, bytes the stager brings anyway. */
+bool larder__mount_stager_staging(struct larder__mount *m, uint64_t sample);
+/* Whether staging yields to the readers' misses now (adapt.h: they were slow). */
+bool larder__mount_stager_yielding(struct larder__mount *m);
+
+/* ---- miss.c ---- */
+/* A reader's miss of n bytes at data offset `at` of `file` (data bytes
+ * [base, base + size) of shard `shard`) into buf: bytes read, or a
+ * negative code (larder_errmsg says why). */
+int64_t larder__mount_read_miss(struct larder__mount *m, larder_file *file, uint32_t shard,
+                                uint64_t base, uint64_t size, uint8_t *buf, uint64_t n,
+                                uint64_t at);
 
 /* ---- hdf5_stage.c ---- */
 /* A file staged on open (shard bytes [base, base + length), sample

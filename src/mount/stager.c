@@ -59,13 +59,13 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Pieces allowed in flight now (m->lock held): half while a reader waits on a miss. */
+/* Pieces allowed in flight now (m->lock held): half while a reader waits
+ * on a miss, none while misses are slow (adapt.h); the last miss to end
+ * kicks the pump again (fs.c). */
 static unsigned allowed(struct larder__mount *m)
 {
-    unsigned limit = m->stage_inflight ? m->stage_inflight : m->adapt.limit;
-    if (limit == 0) limit = 1;
-    if (atomic_load(&m->demand_waiting) > 0) limit = limit > 1 ? limit / 2 : 1;
-    return limit;
+    return larder__mount_adapt_allowed(&m->adapt, m->stage_inflight,
+                                       atomic_load(&m->demand_waiting));
 }
 
 /* A job all of whose pieces were asked and answered: logged and freed (m->lock held). */
@@ -74,7 +74,10 @@ static void finish_locked(struct larder__mount *m, struct larder__mount_stage_jo
     struct larder__mount_stage_job **p = &m->stage_jobs;
     while (*p && *p != j)
         p = &(*p)->next;
-    if (*p) *p = j->next;
+    if (*p) {
+        *p = j->next;
+        atomic_fetch_sub(&m->stage_listed, 1);
+    }
     if (!m->stage_jobs && atomic_load(&m->stage_opening) == 0 && !m->stopping)
         larder__mount_raise_readahead(m, 1024);
     if (!m->stopping)
@@ -133,8 +136,9 @@ void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging)
     unsigned before = m->adapt.limit;
     if (larder__mount_adapt_miss(&m->adapt, ms, staging, &why) && m->trace)
         larder__mount_log(LARDER_LOG_INFO,
-                          "trace: staging limit %u -> %u (%s; misses %.1f ms without staging)",
-                          before, m->adapt.limit, why, m->adapt.baseline);
+                          "trace: staging limit %u -> %u%s (%s; misses %.1f ms without staging)",
+                          before, m->adapt.limit, m->adapt.slow ? ", yielding to misses" : "", why,
+                          m->adapt.baseline);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -205,6 +209,7 @@ bool larder__mount_stage_file(struct larder__mount *m, uint32_t shard, uint64_t 
         while (*p)
             p = &(*p)->next;
         *p = j;
+        atomic_fetch_add(&m->stage_listed, 1);
         pump_locked(m);
     }
     pthread_mutex_unlock(&m->lock);
@@ -221,4 +226,24 @@ void larder__mount_stager_stop(struct larder__mount *m)
             finish_locked(m, j); /* else its last answer, or its pump, frees it */
     }
     pthread_mutex_unlock(&m->lock);
+}
+
+bool larder__mount_stager_yielding(struct larder__mount *m)
+{
+    if (m->stage_inflight) return false;
+    pthread_mutex_lock(&m->lock);
+    bool slow = m->adapt.slow;
+    pthread_mutex_unlock(&m->lock);
+    return slow;
+}
+
+bool larder__mount_stager_staging(struct larder__mount *m, uint64_t sample)
+{
+    if (atomic_load(&m->stage_listed) == 0) return false; /* every hit asks: no lock then */
+    pthread_mutex_lock(&m->lock);
+    bool staging = false;
+    for (struct larder__mount_stage_job *j = m->stage_jobs; j && !staging; j = j->next)
+        staging = j->sample == sample && j->at < j->end;
+    pthread_mutex_unlock(&m->lock);
+    return staging;
 }

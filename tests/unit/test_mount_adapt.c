@@ -166,3 +166,76 @@ TEST(mount_miss_span_stops_at_a_checksum_block_boundary_but_covers_its_own_block
     CHECK_EQ(larder__mount_miss_span(UINT64_MAX - 10, 4096, big, 20), 512 * KiB);
     CHECK_EQ(larder__mount_miss_span(3 * MiB, 4096, big, 63), 512 * KiB);
 }
+
+/* Staging yields to slow misses: with readers waiting, none of its pieces
+ * may start while the last window was slow, half the limit otherwise; a
+ * quiet miss back near the baseline, or a good window, ends the yielding. */
+TEST(mount_adapt_staging_yields_to_waiting_misses_while_they_are_slow)
+{
+    struct larder__mount_adapt a = {.limit = 8};
+    CHECK(window_of(&a, 20.0)); /* baseline 20: grown to 16 */
+    CHECK_EQ(a.limit, 16u);
+    CHECK(!a.slow);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 0), 16u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 8u); /* a miss waits: half */
+    CHECK(window_of(&a, 100.0));                         /* > 2 x 20: halved, and yielding */
+    CHECK_EQ(a.limit, 8u);
+    CHECK(a.slow);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 0), 8u); /* nobody waits: staging goes on */
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 0u); /* a miss waits: no new piece */
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 3), 0u);
+    /* a fixed limit (--stage-inflight) is halved, never yields */
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 4, 1), 2u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 1, 1), 1u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 4, 0), 4u);
+    /* a quiet miss still slow (congested origin, no staging): still yielding */
+    CHECK(!larder__mount_adapt_miss(&a, 90.0, false, NULL));
+    CHECK(a.slow);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 0u);
+    /* a quiet miss back within 1.5 x the baseline: staging resumes */
+    const char *why = NULL;
+    CHECK(larder__mount_adapt_miss(&a, 25.0, false, &why));
+    CHECK(why != NULL);
+    CHECK(!a.slow);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 4u);
+    /* slow again, then a good window ends it too */
+    CHECK(window_of(&a, 100.0));
+    CHECK(a.slow);
+    CHECK_EQ(a.limit, 4u);
+    CHECK(window_of(&a, 21.0));
+    CHECK(!a.slow);
+    CHECK_EQ(a.limit, 5u); /* congested: one more */
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 2u);
+}
+
+/* The quiet misses' EWMA ages out as a window does: a quiet miss seen once
+ * in the first second no longer holds the baseline once 8 windows have
+ * been decided with no quiet miss among them (a review finding: it was
+ * the baseline for good). */
+TEST(mount_adapt_quiet_baseline_expires_after_eight_windows_without_a_quiet_miss)
+{
+    struct larder__mount_adapt a = {.limit = 4};
+    CHECK(!larder__mount_adapt_miss(&a, 5.0, false, NULL)); /* calm first second: 5 ms */
+    CHECK(fabs(a.baseline - 5.0) < 1e-9);
+    CHECK(window_of(&a, 30.0)); /* 6x: halved */
+    CHECK_EQ(a.limit, 2u);
+    for (int i = 0; i < 6; i++) /* windows 2-7: still 5 ms remembered, 30 is slow */
+        window_of(&a, 30.0);
+    CHECK_EQ(a.limit, 1u);
+    CHECK(fabs(a.baseline - 5.0) < 1e-9);
+    CHECK(a.slow);
+    CHECK(!window_of(&a, 30.0)); /* the eighth: not yet */
+    CHECK(fabs(a.baseline - 5.0) < 1e-9);
+    CHECK(window_of(&a, 30.0)); /* the ninth: the quiet 5 ms has aged out */
+    CHECK(fabs(a.baseline - 30.0) < 1e-9);
+    CHECK(!a.slow);
+    CHECK_EQ(a.limit, 2u);
+    /* a fresh quiet miss counts again, and restarts its age */
+    larder__mount_adapt_miss(&a, 10.0, false, NULL);
+    CHECK(fabs(a.baseline - 10.0) < 1e-9);
+    for (int i = 0; i < 8; i++)
+        window_of(&a, 12.0);
+    CHECK(fabs(a.baseline - 10.0) < 1e-9); /* 8 windows: kept (12 > 10) */
+    window_of(&a, 12.0);
+    CHECK(fabs(a.baseline - 12.0) < 1e-9); /* the ninth: the windows' 12 */
+}
