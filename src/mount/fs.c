@@ -318,9 +318,8 @@ static bool read_resident(struct larder__mount *m, struct open_file *f, fuse_req
     larder_dataset *d = m->dataset;
     uint64_t offset = f->base + at;
     if (!larder__fill_resident(larder__dataset_fill(d), f->shard, offset, n)) return false;
-    if (!larder__mount_stager_staging(m, f->node->sample))
-        larder__mount_readahead(m, &f->stream, f->shard, f->base, f->node->header_length,
-                                f->node->size, at + f->node->header_length, n);
+    larder__mount_readahead(m, &f->stream, f->shard, f->base, f->node->header_length, f->node->size,
+                            at + f->node->header_length, n);
     int fd = -1;
     uint8_t *buf = NULL;
     if (larder__dataset_stage_range(d, f->shard, offset, n, &fd) != 0) {
@@ -391,8 +390,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     }
     int64_t got = 0;
     if (done < n) {
-        if (!larder__mount_stager_staging(m, f->node->sample)) /* else the stager's to bring */
-            larder__mount_readahead(m, &f->stream, f->shard, f->base, header, file_size, at, n);
+        larder__mount_readahead(m, &f->stream, f->shard, f->base, header, file_size, at, n);
         unsigned waiting = atomic_fetch_add(&m->demand_waiting, 1) + 1;
         unsigned staging = atomic_load(&m->stage_running);
         struct timespec t0, t1;

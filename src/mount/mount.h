@@ -73,7 +73,6 @@ struct larder__mount {
     /* stager.c: files being staged (under lock), pieces in flight, the limit */
     struct larder__mount_stage_job *stage_jobs;
     _Atomic unsigned stage_running;
-    _Atomic unsigned stage_listed;    /* jobs in stage_jobs: read without the lock by every read */
     unsigned stage_inflight;          /* a fixed limit (--stage-inflight); 0: adaptive */
     struct larder__mount_adapt adapt; /* the adaptive limit (adapt.h), under lock */
     bool stopping;                    /* unmounting: nothing more is staged */
@@ -197,12 +196,6 @@ void larder__mount_stager_kick(struct larder__mount *m);
 void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging);
 /* Unmounting: stage nothing more (pieces running end on their own). */
 void larder__mount_stager_stop(struct larder__mount *m);
-/* Whether sample's whole file is being staged now.  Its readers' sequential
- * runs then stage nothing ahead of their own (readahead.c): a member of an
- * HDF5 file read in three requests widened the window to 2 MiB, ~2 MiB at
- * NEAR per member outside the adaptive limit, at the origin beside the
- * readers' misses, bytes the stager brings anyway. */
-bool larder__mount_stager_staging(struct larder__mount *m, uint64_t sample);
 /* Whether staging yields to the readers' misses now (adapt.h: they were slow). */
 bool larder__mount_stager_yielding(struct larder__mount *m);
 

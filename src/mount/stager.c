@@ -74,10 +74,7 @@ static void finish_locked(struct larder__mount *m, struct larder__mount_stage_jo
     struct larder__mount_stage_job **p = &m->stage_jobs;
     while (*p && *p != j)
         p = &(*p)->next;
-    if (*p) {
-        *p = j->next;
-        atomic_fetch_sub(&m->stage_listed, 1);
-    }
+    if (*p) *p = j->next;
     if (!m->stage_jobs && atomic_load(&m->stage_opening) == 0 && !m->stopping)
         larder__mount_raise_readahead(m, 1024);
     if (!m->stopping)
@@ -209,7 +206,6 @@ bool larder__mount_stage_file(struct larder__mount *m, uint32_t shard, uint64_t 
         while (*p)
             p = &(*p)->next;
         *p = j;
-        atomic_fetch_add(&m->stage_listed, 1);
         pump_locked(m);
     }
     pthread_mutex_unlock(&m->lock);
@@ -235,15 +231,4 @@ bool larder__mount_stager_yielding(struct larder__mount *m)
     bool slow = m->adapt.slow;
     pthread_mutex_unlock(&m->lock);
     return slow;
-}
-
-bool larder__mount_stager_staging(struct larder__mount *m, uint64_t sample)
-{
-    if (atomic_load(&m->stage_listed) == 0) return false; /* every hit asks: no lock then */
-    pthread_mutex_lock(&m->lock);
-    bool staging = false;
-    for (struct larder__mount_stage_job *j = m->stage_jobs; j && !staging; j = j->next)
-        staging = j->sample == sample && j->at < j->end;
-    pthread_mutex_unlock(&m->lock);
-    return staging;
 }
