@@ -46,15 +46,10 @@ bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool sta
     if (!(ms >= 0) || ms > 1e9) return false; /* NaN, negative, absurd: not a latency */
     a->pieces_calm = 0;
     if (!staging) {
-        bool resumed = a->slow && a->baseline > 0 && ms <= GROW_BELOW * a->baseline;
-        if (resumed) {
-            a->slow = false; /* a miss back near its latency: the origin has room again */
-            if (why) *why = "a miss without staging near its latency: staging resumes";
-        }
         a->quiet = a->quiet > 0 ? a->quiet + (ms - a->quiet) / 8 : ms;
         a->quiet_age = 0;
         a->baseline = baseline_of(a);
-        return resumed;
+        return false;
     }
     if (a->filled >= LARDER__MOUNT_ADAPT_WINDOW) a->filled = 0;
     a->window[a->filled++] = ms;
@@ -75,15 +70,12 @@ bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool sta
         if (why)
             *why = a->congested ? "misses near their latency without staging"
                                 : "misses near their latency without staging (slow start)";
-        a->slow = false;
         return grow(a);
     }
     if (median > SHRINK_ABOVE * a->baseline) {
         if (why) *why = "misses slowed by staging";
         a->congested = true;
-        bool was = a->slow;
-        a->slow = true;
-        return set_limit(a, limit / 2) || !was;
+        return set_limit(a, limit / 2);
     }
     return false;
 }
@@ -94,7 +86,6 @@ unsigned larder__mount_adapt_allowed(const struct larder__mount_adapt *a, unsign
     unsigned limit = fixed ? fixed : a->limit;
     if (limit == 0) limit = 1;
     if (waiting == 0) return limit;
-    if (!fixed && a->slow) return 0;
     return limit > 1 ? limit / 2 : 1;
 }
 

@@ -23,14 +23,6 @@
  * The quiet EWMA ages out the same way: once RECENT windows have been
  * decided with no quiet miss among them, it no longer counts (a review
  * finding: a quiet miss from the first second held the baseline for good).
- *
- * Staging yields to the readers: while the last window's misses were slow
- * (over SHRINK_ABOVE times the baseline), no new piece starts while any
- * reader waits on a miss (larder__mount_adapt_allowed), so a reader's miss
- * meets only the pieces already at the origin, not a fresh one queued
- * beside it; a quiet miss back near the baseline, or a good window, ends
- * it.  While it lasts, a miss brings only its own checksum blocks
- * (fs.c).
  */
 #ifndef LARDER_MOUNT_ADAPT_H
 #define LARDER_MOUNT_ADAPT_H
@@ -54,18 +46,15 @@ struct larder__mount_adapt {
     unsigned recent_next;                      /* where the next median goes */
     unsigned pieces_calm;                      /* pieces answered since the last reader's miss */
     unsigned quiet_age; /* windows decided since the last quiet miss: past RECENT, quiet is 0 */
-    bool slow;          /* the last window's misses were slowed: staging yields to misses */
 };
 
 /* A reader's miss took `ms` milliseconds, with staging in flight when it
- * began or not.  true when the limit or the yielding changed (*why says
- * why, for the trace). */
+ * began or not.  true when the limit changed (*why says why, for the trace). */
 bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool staging,
                               const char **why);
 /* Pieces allowed in flight now with `waiting` readers waiting on a miss:
- * the limit (at least 1) with none waiting; with some, none while slow,
- * else half the limit (at least 1).  A fixed limit (`fixed` > 0, the
- * --stage-inflight option) is halved, never yields. */
+ * the limit (a fixed one when `fixed` > 0, the --stage-inflight option;
+ * at least 1), halved (at least 1) while some wait. */
 unsigned larder__mount_adapt_allowed(const struct larder__mount_adapt *a, unsigned fixed,
                                      unsigned waiting);
 /* A staging piece was answered.  true when the limit changed (*why says why). */

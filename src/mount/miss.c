@@ -18,16 +18,13 @@
  * larder__mount_miss_span bytes from `at` on at DEMAND: staging would fetch
  * them anyway, and a reader that reads a record in several requests (the
  * kernel sends a page, then the rest) waits on one round trip to the
- * origin, not on one per request.  While staging yields to slow misses
- * (adapt.h), the origin is congested and the miss brings only its own
- * checksum blocks, the least a checked fill can take.  Not through a
- * daemon: its misses are the daemon's to fetch.
+ * origin, not on one per request.  Not through a daemon: its misses are
+ * the daemon's to fetch.
  */
 int64_t larder__mount_read_miss(struct larder__mount *m, larder_file *file, uint32_t shard,
                                 uint64_t base, uint64_t size, uint8_t *buf, uint64_t n, uint64_t at)
 {
-    if (m->staged_on_open && m->cached && !m->daemon && n < LARDER__MOUNT_MISS_SPAN && at < size &&
-        !larder__mount_stager_yielding(m)) {
+    if (m->staged_on_open && m->cached && !m->daemon && n < LARDER__MOUNT_MISS_SPAN && at < size) {
         struct larder__shard s;
         unsigned shift = larder__index_shard(larder__dataset_index(m->dataset), shard, &s) == 0
                              ? s.sum_shift

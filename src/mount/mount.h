@@ -196,8 +196,6 @@ void larder__mount_stager_kick(struct larder__mount *m);
 void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging);
 /* Unmounting: stage nothing more (pieces running end on their own). */
 void larder__mount_stager_stop(struct larder__mount *m);
-/* Whether staging yields to the readers' misses now (adapt.h: they were slow). */
-bool larder__mount_stager_yielding(struct larder__mount *m);
 
 /* ---- miss.c ---- */
 /* A reader's miss of n bytes at data offset `at` of `file` (data bytes

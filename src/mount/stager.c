@@ -59,9 +59,7 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Pieces allowed in flight now (m->lock held): half while a reader waits
- * on a miss, none while misses are slow (adapt.h); the last miss to end
- * kicks the pump again (fs.c). */
+/* Pieces allowed in flight now (m->lock held): half while a reader waits on a miss. */
 static unsigned allowed(struct larder__mount *m)
 {
     return larder__mount_adapt_allowed(&m->adapt, m->stage_inflight,
@@ -133,9 +131,8 @@ void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging)
     unsigned before = m->adapt.limit;
     if (larder__mount_adapt_miss(&m->adapt, ms, staging, &why) && m->trace)
         larder__mount_log(LARDER_LOG_INFO,
-                          "trace: staging limit %u -> %u%s (%s; misses %.1f ms without staging)",
-                          before, m->adapt.limit, m->adapt.slow ? ", yielding to misses" : "", why,
-                          m->adapt.baseline);
+                          "trace: staging limit %u -> %u (%s; misses %.1f ms without staging)",
+                          before, m->adapt.limit, why, m->adapt.baseline);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -222,13 +219,4 @@ void larder__mount_stager_stop(struct larder__mount *m)
             finish_locked(m, j); /* else its last answer, or its pump, frees it */
     }
     pthread_mutex_unlock(&m->lock);
-}
-
-bool larder__mount_stager_yielding(struct larder__mount *m)
-{
-    if (m->stage_inflight) return false;
-    pthread_mutex_lock(&m->lock);
-    bool slow = m->adapt.slow;
-    pthread_mutex_unlock(&m->lock);
-    return slow;
 }

@@ -167,45 +167,20 @@ TEST(mount_miss_span_stops_at_a_checksum_block_boundary_but_covers_its_own_block
     CHECK_EQ(larder__mount_miss_span(3 * MiB, 4096, big, 63), 512 * KiB);
 }
 
-/* Staging yields to slow misses: with readers waiting, none of its pieces
- * may start while the last window was slow, half the limit otherwise; a
- * quiet miss back near the baseline, or a good window, ends the yielding. */
-TEST(mount_adapt_staging_yields_to_waiting_misses_while_they_are_slow)
+/* Pieces allowed in flight: the limit, halved (at least one) while a
+ * reader waits on a miss; a fixed limit (--stage-inflight) the same. */
+TEST(mount_adapt_allows_half_the_limit_while_a_reader_waits)
 {
     struct larder__mount_adapt a = {.limit = 8};
-    CHECK(window_of(&a, 20.0)); /* baseline 20: grown to 16 */
-    CHECK_EQ(a.limit, 16u);
-    CHECK(!a.slow);
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 0), 16u);
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 8u); /* a miss waits: half */
-    CHECK(window_of(&a, 100.0));                         /* > 2 x 20: halved, and yielding */
-    CHECK_EQ(a.limit, 8u);
-    CHECK(a.slow);
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 0), 8u); /* nobody waits: staging goes on */
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 0u); /* a miss waits: no new piece */
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 3), 0u);
-    /* a fixed limit (--stage-inflight) is halved, never yields */
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 4, 1), 2u);
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 1, 1), 1u);
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 4, 0), 4u);
-    /* a quiet miss still slow (congested origin, no staging): still yielding */
-    CHECK(!larder__mount_adapt_miss(&a, 90.0, false, NULL));
-    CHECK(a.slow);
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 0u);
-    /* a quiet miss back within 1.5 x the baseline: staging resumes */
-    const char *why = NULL;
-    CHECK(larder__mount_adapt_miss(&a, 25.0, false, &why));
-    CHECK(why != NULL);
-    CHECK(!a.slow);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 0), 8u);
     CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 4u);
-    /* slow again, then a good window ends it too */
-    CHECK(window_of(&a, 100.0));
-    CHECK(a.slow);
-    CHECK_EQ(a.limit, 4u);
-    CHECK(window_of(&a, 21.0));
-    CHECK(!a.slow);
-    CHECK_EQ(a.limit, 5u); /* congested: one more */
-    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 2u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 5), 4u);
+    a.limit = 1;
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 1u);
+    a.limit = 0; /* taken as 1 */
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 0), 1u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 6, 0), 6u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 6, 2), 3u);
 }
 
 /* The quiet misses' EWMA ages out as a window does: a quiet miss seen once
@@ -223,12 +198,10 @@ TEST(mount_adapt_quiet_baseline_expires_after_eight_windows_without_a_quiet_miss
         window_of(&a, 30.0);
     CHECK_EQ(a.limit, 1u);
     CHECK(fabs(a.baseline - 5.0) < 1e-9);
-    CHECK(a.slow);
     CHECK(!window_of(&a, 30.0)); /* the eighth: not yet */
     CHECK(fabs(a.baseline - 5.0) < 1e-9);
     CHECK(window_of(&a, 30.0)); /* the ninth: the quiet 5 ms has aged out */
     CHECK(fabs(a.baseline - 30.0) < 1e-9);
-    CHECK(!a.slow);
     CHECK_EQ(a.limit, 2u);
     /* a fresh quiet miss counts again, and restarts its age */
     larder__mount_adapt_miss(&a, 10.0, false, NULL);
