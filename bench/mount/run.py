@@ -488,8 +488,10 @@ def main():
     p.add_argument("--command", default="bench/mount.sh")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--print", action="store_true")
+    p.add_argument("--slowfs-option", action="append", default=[],
+                   help="an extra slowfs argument (repeat: --slowfs-option=--bandwidth "
+                   "--slowfs-option=300), for cuts that must stage as slowly as the full file")
     args = p.parse_args()
-    args.slowfs_option = []
     for name in ("work", "results", "slowfs", "larder"):
         setattr(args, name, os.path.abspath(getattr(args, name)))
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):

@@ -47,6 +47,7 @@ bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool sta
     a->pieces_calm = 0;
     if (!staging) {
         a->quiet = a->quiet > 0 ? a->quiet + (ms - a->quiet) / 8 : ms;
+        a->quiet_age = 0;
         a->baseline = baseline_of(a);
         return false;
     }
@@ -62,6 +63,7 @@ bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool sta
     if (a->recent_next >= LARDER__MOUNT_ADAPT_RECENT) a->recent_next = 0;
     a->recent[a->recent_next++] = median;
     if (a->recent_count < LARDER__MOUNT_ADAPT_RECENT) a->recent_count++;
+    if (++a->quiet_age > LARDER__MOUNT_ADAPT_RECENT) a->quiet = 0; /* aged out, as a window */
     a->baseline = baseline_of(a);
     unsigned limit = a->limit ? a->limit : 1;
     if (median <= GROW_BELOW * a->baseline) {
@@ -76,6 +78,15 @@ bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool sta
         return set_limit(a, limit / 2);
     }
     return false;
+}
+
+unsigned larder__mount_adapt_allowed(const struct larder__mount_adapt *a, unsigned fixed,
+                                     unsigned waiting)
+{
+    unsigned limit = fixed ? fixed : a->limit;
+    if (limit == 0) limit = 1;
+    if (waiting == 0) return limit;
+    return limit > 1 ? limit / 2 : 1;
 }
 
 bool larder__mount_adapt_piece(struct larder__mount_adapt *a, const char **why)

@@ -20,6 +20,9 @@
  * staging (the readers' own load on the origin, a congested origin) raise
  * it once halving has not brought them down, instead of holding staging
  * at one piece for good against a latency seen once in a calm moment.
+ * The quiet EWMA ages out the same way: once RECENT windows have been
+ * decided with no quiet miss among them, it no longer counts (a review
+ * finding: a quiet miss from the first second held the baseline for good).
  */
 #ifndef LARDER_MOUNT_ADAPT_H
 #define LARDER_MOUNT_ADAPT_H
@@ -42,12 +45,18 @@ struct larder__mount_adapt {
     unsigned recent_count;                     /* how many of recent are set */
     unsigned recent_next;                      /* where the next median goes */
     unsigned pieces_calm;                      /* pieces answered since the last reader's miss */
+    unsigned quiet_age; /* windows decided since the last quiet miss: past RECENT, quiet is 0 */
 };
 
 /* A reader's miss took `ms` milliseconds, with staging in flight when it
  * began or not.  true when the limit changed (*why says why, for the trace). */
 bool larder__mount_adapt_miss(struct larder__mount_adapt *a, double ms, bool staging,
                               const char **why);
+/* Pieces allowed in flight now with `waiting` readers waiting on a miss:
+ * the limit (a fixed one when `fixed` > 0, the --stage-inflight option;
+ * at least 1), halved (at least 1) while some wait. */
+unsigned larder__mount_adapt_allowed(const struct larder__mount_adapt *a, unsigned fixed,
+                                     unsigned waiting);
 /* A staging piece was answered.  true when the limit changed (*why says why). */
 bool larder__mount_adapt_piece(struct larder__mount_adapt *a, const char **why);
 

@@ -360,38 +360,6 @@ static bool cached_sample_bad(struct larder__mount *m, struct open_file *f, fuse
     return true;
 }
 
-/*
- * A miss of data bytes [at, at + n): larder_file_pread, except in a file
- * that is being staged whole (stager.c), where a small miss brings
- * larder__mount_miss_span bytes from `at` on at DEMAND: staging would fetch them anyway,
- * and a reader that reads a record in several requests (the kernel sends
- * a page, then the rest) waits on one round trip to the origin, not on
- * one per request.  Not through a daemon: its misses are the daemon's to
- * fetch.  Bytes read, or a negative code.
- */
-static int64_t read_miss(struct larder__mount *m, struct open_file *f, uint8_t *buf, uint64_t n,
-                         uint64_t at)
-{
-    uint64_t size = f->node->size - f->node->header_length;
-    struct larder__shard shard;
-    if (m->staged_on_open && m->cached && !m->daemon && n < LARDER__MOUNT_MISS_SPAN && at < size) {
-        unsigned shift =
-            larder__index_shard(larder__dataset_index(m->dataset), f->shard, &shard) == 0
-                ? shard.sum_shift
-                : 0;
-        uint64_t span = larder__mount_miss_span(f->base + at, n, size - at, shift);
-        uint8_t *big = span > n ? malloc((size_t)span) : NULL;
-        if (big && larder__fill_range_at(larder__dataset_fill(m->dataset), f->shard, f->base + at,
-                                         span, LARDER__DEMAND, big) == 0) {
-            memcpy(buf, big, (size_t)n);
-            free(big);
-            return (int64_t)n;
-        }
-        free(big); /* larder_file_pread tries again, and says why */
-    }
-    return larder_file_pread(f->file, buf, (size_t)n, at);
-}
-
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
                     struct fuse_file_info *fi)
 {
@@ -427,7 +395,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
         unsigned staging = atomic_load(&m->stage_running);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        got = read_miss(m, f, buf + done, n - done, at + done - header);
+        got = larder__mount_read_miss(m, f->file, f->shard, f->base, f->node->size - header,
+                                      buf + done, n - done, at + done - header);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
         if (m->trace)

@@ -181,56 +181,47 @@ static uint64_t stage_once(struct file_order *o, uint64_t at, uint64_t length, u
 #define MEMBER_EXTENTS 64 /* of one member staged at most */
 #define RESOLVERS 16      /* members followed at once, each staging in turn */
 
-struct resolve {
-    struct file_order *o;
-    const uint32_t *members;
-    size_t count;
-    _Atomic size_t next;
-    _Atomic uint64_t staged;
-};
-
-/* Stage members[i]: the index nodes a lookup of it reads, then its own
+/* Stage `member`: the index nodes a lookup of it reads, then its own
  * extents where its header can be followed, else its bytes up to the next
- * member's (a dataset's rows: their own bytes). */
-static void *run_resolver(void *arg)
+ * member's (a dataset's rows: their own bytes).  Bytes queued. */
+static uint64_t stage_member(struct file_order *o, uint32_t member,
+                             struct larder__mount_hdf5_extent *extents, uint8_t *buf)
 {
-    struct resolve *r = arg;
-    struct file_order *o = r->o;
-    struct larder__mount_hdf5_extent extents[MEMBER_EXTENTS];
-    uint8_t *buf = malloc(STAGE_RUN_MAX); /* NULL: stage through the pool */
-    for (size_t i; (i = atomic_fetch_add(&r->next, 1)) < r->count && !o->m->stopping && !o->stop;) {
-        uint32_t member = r->members[i];
-        uint64_t staged = 0;
-        for (int k = 0; o->lookup && k < 2; k++) {
-            uint64_t at = o->lookup[2 * (size_t)member + (size_t)k];
-            if (at < o->size) staged += stage_once(o, at, lookup_node_span[k], buf);
-        }
-        size_t n = o->dataset[0]
-                       ? 0
-                       : larder__mount_hdf5_member(read_member, o, o->size, o->address[member],
-                                                   extents, MEMBER_EXTENTS);
-        if (n == 0) {
-            extents[0] = (struct larder__mount_hdf5_extent){o->address[member],
-                                                            o->end[member] - o->address[member]};
-            n = 1;
-        } else {
-            atomic_fetch_add(&o->followed, 1);
-        }
-        for (size_t k = 0; k < n && !o->stop; k++) /* hostile: bounded like its span */
-            staged += stage_once(
-                o, extents[k].offset,
-                extents[k].length < MEMBER_SPAN_MAX ? extents[k].length : MEMBER_SPAN_MAX, buf);
-        atomic_fetch_add(&r->staged, staged);
+    uint64_t staged = 0;
+    for (int k = 0; o->lookup && k < 2; k++) {
+        uint64_t at = o->lookup[2 * (size_t)member + (size_t)k];
+        if (at < o->size) staged += stage_once(o, at, lookup_node_span[k], buf);
     }
-    free(buf);
-    return NULL;
+    size_t n = o->dataset[0]
+                   ? 0
+                   : larder__mount_hdf5_member(read_member, o, o->size, o->address[member], extents,
+                                               MEMBER_EXTENTS);
+    if (n == 0) {
+        extents[0] = (struct larder__mount_hdf5_extent){o->address[member],
+                                                        o->end[member] - o->address[member]};
+        n = 1;
+    } else {
+        atomic_fetch_add(&o->followed, 1);
+    }
+    for (size_t k = 0; k < n && !o->stop; k++) /* hostile: bounded like its span */
+        staged += stage_once(
+            o, extents[k].offset,
+            extents[k].length < MEMBER_SPAN_MAX ? extents[k].length : MEMBER_SPAN_MAX, buf);
+    return staged;
 }
 
-/* The listing thread's second life: stage the list up to `window` steps
- * past the reader's position, a batch of members at a time, until stopped. */
-static void stage_ahead(struct file_order *o)
+/* One of the order's RESOLVERS: takes the next member of the list not yet
+ * asked (the nearest first) while the list is staged less than `window`
+ * steps past the reader's position, and waits for the reader to move on
+ * otherwise.  No batches: when the resolvers took 32 members at a time and
+ * waited for all of them, one member's chain meeting an origin stall (a
+ * 100 ms-2 s one on 1% of reads) held all 16 resolvers, and the next
+ * step's members behind it. */
+static void *run_resolver(void *arg)
 {
-    uint32_t batch[2 * RESOLVERS];
+    struct file_order *o = arg;
+    struct larder__mount_hdf5_extent extents[MEMBER_EXTENTS];
+    uint8_t *buf = malloc(STAGE_RUN_MAX); /* NULL: stage through the pool */
     pthread_mutex_lock(&o->lock);
     while (!o->stop && !o->m->stopping) {
         size_t ahead = (size_t)(o->window * (o->batch / o->world));
@@ -240,23 +231,27 @@ static void stage_ahead(struct file_order *o)
             pthread_cond_wait(&o->wake, &o->lock);
             continue;
         }
-        size_t count = 0;
-        while (o->staged_until < target && count < 2 * RESOLVERS)
-            batch[count++] = o->list[o->staged_until++];
+        uint32_t member = o->list[o->staged_until++];
         pthread_mutex_unlock(&o->lock);
-        struct resolve r = {.o = o, .members = batch, .count = count};
-        pthread_t threads[RESOLVERS];
-        size_t started = 0;
-        while (started < RESOLVERS && started < count &&
-               pthread_create(&threads[started], NULL, run_resolver, &r) == 0)
-            started++;
-        if (started == 0) run_resolver(&r);
-        for (size_t k = 0; k < started; k++)
-            pthread_join(threads[k], NULL);
+        uint64_t staged = stage_member(o, member, extents, buf);
         pthread_mutex_lock(&o->lock);
-        o->staged_bytes += atomic_load(&r.staged);
+        o->staged_bytes += staged;
     }
     pthread_mutex_unlock(&o->lock);
+    free(buf);
+    return NULL;
+}
+
+/* The listing thread's second life: the resolvers, until stopped. */
+static void stage_ahead(struct file_order *o)
+{
+    pthread_t threads[RESOLVERS];
+    size_t started = 0;
+    while (started < RESOLVERS && pthread_create(&threads[started], NULL, run_resolver, o) == 0)
+        started++;
+    if (started == 0) run_resolver(o);
+    for (size_t k = 0; k < started; k++)
+        pthread_join(threads[k], NULL);
 }
 
 /* The members' addresses another registration over the same file and group

@@ -5,7 +5,8 @@
  * origin, checksums).  The parts:
  *
  *   tree.c       the names, sizes and directories, from the index alone;
- *   fs.c         the FUSE low-level operations over the tree;
+ *   fs.c         the FUSE low-level operations over the tree; miss.c how
+ *                much a reader's miss brings;
  *   readahead.c  per open file: sequential reads stage the blocks ahead
  *                (an adaptive window), random reads do not;
  *   stager.c     whole files staged in the background on their first
@@ -195,6 +196,14 @@ void larder__mount_stager_kick(struct larder__mount *m);
 void larder__mount_stager_miss(struct larder__mount *m, double ms, bool staging);
 /* Unmounting: stage nothing more (pieces running end on their own). */
 void larder__mount_stager_stop(struct larder__mount *m);
+
+/* ---- miss.c ---- */
+/* A reader's miss of n bytes at data offset `at` of `file` (data bytes
+ * [base, base + size) of shard `shard`) into buf: bytes read, or a
+ * negative code (larder_errmsg says why). */
+int64_t larder__mount_read_miss(struct larder__mount *m, larder_file *file, uint32_t shard,
+                                uint64_t base, uint64_t size, uint8_t *buf, uint64_t n,
+                                uint64_t at);
 
 /* ---- hdf5_stage.c ---- */
 /* A file staged on open (shard bytes [base, base + length), sample

@@ -62,10 +62,8 @@ static double now_s(void)
 /* Pieces allowed in flight now (m->lock held): half while a reader waits on a miss. */
 static unsigned allowed(struct larder__mount *m)
 {
-    unsigned limit = m->stage_inflight ? m->stage_inflight : m->adapt.limit;
-    if (limit == 0) limit = 1;
-    if (atomic_load(&m->demand_waiting) > 0) limit = limit > 1 ? limit / 2 : 1;
-    return limit;
+    return larder__mount_adapt_allowed(&m->adapt, m->stage_inflight,
+                                       atomic_load(&m->demand_waiting));
 }
 
 /* A job all of whose pieces were asked and answered: logged and freed (m->lock held). */

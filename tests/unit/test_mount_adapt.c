@@ -166,3 +166,49 @@ TEST(mount_miss_span_stops_at_a_checksum_block_boundary_but_covers_its_own_block
     CHECK_EQ(larder__mount_miss_span(UINT64_MAX - 10, 4096, big, 20), 512 * KiB);
     CHECK_EQ(larder__mount_miss_span(3 * MiB, 4096, big, 63), 512 * KiB);
 }
+
+/* Pieces allowed in flight: the limit, halved (at least one) while a
+ * reader waits on a miss; a fixed limit (--stage-inflight) the same. */
+TEST(mount_adapt_allows_half_the_limit_while_a_reader_waits)
+{
+    struct larder__mount_adapt a = {.limit = 8};
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 0), 8u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 4u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 5), 4u);
+    a.limit = 1;
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 1), 1u);
+    a.limit = 0; /* taken as 1 */
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 0, 0), 1u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 6, 0), 6u);
+    CHECK_EQ(larder__mount_adapt_allowed(&a, 6, 2), 3u);
+}
+
+/* The quiet misses' EWMA ages out as a window does: a quiet miss seen once
+ * in the first second no longer holds the baseline once 8 windows have
+ * been decided with no quiet miss among them (a review finding: it was
+ * the baseline for good). */
+TEST(mount_adapt_quiet_baseline_expires_after_eight_windows_without_a_quiet_miss)
+{
+    struct larder__mount_adapt a = {.limit = 4};
+    CHECK(!larder__mount_adapt_miss(&a, 5.0, false, NULL)); /* calm first second: 5 ms */
+    CHECK(fabs(a.baseline - 5.0) < 1e-9);
+    CHECK(window_of(&a, 30.0)); /* 6x: halved */
+    CHECK_EQ(a.limit, 2u);
+    for (int i = 0; i < 6; i++) /* windows 2-7: still 5 ms remembered, 30 is slow */
+        window_of(&a, 30.0);
+    CHECK_EQ(a.limit, 1u);
+    CHECK(fabs(a.baseline - 5.0) < 1e-9);
+    CHECK(!window_of(&a, 30.0)); /* the eighth: not yet */
+    CHECK(fabs(a.baseline - 5.0) < 1e-9);
+    CHECK(window_of(&a, 30.0)); /* the ninth: the quiet 5 ms has aged out */
+    CHECK(fabs(a.baseline - 30.0) < 1e-9);
+    CHECK_EQ(a.limit, 2u);
+    /* a fresh quiet miss counts again, and restarts its age */
+    larder__mount_adapt_miss(&a, 10.0, false, NULL);
+    CHECK(fabs(a.baseline - 10.0) < 1e-9);
+    for (int i = 0; i < 8; i++)
+        window_of(&a, 12.0);
+    CHECK(fabs(a.baseline - 10.0) < 1e-9); /* 8 windows: kept (12 > 10) */
+    window_of(&a, 12.0);
+    CHECK(fabs(a.baseline - 12.0) < 1e-9); /* the ninth: the windows' 12 */
+}
