@@ -221,18 +221,21 @@ static void *run_resolver(void *arg)
 {
     struct file_order *o = arg;
     struct larder__mount_hdf5_extent extents[MEMBER_EXTENTS];
-    uint8_t *buf = malloc(STAGE_RUN_MAX); /* NULL: stage through the pool */
+    uint8_t *buf = NULL; /* held only while staging: 16 resolvers an order, 64 orders */
     pthread_mutex_lock(&o->lock);
     while (!o->stop && !o->m->stopping) {
         size_t ahead = (size_t)(o->window * (o->batch / o->world));
         size_t target = o->position + ahead < o->length ? o->position + ahead : o->length;
         if (o->staged_until < o->position) o->staged_until = o->position;
+        if (o->staged_until >= o->length) break; /* every member asked: done for good */
         if (o->staged_until >= target) {
+            free(buf), buf = NULL;
             pthread_cond_wait(&o->wake, &o->lock);
             continue;
         }
         uint32_t member = o->list[o->staged_until++];
         pthread_mutex_unlock(&o->lock);
+        if (!buf) buf = malloc(STAGE_RUN_MAX); /* NULL: stage through the pool */
         uint64_t staged = stage_member(o, member, extents, buf);
         pthread_mutex_lock(&o->lock);
         o->staged_bytes += staged;
@@ -242,7 +245,7 @@ static void *run_resolver(void *arg)
     return NULL;
 }
 
-/* The listing thread's second life: the resolvers, until stopped. */
+/* The listing thread's second life: the resolvers, until stopped or all asked. */
 static void stage_ahead(struct file_order *o)
 {
     pthread_t threads[RESOLVERS];
