@@ -281,7 +281,9 @@ static bool asked_before(const struct dataset_entry *e, uint32_t shard, uint64_t
  * before it was streamed (the chunks between: this node's, or resident,
  * which a reader sharing the cache reads without a READ) */
 #define STREAM_BEHIND 3
-#define STREAM_AHEAD 1 /* whole chunks a streaming reader's read ahead reaches past its own */
+/* bytes a streaming reader's stagings of other members' chunks take at
+ * once (step_bytes): half a chunk */
+#define AHEAD_STEP (LARDER__OWNER_CHUNK / 2)
 
 /* Bytes of a piece; 0: whole chunks. */
 static uint64_t piece_bytes(void)
@@ -338,43 +340,38 @@ static bool stage_pieces(struct dataset_entry *e, uint32_t shard, uint64_t start
     return staged;
 }
 
-/* Note that a reader's READ ended in piece k of that chunk; whether the
- * reader streams through it.  Call with slots_lock held. */
-static bool note_piece(const struct dataset_entry *e, uint32_t shard, uint64_t chunk, uint64_t k)
+/*
+ * Note that a READ of connection c's ended in piece k of that chunk;
+ * whether its reader streams through it.  Per connection (its reader):
+ * a node-wide mark would make any reader's lone sample in a chunk another
+ * streamed through stream, and two streamers in one chunk reset each
+ * other.  Call with slots_lock held.
+ */
+static bool note_piece(struct connection *c, const struct dataset_entry *e, uint32_t shard,
+                       uint64_t chunk, uint64_t k)
 {
-    struct chunk_slot *a = asked_entry(e, shard, chunk);
-    if (!a) {
-        note_asked(e, shard, chunk, 1);
-        a = asked_entry(e, shard, chunk);
+    struct borrow_stream *a = &c->stream;
+    if (a->entry != e || a->shard != shard || a->chunk != chunk) {
+        /* entering a chunk at its start just after one it streamed through
+         * (the chunks between: resident, which a reader sharing the cache
+         * reads without a READ) keeps it streaming; anything else, afresh */
+        bool onward =
+            a->streaming && a->entry == e && k == 0 &&
+            ((a->shard == shard && chunk > a->chunk && chunk - a->chunk <= STREAM_BEHIND) ||
+             (shard == a->shard + 1 && chunk < STREAM_BEHIND));
+        *a = (struct borrow_stream){
+            .entry = e, .shard = shard, .chunk = chunk, .seen_piece = k + 1, .streaming = onward};
+        return onward;
     }
-    if (a->seen_piece && k + 1 > a->seen_piece + 1) { /* a jump: pieces again */
+    if (k + 1 > a->seen_piece + 1) { /* a jump: pieces again */
         a->in_order = 0;
         a->streaming = false;
-    } else if (a->seen_piece && k + 1 > a->seen_piece) {
+    } else if (k + 1 > a->seen_piece) {
         a->in_order++;
     }
     if (k + 1 > a->seen_piece) a->seen_piece = k + 1;
     if (a->in_order >= STREAM_AFTER) a->streaming = true;
     return a->streaming;
-}
-
-/* Note that a streaming reader's read ahead went into that chunk: read in
- * turn, streamed.  Call with slots_lock held. */
-static void note_streaming(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
-{
-    note_asked(e, shard, chunk, 2);
-    asked_entry(e, shard, chunk)->streaming = true;
-}
-
-/* Whether one of the STREAM_BEHIND chunks before that one was streamed
- * through; call with slots_lock held. */
-static bool streamed_behind(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
-{
-    for (uint64_t c = chunk; c > 0 && chunk - c < STREAM_BEHIND;) {
-        const struct chunk_slot *a = asked_entry(e, shard, --c);
-        if (a && a->streaming) return true;
-    }
-    return false;
 }
 
 /* Whether that chunk was asked for twice lately (read in turn). */
@@ -387,12 +384,67 @@ static bool read_in_turn(const struct dataset_entry *e, uint32_t shard, uint64_t
     return in_turn;
 }
 
+/* Bytes a streaming reader's stagings take at once in a chunk: this
+ * node's own (read from the origin under their fill locks, which a
+ * peer's piece for its jumping reader waits on) a piece, other members'
+ * AHEAD_STEP, so that a jumping DEMAND READ of another reader there waits
+ * for one step at most, not the whole chunk (claim). */
+static uint64_t step_bytes(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    uint64_t piece = shard_piece(e, shard);
+    if (!piece) return LARDER__OWNER_CHUNK;
+    if (owns_chunk(e, shard, chunk)) return piece;
+    return piece > AHEAD_STEP ? piece : AHEAD_STEP;
+}
+
+/*
+ * Stage what the cache lacks of [lo, hi) of chunk `chunk` of shard, step
+ * by step (step_bytes, aligned in the chunk), in order; this node's steps
+ * from the origin, other members' borrowed in place.  With a deadline (a
+ * READ that needs those bytes), a step another READ stages is waited for,
+ * and claimed once more if it is still lacking then (that staging failed);
+ * without one (a read ahead), it is passed.
+ */
+static void stage_steps(struct dataset_entry *e, uint32_t shard, uint64_t chunk, uint64_t lo,
+                        uint64_t hi, int priority, const struct timespec *deadline)
+{
+    struct larder__fill *fill = larder__dataset_fill(e->dataset);
+    uint64_t size = larder__dataset_shard_size(e->dataset, shard), x, y;
+    uint64_t start = chunk * LARDER__OWNER_CHUNK, end = start + LARDER__OWNER_CHUNK;
+    uint64_t step = step_bytes(e, shard, chunk);
+    if (end > size) end = size;
+    if (hi > end) hi = end;
+    for (uint64_t p = start + (lo - start) / step * step; p < hi; p += step) {
+        uint64_t p_hi = p + step < end ? p + step : end;
+        uint64_t a = p > lo ? p : lo, b = p_hi < hi ? p_hi : hi;
+        for (int tries = 0; tries < 2; tries++) {
+            /* resident (checked again once the step is claimed: staged by
+             * a READ that ended as this one claimed it) */
+            if (larder__fill_range_scope(fill, shard, a, b - a, &x, &y) != 0) break;
+            struct chunk_slot *slot = claim(e, shard, p, p_hi, priority, deadline, !deadline);
+            if (!slot) {
+                if (!deadline) break; /* in flight: its stager has it */
+                continue;
+            }
+            int fd;
+            if (larder__fill_range_scope(fill, shard, a, b - a, &x, &y) != 0)
+                ;
+            else if (owns_chunk(e, shard, chunk))
+                larder__fill_stage_range_at(fill, shard, p, p_hi - p, priority, &fd);
+            else
+                stage_chunk(e, shard, p, p_hi, priority);
+            release(slot);
+            break;
+        }
+    }
+}
+
 /*
  * A streaming reader's read ahead, from byte `from` of shard on: the rest
- * of its chunk in one transfer, then STREAM_AHEAD whole chunks that are
- * not resident (into the next shard at a shard's end), each not in flight
- * (at a range in flight, from the piece after it); this node's chunks from
- * the origin, other members' borrowed in place.
+ * of its chunk, then the next chunk that is not resident (into the next
+ * shard at a shard's end), one: resident ones are passed, fewer than
+ * STREAM_BEHIND, so the reader entering the staged one still streams
+ * (note_piece).  Steps in flight are left to their stagers.
  */
 static void read_ahead_streaming(struct dataset_entry *e, uint32_t shard, uint64_t from,
                                  int priority)
@@ -400,12 +452,11 @@ static void read_ahead_streaming(struct dataset_entry *e, uint32_t shard, uint64
     struct larder__fill *fill = larder__dataset_fill(e->dataset);
     uint32_t shards = larder__dataset_num_shards(e->dataset);
     uint64_t size = larder__dataset_shard_size(e->dataset, shard), x, y;
-    uint64_t piece = shard_piece(e, shard), p = from / piece * piece;
-    /* chunks staged past the reader's own, and chunks passed: resident
-     * ones (this node's, most often) are passed, up to STREAM_BEHIND */
-    for (int staged = 0, passed = 0; staged <= STREAM_AHEAD && passed <= STREAM_BEHIND;) {
+    uint64_t p = from;
+    bool beyond = false; /* past the reader's own chunk */
+    for (int passed = 0;;) {
         if (p >= size) { /* the shard read to its end: the next one's first chunk */
-            if (++shard >= shards || !(piece = shard_piece(e, shard))) return;
+            if (++shard >= shards || !shard_piece(e, shard)) return;
             size = larder__dataset_shard_size(e->dataset, shard);
             p = from = 0;
             if (size == 0) return;
@@ -413,40 +464,17 @@ static void read_ahead_streaming(struct dataset_entry *e, uint32_t shard, uint64
         uint64_t chunk = p / LARDER__OWNER_CHUNK, end = (chunk + 1) * LARDER__OWNER_CHUNK;
         if (end > size) end = size;
         if (from < p) from = p;
-        /* a READ there stages the rest of it in one (borrow_whole_chunks) */
-        pthread_mutex_lock(&slots_lock);
-        note_streaming(e, shard, chunk);
-        pthread_mutex_unlock(&slots_lock);
-        if (larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0) {
-            p = end; /* resident */
-            passed++;
-            continue;
-        }
-        struct chunk_slot *slot = claim(e, shard, p, end, priority, NULL, true);
-        if (!slot) { /* some of it in flight: the rest after that piece */
-            p += piece;
-            if (p >= end) {
-                passed++;
-                staged++;
-            }
-            continue;
-        }
-        int fd;
-        if (larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0)
-            ; /* resident by now */
-        else if (owns_chunk(e, shard, chunk))
-            larder__fill_stage_range_at(fill, shard, p, end - p, priority, &fd);
-        else
-            stage_chunk(e, shard, p, end, priority);
-        release(slot);
+        bool resident =
+            from >= end || larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0;
+        if (!resident) stage_steps(e, shard, chunk, from, end, priority, NULL);
         p = end;
-        passed++;
-        staged++;
+        if (beyond && (!resident || ++passed >= STREAM_BEHIND)) return;
+        beyond = true;
     }
 }
 
-void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
-                       int priority)
+void borrow_next_piece(struct dataset_entry *e, struct connection *c, uint32_t shard,
+                       uint64_t offset, uint64_t length, int priority)
 {
     uint32_t shards = larder__dataset_num_shards(e->dataset);
     uint64_t piece = shard < shards ? shard_piece(e, shard) : 0, x, y;
@@ -465,13 +493,13 @@ void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset,
     uint64_t first = offset / LARDER__OWNER_CHUNK, last = (next - 1) / LARDER__OWNER_CHUNK;
     pthread_mutex_lock(&slots_lock);
     if (owns_chunk(e, shard, last)) asked_before(e, shard, last);
-    bool streaming = note_piece(e, shard, last, (next - 1 - last * LARDER__OWNER_CHUNK) / piece);
+    bool streaming = note_piece(c, e, shard, last, (next - 1 - last * LARDER__OWNER_CHUNK) / piece);
     pthread_mutex_unlock(&slots_lock);
-    if (!read_in_turn(e, shard, last) && (first == last || !read_in_turn(e, shard, first))) return;
-    if (streaming) {
+    if (streaming) { /* this reader's own READs moved on in order */
         read_ahead_streaming(e, shard, next, priority);
         return;
     }
+    if (!read_in_turn(e, shard, last) && (first == last || !read_in_turn(e, shard, first))) return;
     /* from the piece holding the next byte, AHEAD pieces past it, in
      * order, each that is neither resident nor in flight (into the next
      * chunk at a chunk's end: pieces divide chunks; into the next shard at
@@ -509,8 +537,8 @@ void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset,
     }
 }
 
-bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
-                         int priority)
+bool borrow_whole_chunks(struct dataset_entry *e, struct connection *c, uint32_t shard,
+                         uint64_t offset, uint64_t length, int priority)
 {
     if (!e->members || e->daemon->members.count <= 1 || length == 0 ||
         shard >= larder__dataset_num_shards(e->dataset))
@@ -540,30 +568,13 @@ bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offse
         uint64_t piece = shard_piece(e, shard);
         pthread_mutex_lock(&slots_lock);
         bool busy = find_slot(e, shard, start, end) != NULL, again = asked_before(e, shard, chunk);
-        /* a reader streaming through it, or entering it at its start from
-         * one of the chunks before it that it streamed through */
+        /* this READ's reader streaming through it, or entering it at its
+         * start from one it streamed through (note_piece) */
         bool streaming = piece && priority <= LARDER__NEAR &&
-                         note_piece(e, shard, chunk, (want_lo - start) / piece);
-        if (!streaming && piece && priority <= LARDER__NEAR && want_lo - start < piece &&
-            streamed_behind(e, shard, chunk))
-            streaming = true;
-        if (streaming) note_streaming(e, shard, chunk);
+                         note_piece(c, e, shard, chunk, (want_lo - start) / piece);
         pthread_mutex_unlock(&slots_lock);
-        if (streaming) { /* from its piece to the chunk's end, in one */
-            uint64_t p = start + (want_lo - start) / piece * piece;
-            for (int tries = 0; tries < 2; tries++) {
-                struct chunk_slot *slot = claim(e, shard, p, end, priority, &deadline, false);
-                if (!slot) { /* some of it staged by another READ meanwhile: the rest? */
-                    if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) !=
-                        0)
-                        break;
-                    continue;
-                }
-                if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)
-                    stage_chunk(e, shard, p, end, priority);
-                release(slot);
-                break;
-            }
+        if (streaming) { /* the steps holding its bytes; the rest is its read ahead's */
+            stage_steps(e, shard, chunk, want_lo, want_hi, priority, &deadline);
             staged = true;
             continue;
         }
