@@ -110,17 +110,10 @@ struct connection {
      * for, forgotten when it is dropped; NULL: none */
     struct larder__ucx_session *ucx;
     int64_t ucx_used_ms; /* when a READ last came over it (atomic): not idle */
-    /* borrow.c: where this reader's own READs went lately, for its read
-     * ahead (a reader streams or jumps, not a node); guarded by borrow.c's
-     * lock, zeroed with the connection */
-    struct borrow_stream {
-        const void *entry;   /* the dataset entry of its last READ; NULL: none yet */
-        uint32_t shard;      /* and the shard */
-        uint64_t chunk;      /* and the chunk its last READ ended in */
-        uint64_t seen_piece; /* 1 + the furthest piece of that chunk its READs reached */
-        unsigned in_order;   /* times its READs moved on in order to the next piece there */
-        bool streaming;      /* read in order through it, or into it from one it streamed */
-    } stream;
+    /* a local client's process, from SO_PEERCRED (0: unknown, or a
+     * peer): whose READs they are, for borrow.c's read ahead (a reader's
+     * READs come on several pooled connections) */
+    pid_t pid;
 };
 
 struct larder__stripe_loan;

@@ -12,8 +12,8 @@
 #     c+2's last 3 MiB, nor later); some of it in 2 MiB steps.  Then no
 #     cache data file is mapped in node 1's larderd (in-place rooms given
 #     back to anonymous memory).
-#  2. Node 1 afresh; the same streaming reader and, at once on its own
-#     connection, a reader jumping about in each of node 0's whole chunks
+#  2. Node 1 afresh; the same streaming reader and, at once in another
+#     process, a reader jumping about in each of node 0's whole chunks
 #     from c+2 on: every peer READ of node 0's there is a piece and its
 #     edges at most (a reader's streaming makes no other reader's READ
 #     stream, and its read ahead stops at c+1).
@@ -97,10 +97,11 @@ start_node 1 "$WORK/cache1"
 sleep 0.3 # node 1's stagings for node 0 answered and traced
 
 # readers.py SOCK MODE: "stream" (chunk c's samples in order, up to 3.5
-# MiB into it) or "both" (that, and at once a jumping reader in node 0's
-# whole chunks from c+2 on, each on its own connection)
+# MiB into it) or "jump" (a jumping reader in node 0's whole chunks from
+# c+2 on); a reader is a process to larderd (SO_PEERCRED), as a data
+# loader's worker is
 cat >readers.py <<'PY'
-import sys, tarfile, threading, larder_wire as w
+import sys, tarfile, larder_wire as w
 from owner_chunk_reference import owner
 CHUNK, PIECE = 4 << 20, 1 << 20
 sock, mode, index, shard, dataset, members, c = sys.argv[1:8]
@@ -127,16 +128,10 @@ for k in range(c + 2, (len(data) + CHUNK - 1) // CHUNK - 1):
     inside = [s for s in samples if s[0] >= k * CHUNK and s[0] + s[1] <= (k + 1) * CHUNK]
     second = [s for s in inside if PIECE <= s[0] and s[0] + s[1] <= 2 * PIECE]
     jumping += [inside[0], inside[-1]] + second[:1]
-threads = [threading.Thread(target=reader, args=(streaming,))]
-if mode == "both":
-    threads.append(threading.Thread(target=reader, args=(jumping,)))
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
+reader(streaming if mode == "stream" else jumping)
 if errors:
     raise errors[0]
-print("%d streamed, %d jumped" % (len(streaming), len(jumping) if mode == "both" else 0))
+print("%s: %d samples" % (mode, len(streaming if mode == "stream" else jumping)))
 PY
 
 # 1. the streaming reader alone
@@ -161,8 +156,11 @@ kill "${pids[1]}"
 wait "${pids[1]}" 2>/dev/null || true
 start_node 1 "$WORK/cache1b"
 from=$(($(wc -l <trace0) + 1))
-/usr/bin/python3 readers.py "$WORK/sock1" both "$INDEX" "$SHARD" "$S_ID" "$members" "$c" ||
-  fail "the streaming and jumping readers on node 1"
+/usr/bin/python3 readers.py "$WORK/sock1" stream "$INDEX" "$SHARD" "$S_ID" "$members" "$c" &
+streamer=$!
+/usr/bin/python3 readers.py "$WORK/sock1" jump "$INDEX" "$SHARD" "$S_ID" "$members" "$c" ||
+  fail "the jumping reader on node 1"
+wait $streamer || fail "the streaming reader on node 1, with a jumping one"
 sleep 0.5
 there=$(peer_reads "$from" | awk -v b="$beyond" '$1 >= b' | wc -l)
 longest=$(peer_reads "$from" | awk -v b="$beyond" '$1 >= b && $2 > n { n = $2 } END { print n + 0 }')
