@@ -491,7 +491,8 @@ static void stage_steps(struct dataset_entry *e, uint32_t shard, uint64_t chunk,
     struct larder__fill *fill = larder__dataset_fill(e->dataset);
     uint64_t size = larder__dataset_shard_size(e->dataset, shard), x, y;
     uint64_t start = chunk * LARDER__OWNER_CHUNK, end = start + LARDER__OWNER_CHUNK;
-    uint64_t step = step_bytes(e, shard, chunk);
+    uint64_t step = step_bytes(e, shard, chunk), piece = shard_piece(e, shard);
+    if (!piece) piece = step;
     if (end > size) end = size;
     if (hi > end) hi = end;
     for (uint64_t p = start + (lo - start) / step * step; p < hi; p += step) {
@@ -506,13 +507,20 @@ static void stage_steps(struct dataset_entry *e, uint32_t shard, uint64_t chunk,
                 if (!deadline) break; /* in flight: its stager has it */
                 continue;
             }
+            /* from its first piece the cache lacks: a piece staged before
+             * (a reader's own, or a failed staging's) is not asked for again */
+            uint64_t q = p + (a - p) / piece * piece; /* the piece holding a */
+            while (q < b && larder__fill_range_scope(
+                                fill, shard, q > a ? q : a,
+                                (q + piece < b ? q + piece : b) - (q > a ? q : a), &x, &y) != 0)
+                q += piece;
             int fd;
-            if (larder__fill_range_scope(fill, shard, a, b - a, &x, &y) != 0)
-                ;
+            if (q >= b)
+                ; /* resident by now */
             else if (owns_chunk(e, shard, chunk))
-                larder__fill_stage_range_at(fill, shard, p, p_hi - p, priority, &fd);
+                larder__fill_stage_range_at(fill, shard, q, p_hi - q, priority, &fd);
             else
-                stage_chunk(e, shard, p, p_hi, priority);
+                stage_chunk(e, shard, q, p_hi, priority);
             release(slot);
             break;
         }
