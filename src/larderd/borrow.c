@@ -22,6 +22,7 @@
  */
 #include "larderd.h"
 #include "trace.h"
+#include "borrow_stream.h"
 
 #include "bigbuf.h"
 #include "cache.h"
@@ -264,28 +265,23 @@ static bool asked_before(const struct dataset_entry *e, uint32_t shard, uint64_t
  * it.  HINTED and WARM stagings, which no reader waits on, still borrow
  * whole chunks.
  *
- * A reader streaming through a chunk (its own READs, on its connection,
+ * A reader streaming through a chunk (its own READs, from its process,
  * moving on in order from one piece to the next STREAM_AFTER times, or
  * entering a chunk at its start just after one it streamed through) has
- * its read ahead grow: the rest of its chunk and the next chunk that is
- * not resident, one, in steps of AHEAD_STEP (this node's own chunks, from
+ * its read ahead grow: the rest of its chunk and one chunk past it (this
+ * node's own resident chunks passed), in steps of AHEAD_STEP (this node's own chunks, from
  * the origin, a piece at a time); its READs stage the steps holding their
  * bytes.  Pieces cost a bulk reader about twice a whole chunk's CPU per
  * borrowed MB (bench/results/peer-borrow.md, "Fifth pass": more requests
  * to the owner, and the samples crossing each piece's edges kept out of
- * the in-place window).  The state is the connection's, never the node's:
- * another reader's READ in a chunk a streamer reads or read ahead is a
+ * the in-place window).  The state is the reader's (borrow_stream.c),
+ * never the node's: another reader's READ in a chunk a streamer reads or read ahead is a
  * lone sample or a piece, as ever, and waits for one step at most.  A
  * reader jumping about (a piece two or more past the last one) keeps the
  * pieces, and their tail latency.
  */
 #define BORROW_PIECE ((uint64_t)1 << 20)
-#define AHEAD 2        /* pieces in flight past the one a reader is in, at most */
-#define STREAM_AFTER 2 /* moves to the next piece in order that make a reader streaming */
-/* a reader's READ at a chunk's start streams when the chunk its last READ
- * ended in, one of the STREAM_BEHIND before it, was streamed (the chunks
- * between: resident, which a reader sharing the cache reads without a READ) */
-#define STREAM_BEHIND 3
+#define AHEAD 2 /* pieces in flight past the one a reader is in, at most */
 /* bytes a streaming reader's stagings of other members' chunks take at
  * once (step_bytes): half a chunk */
 #define AHEAD_STEP (LARDER__OWNER_CHUNK / 2)
@@ -343,104 +339,6 @@ static bool stage_pieces(struct dataset_entry *e, uint32_t shard, uint64_t start
         release(slot);
     }
     return staged;
-}
-
-/* Whether `pieces` holds `run` pieces in a row. */
-static bool in_a_row(uint64_t pieces, int run)
-{
-    uint64_t m = pieces;
-    for (int i = 1; i < run; i++)
-        m &= pieces >> i;
-    return m != 0;
-}
-
-/* One chunk a reader's READs reached lately. */
-struct borrow_stream {
-    const struct dataset_entry *entry; /* NULL: a free entry */
-    uint32_t shard;
-    uint64_t chunk;
-    uint64_t pieces; /* bit k: a READ reached piece k of it */
-    uint64_t used;   /* when used last (`uses`): the oldest is replaced */
-    bool
-        streaming; /* read in order through it, into it from one it streamed, or its read ahead's */
-};
-
-/* A reader: a local client process (its READs come on several pooled
- * connections, in whatever order their workers take them), or, pid
- * unknown, one connection; the chunks its READs reached lately. */
-#define READERS 32
-#define READER_CHUNKS 8
-static struct borrow_reader {
-    uid_t uid;
-    pid_t pid;                     /* 0: keyed by connection */
-    const struct connection *conn; /* when pid is 0; NULL with pid 0: a free reader */
-    uint64_t used;
-    struct borrow_stream chunks[READER_CHUNKS];
-} readers[READERS];
-static uint64_t uses; /* readers and their chunks used, for `used` */
-
-/* c's reader's entry for that chunk, made afresh (in place of the oldest
- * reader and the oldest chunk) when it has none; call with slots_lock held. */
-static struct borrow_stream *stream_entry(const struct connection *c, const struct dataset_entry *e,
-                                          uint32_t shard, uint64_t chunk,
-                                          struct borrow_reader **reader_out)
-{
-    struct borrow_reader *r = NULL, *oldest_reader = &readers[0];
-    const struct connection *key = c->pid ? NULL : c;
-    for (int i = 0; i < READERS && !r; i++) {
-        struct borrow_reader *t = &readers[i];
-        if ((t->pid || t->conn) && t->pid == c->pid && t->uid == c->uid && t->conn == key) r = t;
-        if (t->used < oldest_reader->used) oldest_reader = t;
-    }
-    if (!r) {
-        r = oldest_reader;
-        *r = (struct borrow_reader){.uid = c->uid, .pid = c->pid, .conn = key};
-    }
-    r->used = ++uses;
-    struct borrow_stream *a = NULL, *oldest = &r->chunks[0];
-    for (int i = 0; i < READER_CHUNKS && !a; i++) {
-        struct borrow_stream *t = &r->chunks[i];
-        if (t->entry == e && t->shard == shard && t->chunk == chunk) a = t;
-        if (t->used < oldest->used) oldest = t;
-    }
-    if (!a) {
-        a = oldest;
-        *a = (struct borrow_stream){.entry = e, .shard = shard, .chunk = chunk};
-    }
-    a->used = ++uses;
-    *reader_out = r;
-    return a;
-}
-
-/*
- * Note that a READ of connection c's reached pieces [k_lo, k_hi] of that
- * chunk; whether its reader (c's process) streams through it: its READs reached
- * STREAM_AFTER + 1 pieces of it in a row (in whatever order: a reader
- * with many READs in flight has them answered out of order), or one at
- * its start just after a chunk it streamed through.  Per reader: a
- * node-wide mark made any reader's lone sample in a chunk another
- * streamed through stream.  Call with slots_lock held.
- */
-static bool note_piece(struct connection *c, const struct dataset_entry *e, uint32_t shard,
-                       uint64_t chunk, uint64_t k_lo, uint64_t k_hi)
-{
-    struct borrow_reader *r;
-    struct borrow_stream *a = stream_entry(c, e, shard, chunk, &r);
-    for (uint64_t k = k_lo; k <= k_hi && k < 64; k++)
-        a->pieces |= UINT64_C(1) << k;
-    if (k_hi >= 64) a->pieces |= UINT64_C(1) << 63;
-    if (!a->streaming && in_a_row(a->pieces, STREAM_AFTER + 1)) a->streaming = true;
-    /* entering it at its start from one it streamed through (the chunks
-     * between: resident, which a reader sharing the cache reads without
-     * a READ) */
-    for (int i = 0; i < READER_CHUNKS && !a->streaming && k_lo == 0; i++) {
-        const struct borrow_stream *t = &r->chunks[i];
-        if (t != a && t->entry == e && t->streaming &&
-            ((t->shard == shard && chunk > t->chunk && chunk - t->chunk <= STREAM_BEHIND) ||
-             (shard == t->shard + 1 && chunk < STREAM_BEHIND)))
-            a->streaming = true;
-    }
-    return a->streaming;
 }
 
 /* Whether that chunk was asked for twice lately (read in turn). */
@@ -531,7 +429,7 @@ static void stage_steps(struct dataset_entry *e, uint32_t shard, uint64_t chunk,
  * A streaming reader's read ahead, from byte `from` of shard on: the rest
  * of its chunk, then the next chunk (into the next shard at a shard's
  * end), one, past this node's own resident ones, fewer than STREAM_BEHIND,
- * so that the reader entering the staged one still streams (note_piece).
+ * so that the reader entering the staged one still streams (borrow_stream_note).
  * Steps in flight are left to their stagers.
  */
 static void read_ahead_streaming(struct dataset_entry *e, struct connection *c, uint32_t shard,
@@ -552,12 +450,8 @@ static void read_ahead_streaming(struct dataset_entry *e, struct connection *c, 
         uint64_t chunk = p / LARDER__OWNER_CHUNK, end = (chunk + 1) * LARDER__OWNER_CHUNK;
         if (end > size) end = size;
         if (from < p) from = p;
-        if (beyond) { /* the reader's READs there stream: its own read ahead's mark */
-            pthread_mutex_lock(&slots_lock);
-            struct borrow_reader *r;
-            stream_entry(c, e, shard, chunk, &r)->streaming = true;
-            pthread_mutex_unlock(&slots_lock);
-        }
+        if (beyond) /* the reader's READs there stream: its own read ahead's mark */
+            borrow_stream_mark(c, e, shard, chunk);
         bool resident =
             from >= end || larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0;
         if (!resident) stage_steps(e, shard, chunk, from, end, priority, NULL);
@@ -593,9 +487,9 @@ void borrow_next_piece(struct dataset_entry *e, struct connection *c, uint32_t s
     pthread_mutex_lock(&slots_lock);
     if (owns_chunk(e, shard, last)) asked_before(e, shard, last);
     uint64_t last_start = last * LARDER__OWNER_CHUNK;
-    bool streaming = note_piece(c, e, shard, last,
-                                ((offset > last_start ? offset : last_start) - last_start) / piece,
-                                (next - 1 - last_start) / piece);
+    bool streaming = borrow_stream_note(
+        c, e, shard, last, ((offset > last_start ? offset : last_start) - last_start) / piece,
+        (next - 1 - last_start) / piece);
     pthread_mutex_unlock(&slots_lock);
     if (streaming) { /* this reader's own READs moved on in order */
         read_ahead_streaming(e, c, shard, next, priority);
@@ -671,10 +565,10 @@ bool borrow_whole_chunks(struct dataset_entry *e, struct connection *c, uint32_t
         pthread_mutex_lock(&slots_lock);
         bool busy = find_slot(e, shard, start, end) != NULL, again = asked_before(e, shard, chunk);
         /* this READ's reader streaming through it, or entering it at its
-         * start from one it streamed through (note_piece) */
+         * start from one it streamed through (borrow_stream_note) */
         bool streaming = piece && priority <= LARDER__NEAR &&
-                         note_piece(c, e, shard, chunk, (want_lo - start) / piece,
-                                    (want_hi - 1 - start) / piece);
+                         borrow_stream_note(c, e, shard, chunk, (want_lo - start) / piece,
+                                            (want_hi - 1 - start) / piece);
         pthread_mutex_unlock(&slots_lock);
         if (streaming) { /* the steps holding its bytes; the rest is its read ahead's */
             stage_steps(e, shard, chunk, want_lo, want_hi, priority, &deadline);

@@ -426,7 +426,8 @@ void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *lo
  * others wait for it.  Nothing when the cache evicts (a capacity): then
  * each READ borrows its own bytes.  true when it staged some and all of
  * the READ's bytes are resident now (nothing left to borrow_ahead).  c:
- * the READ's connection, whose own READs say whether its reader streams. */
+ * the READ's connection: its process's READs say whether its reader
+ * streams (borrow_stream.c). */
 bool borrow_whole_chunks(struct dataset_entry *e, struct connection *c, uint32_t shard,
                          uint64_t offset, uint64_t length, int priority);
 /* After a local reader's DEMAND or NEAR READ of [offset, offset + length)
