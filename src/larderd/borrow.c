@@ -22,6 +22,7 @@
  */
 #include "larderd.h"
 #include "trace.h"
+#include "borrow_stream.h"
 
 #include "bigbuf.h"
 #include "cache.h"
@@ -264,24 +265,26 @@ static bool asked_before(const struct dataset_entry *e, uint32_t shard, uint64_t
  * it.  HINTED and WARM stagings, which no reader waits on, still borrow
  * whole chunks.
  *
- * A reader streaming through a chunk (its READs moving on in order from
- * one piece to the next, STREAM_AFTER times) has its read ahead grow: the
- * whole rest of the chunk in one transfer, then the next chunk whole (a
- * READ of a chunk it streams into stages from its piece to the chunk's end
- * too).  Pieces cost a bulk reader about twice a whole chunk's CPU per
+ * A reader streaming through a chunk (its own READs, from its process,
+ * moving on in order from one piece to the next STREAM_AFTER times, or
+ * entering a chunk at its start just after one it streamed through) has
+ * its read ahead grow: the rest of its chunk and one chunk past it (this
+ * node's own resident chunks passed), in steps of AHEAD_STEP (this node's own chunks, from
+ * the origin, a piece at a time); its READs stage the steps holding their
+ * bytes.  Pieces cost a bulk reader about twice a whole chunk's CPU per
  * borrowed MB (bench/results/peer-borrow.md, "Fifth pass": more requests
  * to the owner, and the samples crossing each piece's edges kept out of
- * the in-place window).  A reader jumping about (a piece two or more past
- * the last one) keeps the pieces, and their tail latency.
+ * the in-place window).  The state is the reader's (borrow_stream.c),
+ * never the node's: another reader's READ in a chunk a streamer reads or read ahead is a
+ * lone sample or a piece, as ever, and waits for one step at most.  A
+ * reader jumping about (a piece two or more past the last one) keeps the
+ * pieces, and their tail latency.
  */
 #define BORROW_PIECE ((uint64_t)1 << 20)
-#define AHEAD 2        /* pieces in flight past the one a reader is in, at most */
-#define STREAM_AFTER 2 /* moves to the next piece in order that make a reader streaming */
-/* a READ at a chunk's start streams when one of the STREAM_BEHIND chunks
- * before it was streamed (the chunks between: this node's, or resident,
- * which a reader sharing the cache reads without a READ) */
-#define STREAM_BEHIND 3
-#define STREAM_AHEAD 1 /* whole chunks a streaming reader's read ahead reaches past its own */
+#define AHEAD 2 /* pieces in flight past the one a reader is in, at most */
+/* bytes a streaming reader's stagings of other members' chunks take at
+ * once (step_bytes): half a chunk */
+#define AHEAD_STEP (LARDER__OWNER_CHUNK / 2)
 
 /* Bytes of a piece; 0: whole chunks. */
 static uint64_t piece_bytes(void)
@@ -338,45 +341,6 @@ static bool stage_pieces(struct dataset_entry *e, uint32_t shard, uint64_t start
     return staged;
 }
 
-/* Note that a reader's READ ended in piece k of that chunk; whether the
- * reader streams through it.  Call with slots_lock held. */
-static bool note_piece(const struct dataset_entry *e, uint32_t shard, uint64_t chunk, uint64_t k)
-{
-    struct chunk_slot *a = asked_entry(e, shard, chunk);
-    if (!a) {
-        note_asked(e, shard, chunk, 1);
-        a = asked_entry(e, shard, chunk);
-    }
-    if (a->seen_piece && k + 1 > a->seen_piece + 1) { /* a jump: pieces again */
-        a->in_order = 0;
-        a->streaming = false;
-    } else if (a->seen_piece && k + 1 > a->seen_piece) {
-        a->in_order++;
-    }
-    if (k + 1 > a->seen_piece) a->seen_piece = k + 1;
-    if (a->in_order >= STREAM_AFTER) a->streaming = true;
-    return a->streaming;
-}
-
-/* Note that a streaming reader's read ahead went into that chunk: read in
- * turn, streamed.  Call with slots_lock held. */
-static void note_streaming(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
-{
-    note_asked(e, shard, chunk, 2);
-    asked_entry(e, shard, chunk)->streaming = true;
-}
-
-/* Whether one of the STREAM_BEHIND chunks before that one was streamed
- * through; call with slots_lock held. */
-static bool streamed_behind(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
-{
-    for (uint64_t c = chunk; c > 0 && chunk - c < STREAM_BEHIND;) {
-        const struct chunk_slot *a = asked_entry(e, shard, --c);
-        if (a && a->streaming) return true;
-    }
-    return false;
-}
-
 /* Whether that chunk was asked for twice lately (read in turn). */
 static bool read_in_turn(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
 {
@@ -387,25 +351,98 @@ static bool read_in_turn(const struct dataset_entry *e, uint32_t shard, uint64_t
     return in_turn;
 }
 
+/* Bytes a streaming reader's stagings take at once in a chunk: this
+ * node's own (read from the origin under their fill locks, which a
+ * peer's piece for its jumping reader waits on) a piece, other members'
+ * AHEAD_STEP, so that a jumping DEMAND READ of another reader there waits
+ * for one step at most, not the whole chunk (claim). */
+static uint64_t step_bytes(const struct dataset_entry *e, uint32_t shard, uint64_t chunk)
+{
+    uint64_t piece = shard_piece(e, shard);
+    if (!piece) return LARDER__OWNER_CHUNK;
+    if (owns_chunk(e, shard, chunk)) return piece;
+    /* LARDERD_BORROW_STEP: a power of two up to a chunk, for an A/B */
+    static uint64_t step = UINT64_MAX;
+    uint64_t v = __atomic_load_n(&step, __ATOMIC_RELAXED);
+    if (v == UINT64_MAX) {
+        const char *text = getenv("LARDERD_BORROW_STEP");
+        char *end;
+        v = text && *text ? strtoull(text, &end, 10) : AHEAD_STEP;
+        if (text && *text && (*end || v > LARDER__OWNER_CHUNK || !v || (v & (v - 1))))
+            v = AHEAD_STEP;
+        __atomic_store_n(&step, v, __ATOMIC_RELAXED);
+    }
+    return piece > v ? piece : v;
+}
+
+/*
+ * Stage what the cache lacks of [lo, hi) of chunk `chunk` of shard, step
+ * by step (step_bytes, aligned in the chunk), in order; this node's steps
+ * from the origin, other members' borrowed in place.  With a deadline (a
+ * READ that needs those bytes), a step another READ stages is waited for,
+ * and claimed once more if it is still lacking then (that staging failed);
+ * without one (a read ahead), it is passed.
+ */
+static void stage_steps(struct dataset_entry *e, uint32_t shard, uint64_t chunk, uint64_t lo,
+                        uint64_t hi, int priority, const struct timespec *deadline)
+{
+    struct larder__fill *fill = larder__dataset_fill(e->dataset);
+    uint64_t size = larder__dataset_shard_size(e->dataset, shard), x, y;
+    uint64_t start = chunk * LARDER__OWNER_CHUNK, end = start + LARDER__OWNER_CHUNK;
+    uint64_t step = step_bytes(e, shard, chunk), piece = shard_piece(e, shard);
+    if (!piece) piece = step;
+    if (end > size) end = size;
+    if (hi > end) hi = end;
+    for (uint64_t p = start + (lo - start) / step * step; p < hi; p += step) {
+        uint64_t p_hi = p + step < end ? p + step : end;
+        uint64_t a = p > lo ? p : lo, b = p_hi < hi ? p_hi : hi;
+        for (int tries = 0; tries < 2; tries++) {
+            /* resident (checked again once the step is claimed: staged by
+             * a READ that ended as this one claimed it) */
+            if (larder__fill_range_scope(fill, shard, a, b - a, &x, &y) != 0) break;
+            struct chunk_slot *slot = claim(e, shard, p, p_hi, priority, deadline, !deadline);
+            if (!slot) {
+                if (!deadline) break; /* in flight: its stager has it */
+                continue;
+            }
+            /* from its first piece the cache lacks: a piece staged before
+             * (a reader's own, or a failed staging's) is not asked for again */
+            uint64_t q = p + (a - p) / piece * piece; /* the piece holding a */
+            while (q < b && larder__fill_range_scope(
+                                fill, shard, q > a ? q : a,
+                                (q + piece < b ? q + piece : b) - (q > a ? q : a), &x, &y) != 0)
+                q += piece;
+            int fd;
+            if (q >= b)
+                ; /* resident by now */
+            else if (owns_chunk(e, shard, chunk))
+                larder__fill_stage_range_at(fill, shard, q, p_hi - q, priority, &fd);
+            else
+                stage_chunk(e, shard, q, p_hi, priority);
+            release(slot);
+            break;
+        }
+    }
+}
+
 /*
  * A streaming reader's read ahead, from byte `from` of shard on: the rest
- * of its chunk in one transfer, then STREAM_AHEAD whole chunks that are
- * not resident (into the next shard at a shard's end), each not in flight
- * (at a range in flight, from the piece after it); this node's chunks from
- * the origin, other members' borrowed in place.
+ * of its chunk, then the next chunk (into the next shard at a shard's
+ * end), one, past this node's own resident ones, fewer than STREAM_BEHIND,
+ * so that the reader entering the staged one still streams (borrow_stream_note).
+ * Steps in flight are left to their stagers.
  */
-static void read_ahead_streaming(struct dataset_entry *e, uint32_t shard, uint64_t from,
-                                 int priority)
+static void read_ahead_streaming(struct dataset_entry *e, struct connection *c, uint32_t shard,
+                                 uint64_t from, int priority)
 {
     struct larder__fill *fill = larder__dataset_fill(e->dataset);
     uint32_t shards = larder__dataset_num_shards(e->dataset);
     uint64_t size = larder__dataset_shard_size(e->dataset, shard), x, y;
-    uint64_t piece = shard_piece(e, shard), p = from / piece * piece;
-    /* chunks staged past the reader's own, and chunks passed: resident
-     * ones (this node's, most often) are passed, up to STREAM_BEHIND */
-    for (int staged = 0, passed = 0; staged <= STREAM_AHEAD && passed <= STREAM_BEHIND;) {
+    uint64_t p = from;
+    bool beyond = false; /* past the reader's own chunk */
+    for (int passed = 0;;) {
         if (p >= size) { /* the shard read to its end: the next one's first chunk */
-            if (++shard >= shards || !(piece = shard_piece(e, shard))) return;
+            if (++shard >= shards || !shard_piece(e, shard)) return;
             size = larder__dataset_shard_size(e->dataset, shard);
             p = from = 0;
             if (size == 0) return;
@@ -413,40 +450,24 @@ static void read_ahead_streaming(struct dataset_entry *e, uint32_t shard, uint64
         uint64_t chunk = p / LARDER__OWNER_CHUNK, end = (chunk + 1) * LARDER__OWNER_CHUNK;
         if (end > size) end = size;
         if (from < p) from = p;
-        /* a READ there stages the rest of it in one (borrow_whole_chunks) */
-        pthread_mutex_lock(&slots_lock);
-        note_streaming(e, shard, chunk);
-        pthread_mutex_unlock(&slots_lock);
-        if (larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0) {
-            p = end; /* resident */
-            passed++;
-            continue;
-        }
-        struct chunk_slot *slot = claim(e, shard, p, end, priority, NULL, true);
-        if (!slot) { /* some of it in flight: the rest after that piece */
-            p += piece;
-            if (p >= end) {
-                passed++;
-                staged++;
-            }
-            continue;
-        }
-        int fd;
-        if (larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0)
-            ; /* resident by now */
-        else if (owns_chunk(e, shard, chunk))
-            larder__fill_stage_range_at(fill, shard, p, end - p, priority, &fd);
-        else
-            stage_chunk(e, shard, p, end, priority);
-        release(slot);
+        if (beyond) /* the reader's READs there stream: its own read ahead's mark */
+            borrow_stream_mark(c, e, shard, chunk);
+        bool resident =
+            from >= end || larder__fill_range_scope(fill, shard, from, end - from, &x, &y) != 0;
+        if (!resident) stage_steps(e, shard, chunk, from, end, priority, NULL);
         p = end;
-        passed++;
-        staged++;
+        /* past the reader's chunk, one: this node's own chunks resident
+         * (warmed) are passed, fewer than STREAM_BEHIND; another member's
+         * resident counts (staged by this read ahead lately: the reader
+         * has not reached it yet) */
+        if (beyond && (!resident || !owns_chunk(e, shard, chunk) || ++passed >= STREAM_BEHIND))
+            return;
+        beyond = true;
     }
 }
 
-void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
-                       int priority)
+void borrow_next_piece(struct dataset_entry *e, struct connection *c, uint32_t shard,
+                       uint64_t offset, uint64_t length, int priority)
 {
     uint32_t shards = larder__dataset_num_shards(e->dataset);
     uint64_t piece = shard < shards ? shard_piece(e, shard) : 0, x, y;
@@ -465,13 +486,16 @@ void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset,
     uint64_t first = offset / LARDER__OWNER_CHUNK, last = (next - 1) / LARDER__OWNER_CHUNK;
     pthread_mutex_lock(&slots_lock);
     if (owns_chunk(e, shard, last)) asked_before(e, shard, last);
-    bool streaming = note_piece(e, shard, last, (next - 1 - last * LARDER__OWNER_CHUNK) / piece);
+    uint64_t last_start = last * LARDER__OWNER_CHUNK;
+    bool streaming = borrow_stream_note(
+        c, e, shard, last, ((offset > last_start ? offset : last_start) - last_start) / piece,
+        (next - 1 - last_start) / piece);
     pthread_mutex_unlock(&slots_lock);
-    if (!read_in_turn(e, shard, last) && (first == last || !read_in_turn(e, shard, first))) return;
-    if (streaming) {
-        read_ahead_streaming(e, shard, next, priority);
+    if (streaming) { /* this reader's own READs moved on in order */
+        read_ahead_streaming(e, c, shard, next, priority);
         return;
     }
+    if (!read_in_turn(e, shard, last) && (first == last || !read_in_turn(e, shard, first))) return;
     /* from the piece holding the next byte, AHEAD pieces past it, in
      * order, each that is neither resident nor in flight (into the next
      * chunk at a chunk's end: pieces divide chunks; into the next shard at
@@ -509,8 +533,8 @@ void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset,
     }
 }
 
-bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
-                         int priority)
+bool borrow_whole_chunks(struct dataset_entry *e, struct connection *c, uint32_t shard,
+                         uint64_t offset, uint64_t length, int priority)
 {
     if (!e->members || e->daemon->members.count <= 1 || length == 0 ||
         shard >= larder__dataset_num_shards(e->dataset))
@@ -540,30 +564,14 @@ bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offse
         uint64_t piece = shard_piece(e, shard);
         pthread_mutex_lock(&slots_lock);
         bool busy = find_slot(e, shard, start, end) != NULL, again = asked_before(e, shard, chunk);
-        /* a reader streaming through it, or entering it at its start from
-         * one of the chunks before it that it streamed through */
+        /* this READ's reader streaming through it, or entering it at its
+         * start from one it streamed through (borrow_stream_note) */
         bool streaming = piece && priority <= LARDER__NEAR &&
-                         note_piece(e, shard, chunk, (want_lo - start) / piece);
-        if (!streaming && piece && priority <= LARDER__NEAR && want_lo - start < piece &&
-            streamed_behind(e, shard, chunk))
-            streaming = true;
-        if (streaming) note_streaming(e, shard, chunk);
+                         borrow_stream_note(c, e, shard, chunk, (want_lo - start) / piece,
+                                            (want_hi - 1 - start) / piece);
         pthread_mutex_unlock(&slots_lock);
-        if (streaming) { /* from its piece to the chunk's end, in one */
-            uint64_t p = start + (want_lo - start) / piece * piece;
-            for (int tries = 0; tries < 2; tries++) {
-                struct chunk_slot *slot = claim(e, shard, p, end, priority, &deadline, false);
-                if (!slot) { /* some of it staged by another READ meanwhile: the rest? */
-                    if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) !=
-                        0)
-                        break;
-                    continue;
-                }
-                if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)
-                    stage_chunk(e, shard, p, end, priority);
-                release(slot);
-                break;
-            }
+        if (streaming) { /* the steps holding its bytes; the rest is its read ahead's */
+            stage_steps(e, shard, chunk, want_lo, want_hi, priority, &deadline);
             staged = true;
             continue;
         }

@@ -110,6 +110,10 @@ struct connection {
      * for, forgotten when it is dropped; NULL: none */
     struct larder__ucx_session *ucx;
     int64_t ucx_used_ms; /* when a READ last came over it (atomic): not idle */
+    /* a local client's process, from SO_PEERCRED (0: unknown, or a
+     * peer): whose READs they are, for borrow.c's read ahead (a reader's
+     * READs come on several pooled connections) */
+    pid_t pid;
 };
 
 struct larder__stripe_loan;
@@ -426,16 +430,18 @@ void borrow_return(struct larder__source *stripe, struct larder__stripe_loan *lo
  * and staged (checked and kept) once, by the first READ to claim it; the
  * others wait for it.  Nothing when the cache evicts (a capacity): then
  * each READ borrows its own bytes.  true when it staged some and all of
- * the READ's bytes are resident now (nothing left to borrow_ahead). */
-bool borrow_whole_chunks(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
-                         int priority);
+ * the READ's bytes are resident now (nothing left to borrow_ahead).  c:
+ * the READ's connection: its process's READs say whether its reader
+ * streams (borrow_stream.c). */
+bool borrow_whole_chunks(struct dataset_entry *e, struct connection *c, uint32_t shard,
+                         uint64_t offset, uint64_t length, int priority);
 /* After a local reader's DEMAND or NEAR READ of [offset, offset + length)
  * was answered, from a chunk it reads in turn: the pieces after its end
  * that the cache lacks, a few, staged now in order on the calling worker
  * (borrow.c, "Pieces"), so that the reader's next READs find them
  * resident or in flight.  Call with the READ's connection still held. */
-void borrow_next_piece(struct dataset_entry *e, uint32_t shard, uint64_t offset, uint64_t length,
-                       int priority);
+void borrow_next_piece(struct dataset_entry *e, struct connection *c, uint32_t shard,
+                       uint64_t offset, uint64_t length, int priority);
 /* In a cluster whose cache evicts nothing, the buffers of the chunks
  * borrowed whole at once (borrow.c) made and their pages backed now, at
  * the daemon's start, rather than faulted in by its first borrows. */

@@ -281,6 +281,7 @@ static void admit(struct connection *c)
             refuse(c, 0, LARDER_EDENIED, text);
         } else {
             c->uid = cred.uid;
+            c->pid = cred.pid;
             c->own_user = cred.uid == 0 || cred.uid == d->config.uid;
         }
     } else if (!d->secret && !d->config.insecure_peers && !from_loopback(c->fd)) {

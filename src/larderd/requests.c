@@ -121,7 +121,7 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     /* answered: a reader reading in turn has its next piece come over
      * meanwhile (the connection, and so the entry, still held) */
     if (bytes && !c->peer)
-        borrow_next_piece(job->entry, job->read.shard, job->read.offset, job->read.length,
+        borrow_next_piece(job->entry, c, job->read.shard, job->read.offset, job->read.length,
                           job->read.priority);
     connection_release(c);
     free(job);
@@ -156,8 +156,8 @@ static void read_job(void *arg)
     /* a reader's READ: other owners' chunks borrowed before the fill takes its locks */
     if (!job->connection->peer) {
         /* the whole chunks of other owners it reaches into, once (borrow.c) */
-        if (!borrow_whole_chunks(job->entry, job->read.shard, job->read.offset, job->read.length,
-                                 priority))
+        if (!borrow_whole_chunks(job->entry, job->connection, job->read.shard, job->read.offset,
+                                 job->read.length, priority))
             job->loan = borrow_ahead(job->entry, job->read.shard, job->read.offset,
                                      job->read.length, priority, &job->stripe);
     }
