@@ -50,12 +50,6 @@ struct chunk_slot {
     uint64_t lo, hi; /* the slots': the bytes being staged */
     int priority;    /* the class it is staged at (priority.h: lower is more urgent) */
     unsigned asks;   /* the ring's: READs that needed bytes of it (2: read in turn) */
-    /* the ring's, for the read ahead ("Pieces"): 1 + the furthest piece
-     * of the chunk a reader's READ reached (0: none yet), and how many
-     * times a READ moved on from it in order, to the next piece */
-    uint64_t seen_piece;
-    unsigned in_order;
-    bool streaming; /* read in order through the chunk, or into it from one that was */
 };
 
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -74,6 +68,15 @@ static struct chunk_slot *find_slot(const struct dataset_entry *e, uint32_t shar
         if (slots[i].entry == e && slots[i].shard == shard && slots[i].lo < hi && lo < slots[i].hi)
             return &slots[i];
     return NULL;
+}
+
+/* Whether any bytes of [lo, hi) of that shard are being staged. */
+static bool staging(const struct dataset_entry *e, uint32_t shard, uint64_t lo, uint64_t hi)
+{
+    pthread_mutex_lock(&slots_lock);
+    bool found = find_slot(e, shard, lo, hi) != NULL;
+    pthread_mutex_unlock(&slots_lock);
+    return found;
 }
 
 /* A free slot, or NULL; call with slots_lock held. */
@@ -402,8 +405,11 @@ static void stage_steps(struct dataset_entry *e, uint32_t shard, uint64_t chunk,
             if (larder__fill_range_scope(fill, shard, a, b - a, &x, &y) != 0) break;
             struct chunk_slot *slot = claim(e, shard, p, p_hi, priority, deadline, !deadline);
             if (!slot) {
-                if (!deadline) break; /* in flight: its stager has it */
-                continue;
+                if (deadline) continue;
+                /* a read ahead: in flight, its stager has it; no slot free: it
+                 * ends here (passed over, the step was a hole no one staged) */
+                if (!staging(e, shard, p, p_hi)) return;
+                break;
             }
             /* from its first piece the cache lacks: a piece staged before
              * (a reader's own, or a failed staging's) is not asked for again */

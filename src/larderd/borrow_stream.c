@@ -6,8 +6,9 @@
  * chunks its READs reached lately.  Never node-wide: one reader's
  * streaming must not make another reader's lone sample or jump stream
  * (a review of borrow6: each such READ staged up to 4 MiB).  Only hints:
- * a reader the table forgot (32 readers, 8 chunks each, the oldest
- * replaced) reads in pieces until it streams again.
+ * a reader the table forgot (256 readers, 16 chunks each, the oldest
+ * replaced: 8 GPUs' DataLoader workers are 64 processes, and a reader may
+ * read a few shards at once) reads in pieces until it streams again.
  */
 #include "larderd.h"
 #include "borrow_stream.h"
@@ -29,6 +30,7 @@ struct borrow_stream {
     uint32_t shard;
     uint64_t chunk;
     uint64_t pieces; /* bit k: a READ reached piece k of it */
+    unsigned reads;  /* READs that reached it (one large READ alone is no stream) */
     uint64_t used;   /* when used last (`uses`): the oldest is replaced */
     bool
         streaming; /* read in order through it, into it from one it streamed, or its read ahead's */
@@ -37,8 +39,8 @@ struct borrow_stream {
 /* A reader: a local client process (its READs come on several pooled
  * connections, in whatever order their workers take them), or, pid
  * unknown, one connection; the chunks its READs reached lately. */
-#define READERS 32
-#define READER_CHUNKS 8
+#define READERS 256
+#define READER_CHUNKS 16
 static struct borrow_reader {
     uid_t uid;
     pid_t pid;                     /* 0: keyed by connection */
@@ -100,7 +102,8 @@ bool borrow_stream_note(const struct connection *c, const struct dataset_entry *
     for (uint64_t k = k_lo; k <= k_hi && k < 64; k++)
         a->pieces |= UINT64_C(1) << k;
     if (k_hi >= 64) a->pieces |= UINT64_C(1) << 63;
-    if (!a->streaming && in_a_row(a->pieces, STREAM_AFTER + 1)) a->streaming = true;
+    a->reads++;
+    if (!a->streaming && a->reads > 1 && in_a_row(a->pieces, STREAM_AFTER + 1)) a->streaming = true;
     /* entering it at its start from one it streamed through (the chunks
      * between: resident, which a reader sharing the cache reads without
      * a READ) */

@@ -12,8 +12,8 @@
 #     c+2's last 3 MiB, nor later); some of it in 2 MiB steps.  Then no
 #     cache data file is mapped in node 1's larderd (in-place rooms given
 #     back to anonymous memory).
-#  2. Node 1 afresh; the same streaming reader and, at once in another
-#     process, a reader jumping about in each of node 0's whole chunks
+#  2. Node 1 afresh; the same streaming reader and, once it is done, in
+#     another process, a reader jumping about in each of node 0's whole chunks
 #     from c+2 on: every peer READ of node 0's there is a piece and its
 #     edges at most (a reader's streaming makes no other reader's READ
 #     stream, and its read ahead stops at c+1).
@@ -151,20 +151,22 @@ echo "step 1: a streaming reader: $ahead peer READs in chunk $((c + 1)), $past p
 maps=$(grep -c "$WORK/cache1/.*\.data" "/proc/${pids[1]}/maps" || true)
 [ "$maps" -eq 0 ] || fail "node 1's larderd still maps a cache data file: $(grep "\.data" "/proc/${pids[1]}/maps")"
 
-# 2. node 1 afresh; the streaming reader and a jumping reader at once
+# 2. node 1 afresh; the streaming reader, then (its marks on chunk c+1
+# made: a node-wide mark would make the jumper's READs in the chunks
+# after it stream) a jumping reader, another process
 kill "${pids[1]}"
 wait "${pids[1]}" 2>/dev/null || true
 start_node 1 "$WORK/cache1b"
 from=$(($(wc -l <trace0) + 1))
-/usr/bin/python3 readers.py "$WORK/sock1" stream "$INDEX" "$SHARD" "$S_ID" "$members" "$c" &
-streamer=$!
+/usr/bin/python3 readers.py "$WORK/sock1" stream "$INDEX" "$SHARD" "$S_ID" "$members" "$c" ||
+  fail "the streaming reader on node 1"
+sleep 0.5 # its read ahead answered
 /usr/bin/python3 readers.py "$WORK/sock1" jump "$INDEX" "$SHARD" "$S_ID" "$members" "$c" ||
   fail "the jumping reader on node 1"
-wait $streamer || fail "the streaming reader on node 1, with a jumping one"
 sleep 0.5
 there=$(peer_reads "$from" | awk -v b="$beyond" '$1 >= b' | wc -l)
 longest=$(peer_reads "$from" | awk -v b="$beyond" '$1 >= b && $2 > n { n = $2 } END { print n + 0 }')
-echo "step 2: with a streaming reader at once, the jumping reader's chunks: $there peer READs, the longest $longest bytes"
+echo "step 2: after a streaming reader, the jumping reader's chunks: $there peer READs, the longest $longest bytes"
 [ "$there" -ge 1 ] || fail "the jumping reader borrowed nothing"
 [ "$longest" -le "$limit" ] || fail "a peer READ of $longest bytes in the jumping reader's chunks (pieces: $limit at most)"
 for n in 0 1; do kill -0 "${pids[$n]}" || fail "daemon $n died"; done
