@@ -10,6 +10,7 @@
  */
 #include "daemon_fixture.h"
 #include "endpoint.h"
+#include "endpoint_internal.h"
 #include "fill.h"
 #include "source.h"
 #include "test.h"
@@ -311,11 +312,11 @@ TEST(endpoint_prepare_pools_connections_that_reads_take)
     fake_peer_start(&peer, address, sizeof address);
     struct larder__endpoint *endpoint;
     CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 5000), 0);
-    CHECK_EQ(larder__endpoint_prepare(endpoint, 2), 2);
+    CHECK_EQ(larder__endpoint_prepare(endpoint, 2, larder__endpoint_now_ms() + 5000, NULL), 2);
     pthread_mutex_lock(&peer.lock);
     CHECK_EQ(peer.accepted, 2); /* each greeted before prepare returned */
     pthread_mutex_unlock(&peer.lock);
-    CHECK_EQ(larder__endpoint_prepare(endpoint, 2), 0); /* two pooled already */
+    CHECK_EQ(larder__endpoint_prepare(endpoint, 2, larder__endpoint_now_ms() + 5000, NULL), 0); /* two pooled already */
     struct larder__source *source;
     CHECK_EQ(larder__source_peer_open(&source, endpoint, 1, 2, 7), 0);
     char buf[100];
@@ -343,7 +344,7 @@ TEST(endpoint_prepare_pools_connections_that_reads_take)
     CHECK(getsockname(closed, (struct sockaddr *)&a, &length) == 0);
     snprintf(address, sizeof address, "127.0.0.1:%u", ntohs(a.sin_port));
     CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 5000), 0);
-    CHECK(larder__endpoint_prepare(endpoint, 2) < 0);
+    CHECK(larder__endpoint_prepare(endpoint, 2, larder__endpoint_now_ms() + 5000, NULL) < 0);
     CHECK(!larder__endpoint_down(endpoint));
     larder__endpoint_free(endpoint);
     close(closed);
