@@ -182,7 +182,7 @@ struct larderd {
     struct larder__ucx *ucx;       /* ucx.c: the UCX hub peers' data goes over; NULL: TCP only */
     struct transforms *transforms; /* transform.c: made on the first TRANSFORM; NULL: none */
     uint64_t peer_opens;           /* OPENs from peers answered OPENED (opens.c; atomic; STAT) */
-    uint64_t connected_ahead; /* peer connections made ahead of need (connect_ahead.c; atomic) */
+    uint64_t connected_ahead;    /* peer connections made ahead of need (connect_ahead.c; atomic) */
     struct connect_ahead *ahead; /* connect_ahead.c's jobs and workers; NULL: none */
 };
 

@@ -107,8 +107,8 @@ static void mark_down(struct larder__endpoint *e, int down_ms)
  * socket's timeout, cannot hold the caller longer than that. */
 static int64_t connect_deadline(const struct larder__endpoint *e)
 {
-    int open_ms = e->index_url ? (e->timeout_ms > OPEN_TIMEOUT_MS ? e->timeout_ms : OPEN_TIMEOUT_MS)
-                               : 0;
+    int open_ms =
+        e->index_url ? (e->timeout_ms > OPEN_TIMEOUT_MS ? e->timeout_ms : OPEN_TIMEOUT_MS) : 0;
     return larder__endpoint_now_ms() + e->timeout_ms + open_ms;
 }
 
@@ -346,8 +346,10 @@ int larder__endpoint_prepare(struct larder__endpoint *e, int count, int64_t dead
         if (stop && *stop) break; /* the daemon stops: no more */
         if (larder__endpoint_now_ms() >= deadline_ms)
             return made ? made
-                        : larder__fail(-ETIMEDOUT, "larder daemon at %s: no connection by the "
-                                                   "deadline", e->address);
+                        : larder__fail(-ETIMEDOUT,
+                                       "larder daemon at %s: no connection by the "
+                                       "deadline",
+                                       e->address);
         pthread_mutex_lock(&e->lock);
         bool enough = e->num_idle[0] >= count || e->num_idle[0] >= POOL ||
                       e->down_until_ms > larder__endpoint_now_ms();

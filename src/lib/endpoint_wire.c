@@ -104,7 +104,8 @@ static int recv_header_until(int fd, uint8_t header[LARDER__WIRE_HEADER], int ti
     if (n < 0) return -(errno == EAGAIN ? ETIMEDOUT : errno);
     if (n == 0) return -ECONNRESET;
     *answered = true;
-    return larder__endpoint_recv_until(fd, header + n, LARDER__WIRE_HEADER - (size_t)n, deadline_ms);
+    return larder__endpoint_recv_until(fd, header + n, LARDER__WIRE_HEADER - (size_t)n,
+                                       deadline_ms);
 }
 
 int larder__endpoint_recv_header(int fd, uint8_t header[LARDER__WIRE_HEADER], int timeout_ms,
