@@ -1,5 +1,8 @@
 # Connect-ahead after its review (docs/protocol.md, "Peer connections").
 # Counts, never times (the bounds below only end a hang):
+#  0. What the early phase relies on: a peer's OPEN sent on a connection
+#     closed right after it (no wait for OPENED) is still opened by the
+#     daemon (its log says so, and STAT lists the dataset).
 #  1. A reader OPEN that finds the index open already connects ahead: node
 #     0's reader opens A, which makes nodes 1 and 2 open it for node 0;
 #     node 1's reader then OPENs A, found open there, and node 1 still
@@ -57,13 +60,22 @@ def reader(n):
     c.greet()
     return c
 
+if step == "hangup":
+    secret = open(os.path.join(work, "secret")).read().strip().encode()
+    c = w.Client(("127.0.0.1", int(sys.argv[3]) + 1), 2, secret=secret)
+    c.greet()
+    c.sock.sendall(w.frame(w.OPEN, os.path.join(work, "D/index.larder").encode(), 2))
+    c.sock.close()  # at once: no OPENED waited for
+    wait_for("D opened on node 1 for a peer gone", lambda: len(stat(1)["datasets"]) == 1)
+    print("opened for a peer that hung up: peer_opens", stat(1)["peer_opens"])
+    sys.exit(0)
 if step == "found":
     index = os.path.join(work, "A/index.larder")
     c0 = reader(0)
     c0.open(index)
     wait_for("node 0's 4 connections ahead", lambda: stat(0)["connected_ahead"] >= 4)
     wait_for("nodes 1 and 2 open A for node 0", lambda: all(stat(n)["peer_opens"] > 0 for n in (1, 2)))
-    wait_for("A open on node 1", lambda: len(stat(1)["datasets"]) == 1)
+    wait_for("A open on node 1", lambda: len(stat(1)["datasets"]) == 2)
     assert stat(1)["connected_ahead"] == 0, "node 1 connected ahead before its reader came"
     c1 = reader(1)
     c1.open(index)  # found open on node 1
@@ -91,6 +103,10 @@ elif step == "trickle":
     c.open(os.path.join(work, sys.argv[3]))
 PY
 }
+
+# 0
+helper hangup "$base" || fail "an OPEN whose peer hung up: $(tail -n 5 daemon1.log)"
+grep -q "opened $WORK/D/index.larder" daemon1.log || fail "node 1 did not open D"
 
 # 1
 helper found || fail "found open: $(tail -n 5 daemon1.log)"
