@@ -122,8 +122,13 @@ bool open_request(struct connection *c, const struct larder__frame *f, const uin
             c->jobs++;
             c->opens++;
             pthread_mutex_unlock(&c->lock);
-            if (larder__pool_submit(c->daemon->open_pool, open_job, job, LARDER__DEMAND) == 0)
-                return true;
+            /* a peer's at NEAR: those wait for an index another OPEN is
+             * fetching (every member's connect-ahead and first READs ask
+             * for the same one at once), and NEAR never takes the last
+             * quarter of the workers (pool.h), kept for this node's own
+             * readers' OPENs and PUBLISHes */
+            int class = c->peer ? LARDER__NEAR : LARDER__DEMAND;
+            if (larder__pool_submit(c->daemon->open_pool, open_job, job, class) == 0) return true;
             pthread_mutex_lock(&c->lock);
             c->jobs--;
             c->opens--;
