@@ -7,6 +7,9 @@
 #     0's reader opens A, which makes nodes 1 and 2 open it for node 0;
 #     node 1's reader then OPENs A, found open there, and node 1 still
 #     connects ahead to both members (connected_ahead 4).
+#  1b. A publication is read from its producer only: node 1 consuming
+#     one node 0 published connects ahead to node 0 alone (2 more), and
+#     node 2 answers no peer OPEN for it.
 #  2. No peer is asked to open what this daemon refuses: node 0 runs with
 #     --allow ALLOWED; its reader's OPEN of an index outside it is refused,
 #     and neither member ever opens that index (their logs), while one of
@@ -86,6 +89,16 @@ if step == "found":
     time.sleep(0.5)
     assert stat(1)["connected_ahead"] == 4, ("connected ahead again", stat(1)["connected_ahead"])
     print("found open on node 1: connected_ahead", stat(1)["connected_ahead"])
+elif step == "before":
+    print(stat(1)["connected_ahead"], stat(2)["peer_opens"])
+elif step == "publication":
+    ahead, opens = int(sys.argv[3]), int(sys.argv[4])
+    wait_for("node 1's connections ahead to the producer",
+             lambda: stat(1)["connected_ahead"] >= ahead + 2)
+    time.sleep(0.5)  # any to node 2 would have been made by now
+    assert stat(1)["connected_ahead"] == ahead + 2, (ahead, stat(1)["connected_ahead"])
+    assert stat(2)["peer_opens"] == opens, ("node 2 was asked", opens, stat(2)["peer_opens"])
+    print("a publication: connected ahead to its producer only")
 elif step == "allow":
     c = reader(0)
     try:
@@ -110,6 +123,14 @@ grep -q "opened $WORK/D/index.larder" daemon1.log || fail "node 1 did not open D
 
 # 1
 helper found || fail "found open: $(tail -n 5 daemon1.log)"
+
+# 1b
+make_tree ckpt 20
+read -r ahead opens < <(helper before)
+LARDER_SOCKET=$WORK/sock0 "$LARDER" publish ckpt ckpt/one >publish.txt || fail "publish: $(cat publish.txt)"
+LARDER_SOCKET=$WORK/sock1 "$LARDER" consume ckpt/one out1 --timeout 30 >consume1.txt 2>&1 ||
+  fail "consume: $(cat consume1.txt)"
+helper publication "$ahead" "$opens" || fail "a publication: $(tail -n 5 daemon1.log)"
 
 # 2: node 0 again, with --allow
 kill "${pids[0]}"
