@@ -142,6 +142,7 @@ struct dataset_entry {
     int holders;
     bool closing; /* being closed (close_unused_datasets): found no more, its slot not yet free */
     bool evicted; /* closing: its cached blocks evicted (atomic); the loop frees it next */
+    bool ahead_done; /* a local reader's OPEN had it connect ahead (connect_ahead.c; d->lock) */
 };
 
 struct larderd {
@@ -185,7 +186,8 @@ struct larderd {
     struct larder__ucx *ucx;       /* ucx.c: the UCX hub peers' data goes over; NULL: TCP only */
     struct transforms *transforms; /* transform.c: made on the first TRANSFORM; NULL: none */
     uint64_t peer_opens;           /* OPENs from peers answered OPENED (opens.c; atomic; STAT) */
-    uint64_t connected_ahead; /* peer connections made ahead of need (connect_ahead.c; atomic) */
+    uint64_t connected_ahead;    /* peer connections made ahead of need (connect_ahead.c; atomic) */
+    struct connect_ahead *ahead; /* connect_ahead.c's jobs and workers; NULL: none */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -521,13 +523,26 @@ int may_open(const struct connection *c);
 unsigned open_how(const struct connection *c, int allowed);
 
 /* connect_ahead.c: peer connections made before the first READ needs them */
-/* Before this daemon's own fetch of a new index at url (no lock held): one
- * connection to each member on the open pool, so they open it meanwhile. */
+/* Its queue and workers (larderd_start; none without members): 0 or -ENOMEM. */
+int connect_ahead_start(struct larderd *d);
+/* Drop the queued jobs and join the workers (each running job ends by its
+ * deadline, 5 s): first thing in larderd_free.  NULL-safe, idempotent. */
+void connect_ahead_stop(struct larderd *d);
+/* Jobs running now (opens_ended_within waits for them too). */
+int connect_ahead_running(const struct larderd *d);
+/* Once this daemon has fetched a new index at url for a local reader and
+ * found it allowed and not unchecked (no lock held): the OPEN sent to each
+ * member, not waited for, so they open it meanwhile (not for a
+ * publication).  Returns at once. */
 void connect_ahead_url(struct larderd *d, const char *url);
-/* Once e is placed (d->lock held): LARDERD_CONNECT_AHEAD (default 2)
- * connections of the DEMAND and NEAR group into each member endpoint's
- * pool, on the open pool, e held meanwhile. */
-void connect_ahead_entry(struct larderd *d, struct dataset_entry *e);
+/* A local reader's OPEN has e (in `slot`; d->lock held), on any path: the
+ * first time, LARDERD_CONNECT_AHEAD (default 2) connections of the DEMAND
+ * and NEAR group into each member endpoint's pool (a publication's: its
+ * producer's only), e held while each job runs.  Returns at once. */
+void connect_ahead_entry(struct larderd *d, struct dataset_entry *e, int slot);
+/* publish_registry.c: whether url is a publication's index here (this
+ * node's copy of a name's index), current or replaced. */
+bool publication_local(struct larderd *d, const char *url);
 
 /* transform.c (docs/transforms.md) */
 /* A TRANSFORM frame from c: answered from the result cache, run on the

@@ -42,7 +42,13 @@ static void answer_open(struct connection *c, uint64_t request, int rc,
                         const struct dataset_entry *e, const char *url)
 {
     if (rc < 0) {
-        if (rc == LARDER_EDENIED) say("OPEN of %s refused: %s", url, larder_errmsg());
+        /* a peer's refused OPEN (an index under none of this daemon's
+         * --allow prefixes, or marked unchecked: a member's connect-ahead
+         * may ask for one its own readers may open) is no news here */
+        if (rc == LARDER_EDENIED && c->peer)
+            larder__log(LARDER_LOG_DEBUG, "a peer's OPEN of %s refused: %s", url, larder_errmsg());
+        else if (rc == LARDER_EDENIED)
+            say("OPEN of %s refused: %s", url, larder_errmsg());
         send_error(c, request, rc, larder_errmsg());
         return;
     }
@@ -116,8 +122,13 @@ bool open_request(struct connection *c, const struct larder__frame *f, const uin
             c->jobs++;
             c->opens++;
             pthread_mutex_unlock(&c->lock);
-            if (larder__pool_submit(c->daemon->open_pool, open_job, job, LARDER__DEMAND) == 0)
-                return true;
+            /* a peer's at NEAR: those wait for an index another OPEN is
+             * fetching (every member's connect-ahead and first READs ask
+             * for the same one at once), and NEAR never takes the last
+             * quarter of the workers (pool.h), kept for this node's own
+             * readers' OPENs and PUBLISHes */
+            int class = c->peer ? LARDER__NEAR : LARDER__DEMAND;
+            if (larder__pool_submit(c->daemon->open_pool, open_job, job, class) == 0) return true;
             pthread_mutex_lock(&c->lock);
             c->jobs--;
             c->opens--;
@@ -167,7 +178,8 @@ static bool is_marked_unchecked(const char *url, const struct larderd *d)
  * the whole index, before any of it is served: records, keys and overlaps.
  * So no index stands in for another in this registry or the cache.
  */
-static int open_entry(struct larderd *d, struct dataset_entry *e, const char *url, bool unchecked)
+static int open_entry(struct larderd *d, struct dataset_entry *e, const char *url, bool unchecked,
+                      bool ahead)
 {
     /* never trust_index: an index from anywhere names only shards under
      * its own base, and with --allow, under one of those prefixes */
@@ -185,6 +197,11 @@ static int open_entry(struct larderd *d, struct dataset_entry *e, const char *ur
     if (rc == LARDER_EBADINDEX && !unchecked && is_marked_unchecked(url, d))
         rc = refuse_unchecked(url);
     if (rc == 0) e->unchecked = larder__dataset_index(e->dataset)->unchecked;
+    /* a local reader's: the members open it while this daemon validates
+     * it, now that it is known to be allowed here, to exist with the id it
+     * claims, and not to be marked unchecked (which no member would open
+     * for a peer): never for a url a client merely asked for */
+    if (rc == 0 && ahead && !e->unchecked) connect_ahead_url(d, url);
     if (rc == 0) rc = larder_validate(e->dataset);
     if (rc == 0) larder__dataset_id(e->dataset, &e->id_low, &e->id_high);
     return rc;
@@ -277,7 +294,7 @@ static int wait_for(struct larderd *d, struct opening *o, uint64_t *low, uint64_
 
 /* Place what open_entry opened (d->lock held): in a free slot, or as the
  * entry already open with the same content. */
-static int place(struct larderd *d, struct dataset_entry *opened, const char *url, unsigned how,
+static int place(struct larderd *d, struct dataset_entry *opened, const char *url,
                  struct dataset_entry **out, int *slot, uint64_t *held)
 {
     struct dataset_entry *same;
@@ -317,7 +334,6 @@ static int place(struct larderd *d, struct dataset_entry *opened, const char *ur
     hold(e, free, held);
     *out = e;
     say("opened %s", url);
-    if (how & OPEN_AHEAD) connect_ahead_entry(d, e); /* its first borrows find them up */
     if (d->config.warm) warm_owned(d, e);
     return 0;
 }
@@ -395,12 +411,11 @@ int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct d
         }
     }
     pthread_mutex_unlock(&d->lock);
-    /* the members open it meanwhile, not after this daemon's first borrow */
-    if (how & OPEN_AHEAD) connect_ahead_url(d, url);
-    rc = open_entry(d, &opened, url, unchecked);
+    /* with OPEN_AHEAD, the members open it meanwhile (open_entry) */
+    rc = open_entry(d, &opened, url, unchecked, (how & OPEN_AHEAD) != 0);
     pthread_mutex_lock(&d->lock);
     if (rc == 0) {
-        rc = place(d, &opened, url, how, out, slot, held);
+        rc = place(d, &opened, url, out, slot, held);
     } else {
         dataset_entry_free(d, &opened);
     }
@@ -416,6 +431,10 @@ int open_dataset_held(struct larderd *d, const char *url, unsigned how, struct d
         pthread_cond_wait(&d->opened, &d->lock);
     if (rc < 0) larder__fail(rc, "%s", mine.message); /* the message is this thread's again */
 done:
+    /* a local reader's OPEN that has the entry, however (opened here, found
+     * open, found after another's open, perhaps a peer's): the first one
+     * connects ahead, so that its first borrows find the connections up */
+    if (rc == 0 && (how & OPEN_AHEAD)) connect_ahead_entry(d, *out, *slot);
     pthread_mutex_unlock(&d->lock);
     return rc;
 }
@@ -437,7 +456,7 @@ bool opens_ended_within(struct larderd *d, int ms)
     bool ended;
     int rc = 0;
     for (;;) {
-        ended = true;
+        ended = connect_ahead_running(d) == 0; /* each ends by its deadline */
         for (int i = 0; i < MAX_OPENING; i++)
             if (d->opening[i]) ended = false;
         if (ended || rc == ETIMEDOUT) break;

@@ -291,6 +291,19 @@ void publication_adopt(struct larderd *d, struct dataset_entry *e, const char *u
     pthread_mutex_unlock(&r->lock);
 }
 
+bool publication_local(struct larderd *d, const char *url)
+{
+    struct publications *r = d->publications; /* made by larderd_start, or none */
+    if (!r) return false;
+    pthread_mutex_lock(&r->lock);
+    struct publication *p = r->list;
+    while (p && (!p->local || strcmp(p->local, url) != 0))
+        p = p->next;
+    bool found = p || find_retired(r, url);
+    pthread_mutex_unlock(&r->lock);
+    return found;
+}
+
 void publications_stop(struct larderd *d)
 {
     struct publications *r = d->publications;

@@ -44,6 +44,7 @@ int larderd_start(struct larderd *d)
     int rc = larder__pool_new(&d->pool, d->config.jobs);
     if (rc == 0) rc = larder__pool_new(&d->open_pool, OPEN_WORKERS);
     if (rc == 0) rc = larder__pool_new(&d->peer_pool, d->config.jobs);
+    if (rc == 0) rc = connect_ahead_start(d); /* its own workers: never the open pool's */
     /* the name registry now, before any thread may reach it (publish_registry.c) */
     return rc < 0 ? rc : publications_start(d);
 }
@@ -64,6 +65,7 @@ void larderd_classes_get(struct larderd *d, struct larder__pool_stats *out)
 
 void larderd_free(struct larderd *d)
 {
+    connect_ahead_stop(d); /* its queued jobs dropped, its running ones over by their deadline */
     larder__pool_free(d->open_pool); /* the OPENs under way end: they use all below */
     d->open_pool = NULL;
     publications_stop(d);            /* no name job opening datasets, starting hints */

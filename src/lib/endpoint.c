@@ -100,12 +100,27 @@ static void mark_down(struct larder__endpoint *e, int down_ms)
     pthread_mutex_unlock(&e->lock);
 }
 
-/* A fresh connection: dialled, greeted, the dataset opened.  The fd, or a negative code. */
-static int connect_endpoint(struct larder__endpoint *e)
+/* The longest a connect may take in all: the dial and the greeting within
+ * the endpoint's timeout, the OPEN within the longer OPEN_TIMEOUT_MS (a
+ * member may fetch the index first).  One deadline for the whole, so a
+ * listener that trickles its answers a byte at a time, each inside the
+ * socket's timeout, cannot hold the caller longer than that. */
+static int64_t connect_deadline(const struct larder__endpoint *e)
 {
-    int fd = larder__endpoint_dial(e);
+    int open_ms =
+        e->index_url ? (e->timeout_ms > OPEN_TIMEOUT_MS ? e->timeout_ms : OPEN_TIMEOUT_MS) : 0;
+    return larder__endpoint_now_ms() + e->timeout_ms + open_ms;
+}
+
+/* A fresh connection: dialled, greeted, the dataset opened, all by
+ * deadline_ms (0: connect_deadline's).  With `wait_opened` false the OPEN
+ * is sent and its answer not waited for.  The fd, or a negative code. */
+static int connect_until(struct larder__endpoint *e, int64_t deadline_ms, bool wait_opened)
+{
+    if (!deadline_ms) deadline_ms = connect_deadline(e);
+    int fd = larder__endpoint_dial(e, deadline_ms);
     if (fd < 0) return larder__fail(fd, "larder daemon at %s: %s", e->address, strerror(-fd));
-    int rc = larder__endpoint_greet(e, fd);
+    int rc = larder__endpoint_greet(e, fd, deadline_ms);
     if (rc == 0 && e->index_url) {
         uint8_t buf[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL];
         struct larder__frame frame;
@@ -113,10 +128,12 @@ static int connect_endpoint(struct larder__endpoint *e)
         int n = larder__wire_encode_open(buf, sizeof buf, 1, e->index_url);
         rc = n < 0 ? n : larder__endpoint_send_all(fd, buf, (size_t)n);
         int timeout = e->timeout_ms > OPEN_TIMEOUT_MS ? e->timeout_ms : OPEN_TIMEOUT_MS;
-        if (rc == 0) rc = larder__endpoint_recv_frame(fd, &frame, answer, sizeof answer, timeout);
-        if (rc == 0 && frame.type == LARDER__ERROR)
+        if (rc == 0 && wait_opened)
+            rc = larder__endpoint_recv_frame_until(fd, &frame, answer, sizeof answer, timeout,
+                                                   deadline_ms);
+        if (rc == 0 && wait_opened && frame.type == LARDER__ERROR)
             rc = larder__endpoint_error_answer(e, answer, frame.length);
-        else if (rc == 0 && frame.type != LARDER__OPENED)
+        else if (rc == 0 && wait_opened && frame.type != LARDER__OPENED)
             rc = larder__fail(LARDER_EPROTOCOL, "larder daemon at %s: answer type %u to OPEN",
                               e->address, frame.type);
     }
@@ -127,6 +144,11 @@ static int connect_endpoint(struct larder__endpoint *e)
         return rc;
     }
     return fd;
+}
+
+static int connect_endpoint(struct larder__endpoint *e)
+{
+    return connect_until(e, 0, true);
 }
 
 /* A pooled connection of a group that still looks open (no EOF or stray
@@ -312,14 +334,22 @@ int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, u
     }
 }
 
-int larder__endpoint_prepare(struct larder__endpoint *e, int count)
+int larder__endpoint_prepare(struct larder__endpoint *e, int count, int64_t deadline_ms,
+                             const volatile sig_atomic_t *stop)
 {
     int made = 0;
-    if (e->ucx && !larder__endpoint_down(e)) {     /* its READs go over UCX: that path first */
-        int rc = larder__ucx_peer_prepare(e->ucx); /* LARDER__UCX_USE_TCP: on below */
+    if (e->ucx && !larder__endpoint_down(e)) { /* its READs go over UCX: that path first */
+        int rc = larder__ucx_peer_prepare(e->ucx, deadline_ms); /* LARDER__UCX_USE_TCP: on below */
         if (rc < 0) return rc;
     } /* and the TCP connections, for READs that fall back to TCP */
     for (; made < count; made++) {
+        if (stop && *stop) break; /* the daemon stops: no more */
+        if (larder__endpoint_now_ms() >= deadline_ms)
+            return made ? made
+                        : larder__fail(-ETIMEDOUT,
+                                       "larder daemon at %s: no connection by the "
+                                       "deadline",
+                                       e->address);
         pthread_mutex_lock(&e->lock);
         bool enough = e->num_idle[0] >= count || e->num_idle[0] >= POOL ||
                       e->down_until_ms > larder__endpoint_now_ms();
@@ -327,7 +357,7 @@ int larder__endpoint_prepare(struct larder__endpoint *e, int count)
         if (enough) break;
         /* a failure marks nothing down: the first READ finds out for itself,
          * and its caller says so (source_stripe.c's "skipped for") */
-        int fd = connect_endpoint(e);
+        int fd = connect_until(e, deadline_ms, true);
         if (fd < 0) return made ? made : fd;
         pthread_mutex_lock(&e->lock);
         if (e->num_idle[0] < POOL) {
@@ -338,6 +368,17 @@ int larder__endpoint_prepare(struct larder__endpoint *e, int count)
         if (fd >= 0) close(fd);
     }
     return made;
+}
+
+int larder__endpoint_open_ahead(struct larder__endpoint *e, int64_t deadline_ms)
+{
+    if (!e->index_url)
+        return larder__fail(LARDER_EUSAGE, "larder__endpoint_open_ahead on an endpoint without an "
+                                           "index");
+    int fd = connect_until(e, deadline_ms, false);
+    if (fd < 0) return fd;
+    close(fd); /* the daemon opens it all the same (docs/protocol.md, "Peer connections") */
+    return 0;
 }
 
 int larder__endpoint_stats(struct larder__endpoint *e, char **json)
@@ -448,10 +489,10 @@ int larder__endpoint_ask(struct larder__endpoint *e, const void *request, size_t
 
 /* ---- ucx: the hooks of transport_ucx_peer.c ------------------------------------------- */
 
-int larder__endpoint_connect(struct larder__endpoint *e, int *timeout_ms)
+int larder__endpoint_connect(struct larder__endpoint *e, int *timeout_ms, int64_t deadline_ms)
 {
     *timeout_ms = e->timeout_ms;
-    return connect_endpoint(e);
+    return connect_until(e, deadline_ms, true);
 }
 
 int larder__endpoint_use_ucx(struct larder__endpoint *e, struct larder__ucx *hub)

@@ -11,6 +11,8 @@
 #include "common.h"
 #include "wire.h"
 
+#include <signal.h>
+
 struct larder__endpoint;
 
 /*
@@ -70,15 +72,27 @@ LARDER__HIDDEN int larder__endpoint_call(struct larder__endpoint *endpoint, cons
  * Connect ahead of need (larderd's connect-ahead, docs/protocol.md "Peer
  * connections"): make fresh connections of the DEMAND and NEAR group
  * (dialled, greeted, the dataset opened) and pool them, until `count`
- * sit idle, so that the first READs find them up.  Blocks for as long as
- * each connect takes (up to the endpoint's timeouts): call it off any
- * thread that serves requests.  Nothing is made for an endpoint marked
- * down.  The number made (0 when enough were pooled already), or the
- * first connect's failure when none was made, which marks nothing down:
- * the first READ tries for itself, and its failure is marked and logged
- * as ever.
+ * sit idle, so that the first READs find them up; over UCX, the UCX path
+ * first.  Blocks until deadline_ms (the monotonic clock, as
+ * larder__endpoint_now_ms) at most, however slowly the daemon answers:
+ * call it off any thread that serves requests.  Stops early once *stop
+ * (NULL: never) is set.  Nothing is made for an endpoint marked down.
+ * The number made (0 when enough were pooled already), or the first
+ * connect's failure when none was made, which marks nothing down: the
+ * first READ tries for itself, and its failure is marked and logged as
+ * ever.
  */
-LARDER__HIDDEN int larder__endpoint_prepare(struct larder__endpoint *endpoint, int count);
+LARDER__HIDDEN int larder__endpoint_prepare(struct larder__endpoint *endpoint, int count,
+                                            int64_t deadline_ms, const volatile sig_atomic_t *stop);
+
+/*
+ * Have the daemon open the endpoint's index without waiting for it: one
+ * fresh connection, dialled and greeted by deadline_ms, the OPEN sent, and
+ * closed at once (the daemon opens it all the same).  0, or a negative
+ * code with a message (nothing marked down).
+ */
+LARDER__HIDDEN int larder__endpoint_open_ahead(struct larder__endpoint *endpoint,
+                                               int64_t deadline_ms);
 
 /* The daemon's statistics as JSON text (malloc'd; the caller frees it). */
 LARDER__HIDDEN int larder__endpoint_stats(struct larder__endpoint *endpoint, char **json);
@@ -106,7 +120,9 @@ LARDER__HIDDEN int larder__endpoint_use_ucx(struct larder__endpoint *endpoint,
  * first READ has asked the peer. */
 LARDER__HIDDEN const char *larder__endpoint_transport(const struct larder__endpoint *endpoint);
 /* A fresh connection, greeted and with the dataset opened (the UCX path's
- * control connection), and the endpoint's timeout.  The fd, or a negative code. */
-LARDER__HIDDEN int larder__endpoint_connect(struct larder__endpoint *endpoint, int *timeout_ms);
+ * control connection), all by deadline_ms (0: the endpoint's own bounds),
+ * and the endpoint's timeout.  The fd, or a negative code. */
+LARDER__HIDDEN int larder__endpoint_connect(struct larder__endpoint *endpoint, int *timeout_ms,
+                                            int64_t deadline_ms);
 
 #endif

@@ -54,6 +54,10 @@ LARDER__HIDDEN int64_t larder__endpoint_now_ms(void);
 LARDER__HIDDEN int larder__endpoint_send_all(int fd, const void *buf, size_t length);
 /* Receive exactly length bytes (the socket has a receive timeout): 0 or -errno. */
 LARDER__HIDDEN int larder__endpoint_recv_all(int fd, void *buf, size_t length);
+/* The same, all of it by deadline_ms (the monotonic clock; 0: none), however
+ * slowly it trickles in (-ETIMEDOUT past it). */
+LARDER__HIDDEN int larder__endpoint_recv_until(int fd, void *buf, size_t length,
+                                               int64_t deadline_ms);
 /* Wait up to timeout_ms for an answer to start, then receive its header:
  * 0; -ETIMEDOUT when nothing came in time; another -errno with *answered
  * false when the connection ended before any byte of it, true inside it. */
@@ -62,13 +66,19 @@ LARDER__HIDDEN int larder__endpoint_recv_header(int fd, uint8_t header[LARDER__W
 /* One frame: header into *frame, payload (up to capacity) into payload.  0 or a negative code. */
 LARDER__HIDDEN int larder__endpoint_recv_frame(int fd, struct larder__frame *frame, void *payload,
                                                size_t capacity, int timeout_ms);
+/* The same, the whole frame by deadline_ms as well (0: none). */
+LARDER__HIDDEN int larder__endpoint_recv_frame_until(int fd, struct larder__frame *frame,
+                                                     void *payload, size_t capacity, int timeout_ms,
+                                                     int64_t deadline_ms);
 /* The daemon's ERROR frame (its payload in hand) as our failure: its code and message. */
 LARDER__HIDDEN int larder__endpoint_error_answer(const struct larder__endpoint *e,
                                                  const uint8_t *payload, uint32_t length);
-/* A connected socket to the endpoint (blocking, with send and receive timeouts), or -errno. */
-LARDER__HIDDEN int larder__endpoint_dial(const struct larder__endpoint *e);
+/* A connected socket to the endpoint (blocking, with send and receive
+ * timeouts), or -errno; deadline_ms (0: none) bounds the connect too. */
+LARDER__HIDDEN int larder__endpoint_dial(const struct larder__endpoint *e, int64_t deadline_ms);
 /* HELLO, WELCOME and, where the daemon asks for it, the proof of the
- * cluster secret on fd.  0, or a negative code with a message. */
-LARDER__HIDDEN int larder__endpoint_greet(struct larder__endpoint *e, int fd);
+ * cluster secret on fd, all by deadline_ms (0: none; each answer still
+ * within the endpoint's timeout).  0, or a negative code with a message. */
+LARDER__HIDDEN int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_ms);
 
 #endif

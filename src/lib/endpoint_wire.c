@@ -42,11 +42,25 @@ int larder__endpoint_send_all(int fd, const void *buf, size_t length)
     return 0;
 }
 
-/* Receive exactly length bytes (the socket has a receive timeout): 0 or -errno. */
-int larder__endpoint_recv_all(int fd, void *buf, size_t length)
+/* Milliseconds left until deadline_ms (0: none: -1), at least 0. */
+static int left_ms(int64_t deadline_ms)
+{
+    if (!deadline_ms) return -1;
+    int64_t left = deadline_ms - larder__endpoint_now_ms();
+    return left <= 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+int larder__endpoint_recv_until(int fd, void *buf, size_t length, int64_t deadline_ms)
 {
     uint8_t *p = buf;
     while (length) {
+        if (deadline_ms) { /* one deadline for all of it, however it trickles in */
+            struct pollfd w = {.fd = fd, .events = POLLIN};
+            int n = poll(&w, 1, left_ms(deadline_ms));
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) return -errno;
+            if (n == 0) return -ETIMEDOUT;
+        }
         ssize_t n = recv(fd, p, length, 0);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return -(errno == EAGAIN ? ETIMEDOUT : errno);
@@ -56,18 +70,25 @@ int larder__endpoint_recv_all(int fd, void *buf, size_t length)
     return 0;
 }
 
+/* Receive exactly length bytes (the socket has a receive timeout): 0 or -errno. */
+int larder__endpoint_recv_all(int fd, void *buf, size_t length)
+{
+    return larder__endpoint_recv_until(fd, buf, length, 0);
+}
+
 /*
  * Wait up to timeout_ms for an answer to start, then receive its header.
  * 0; -ETIMEDOUT when nothing came in time; -ECONNRESET (or another
  * -errno) with *answered false when the connection ended before any byte
  * of the answer, with *answered true when it ended inside the header.
  */
-int larder__endpoint_recv_header(int fd, uint8_t header[LARDER__WIRE_HEADER], int timeout_ms,
-                                 bool *answered)
+static int recv_header_until(int fd, uint8_t header[LARDER__WIRE_HEADER], int timeout_ms,
+                             bool *answered, int64_t deadline_ms)
 {
     *answered = false;
     struct pollfd p = {.fd = fd, .events = POLLIN};
     int64_t deadline = larder__endpoint_now_ms() + timeout_ms;
+    if (deadline_ms && deadline_ms < deadline) deadline = deadline_ms;
     for (;;) {
         int left = (int)(deadline - larder__endpoint_now_ms());
         int n = poll(&p, 1, left > 0 ? left : 0);
@@ -83,22 +104,35 @@ int larder__endpoint_recv_header(int fd, uint8_t header[LARDER__WIRE_HEADER], in
     if (n < 0) return -(errno == EAGAIN ? ETIMEDOUT : errno);
     if (n == 0) return -ECONNRESET;
     *answered = true;
-    return larder__endpoint_recv_all(fd, header + n, LARDER__WIRE_HEADER - (size_t)n);
+    return larder__endpoint_recv_until(fd, header + n, LARDER__WIRE_HEADER - (size_t)n,
+                                       deadline_ms);
+}
+
+int larder__endpoint_recv_header(int fd, uint8_t header[LARDER__WIRE_HEADER], int timeout_ms,
+                                 bool *answered)
+{
+    return recv_header_until(fd, header, timeout_ms, answered, 0);
+}
+
+int larder__endpoint_recv_frame_until(int fd, struct larder__frame *frame, void *payload,
+                                      size_t capacity, int timeout_ms, int64_t deadline_ms)
+{
+    uint8_t header[LARDER__WIRE_HEADER];
+    bool answered;
+    int rc = recv_header_until(fd, header, timeout_ms, &answered, deadline_ms);
+    if (rc < 0) return rc;
+    if ((rc = larder__wire_header(header, sizeof header, frame)) < 0) return rc;
+    if (frame->length > capacity)
+        return larder__fail(LARDER_EPROTOCOL, "answer of %u bytes, expected at most %zu",
+                            frame->length, capacity);
+    return larder__endpoint_recv_until(fd, payload, frame->length, deadline_ms);
 }
 
 /* One frame: header into *frame, payload (up to capacity) into payload.  0 or a negative code. */
 int larder__endpoint_recv_frame(int fd, struct larder__frame *frame, void *payload, size_t capacity,
                                 int timeout_ms)
 {
-    uint8_t header[LARDER__WIRE_HEADER];
-    bool answered;
-    int rc = larder__endpoint_recv_header(fd, header, timeout_ms, &answered);
-    if (rc < 0) return rc;
-    if ((rc = larder__wire_header(header, sizeof header, frame)) < 0) return rc;
-    if (frame->length > capacity)
-        return larder__fail(LARDER_EPROTOCOL, "answer of %u bytes, expected at most %zu",
-                            frame->length, capacity);
-    return larder__endpoint_recv_all(fd, payload, frame->length);
+    return larder__endpoint_recv_frame_until(fd, frame, payload, capacity, timeout_ms, 0);
 }
 
 /* The daemon's ERROR frame (its payload in hand) as our failure: its code and message. */
@@ -112,11 +146,15 @@ int larder__endpoint_error_answer(const struct larder__endpoint *e, const uint8_
                         (int)error.message_length, error.message);
 }
 
-/* A connected socket (blocking, with send and receive timeouts), or -errno. */
-int larder__endpoint_dial(const struct larder__endpoint *e)
+/* A connected socket (blocking, with send and receive timeouts, the
+ * connect itself bounded by deadline_ms too), or -errno. */
+int larder__endpoint_dial(const struct larder__endpoint *e, int64_t deadline_ms)
 {
     int fd = -1;
-    struct timeval tv = {e->timeout_ms / 1000, (e->timeout_ms % 1000) * 1000};
+    int timeout = e->timeout_ms, left = left_ms(deadline_ms);
+    if (left == 0) return -ETIMEDOUT;
+    if (left > 0 && left < timeout) timeout = left;
+    struct timeval tv = {timeout / 1000, (timeout % 1000) * 1000};
     if (strchr(e->address, '/')) {
         struct sockaddr_un a = {.sun_family = AF_UNIX};
         if (strlen(e->address) >= sizeof a.sun_path) return -ENAMETOOLONG;
@@ -166,7 +204,7 @@ int larder__endpoint_dial(const struct larder__endpoint *e)
  * secret believes only a daemon that proves it first, and never sends
  * the secret itself.  0, or a negative code with a message.
  */
-int larder__endpoint_greet(struct larder__endpoint *e, int fd)
+int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_ms)
 {
     /* a peer says how it stripes ownership: a daemon striping otherwise refuses it */
     struct larder__hello hello = {
@@ -180,7 +218,8 @@ int larder__endpoint_greet(struct larder__endpoint *e, int fd)
     if ((rc = larder__endpoint_send_all(fd, buf, (size_t)n)) < 0) return rc;
     struct larder__frame frame;
     uint8_t answer[LARDER__WIRE_MAX_MESSAGE + 300];
-    if ((rc = larder__endpoint_recv_frame(fd, &frame, answer, sizeof answer, e->timeout_ms)) < 0)
+    if ((rc = larder__endpoint_recv_frame_until(fd, &frame, answer, sizeof answer, e->timeout_ms,
+                                                deadline_ms)) < 0)
         return rc;
     if (frame.type == LARDER__ERROR) return larder__endpoint_error_answer(e, answer, frame.length);
     if (frame.type != LARDER__WELCOME)

@@ -116,11 +116,15 @@ static int recv_all(int fd, void *buf, size_t length)
  * Ask for the UCX path on a fresh control connection: 0 with *out; a
  * negative code (the peer failed); or LARDER__UCX_USE_TCP.
  */
-static int make_path(struct larder__ucx_peer *p, struct path **out)
+static int make_path(struct larder__ucx_peer *p, struct path **out, int64_t deadline_ms)
 {
     int timeout_ms;
-    int fd = larder__endpoint_connect(p->endpoint, &timeout_ms);
+    int fd = larder__endpoint_connect(p->endpoint, &timeout_ms, deadline_ms);
     if (fd < 0) return fd;
+    if (deadline_ms) { /* the whole path by the deadline: the offer's answer too */
+        int64_t left = deadline_ms - now_ms();
+        if (left < timeout_ms) timeout_ms = left > 0 ? (int)left : 0;
+    }
     const void *address;
     size_t length;
     larder__ucx_address(p->hub, &address, &length);
@@ -175,14 +179,15 @@ static bool hung_up(int fd)
     return poll(&poll_fd, 1, 0) == 1 && poll_fd.revents & (POLLRDHUP | POLLHUP | POLLERR);
 }
 
-/* The current path made when there is none (p->lock held): 0 with
- * p->path; LARDER__UCX_USE_TCP (this peer has none, or the UCX path failed
- * lately); or the peer's failure. */
-static int ensure_path(struct larder__ucx_peer *p)
+/* The current path made when there is none (p->lock held), by deadline_ms
+ * (0: the endpoint's own bounds): 0 with p->path; LARDER__UCX_USE_TCP
+ * (this peer has none, or the UCX path failed lately); or the peer's
+ * failure. */
+static int ensure_path(struct larder__ucx_peer *p, int64_t deadline_ms)
 {
     if (p->path) return 0;
     if ((p->state == STATE_TCP || p->failed) && now_ms() < p->retry_ms) return LARDER__UCX_USE_TCP;
-    int rc = make_path(p, &p->path);
+    int rc = make_path(p, &p->path, deadline_ms);
     if (rc == LARDER__UCX_USE_TCP) {
         __atomic_store_n(&p->state, STATE_TCP, __ATOMIC_RELAXED);
         p->retry_ms = now_ms() + TCP_RETRY_MS;
@@ -192,14 +197,22 @@ static int ensure_path(struct larder__ucx_peer *p)
     return rc;
 }
 
-int larder__ucx_peer_prepare(struct larder__ucx_peer *p)
+int larder__ucx_peer_prepare(struct larder__ucx_peer *p, int64_t deadline_ms)
 {
     pthread_mutex_lock(&p->lock);
     if (p->path && (larder__ucx_link_broken(p->path->link) || hung_up(p->path->fd))) {
         path_release(p->path);
         p->path = NULL;
     }
-    int rc = ensure_path(p);
+    int rc = ensure_path(p, deadline_ms);
+    if (rc < 0 && rc != LARDER__UCX_USE_TCP) {
+        /* recorded as a READ's failed path is: the READs that waited on
+         * p->lock meanwhile, and those of the next UCX_RETRY_MS, go over
+         * TCP (whose failure is the peer's, marked and logged there)
+         * rather than each make the path again */
+        p->retry_ms = now_ms() + UCX_RETRY_MS;
+        p->failed = true;
+    }
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -213,7 +226,7 @@ int larder__ucx_peer_read(struct larder__ucx_peer *p, const struct larder__read 
         path_release(p->path);
         p->path = NULL;
     }
-    int rc = ensure_path(p);
+    int rc = ensure_path(p, 0);
     if (rc == LARDER__UCX_USE_TCP && !p->path) {
         pthread_mutex_unlock(&p->lock);
         return LARDER__UCX_USE_TCP;

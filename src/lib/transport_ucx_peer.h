@@ -23,10 +23,12 @@ LARDER__HIDDEN void larder__ucx_peer_free(struct larder__ucx_peer *peer);
 /* "ucx", "tcp" (the peer has no UCX), or "ucx?" (not asked yet). */
 LARDER__HIDDEN const char *larder__ucx_peer_transport(struct larder__ucx_peer *peer);
 /* Make the UCX path now if there is none (the control connection, the
- * offer, the link), as the first READ would: connect-ahead
+ * offer, the link), as the first READ would, by deadline_ms (the monotonic
+ * clock; 0: the endpoint's own bounds): connect-ahead
  * (larder__endpoint_prepare).  0; LARDER__UCX_USE_TCP: READs go over TCP;
- * or the peer's failure (a negative code with a message). */
-LARDER__HIDDEN int larder__ucx_peer_prepare(struct larder__ucx_peer *peer);
+ * or the peer's failure (a negative code with a message), recorded as a
+ * READ's failed path is: READs go over TCP for a while. */
+LARDER__HIDDEN int larder__ucx_peer_prepare(struct larder__ucx_peer *peer, int64_t deadline_ms);
 /*
  * One READ over UCX (larder__ucx_link_read's waits): 0, a negative code
  * (*fault: the peer's failure, not its answer), or LARDER__UCX_USE_TCP.

@@ -10,6 +10,7 @@
  */
 #include "daemon_fixture.h"
 #include "endpoint.h"
+#include "endpoint_internal.h"
 #include "fill.h"
 #include "source.h"
 #include "test.h"
@@ -311,11 +312,12 @@ TEST(endpoint_prepare_pools_connections_that_reads_take)
     fake_peer_start(&peer, address, sizeof address);
     struct larder__endpoint *endpoint;
     CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 5000), 0);
-    CHECK_EQ(larder__endpoint_prepare(endpoint, 2), 2);
+    CHECK_EQ(larder__endpoint_prepare(endpoint, 2, larder__endpoint_now_ms() + 5000, NULL), 2);
     pthread_mutex_lock(&peer.lock);
     CHECK_EQ(peer.accepted, 2); /* each greeted before prepare returned */
     pthread_mutex_unlock(&peer.lock);
-    CHECK_EQ(larder__endpoint_prepare(endpoint, 2), 0); /* two pooled already */
+    CHECK_EQ(larder__endpoint_prepare(endpoint, 2, larder__endpoint_now_ms() + 5000, NULL),
+             0); /* two pooled already */
     struct larder__source *source;
     CHECK_EQ(larder__source_peer_open(&source, endpoint, 1, 2, 7), 0);
     char buf[100];
@@ -343,7 +345,7 @@ TEST(endpoint_prepare_pools_connections_that_reads_take)
     CHECK(getsockname(closed, (struct sockaddr *)&a, &length) == 0);
     snprintf(address, sizeof address, "127.0.0.1:%u", ntohs(a.sin_port));
     CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 5000), 0);
-    CHECK(larder__endpoint_prepare(endpoint, 2) < 0);
+    CHECK(larder__endpoint_prepare(endpoint, 2, larder__endpoint_now_ms() + 5000, NULL) < 0);
     CHECK(!larder__endpoint_down(endpoint));
     larder__endpoint_free(endpoint);
     close(closed);
@@ -489,4 +491,62 @@ TEST(priority_demand_waits_on_a_peer_that_sends_progress)
     larder__endpoint_free(endpoint);
     shutdown(peer.listener, SHUT_RDWR);
     close(peer.listener);
+}
+
+/* A listener that accepts once and then sends one byte every 50 ms, each
+ * well inside any socket timeout, never a whole frame header: how many it
+ * sent before the other end closed. */
+struct trickler {
+    int listener, sent;
+};
+
+static void *trickle(void *arg)
+{
+    struct trickler *t = arg;
+    int fd = accept(t->listener, NULL, NULL);
+    if (fd < 0) return NULL;
+    char hello[256];
+    if (recv(fd, hello, sizeof hello, 0) <= 0) { /* the HELLO, then a byte at a time */
+        close(fd);
+        return NULL;
+    }
+    while (send(fd, "\1", 1, MSG_NOSIGNAL) == 1) {
+        __atomic_add_fetch(&t->sent, 1, __ATOMIC_RELAXED);
+        usleep(50 * 1000);
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Connect-ahead's deadline is one for the whole connect, however slowly
+ * the member answers: a WELCOME trickled in a byte at a time is given up
+ * on at the deadline (a few bytes in), not read on byte after byte (a
+ * 24-byte header, then a frame that never comes); and a stop flag set
+ * makes prepare connect nothing. */
+TEST(endpoint_prepare_gives_up_on_a_trickling_member_by_its_deadline)
+{
+    static struct trickler t;
+    t.listener = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t length = sizeof a;
+    CHECK(bind(t.listener, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(listen(t.listener, 4) == 0);
+    CHECK(getsockname(t.listener, (struct sockaddr *)&a, &length) == 0);
+    char address[64];
+    snprintf(address, sizeof address, "127.0.0.1:%u", ntohs(a.sin_port));
+    pthread_t thread;
+    CHECK_EQ(pthread_create(&thread, NULL, trickle, &t), 0);
+    struct larder__endpoint *endpoint;
+    CHECK_EQ(larder__endpoint_new(&endpoint, address, LARDER__ROLE_PEER, NULL, NULL, 5000), 0);
+    volatile sig_atomic_t stop = 1;
+    CHECK_EQ(larder__endpoint_prepare(endpoint, 2, larder__endpoint_now_ms() + 5000, &stop), 0);
+    stop = 0;
+    CHECK_EQ(larder__endpoint_prepare(endpoint, 2, larder__endpoint_now_ms() + 300, &stop),
+             -ETIMEDOUT);
+    CHECK(!larder__endpoint_down(endpoint));
+    larder__endpoint_free(endpoint);
+    pthread_join(thread, NULL); /* its sends fail once the connection is closed */
+    int sent = __atomic_load_n(&t.sent, __ATOMIC_RELAXED);
+    CHECK(sent < LARDER__WIRE_HEADER); /* never a whole header: the deadline, not a parse */
+    close(t.listener);
 }
