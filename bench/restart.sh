@@ -507,7 +507,7 @@ PY
   echo "# The restart storm, on loopback"
   echo
   echo "Written by \`bench/restart.sh$([ "$quick" = 1 ] && echo " --quick")\` on $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores, shared;"
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' with uncommitted changes');"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet -- . ':!bench/results' 2>/dev/null || echo ' with uncommitted changes');"
   echo "load average (1, 5, 15 min) $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
   echo "Checkpoint: $(awk -v b="$ckpt_bytes" 'BEGIN { printf "%.1f", b / 1048576 }') MiB, $($py -c 'import json; print(len(json.load(open("bench/sim/params/checkpoint.json"))["files"]))') files"
   echo "(bench/sim/params/checkpoint.json's mix), $layout. Origin: tools/slowfs, profile"
