@@ -29,9 +29,10 @@ struct borrow_stream {
     const struct dataset_entry *entry; /* NULL: a free entry */
     uint32_t shard;
     uint64_t chunk;
-    uint64_t pieces; /* bit k: a READ reached piece k of it */
-    unsigned reads;  /* READs that reached it (one large READ alone is no stream) */
-    uint64_t used;   /* when used last (`uses`): the oldest is replaced */
+    uint64_t pieces;           /* bit k: a READ reached piece k of it */
+    unsigned reads;            /* READs that reached it (one large READ alone is no stream) */
+    uint64_t last_lo, last_hi; /* the pieces the last note reached */
+    uint64_t used;             /* when used last (`uses`): the oldest is replaced */
     bool
         streaming; /* read in order through it, into it from one it streamed, or its read ahead's */
 };
@@ -102,7 +103,10 @@ bool borrow_stream_note(const struct connection *c, const struct dataset_entry *
     for (uint64_t k = k_lo; k <= k_hi && k < 64; k++)
         a->pieces |= UINT64_C(1) << k;
     if (k_hi >= 64) a->pieces |= UINT64_C(1) << 63;
-    a->reads++;
+    /* borrow.c notes a READ twice when it stages for it (borrow_whole_chunks,
+     * then borrow_next_piece after the answer), with the same pieces: once */
+    if (!a->reads || a->last_lo != k_lo || a->last_hi != k_hi) a->reads++;
+    a->last_lo = k_lo, a->last_hi = k_hi;
     if (!a->streaming && a->reads > 1 && in_a_row(a->pieces, STREAM_AFTER + 1)) a->streaming = true;
     /* entering it at its start from one it streamed through (the chunks
      * between: resident, which a reader sharing the cache reads without
