@@ -76,6 +76,7 @@ struct connect_ahead {
     struct ahead_job *head, *tail;
     size_t queued;
     size_t members;
+    int count;  /* LARDERD_CONNECT_AHEAD, read once at the start */
     bool *busy; /* per member: a job toward it is running */
     pthread_t threads[AHEAD_WORKERS];
     int started, idle;
@@ -124,7 +125,7 @@ static void run_late(struct larderd *d, const struct ahead_job *job, int64_t dea
     pthread_mutex_unlock(&d->lock);
     if (!there) return;
     struct larder__endpoint *target = e->members[job->member];
-    int rc = larder__endpoint_prepare(target, ahead_count(), deadline, &d->stopping);
+    int rc = larder__endpoint_prepare(target, d->ahead->count, deadline, &d->stopping);
     if (rc > 0) __atomic_add_fetch(&d->connected_ahead, rc, __ATOMIC_RELAXED);
     if (rc < 0)
         larder__log(LARDER_LOG_DEBUG, "connecting ahead to %s: %s",
@@ -221,6 +222,7 @@ int connect_ahead_start(struct larderd *d)
         return -ENOMEM;
     }
     a->members = d->members.count;
+    a->count = ahead_count();
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->wake, NULL);
     d->ahead = a;
@@ -260,7 +262,7 @@ int connect_ahead_running(const struct larderd *d)
 static bool wanted(const struct larderd *d)
 {
     return d->members.count > 1 && d->self < d->members.count && !d->stopping && d->ahead &&
-           ahead_count() > 0;
+           d->ahead->count > 0;
 }
 
 void connect_ahead_url(struct larderd *d, const char *url)
