@@ -47,6 +47,13 @@ def get(path):
     with urllib.request.urlopen(base + path, timeout=10) as r:
         return r.read()
 
+def wait_logged(path):
+    for _ in range(400):
+        if any(p == path for p, _ in json.loads(get("/__log"))):
+            return
+        time.sleep(0.05)
+    raise SystemExit("the origin never saw %s asked for" % path)
+
 def expect(path, offset, length):
     with open(path, "rb") as f:
         f.seek(offset)
@@ -81,12 +88,7 @@ p_index = (p_dir + "/index.larder").encode()
 pub.sock.sendall(w.frame(w.PUBLISH, w.publish_payload(b"ckpt", p_index,
                                                       (base + "/held/P/index.larder").encode()), 70))
 pub.sock.sendall(w.frame(w.RESOLVE, w.resolve_payload(b"ckpt"), 71))
-for _ in range(400):
-    if any(p == "/held/P/index.larder" for p, _ in json.loads(get("/__log"))):
-        break
-    time.sleep(0.05)
-else:
-    raise SystemExit("the origin never saw P's index asked for")
+wait_logged("/held/P/index.larder")
 
 # the PUBLISH waits at the origin: everyone else is served meanwhile
 t = time.monotonic()
@@ -125,13 +127,6 @@ refused(w.publish_payload(b"other", p_index, (base + "/held/Q/index.larder").enc
 
 def replace_payload(name, index, origin):  # PUBLISH with flags 1: --replace
     return struct.pack("<IIII", len(name), len(index), len(origin), 1) + name + index + origin
-
-def wait_logged(path):
-    for _ in range(400):
-        if any(p == path for p, _ in json.loads(get("/__log"))):
-            return
-        time.sleep(0.05)
-    raise SystemExit("the origin never saw %s asked for" % path)
 
 get("/__hold")
 r_index = (r_dir + "/index.larder").encode()
