@@ -38,19 +38,6 @@
 /* epoll's data for the fds that are not connections */
 static char unix_tag, tcp_tag, metrics_tag, wake_tag;
 
-/* The send buffer asked for each local client's connection: an answer
- * (a sample of a few hundred KiB, sendfile from the cache) goes into the
- * socket whole.  With the default (net.core.wmem_default, 208 KiB here)
- * a 256 KiB answer did not: 177 of node 1's 890 sendfiles in bench/
- * peer.sh's borrowing-only run ended in EAGAIN, each one more EPOLLOUT,
- * loop wake-up and sendfile, and more partial recvs and polls in the
- * reader.  The kernel doubles it and caps it at net.core.wmem_max; the
- * memory is taken only while answers wait for the reader, which
- * --connection-memory bounds anyway.  LARDERD_UNIX_SNDBUF (bytes; 0:
- * the system's default) for an A/B; read once in run_loop. */
-#define UNIX_SNDBUF ((int)1 << 20)
-static int unix_sndbuf = UNIX_SNDBUF;
-
 /* ---- connections -------------------------------------------------------------------- */
 
 /* Register what the loop waits for on c: input unless paused or closing,
@@ -332,8 +319,6 @@ static void accept_all(struct larderd *d, int listener, bool tcp)
         }
         int one = 1;
         if (tcp) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (!tcp && unix_sndbuf > 0) /* best effort: the default still works */
-            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &unix_sndbuf, sizeof unix_sndbuf);
         c->next = d->connections;
         if (c->next) c->next->prev = c;
         d->connections = c;
@@ -469,10 +454,6 @@ static void woken(struct larderd *d)
 void run_loop(struct larderd *d, int unix_fd, int tcp_fd, int metrics_fd)
 {
     d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    const char *sndbuf = getenv("LARDERD_UNIX_SNDBUF");
-    char *end;
-    long asked = sndbuf ? strtol(sndbuf, &end, 10) : UNIX_SNDBUF;
-    unix_sndbuf = sndbuf && (*end || asked < 0 || asked > INT32_MAX) ? UNIX_SNDBUF : (int)asked;
     add(d, d->wake, &wake_tag);
     add(d, unix_fd, &unix_tag);
     add(d, tcp_fd, &tcp_tag);
