@@ -122,10 +122,21 @@ for ((round = 0; round < ${ROUNDS:-3}; round++)); do
   t1=$(date +%s.%N)
   cpu0=$(($(cpu_ms "${pids[0]}") - cpu0)) cpu1=$(($(cpu_ms "${pids[1]}") - cpu1))
   cpu_reader=$(awk '{ printf "%.0f", ($1 + $2) * 1000 }' "$work/reader_time")
-  borrow_rounds+="$(seconds "$t0" "$t1") $(($(stat_of 1 peer_bytes) - before)) $(($(stat_of 1 origin_bytes) - now)) $cpu0 $cpu1 $cpu_reader"$'\n'
+  # what of that is not borrowing: the same reader again, everything resident
+  # now (its start, the index, the OPEN, and reading and checking the whole
+  # dataset, node 1's own chunks included, from the cache), and the start
+  # alone (one resident sample)
+  t2=$(date +%s.%N)
+  LARDER_SOCKET=$work/sock1 /usr/bin/time -f '%U %S' -o "$work/reader_time" \
+    "$larder" warm "$index" --cache "$work/cache1" >/dev/null
+  t3=$(date +%s.%N)
+  cpu_again=$(awk '{ printf "%.0f", ($1 + $2) * 1000 }' "$work/reader_time")
+  LARDER_SOCKET=$work/sock1 "$larder" cat "$index" 1 --cache "$work/cache1" >/dev/null
+  t4=$(date +%s.%N)
+  borrow_rounds+="$(seconds "$t0" "$t1") $(($(stat_of 1 peer_bytes) - before)) $(($(stat_of 1 origin_bytes) - now)) $cpu0 $cpu1 $cpu_reader $(seconds "$t2" "$t3") $cpu_again $(seconds "$t3" "$t4")"$'\n'
   stop_cluster
 done
-read -r borrow_seconds borrow_bytes borrow_origin borrow_cpu0 borrow_cpu1 borrow_cpu_reader < <(printf '%s' "$borrow_rounds" | sort -n |
+read -r borrow_seconds borrow_bytes borrow_origin borrow_cpu0 borrow_cpu1 borrow_cpu_reader again_seconds again_cpu start_seconds < <(printf '%s' "$borrow_rounds" | sort -n |
   awk '{ a[NR] = $0 } END { print a[int((NR + 1) / 2)] }')
 # the plain copy: the same number of bytes, from the same files, over one TCP connection
 copy=$(/usr/bin/python3 - "$work/origin" "$served" <<'PY'
@@ -342,6 +353,13 @@ done
   echo "borrowing daemon) ${borrow_cpu1:-?} ms, its reader ${borrow_cpu_reader:-?} ms, in $(awk -v s="$borrow_seconds" 'BEGIN { printf "%.0f", s * 1000 }') ms of wall time on"
   echo "$(nproc) cores.  Each round, wall seconds, MB borrowed, then those CPU figures:"
   printf '%s' "$borrow_rounds" | awk '{ printf "%.3f s, %.1f MB, %s/%s/%s ms; ", $1, $2 / 1e6, $4, $5, $6 } END { print "" }'
+  echo
+  echo "What of the borrowing-only time is not borrowing (the median round): the same reader run"
+  echo "again right after, everything resident (its start, the index, the OPEN, and reading and"
+  echo "checking all $(awk -v s="$shard_bytes" 'BEGIN { printf "%.0f", s / 1e6 }') MB from node 1's cache, its own chunks among them, as the"
+  echo "timed run also does) took $(awk -v s="${again_seconds:-0}" 'BEGIN { printf "%.0f", s * 1000 }') ms and ${again_cpu:-?} ms of its CPU; its start alone (\`larder cat\` of one"
+  echo "resident sample) $(awk -v s="${start_seconds:-0}" 'BEGIN { printf "%.0f", s * 1000 }') ms.  Each round, the again run's ms, its CPU ms, the start's ms:"
+  printf '%s' "$borrow_rounds" | awk '{ printf "%.0f, %s, %.0f; ", $7 * 1000, $8, $9 * 1000 } END { print "" }'
   echo
   echo "## 3. Over UCX (larderd --transport ucx)"
   echo
