@@ -35,7 +35,11 @@
 # each priorities run writes the daemons' request trace, LARDERD_TRACE, to
 # RESTART_WORK/daemons-LABEL-ROUND.trace beside the reader's step trace
 # train-LABEL-ROUND.trace, on one wall clock; bench/restart_trace.py lines
-# them up).  Any
+# them up), PIN (1: node 0 -- its daemon, the training reader, its clients -- on
+# CPU 0, and the other three daemons and the origin on CPU 1, with taskset: on a
+# real cluster the other nodes' replication work runs on their own cores, which
+# unpinned on this machine it takes from node 0's reader; 0, the default: all
+# share both cores).  Any
 # READERS list works: the per-node figures come from the first storm.  Needs root (or fusermount3 rights)
 # and /dev/fuse: the origin is tools/slowfs with a bandwidth cap.
 #
@@ -142,7 +146,13 @@ rm -rf "$work/train-src"
 ckpt_files=$(find "$work/origin/ckpt" -type f ! -name index.larder | sort)
 ckpt_bytes=$(cat $ckpt_files | wc -c)
 
-"$build/slowfs" "$work/origin" "$mnt" --profile none --bandwidth "$origin_mbps" -f 2>"$work/slowfs.log" &
+# pin N: the command prefix that puts node N's processes on its CPU (PIN=1;
+# N: a daemon's number, "origin" for slowfs), nothing otherwise
+pin() {
+  [ "${PIN:-0}" = 1 ] || return 0
+  if [ "$1" = 0 ]; then echo "taskset -c 0"; else echo "taskset -c 1"; fi
+}
+$(pin origin) "$build/slowfs" "$work/origin" "$mnt" --profile none --bandwidth "$origin_mbps" -f 2>"$work/slowfs.log" &
 slowfs_pid=$!
 for _ in $(seq 100); do grep -qs " $mnt fuse" /proc/self/mounts && break; sleep 0.05; done
 grep -qs " $mnt fuse" /proc/self/mounts || { echo "restart: slowfs did not mount" >&2; exit 1; }
@@ -161,7 +171,7 @@ start_cluster() { # four daemons with fresh caches, on fresh ports (sets base)
     for ((i = 0; i < daemons; i++)); do members+="${members:+,}127.0.0.1:$((base + i))"; done
     for ((i = 0; i < daemons; i++)); do
       rm -rf "$work/cache$i" "$work/sock$i"
-      env ${daemon_env:-} LARDERD_TRACE=${daemon_trace:-} LARDER_BACKGROUND_SCHED=${daemon_sched:-} "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
+      $(pin $i) env ${daemon_env:-} LARDERD_TRACE=${daemon_trace:-} LARDER_BACKGROUND_SCHED=${daemon_sched:-} "$larderd" --cache "$work/cache$i" --socket "$work/sock$i" --listen "127.0.0.1:$((base + i))" \
         --peers "$members" --secret-file "$work/secret" 2>>"$work/daemon.log" &
       pids+=($!)
     done
@@ -236,7 +246,7 @@ storm() {
   t0=$EPOCHREALTIME
   jobs_=()
   for ((r = 0; r < n; r++)); do
-    "$reader" read "$work/sock$((r % daemons))" "$index" "$threads" "$chunk_kb" >"$work/reader$r.out" &
+    $(pin $((r % daemons))) "$reader" read "$work/sock$((r % daemons))" "$index" "$threads" "$chunk_kb" >"$work/reader$r.out" &
     jobs_+=($!)
   done
   local failed=0
@@ -354,15 +364,15 @@ train_run() { # label, then the background command (or nothing)
   local bg=()
   if [ "$1" = warm ]; then
     for ((i = 0; i < daemons; i++)); do
-      "$larder" warm "$index" --socket "$work/sock$i" >/dev/null 2>&1 &
+      $(pin $i) "$larder" warm "$index" --socket "$work/sock$i" >/dev/null 2>&1 &
       bg+=($!) jobs_+=($!)
     done
   elif [ "$1" = hinted ] || [ "$1" = hinted-idle ] || [ "$1" = hinted-ab ]; then
-    LARDER_SOCKET=$work/sock0 "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
+    LARDER_SOCKET=$work/sock0 $(pin 0) "$larder" hint hot "$index" --all-nodes --ttl 10m >/dev/null
   fi
   sleep 0.5
   local waits
-  waits=$(RESTART_TRACE=$work/train-$1-$round.trace "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms")
+  waits=$(RESTART_TRACE=$work/train-$1-$round.trace $(pin 0) "$reader" train "$work/sock0" "$train" "$steps" "$batch" "$compute_ms")
   for ((i = 0; i < daemons; i++)); do # kept for a look afterwards
     "$larder" stat --socket "$work/sock$i" --json >"$work/stat-train-$1-$i.json" 2>/dev/null || true
   done
@@ -514,6 +524,7 @@ PY
   echo "none, a shared link capped at $origin_mbps MB/s. $daemons larderd on loopback, each with its own cache."
   echo "Each reader (\`larder_bench_restart read\`) reads every byte of the checkpoint through its"
   echo "node's daemon: READs of $chunk_kb KiB, $threads in flight, in file order, reader r on daemon r mod $daemons."
+  [ "${PIN:-0}" = 1 ] && echo "PIN=1: node 0 (its daemon, the training reader, its clients) on CPU 0; the other daemons and slowfs on CPU 1 (taskset)."
   echo "Direct: N \`cat\`s of every file straight from the mount (stopped after $baseline_max s: then \">\")."
   echo
   echo "## 1. N readers at once"
