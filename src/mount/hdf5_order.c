@@ -40,6 +40,7 @@
  * 16 every h5py file has (8 + 2K x 40; 24 + 2K x 8 + (2K + 1) x 8). */
 static const uint64_t lookup_node_span[2] = {8 + 2 * 4 * 40, 24 + 2 * 16 * 8 + (2 * 16 + 1) * 8};
 #define ASK_SHIFT 16                      /* a unit of the asked bitmap: the cache's 64 KiB block */
+#define EARLY_SHIFT 12                    /* a unit of the early bitmap: the kernel's page */
 #define STAGE_RUN_MAX (UINT64_C(1) << 20) /* one fill of the order's at most (its buffer) */
 
 struct file_order {
@@ -73,6 +74,7 @@ struct file_order {
     size_t lookup_known;     /* members whose lookup nodes are known */
     _Atomic size_t followed; /* members whose own extents were found */
     uint8_t *asked;          /* a bit per 64 KiB of the file: a stage of it was asked */
+    uint8_t *early;          /* a bit per 4 KiB page read before the listing was ready, or NULL */
     size_t position;         /* list[0..position) read: the lowest place not seen */
     size_t staged_until;     /* list[0..staged_until) asked */
     uint64_t staged_bytes;   /* queued */
@@ -233,10 +235,17 @@ static void *run_resolver(void *arg)
             pthread_cond_wait(&o->wake, &o->lock);
             continue;
         }
+        size_t place = o->staged_until;
         uint32_t member = o->list[o->staged_until++];
         pthread_mutex_unlock(&o->lock);
         if (!buf) buf = malloc(STAGE_RUN_MAX); /* NULL: stage through the pool */
+        double began = o->m->trace ? now_s() : 0;
         uint64_t staged = stage_member(o, member, extents, buf);
+        if (o->m->trace)
+            larder__mount_log(LARDER_LOG_INFO,
+                              "trace: order rank %u place %zu member %u staged %" PRIu64
+                              " bytes in %.1f ms at %.3f s",
+                              o->rank, place, member, staged, (now_s() - began) * 1e3, now_s());
         pthread_mutex_lock(&o->lock);
         o->staged_bytes += staged;
     }
@@ -313,6 +322,30 @@ static uint64_t *lookup_nodes(struct larder__mount_listing *listing, const uint6
         lookup[2 * i + 1] = found ? symbols[lo].parent : UINT64_MAX;
     }
     return lookup;
+}
+
+static void seen_locked(struct file_order *o, uint64_t offset, uint64_t length);
+
+/* The reads made before the listing was ready (o->lock held, o->ready just
+ * set): their members are seen as if read now.  Without it a reader that
+ * started before the listing ended (the ranks' first reads came 0.4 s
+ * before it in a quiet run) left its first places unseen for good, and
+ * the order stopped staging a window past them. */
+static void replay_early_locked(struct file_order *o)
+{
+    if (!o->early) return;
+    uint64_t pages = (o->size >> EARLY_SHIFT) + 1, run = 0;
+    for (uint64_t page = 0; page <= pages; page++) {
+        bool read = page < pages && o->early[page / 8] & (1u << page % 8);
+        if (read) {
+            run++;
+            continue;
+        }
+        if (run > 0) seen_locked(o, (page - run) << EARLY_SHIFT, run << EARLY_SHIFT);
+        run = 0;
+    }
+    free(o->early);
+    o->early = NULL;
 }
 
 static int list_members(struct file_order *o)
@@ -392,6 +425,7 @@ static int list_members(struct file_order *o)
     o->sorted_of = sorted_of, o->list = list, o->length = length, o->position_of = position_of;
     o->seen = seen;
     o->ready = true;
+    replay_early_locked(o);
     pump_locked(o);
     pthread_mutex_unlock(&o->lock);
     return 0;
@@ -428,6 +462,10 @@ static void *run_listing(void *arg)
             o->dataset[0] ? o->dataset : o->group, o->listed_s, atomic_load(&o->listing.pages_read),
             atomic_load(&o->listing.pages_prefetched), o->rank, o->world, o->length, o->window,
             o->lookup_known);
+        if (o->m->trace)
+            larder__mount_log(LARDER_LOG_INFO,
+                              "trace: order rank %u listed at %.3f s (began %.3f s)", o->rank,
+                              now_s(), began);
         stage_ahead(o);
     }
     return NULL;
@@ -442,7 +480,7 @@ static void order_free(struct file_order *o)
     pthread_mutex_unlock(&o->lock);
     pthread_join(o->thread, NULL);
     free(o->address), free(o->end), free(o->sorted), free(o->sorted_of), free(o->list);
-    free(o->position_of), free(o->seen), free(o->lookup), free(o->asked);
+    free(o->position_of), free(o->seen), free(o->lookup), free(o->asked), free(o->early);
     pthread_mutex_destroy(&o->lock);
     pthread_cond_destroy(&o->wake);
     free(o);
@@ -497,6 +535,7 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     o->sample = n->sample, o->shard = s.shard, o->base = s.offset + field.offset, o->size = n->size;
     o->seed = spec->seed, o->epoch = spec->epoch, o->batch = spec->batch;
     o->window = spec->window, o->rank = spec->rank, o->world = spec->world;
+    o->early = calloc((size_t)(o->size >> (EARLY_SHIFT + 3)) + 1, 1); /* NULL: not noted */
     pthread_mutex_init(&o->lock, NULL);
     pthread_cond_init(&o->wake, NULL);
     pthread_mutex_lock(&r->lock);
@@ -507,13 +546,13 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     if (i == r->count && r->count == MAX_FILE_ORDERS) {
         pthread_mutex_unlock(&r->lock);
         pthread_mutex_destroy(&o->lock), pthread_cond_destroy(&o->wake);
-        free(o);
+        free(o->early), free(o);
         return larder__fail(LARDER_EUSAGE, "%d file orders registered already", MAX_FILE_ORDERS);
     }
     if (pthread_create(&o->thread, NULL, run_listing, o) != 0) {
         pthread_mutex_unlock(&r->lock);
         pthread_mutex_destroy(&o->lock), pthread_cond_destroy(&o->wake);
-        free(o);
+        free(o->early), free(o);
         return -EAGAIN;
     }
     struct file_order *old = i < r->count ? r->orders[i] : NULL;
@@ -554,8 +593,12 @@ static void seen_locked(struct file_order *o, uint64_t offset, uint64_t length)
         if (at < 0 || (size_t)at < o->position || o->seen[at]) continue;
         o->seen[at] = 1;
     }
+    size_t before = o->position;
     while (o->position < o->length && o->seen[o->position])
         o->position++;
+    if (o->m->trace && o->position / 32 != before / 32)
+        larder__mount_log(LARDER_LOG_INFO, "trace: order rank %u read to place %zu at %.3f s",
+                          o->rank, o->position, now_s());
 }
 
 void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_t sample,
@@ -569,6 +612,10 @@ void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_
         if (o->ready && o->members > 0) {
             seen_locked(o, offset, length);
             pump_locked(o);
+        } else if (!o->ready && o->early && length > 0 && offset < o->size) {
+            uint64_t last = (offset + length > o->size ? o->size : offset + length) - 1;
+            for (uint64_t page = offset >> EARLY_SHIFT; page <= last >> EARLY_SHIFT; page++)
+                o->early[page / 8] |= (uint8_t)(1u << page % 8);
         }
         pthread_mutex_unlock(&o->lock);
     }
