@@ -14,11 +14,12 @@
  * bounded like everything from the file -- and follows each member to its
  * bytes (hdf5_member.c).  The rank's order is torch's (sampler.c); the
  * mount stages the next `window` steps of it at NEAR, and moves on as the
- * reader's reads touch the members it expects.  Nothing here is trusted for
- * correctness: a wrong address stages the wrong bytes of the same file,
- * and every byte a reader gets is still checked.
+ * reader's reads touch the members it expects (hdf5_order_position.c).
+ * Nothing here is trusted for correctness: a wrong address stages the
+ * wrong bytes of the same file, and every byte a reader gets is still
+ * checked.
  */
-#include "mount.h"
+#include "hdf5_order.h"
 
 #include "dataset.h"
 #include "fill.h"
@@ -34,61 +35,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_FILE_ORDERS 64
 #define MEMBER_SPAN_MAX (UINT64_C(64) << 20) /* one member's bytes staged at most */
 /* Bytes of a lookup's nodes staged: what libhdf5 reads of a symbol-table
  * node and of a group B-tree node, the format's sizes with the K of 4 and
  * 16 every h5py file has (8 + 2K x 40; 24 + 2K x 8 + (2K + 1) x 8). */
 static const uint64_t lookup_node_span[2] = {8 + 2 * 4 * 40, 24 + 2 * 16 * 8 + (2 * 16 + 1) * 8};
 #define ASK_SHIFT 16                      /* a unit of the asked bitmap: the cache's 64 KiB block */
-#define EARLY_SHIFT 12                    /* a unit of the early bitmap: the kernel's page */
 #define STAGE_RUN_MAX (UINT64_C(1) << 20) /* one fill of the order's at most (its buffer) */
-
-struct file_order {
-    struct larder__mount *m;
-    struct larder__mount_file_orders *registry;
-    char file[256], group[256],
-        dataset[256]; /* dataset: its rows are the samples, else group's members */
-    uint64_t sample;  /* the file's sample in the index */
-    uint32_t shard;
-    uint64_t base, size; /* the file: shard bytes [base, base + size) */
-    uint64_t seed, epoch, batch, window;
-    uint32_t rank, world;
-    pthread_t thread;    /* lists the members, then stages ahead of the reader */
-    pthread_cond_t wake; /* the position moved, or stop */
-    _Atomic bool stop;   /* set under lock, read by resolvers without it */
-    /* set by the listing thread, then read under lock */
-    pthread_mutex_t lock;
-    bool ready;
-    int error;
-    size_t members;
-    uint64_t *address;       /* member -> its object header's offset (clipped: < size) */
-    uint64_t *end;           /* member -> the end of its bytes */
-    uint64_t *sorted;        /* the addresses, ascending */
-    uint32_t *sorted_of;     /* ... and whose */
-    uint32_t *list;          /* the rank's order of members */
-    size_t length;           /* of list */
-    int64_t *position_of;    /* member -> its first place in list, -1 */
-    uint8_t *seen;           /* list place -> some of its member's bytes were read */
-    uint64_t *lookup;        /* member -> [2]: its symbol-table node, that node's B-tree node
-                                (where a reader's lookup of it reads; UINT64_MAX unknown), or NULL */
-    size_t lookup_known;     /* members whose lookup nodes are known */
-    _Atomic size_t followed; /* members whose own extents were found */
-    uint8_t *asked;          /* a bit per 64 KiB of the file: a stage of it was asked */
-    uint8_t *early;          /* a bit per 4 KiB page read before the listing was ready, or NULL */
-    size_t position;         /* list[0..position) read: the lowest place not seen */
-    size_t staged_until;     /* list[0..staged_until) asked */
-    uint64_t staged_bytes;   /* queued */
-    double listed_s;
-    struct larder__mount_listing listing; /* its reads (the listing thread's) */
-};
-
-struct larder__mount_file_orders {
-    pthread_mutex_t listing; /* one listing at a time, so that the next can reuse it */
-    pthread_mutex_t lock;    /* the array */
-    struct file_order *orders[MAX_FILE_ORDERS];
-    size_t count;
-};
 
 static double now_s(void)
 {
@@ -353,30 +306,6 @@ static uint64_t *lookup_nodes(struct larder__mount_listing *listing, const uint6
     return lookup;
 }
 
-static void seen_locked(struct file_order *o, uint64_t offset, uint64_t length);
-
-/* The reads made before the listing was ready (o->lock held, o->ready just
- * set): their members are seen as if read now.  Without it a reader that
- * started before the listing ended (the ranks' first reads came 0.4 s
- * before it in a quiet run) left its first places unseen for good, and
- * the order stopped staging a window past them. */
-static void replay_early_locked(struct file_order *o)
-{
-    if (!o->early) return;
-    uint64_t pages = (o->size >> EARLY_SHIFT) + 1, run = 0;
-    for (uint64_t page = 0; page <= pages; page++) {
-        bool read = page < pages && o->early[page / 8] & (1u << page % 8);
-        if (read) {
-            run++;
-            continue;
-        }
-        if (run > 0) seen_locked(o, (page - run) << EARLY_SHIFT, run << EARLY_SHIFT);
-        run = 0;
-    }
-    free(o->early);
-    o->early = NULL;
-}
-
 static int list_members(struct file_order *o)
 {
     uint64_t *addresses = NULL, *row_end = NULL; /* row_end: a dataset's rows' own ends */
@@ -454,7 +383,7 @@ static int list_members(struct file_order *o)
     o->sorted_of = sorted_of, o->list = list, o->length = length, o->position_of = position_of;
     o->seen = seen;
     o->ready = true;
-    replay_early_locked(o);
+    larder__mount_hdf5_order_replay_early_locked(o);
     pump_locked(o);
     pthread_mutex_unlock(&o->lock);
     return 0;
@@ -590,90 +519,4 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     pthread_mutex_unlock(&r->lock);
     order_free(old); /* the previous epoch's: its listing and resolvers stop at the MiB at hand */
     return 0;
-}
-
-/* Data bytes [offset, offset + length) were read (o->lock held): every
- * member they touch is seen, and the position is the lowest place in the
- * list not seen.  The kernel sends each byte of the file once (it keeps
- * the pages), in pieces of its read-ahead that span several members, and
- * a member's bytes may hold another's metadata: so members are seen as
- * they are touched, in any order, and the reader is where the first one
- * not yet touched is (never past it: a count of places seen ahead, with
- * the kernel's 1 MiB read-ahead touching three or four members a read,
- * ran past the reader).  The sampler's order gives every place of the
- * rank's list once an epoch, so each is touched; only the padding at the
- * end (a member repeated) is not, and nothing follows it. */
-static void seen_locked(struct file_order *o, uint64_t offset, uint64_t length)
-{
-    if (length == 0 || offset >= o->size || offset + length < o->sorted[0]) return;
-    size_t lo = 0, hi = o->members; /* the last member at or below offset */
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (o->sorted[mid] <= offset)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    uint64_t end = offset + length > o->size ? o->size : offset + length;
-    for (size_t k = lo; k < o->members && o->sorted[k] < end; k++) {
-        uint32_t member = o->sorted_of[k];
-        if (o->end[member] <= offset) continue; /* its bytes end before the read */
-        int64_t at = o->position_of[member];
-        if (at < 0 || (size_t)at < o->position || o->seen[at]) continue;
-        o->seen[at] = 1;
-    }
-    size_t before = o->position;
-    while (o->position < o->length && o->seen[o->position])
-        o->position++;
-    if (o->m->trace && o->position / 32 != before / 32)
-        larder__mount_log(LARDER_LOG_INFO, "trace: order rank %u read to place %zu at %.3f s",
-                          o->rank, o->position, now_s());
-}
-
-void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_t sample,
-                                    uint64_t offset, uint64_t length)
-{
-    pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->count; i++) {
-        struct file_order *o = r->orders[i];
-        if (o->sample != sample) continue;
-        pthread_mutex_lock(&o->lock);
-        if (o->ready && o->members > 0) {
-            seen_locked(o, offset, length);
-            pump_locked(o);
-        } else if (!o->ready && o->early && length > 0 && offset < o->size) {
-            uint64_t last = (offset + length > o->size ? o->size : offset + length) - 1;
-            for (uint64_t page = offset >> EARLY_SHIFT; page <= last >> EARLY_SHIFT; page++)
-                o->early[page / 8] |= (uint8_t)(1u << page % 8);
-        }
-        pthread_mutex_unlock(&o->lock);
-    }
-    pthread_mutex_unlock(&r->lock);
-}
-
-int larder__mount_file_orders_describe(struct larder__mount_file_orders *r, char *buf,
-                                       size_t capacity)
-{
-    size_t used = 0;
-    pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->count && used < capacity; i++) {
-        struct file_order *o = r->orders[i];
-        pthread_mutex_lock(&o->lock);
-        int n =
-            snprintf(buf + used, capacity - used,
-                     "file=%s %s=%s sampler=torch seed=%" PRIu64 " epoch=%" PRIu64
-                     " rank=%u world=%u batch=%" PRIu64 " window=%" PRIu64
-                     " members=%zu read=%zu staged=%zu staged_bytes=%" PRIu64 "%s\n",
-                     o->file, o->dataset[0] ? "dataset" : "group",
-                     o->dataset[0] ? o->dataset : o->group, o->seed, o->epoch, o->rank, o->world,
-                     o->batch, o->window, o->members, o->position, o->staged_until, o->staged_bytes,
-                     o->error   ? " failed"
-                     : o->ready ? ""
-                                : " listing");
-        pthread_mutex_unlock(&o->lock);
-        if (n < 0 || (size_t)n >= capacity - used) break;
-        used += (size_t)n;
-    }
-    pthread_mutex_unlock(&r->lock);
-    return (int)used;
 }
