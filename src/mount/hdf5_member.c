@@ -18,7 +18,8 @@
  * same file, never more than MEMBER_EXTENTS extents.
  *
  * The parsers (larder__mount_hdf5_*message*) do no I/O; the walk reads
- * through a callback, unchecked reads of the origin (hdf5_order.c).
+ * through a callback (hdf5_order.c: the checksum block a read starts in
+ * through the cache, checked; the rest, if any, unchecked from the origin).
  */
 #include "hdf5_layout.h"
 

@@ -14,15 +14,17 @@
  * bounded like everything from the file -- and follows each member to its
  * bytes (hdf5_member.c).  The rank's order is torch's (sampler.c); the
  * mount stages the next `window` steps of it at NEAR, and moves on as the
- * reader's reads touch the members it expects.  Nothing here is trusted for
- * correctness: a wrong address stages the wrong bytes of the same file,
- * and every byte a reader gets is still checked.
+ * reader's reads touch the members it expects (hdf5_order_position.c).
+ * Nothing here is trusted for correctness: a wrong address stages the
+ * wrong bytes of the same file, and every byte a reader gets is still
+ * checked.
  */
-#include "mount.h"
+#include "hdf5_order.h"
 
 #include "dataset.h"
 #include "fill.h"
 #include "hdf5_layout.h"
+#include "index.h"
 #include "priority.h"
 #include "sampler.h"
 #include "source.h"
@@ -33,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_FILE_ORDERS 64
 #define MEMBER_SPAN_MAX (UINT64_C(64) << 20) /* one member's bytes staged at most */
 /* Bytes of a lookup's nodes staged: what libhdf5 reads of a symbol-table
  * node and of a group B-tree node, the format's sizes with the K of 4 and
@@ -41,51 +42,6 @@
 static const uint64_t lookup_node_span[2] = {8 + 2 * 4 * 40, 24 + 2 * 16 * 8 + (2 * 16 + 1) * 8};
 #define ASK_SHIFT 16                      /* a unit of the asked bitmap: the cache's 64 KiB block */
 #define STAGE_RUN_MAX (UINT64_C(1) << 20) /* one fill of the order's at most (its buffer) */
-
-struct file_order {
-    struct larder__mount *m;
-    struct larder__mount_file_orders *registry;
-    char file[256], group[256],
-        dataset[256]; /* dataset: its rows are the samples, else group's members */
-    uint64_t sample;  /* the file's sample in the index */
-    uint32_t shard;
-    uint64_t base, size; /* the file: shard bytes [base, base + size) */
-    uint64_t seed, epoch, batch, window;
-    uint32_t rank, world;
-    pthread_t thread;    /* lists the members, then stages ahead of the reader */
-    pthread_cond_t wake; /* the position moved, or stop */
-    _Atomic bool stop;   /* set under lock, read by resolvers without it */
-    /* set by the listing thread, then read under lock */
-    pthread_mutex_t lock;
-    bool ready;
-    int error;
-    size_t members;
-    uint64_t *address;       /* member -> its object header's offset (clipped: < size) */
-    uint64_t *end;           /* member -> the end of its bytes */
-    uint64_t *sorted;        /* the addresses, ascending */
-    uint32_t *sorted_of;     /* ... and whose */
-    uint32_t *list;          /* the rank's order of members */
-    size_t length;           /* of list */
-    int64_t *position_of;    /* member -> its first place in list, -1 */
-    uint8_t *seen;           /* list place -> some of its member's bytes were read */
-    uint64_t *lookup;        /* member -> [2]: its symbol-table node, that node's B-tree node
-                                (where a reader's lookup of it reads; UINT64_MAX unknown), or NULL */
-    size_t lookup_known;     /* members whose lookup nodes are known */
-    _Atomic size_t followed; /* members whose own extents were found */
-    uint8_t *asked;          /* a bit per 64 KiB of the file: a stage of it was asked */
-    size_t position;         /* list[0..position) read: the lowest place not seen */
-    size_t staged_until;     /* list[0..staged_until) asked */
-    uint64_t staged_bytes;   /* queued */
-    double listed_s;
-    struct larder__mount_listing listing; /* its reads (the listing thread's) */
-};
-
-struct larder__mount_file_orders {
-    pthread_mutex_t listing; /* one listing at a time, so that the next can reuse it */
-    pthread_mutex_t lock;    /* the array */
-    struct file_order *orders[MAX_FILE_ORDERS];
-    size_t count;
-};
 
 static double now_s(void)
 {
@@ -111,21 +67,49 @@ static void pump_locked(struct file_order *o)
     pthread_cond_broadcast(&o->wake);
 }
 
-/* Reads of a member's own metadata for larder__mount_hdf5_member: the
- * cache's where resident, else the origin's, unchecked, like the listing's
- * (what they find decides only what to stage). */
+/*
+ * Reads of a member's own metadata for larder__mount_hdf5_member.  The
+ * part in the checksum block holding `offset` goes through the cache,
+ * checked: a reader's lookup of the member reads these same bytes, and in
+ * h5py's files a member's header, heap, B-tree, symbol-table node and its
+ * datasets' headers lie together, so the first read fills the block (1 MiB
+ * by default) and the next few find it resident.  Read unchecked from the
+ * origin instead (as the listing reads), every one of the ~6 reads of a
+ * member was a round trip of its own, and its block was fetched again by
+ * the staging after them: the ordered cold epoch's members took 235-298 ms
+ * each to stage at the median in its first steps, 141-256 ms through the
+ * cache (bench/results/mount.md, mount7).  The rest of a read that runs
+ * past that block (the walk reads 4 KiB from a node's start; a header is
+ * 300-1000 bytes), a shard without block checksums (a fill there checks
+ * the whole sample), and reads through a daemon stay as before: the
+ * cache's where resident, else the origin's, unchecked (what they find
+ * decides only what to stage).
+ */
 static int read_member(void *context, uint64_t offset, void *buf, size_t length)
 {
     struct file_order *o = context;
     struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
     if (o->m->stopping) return -EINTR;
     if (offset > o->size || length > o->size - offset) return LARDER_ETRUNCATED;
-    if (larder__fill_resident(fill, o->shard, o->base + offset, length))
-        return larder__fill_range_at(fill, o->shard, o->base + offset, length, LARDER__NEAR, buf);
+    struct larder__shard s;
+    uint64_t checked = 0; /* bytes from offset through the cache, checked */
+    if (!o->m->daemon &&
+        larder__index_shard(larder__dataset_index(o->m->dataset), o->shard, &s) == 0 &&
+        s.sum_shift > 0 && s.sum_shift <= 40) {
+        uint64_t block = UINT64_C(1) << s.sum_shift, at = o->base + offset;
+        checked = block - at % block < length ? block - at % block : length;
+        int rc = larder__fill_range_at(fill, o->shard, at, checked, LARDER__NEAR, buf);
+        if (rc < 0) return rc;
+    }
+    uint8_t *rest = (uint8_t *)buf + checked;
+    uint64_t at = o->base + offset + checked, left = length - checked;
+    if (left == 0) return 0;
+    if (larder__fill_resident(fill, o->shard, at, left))
+        return larder__fill_range_at(fill, o->shard, at, left, LARDER__NEAR, rest);
     struct larder__source *source;
     int rc = larder__fill_source(fill, o->shard, &source);
     if (rc < 0) return rc;
-    rc = larder__source_read(source, buf, length, o->base + offset, larder__read_at(LARDER__NEAR));
+    rc = larder__source_read(source, rest, left, at, larder__read_at(LARDER__NEAR));
     return rc < 0 ? rc : 0;
 }
 
@@ -233,10 +217,17 @@ static void *run_resolver(void *arg)
             pthread_cond_wait(&o->wake, &o->lock);
             continue;
         }
+        size_t place = o->staged_until;
         uint32_t member = o->list[o->staged_until++];
         pthread_mutex_unlock(&o->lock);
         if (!buf) buf = malloc(STAGE_RUN_MAX); /* NULL: stage through the pool */
+        double began = o->m->trace ? now_s() : 0;
         uint64_t staged = stage_member(o, member, extents, buf);
+        if (o->m->trace)
+            larder__mount_log(LARDER_LOG_INFO,
+                              "trace: order rank %u place %zu member %u staged %" PRIu64
+                              " bytes in %.1f ms at %.3f s",
+                              o->rank, place, member, staged, (now_s() - began) * 1e3, now_s());
         pthread_mutex_lock(&o->lock);
         o->staged_bytes += staged;
     }
@@ -392,6 +383,7 @@ static int list_members(struct file_order *o)
     o->sorted_of = sorted_of, o->list = list, o->length = length, o->position_of = position_of;
     o->seen = seen;
     o->ready = true;
+    larder__mount_hdf5_order_replay_early_locked(o);
     pump_locked(o);
     pthread_mutex_unlock(&o->lock);
     return 0;
@@ -428,6 +420,10 @@ static void *run_listing(void *arg)
             o->dataset[0] ? o->dataset : o->group, o->listed_s, atomic_load(&o->listing.pages_read),
             atomic_load(&o->listing.pages_prefetched), o->rank, o->world, o->length, o->window,
             o->lookup_known);
+        if (o->m->trace)
+            larder__mount_log(LARDER_LOG_INFO,
+                              "trace: order rank %u listed at %.3f s (began %.3f s)", o->rank,
+                              now_s(), began);
         stage_ahead(o);
     }
     return NULL;
@@ -442,7 +438,7 @@ static void order_free(struct file_order *o)
     pthread_mutex_unlock(&o->lock);
     pthread_join(o->thread, NULL);
     free(o->address), free(o->end), free(o->sorted), free(o->sorted_of), free(o->list);
-    free(o->position_of), free(o->seen), free(o->lookup), free(o->asked);
+    free(o->position_of), free(o->seen), free(o->lookup), free(o->asked), free(o->early);
     pthread_mutex_destroy(&o->lock);
     pthread_cond_destroy(&o->wake);
     free(o);
@@ -497,6 +493,7 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     o->sample = n->sample, o->shard = s.shard, o->base = s.offset + field.offset, o->size = n->size;
     o->seed = spec->seed, o->epoch = spec->epoch, o->batch = spec->batch;
     o->window = spec->window, o->rank = spec->rank, o->world = spec->world;
+    o->early = calloc((size_t)(o->size >> (EARLY_SHIFT + 3)) + 1, 1); /* NULL: not noted */
     pthread_mutex_init(&o->lock, NULL);
     pthread_cond_init(&o->wake, NULL);
     pthread_mutex_lock(&r->lock);
@@ -507,13 +504,13 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     if (i == r->count && r->count == MAX_FILE_ORDERS) {
         pthread_mutex_unlock(&r->lock);
         pthread_mutex_destroy(&o->lock), pthread_cond_destroy(&o->wake);
-        free(o);
+        free(o->early), free(o);
         return larder__fail(LARDER_EUSAGE, "%d file orders registered already", MAX_FILE_ORDERS);
     }
     if (pthread_create(&o->thread, NULL, run_listing, o) != 0) {
         pthread_mutex_unlock(&r->lock);
         pthread_mutex_destroy(&o->lock), pthread_cond_destroy(&o->wake);
-        free(o);
+        free(o->early), free(o);
         return -EAGAIN;
     }
     struct file_order *old = i < r->count ? r->orders[i] : NULL;
@@ -522,82 +519,4 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     pthread_mutex_unlock(&r->lock);
     order_free(old); /* the previous epoch's: its listing and resolvers stop at the MiB at hand */
     return 0;
-}
-
-/* Data bytes [offset, offset + length) were read (o->lock held): every
- * member they touch is seen, and the position is the lowest place in the
- * list not seen.  The kernel sends each byte of the file once (it keeps
- * the pages), in pieces of its read-ahead that span several members, and
- * a member's bytes may hold another's metadata: so members are seen as
- * they are touched, in any order, and the reader is where the first one
- * not yet touched is (never past it: a count of places seen ahead, with
- * the kernel's 1 MiB read-ahead touching three or four members a read,
- * ran past the reader).  The sampler's order gives every place of the
- * rank's list once an epoch, so each is touched; only the padding at the
- * end (a member repeated) is not, and nothing follows it. */
-static void seen_locked(struct file_order *o, uint64_t offset, uint64_t length)
-{
-    if (length == 0 || offset >= o->size || offset + length < o->sorted[0]) return;
-    size_t lo = 0, hi = o->members; /* the last member at or below offset */
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (o->sorted[mid] <= offset)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    uint64_t end = offset + length > o->size ? o->size : offset + length;
-    for (size_t k = lo; k < o->members && o->sorted[k] < end; k++) {
-        uint32_t member = o->sorted_of[k];
-        if (o->end[member] <= offset) continue; /* its bytes end before the read */
-        int64_t at = o->position_of[member];
-        if (at < 0 || (size_t)at < o->position || o->seen[at]) continue;
-        o->seen[at] = 1;
-    }
-    while (o->position < o->length && o->seen[o->position])
-        o->position++;
-}
-
-void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_t sample,
-                                    uint64_t offset, uint64_t length)
-{
-    pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->count; i++) {
-        struct file_order *o = r->orders[i];
-        if (o->sample != sample) continue;
-        pthread_mutex_lock(&o->lock);
-        if (o->ready && o->members > 0) {
-            seen_locked(o, offset, length);
-            pump_locked(o);
-        }
-        pthread_mutex_unlock(&o->lock);
-    }
-    pthread_mutex_unlock(&r->lock);
-}
-
-int larder__mount_file_orders_describe(struct larder__mount_file_orders *r, char *buf,
-                                       size_t capacity)
-{
-    size_t used = 0;
-    pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->count && used < capacity; i++) {
-        struct file_order *o = r->orders[i];
-        pthread_mutex_lock(&o->lock);
-        int n =
-            snprintf(buf + used, capacity - used,
-                     "file=%s %s=%s sampler=torch seed=%" PRIu64 " epoch=%" PRIu64
-                     " rank=%u world=%u batch=%" PRIu64 " window=%" PRIu64
-                     " members=%zu read=%zu staged=%zu staged_bytes=%" PRIu64 "%s\n",
-                     o->file, o->dataset[0] ? "dataset" : "group",
-                     o->dataset[0] ? o->dataset : o->group, o->seed, o->epoch, o->rank, o->world,
-                     o->batch, o->window, o->members, o->position, o->staged_until, o->staged_bytes,
-                     o->error   ? " failed"
-                     : o->ready ? ""
-                                : " listing");
-        pthread_mutex_unlock(&o->lock);
-        if (n < 0 || (size_t)n >= capacity - used) break;
-        used += (size_t)n;
-    }
-    pthread_mutex_unlock(&r->lock);
-    return (int)used;
 }

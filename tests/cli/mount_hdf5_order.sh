@@ -10,7 +10,8 @@
 # headers (h5o.get_info) and data (get_offset), its group's B-tree, node and
 # heap, and the root group's nodes a lookup of it reads (the last two parsed
 # here from the format's spec) -- in the index's 64 KiB checksum blocks,
-# besides the listing's own 16 KiB reads.  Reading the first step through h5py moves the registration on
+# besides the listing's own 16 KiB reads, and no member's header is read
+# from the origin but in those fills.  Reading the first step through h5py moves the registration on
 # and stages the next; the file reads back byte-exact; registrations that
 # name no file, an unknown sampler or a file that is not HDF5 are refused
 # or reported.  The same for the rows of a contiguous and of a chunked
@@ -149,6 +150,16 @@ assert "members=%d" % N in text and field(text, "read") == 0, text
 assert fills() == want, "fills %s, want the first window's blocks %s" % (sorted(fills()), sorted(want))
 print("registered: the origin filled exactly the blocks of the first %d members (%s)"
       % (WINDOW * local, sorted(want)))
+# a member's own metadata (its header first) is read through the cache, in
+# the fills above: no read of less than a block starts at a window member's
+# object header (unchecked reads of 4 KiB from the origin did, one a node)
+small = [(first, last) for path, rng in json.load(urllib.request.urlopen(base + "/__log", timeout=10))
+         if path.endswith("/samples.h5")
+         for first, last in [tuple(map(int, rng.split("=")[1].split("-")))]
+         if last + 1 - first < BLOCK]
+headers = {address[i] for i in order[:WINDOW * local]}
+unchecked = [r for r in small if r[0] in headers]
+assert not unchecked, "members' headers read outside the cache's fills: %s" % unchecked
 # each member's 100 KB of data (two or three 64 KiB blocks) came in one origin
 # read, not one per block (a fill reads its run of missing blocks at once)
 reads = [tuple(map(int, rng.split("=")[1].split("-")))
