@@ -140,6 +140,9 @@ LARDER__HIDDEN size_t larder__ucx_quiesce(struct larder__ucx *hub);
 
 /* How many files the hub keeps mapped for answers (for tests). */
 LARDER__HIDDEN size_t larder__ucx_mapped_files(struct larder__ucx *hub);
+/* At most `most` files kept mapped (default 1024; for tests): the least
+ * recently used one no answer is sending from goes first. */
+LARDER__HIDDEN void larder__ucx_set_max_mappings(struct larder__ucx *hub, size_t most);
 
 /* ---- a borrower's side --------------------------------------------------------------- */
 

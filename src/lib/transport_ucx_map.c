@@ -10,10 +10,16 @@
  * shared memory a formality; on InfiniBand the pages a send needs), and
  * kept for the next answers from it, at most MAX_MAPPINGS files; the
  * least recently used mapping no answer is using goes when the table is
- * full.  A file that grew past its mapping is mapped again (the old one
- * goes once its answers are done); one whose last name is gone (nlink 0:
- * the dataset's cache was removed) is not kept, so a mapping never holds
- * a deleted file's blocks.
+ * full.  The table holds a node's whole set of shard files, not a
+ * window of them: a pass over a dataset of more files than it holds maps
+ * every file again at each pass (least recently used is the worst choice
+ * for a cyclic order), and 64 was just short of bench/peer.sh's 65 files
+ * (260 mmaps for 2068 answers in 4 passes).  A kept mapping costs an
+ * address range and the page tables of the pages sent from it, no memory
+ * of its own.  A file that grew past its mapping is mapped again (the old
+ * one goes once its answers are done); one whose last name is gone
+ * (nlink 0: the dataset's cache was removed) is not kept, so a mapping
+ * never holds a deleted file's blocks.
  *
  * Locking: mappings->lock guards the table and each entry's refs;
  * ucp_mem_map and ucp_mem_unmap are called under it, and not under
@@ -33,7 +39,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#define MAX_MAPPINGS 64 /* cache files kept mapped at once */
+#define MAX_MAPPINGS 1024 /* cache files kept mapped at once (larder__ucx_set_max_mappings) */
 
 struct larder__ucx_mapping {
     dev_t dev;
@@ -51,6 +57,7 @@ struct larder__ucx_mappings {
     pthread_mutex_t lock;
     struct larder__ucx_mapping *list; /* the kept ones */
     size_t count;
+    size_t most; /* 0: MAX_MAPPINGS (larder__ucx_set_max_mappings, for tests) */
     uint64_t clock;
 };
 
@@ -148,7 +155,7 @@ int larder__ucx_mapping_get(struct larder__ucx *hub, int fd, uint64_t offset, si
         m = NULL;
     }
     if (!m) {
-        if (t->count >= MAX_MAPPINGS && oldest) drop(hub, oldest);
+        if (t->count >= (t->most ? t->most : MAX_MAPPINGS) && oldest) drop(hub, oldest);
         if (!(m = map_file(hub, fd, &st))) {
             int err = -errno;
             pthread_mutex_unlock(&t->lock);
@@ -178,6 +185,14 @@ void larder__ucx_mapping_put(struct larder__ucx *hub, struct larder__ucx_mapping
     pthread_mutex_unlock(&t->lock);
 }
 
+void larder__ucx_set_max_mappings(struct larder__ucx *hub, size_t most)
+{
+    struct larder__ucx_mappings *t = hub->mappings;
+    pthread_mutex_lock(&t->lock);
+    t->most = most;
+    pthread_mutex_unlock(&t->lock);
+}
+
 size_t larder__ucx_mapped_files(struct larder__ucx *hub)
 {
     struct larder__ucx_mappings *t = hub->mappings;
@@ -188,6 +203,11 @@ size_t larder__ucx_mapped_files(struct larder__ucx *hub)
 }
 
 #else /* built without UCX */
+
+void larder__ucx_set_max_mappings(struct larder__ucx *hub, size_t most)
+{
+    (void)hub, (void)most;
+}
 
 size_t larder__ucx_mapped_files(struct larder__ucx *hub)
 {
