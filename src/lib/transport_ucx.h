@@ -146,6 +146,17 @@ LARDER__HIDDEN void larder__ucx_set_max_mappings(struct larder__ucx *hub, size_t
 
 /* ---- a borrower's side --------------------------------------------------------------- */
 
+/*
+ * A borrower reads a peer over `larder__ucx_lanes` hubs at once, each with
+ * its own worker and progress thread (transport_ucx_lanes.c): lane 0 is
+ * the hub itself, the others are started at their first use and stopped
+ * with it.  A lane that cannot start is the hub itself (no error).  Valid
+ * while the hub is.
+ */
+#define LARDER__UCX_MAX_LANES 8
+LARDER__HIDDEN int larder__ucx_lanes(struct larder__ucx *hub);
+LARDER__HIDDEN struct larder__ucx *larder__ucx_lane(struct larder__ucx *hub, int lane);
+
 /* A link to the daemon whose worker address and token came in a UCX_ACCEPT.  0 or a negative code.
  */
 LARDER__HIDDEN int larder__ucx_link_new(struct larder__ucx *hub, const void *address, size_t length,

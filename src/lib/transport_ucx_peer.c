@@ -4,7 +4,11 @@
  * (dialled, HELLO and the secret's proofs, OPEN: endpoint.c's), sends
  * UCX_OFFER with this process's worker address, and takes the daemon's
  * address and session token from its UCX_ACCEPT; every READ then goes
- * over the link, from any number of threads at once.  The session lives
+ * over the link, from any number of threads at once.  There is one such
+ * path per lane of the hub (transport_ucx_lanes.c: each its own worker,
+ * control connection and session), made at the first READ sent over
+ * it, and READs take the lanes in turn, so that more than one thread
+ * receives their answers.  The session lives
  * as long as the control connection: one the daemon closed (or a link
  * that broke) is replaced at the next READ.  A daemon that answers the
  * offer with an ERROR (it runs --transport tcp), or does not know the
@@ -38,11 +42,13 @@ struct path {
 struct larder__ucx_peer {
     struct larder__ucx *hub;
     struct larder__endpoint *endpoint;
-    pthread_mutex_t lock; /* state, path, retry_ms; held while a path is made */
+    pthread_mutex_t lock; /* state, paths, retry_ms; held while a path is made */
     int state;
-    struct path *path;
-    int64_t retry_ms; /* STATE_TCP, or failed: when to ask again */
-    bool failed;      /* the UCX path failed: TCP until retry_ms */
+    int lanes;                                 /* larder__ucx_lanes(hub) */
+    struct path *paths[LARDER__UCX_MAX_LANES]; /* one per lane, made at its first READ */
+    unsigned next_lane;                        /* the next READ's (atomic) */
+    int64_t retry_ms;                          /* STATE_TCP, or failed: when to ask again */
+    bool failed;                               /* the UCX path failed: TCP until retry_ms */
 };
 
 static int64_t now_ms(void)
@@ -59,6 +65,9 @@ int larder__ucx_peer_new(struct larder__ucx *hub, struct larder__endpoint *endpo
     if (!p) return -ENOMEM;
     p->hub = hub;
     p->endpoint = endpoint;
+    p->lanes = larder__ucx_lanes(hub);
+    if (p->lanes < 1) p->lanes = 1;
+    if (p->lanes > LARDER__UCX_MAX_LANES) p->lanes = LARDER__UCX_MAX_LANES;
     pthread_mutex_init(&p->lock, NULL);
     *out = p;
     return 0;
@@ -75,7 +84,8 @@ static void path_release(struct path *path)
 void larder__ucx_peer_free(struct larder__ucx_peer *p)
 {
     if (!p) return;
-    path_release(p->path);
+    for (int lane = 0; lane < p->lanes; lane++)
+        path_release(p->paths[lane]);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
@@ -116,8 +126,9 @@ static int recv_all(int fd, void *buf, size_t length)
  * Ask for the UCX path on a fresh control connection: 0 with *out; a
  * negative code (the peer failed); or LARDER__UCX_USE_TCP.
  */
-static int make_path(struct larder__ucx_peer *p, struct path **out, int64_t deadline_ms)
+static int make_path(struct larder__ucx_peer *p, int lane, struct path **out, int64_t deadline_ms)
 {
+    struct larder__ucx *hub = larder__ucx_lane(p->hub, lane);
     int timeout_ms;
     int fd = larder__endpoint_connect(p->endpoint, &timeout_ms, deadline_ms);
     if (fd < 0) return fd;
@@ -127,7 +138,7 @@ static int make_path(struct larder__ucx_peer *p, struct path **out, int64_t dead
     }
     const void *address;
     size_t length;
-    larder__ucx_address(p->hub, &address, &length);
+    larder__ucx_address(hub, &address, &length);
     uint8_t *frame = malloc(LARDER__WIRE_HEADER + LARDER__WIRE_PROOF + LARDER__WIRE_MAX_UCX);
     int rc = frame ? 0 : -ENOMEM;
     if (rc == 0) {
@@ -151,7 +162,7 @@ static int make_path(struct larder__ucx_peer *p, struct path **out, int64_t dead
     if (rc == 0 && answer.type == LARDER__UCX_ACCEPT && answer.length > LARDER__WIRE_PROOF) {
         path = calloc(1, sizeof *path);
         const uint8_t *payload = frame + LARDER__WIRE_HEADER;
-        rc = path ? larder__ucx_link_new(p->hub, payload + LARDER__WIRE_PROOF,
+        rc = path ? larder__ucx_link_new(hub, payload + LARDER__WIRE_PROOF,
                                          answer.length - LARDER__WIRE_PROOF, payload, &path->link)
                   : -ENOMEM;
     } else if (rc == 0) {
@@ -179,15 +190,34 @@ static bool hung_up(int fd)
     return poll(&poll_fd, 1, 0) == 1 && poll_fd.revents & (POLLRDHUP | POLLHUP | POLLERR);
 }
 
-/* The current path made when there is none (p->lock held), by deadline_ms
- * (0: the endpoint's own bounds): 0 with p->path; LARDER__UCX_USE_TCP
- * (this peer has none, or the UCX path failed lately); or the peer's
- * failure. */
-static int ensure_path(struct larder__ucx_peer *p, int64_t deadline_ms)
+/* Let go of every lane's path (p->lock held): the UCX path failed. */
+static void drop_paths(struct larder__ucx_peer *p)
 {
-    if (p->path) return 0;
+    for (int lane = 0; lane < p->lanes; lane++) {
+        path_release(p->paths[lane]);
+        p->paths[lane] = NULL;
+    }
+}
+
+/* Let go of the lane's path if its link broke or its control connection closed (p->lock held). */
+static void drop_if_gone(struct larder__ucx_peer *p, int lane)
+{
+    struct path *path = p->paths[lane];
+    if (path && (larder__ucx_link_broken(path->link) || hung_up(path->fd))) {
+        path_release(path);
+        p->paths[lane] = NULL;
+    }
+}
+
+/* The lane's path made when there is none (p->lock held), by deadline_ms
+ * (0: the endpoint's own bounds): 0 with p->paths[lane];
+ * LARDER__UCX_USE_TCP (this peer has none, or the UCX path failed
+ * lately); or the peer's failure. */
+static int ensure_path(struct larder__ucx_peer *p, int lane, int64_t deadline_ms)
+{
+    if (p->paths[lane]) return 0;
     if ((p->state == STATE_TCP || p->failed) && now_ms() < p->retry_ms) return LARDER__UCX_USE_TCP;
-    int rc = make_path(p, &p->path, deadline_ms);
+    int rc = make_path(p, lane, &p->paths[lane], deadline_ms);
     if (rc == LARDER__UCX_USE_TCP) {
         __atomic_store_n(&p->state, STATE_TCP, __ATOMIC_RELAXED);
         p->retry_ms = now_ms() + TCP_RETRY_MS;
@@ -200,16 +230,17 @@ static int ensure_path(struct larder__ucx_peer *p, int64_t deadline_ms)
 int larder__ucx_peer_prepare(struct larder__ucx_peer *p, int64_t deadline_ms)
 {
     pthread_mutex_lock(&p->lock);
-    if (p->path && (larder__ucx_link_broken(p->path->link) || hung_up(p->path->fd))) {
-        path_release(p->path);
-        p->path = NULL;
+    int rc = 0;
+    for (int lane = 0; lane < p->lanes && rc == 0; lane++) {
+        drop_if_gone(p, lane);
+        rc = ensure_path(p, lane, deadline_ms);
     }
-    int rc = ensure_path(p, deadline_ms);
     if (rc < 0 && rc != LARDER__UCX_USE_TCP) {
         /* recorded as a READ's failed path is: the READs that waited on
          * p->lock meanwhile, and those of the next UCX_RETRY_MS, go over
          * TCP (whose failure is the peer's, marked and logged there)
          * rather than each make the path again */
+        drop_paths(p);
         p->retry_ms = now_ms() + UCX_RETRY_MS;
         p->failed = true;
     }
@@ -221,17 +252,15 @@ int larder__ucx_peer_read(struct larder__ucx_peer *p, const struct larder__read 
                           int wait_ms, int patience_ms, bool *fault)
 {
     *fault = false;
+    int lane = (int)(__atomic_fetch_add(&p->next_lane, 1, __ATOMIC_RELAXED) % (unsigned)p->lanes);
     pthread_mutex_lock(&p->lock);
-    if (p->path && (larder__ucx_link_broken(p->path->link) || hung_up(p->path->fd))) {
-        path_release(p->path);
-        p->path = NULL;
-    }
-    int rc = ensure_path(p, 0);
-    if (rc == LARDER__UCX_USE_TCP && !p->path) {
+    drop_if_gone(p, lane);
+    int rc = ensure_path(p, lane, 0);
+    if (rc == LARDER__UCX_USE_TCP && !p->paths[lane]) {
         pthread_mutex_unlock(&p->lock);
         return LARDER__UCX_USE_TCP;
     }
-    struct path *path = p->path;
+    struct path *path = p->paths[lane];
     if (path) path->refs++;
     pthread_mutex_unlock(&p->lock);
     if (rc != 0) {
@@ -240,14 +269,13 @@ int larder__ucx_peer_read(struct larder__ucx_peer *p, const struct larder__read 
     }
     rc = larder__ucx_link_read(path->link, read, buf, wait_ms, patience_ms, fault);
     pthread_mutex_lock(&p->lock);
-    if (*fault && p->path == path) {
+    if (*fault && p->paths[lane] == path) {
         /* the UCX path failed, not necessarily the peer: this READ and those
          * of the next UCX_RETRY_MS go over TCP, whose failure is the peer's */
         larder__log(LARDER_LOG_WARN, "peer %s: the UCX path failed (%s): over TCP for %d s",
                     larder__endpoint_address(p->endpoint), larder_strerror(rc),
                     UCX_RETRY_MS / 1000);
-        path_release(path);
-        p->path = NULL;
+        drop_paths(p); /* every lane's: READs go over TCP for a while */
         p->retry_ms = now_ms() + UCX_RETRY_MS;
         p->failed = true;
     }

@@ -1,0 +1,100 @@
+/*
+ * transport_ucx_lanes.c - a borrower's lanes: more hubs (UCP workers, each
+ * with its progress thread) in one process, so that a peer's answers are
+ * received by more than one thread at once (transport_ucx.h,
+ * larder__ucx_lane).
+ *
+ * A worker is driven by one thread, and a large answer's bytes are copied
+ * into the reader's buffer inside that thread's progress: over shared
+ * memory (cma, one process_vm_readv per answer) that copy is the whole
+ * cost, and one thread copying was the ceiling of a borrower reading a
+ * peer (serving over shm: the client's progress thread at 100% of a core
+ * in _copy_to_iter, the other core 43% idle; two clients of 4 threads
+ * read 7585-8612 MB/s where one of 8 read 5644-6145).  So a borrower's
+ * peer paths are made one per lane (transport_ucx_peer.c): each lane
+ * offers its own worker's address over a control connection of its own,
+ * and the daemon answers it as any other session.  Nothing changes on
+ * the daemon's side or in the protocol.
+ *
+ * Lanes are made at their first use, so that a daemon that never borrows
+ * over UCX runs one worker; LARDER_UCX_LANES sets how many (1-8, default
+ * 2; 1: the hub alone).
+ */
+#include "transport_ucx_internal.h"
+
+#include <stdlib.h>
+
+#ifdef LARDER_HAVE_UCX
+
+#define DEFAULT_LANES 2
+
+int larder__ucx_lanes_config(void)
+{
+    const char *want = getenv("LARDER_UCX_LANES");
+    if (!want || !*want) return DEFAULT_LANES;
+    char *end;
+    long n = strtol(want, &end, 10);
+    return *end == '\0' && n >= 1 && n <= LARDER__UCX_MAX_LANES ? (int)n : DEFAULT_LANES;
+}
+
+int larder__ucx_lanes(struct larder__ucx *hub)
+{
+    return hub->num_lanes;
+}
+
+struct larder__ucx *larder__ucx_lane(struct larder__ucx *hub, int lane)
+{
+    if (lane <= 0 || lane >= hub->num_lanes || hub->parent) return hub;
+    pthread_mutex_lock(&hub->lanes_lock);
+    struct larder__ucx *found = hub->lanes[lane - 1];
+    if (!found && !hub->lanes_failed) {
+        if (larder__ucx_start(&found) == 0) {
+            found->parent = hub;
+            hub->lanes[lane - 1] = found;
+        } else {
+            larder__log(LARDER_LOG_WARN, "UCX: a second lane did not start (%s): one lane",
+                        larder_errmsg());
+            hub->lanes_failed = true;
+            found = NULL;
+        }
+    }
+    pthread_mutex_unlock(&hub->lanes_lock);
+    return found ? found : hub;
+}
+
+void larder__ucx_lanes_stop(struct larder__ucx *hub)
+{
+    _Static_assert(sizeof hub->stats % sizeof(uint64_t) == 0, "the counters are uint64_t");
+    for (int i = 0; i < LARDER__UCX_MAX_LANES - 1; i++) {
+        pthread_mutex_lock(&hub->lanes_lock);
+        struct larder__ucx *lane = hub->lanes[i];
+        hub->lanes[i] = NULL;
+        pthread_mutex_unlock(&hub->lanes_lock);
+        if (!lane) continue;
+        larder__ucx_stop(lane);
+    }
+}
+
+void larder__ucx_lanes_add_stats(struct larder__ucx *hub, const struct larder__ucx *lane)
+{
+    uint64_t *to = (uint64_t *)&hub->stats;
+    const uint64_t *from = (const uint64_t *)&lane->stats;
+    for (size_t i = 0; i < sizeof hub->stats / sizeof(uint64_t); i++)
+        __atomic_add_fetch(&to[i], __atomic_load_n(&from[i], __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+}
+
+#else /* built without UCX */
+
+int larder__ucx_lanes(struct larder__ucx *hub)
+{
+    (void)hub;
+    return 1;
+}
+
+struct larder__ucx *larder__ucx_lane(struct larder__ucx *hub, int lane)
+{
+    (void)lane;
+    return hub;
+}
+
+#endif
