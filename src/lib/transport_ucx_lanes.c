@@ -18,7 +18,9 @@
  *
  * Lanes are made at their first use, so that a daemon that never borrows
  * over UCX runs one worker; LARDER_UCX_LANES sets how many (1-8, default
- * 2; 1: the hub alone).
+ * 2; 1: the hub alone).  Each lane is a whole hub (its own UCP context
+ * too): simple, and a lane's failure to start leaves the others as they
+ * are (its READs go over the hub itself).
  */
 #include "transport_ucx_internal.h"
 
@@ -52,8 +54,8 @@ struct larder__ucx *larder__ucx_lane(struct larder__ucx *hub, int lane)
             found->parent = hub;
             hub->lanes[lane - 1] = found;
         } else {
-            larder__log(LARDER_LOG_WARN, "UCX: a second lane did not start (%s): one lane",
-                        larder_errmsg());
+            larder__log(LARDER_LOG_WARN, "UCX: lane %d did not start (%s): reading over fewer",
+                        lane, larder_errmsg());
             hub->lanes_failed = true;
             found = NULL;
         }
