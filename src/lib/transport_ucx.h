@@ -143,6 +143,13 @@ LARDER__HIDDEN size_t larder__ucx_mapped_files(struct larder__ucx *hub);
 /* At most `most` files kept mapped (default 1024; for tests): the least
  * recently used one no answer is sending from goes first. */
 LARDER__HIDDEN void larder__ucx_set_max_mappings(struct larder__ucx *hub, size_t most);
+/* At most `most` bytes of files kept mapped (default 4 GiB; for tests):
+ * each is registered whole, which pins it on a fabric without on-demand
+ * paging.  A file that does not fit is mapped for its answer alone. */
+LARDER__HIDDEN void larder__ucx_set_max_mapped_bytes(struct larder__ucx *hub, size_t most);
+/* The bytes of the files kept mapped, and how many files were mapped so far (for tests). */
+LARDER__HIDDEN size_t larder__ucx_mapped_bytes(struct larder__ucx *hub);
+LARDER__HIDDEN uint64_t larder__ucx_maps(struct larder__ucx *hub);
 
 /* ---- a borrower's side --------------------------------------------------------------- */
 
