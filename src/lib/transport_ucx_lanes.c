@@ -18,12 +18,14 @@
  *
  * Lanes are made at their first use, so that a daemon that never borrows
  * over UCX runs one worker; LARDER_UCX_LANES sets how many (1-8, default
- * 2; 1: the hub alone).  Each lane is a whole hub (its own UCP context
- * too): simple, and a lane's failure to start leaves the others as they
- * are (its READs go over the hub itself).
+ * 2; 1: the hub alone; a number out of that range is clamped into it, and
+ * one that is not a number gives the default, each with a warning, once).  Each lane is a whole hub
+ * (its own UCP context too): simple, and a lane's failure to start leaves the others as they are
+ * (its READs go over the hub itself).
  */
 #include "transport_ucx_internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 #ifdef LARDER_HAVE_UCX
@@ -32,11 +34,25 @@
 
 int larder__ucx_lanes_config(void)
 {
+    static bool warned; /* once per process (atomic) */
     const char *want = getenv("LARDER_UCX_LANES");
     if (!want || !*want) return DEFAULT_LANES;
     char *end;
+    errno = 0;
     long n = strtol(want, &end, 10);
-    return *end == '\0' && n >= 1 && n <= LARDER__UCX_MAX_LANES ? (int)n : DEFAULT_LANES;
+    int lanes = DEFAULT_LANES;
+    if (end == want || *end != '\0') { /* not a number: the default */
+    } else if (errno == ERANGE || n > LARDER__UCX_MAX_LANES) {
+        lanes = LARDER__UCX_MAX_LANES;
+    } else if (n < 1) {
+        lanes = 1;
+    } else {
+        return (int)n;
+    }
+    if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+        larder__log(LARDER_LOG_WARN, "LARDER_UCX_LANES=%.32s is not 1 to %d: %d lanes", want,
+                    LARDER__UCX_MAX_LANES, lanes);
+    return lanes;
 }
 
 int larder__ucx_lanes(struct larder__ucx *hub)

@@ -101,6 +101,14 @@ TEST(ucx_lane_is_a_hub_of_its_own_counted_with_its_hub)
     unsetenv("LARDER_UCX_STATS");
 }
 
+static int warnings;
+
+static void count_lanes_warnings(void *userdata, int level, const char *message)
+{
+    (void)userdata, (void)level;
+    if (strstr(message, "LARDER_UCX_LANES")) warnings++;
+}
+
 TEST(ucx_lanes_set_by_the_environment)
 {
     struct larder__ucx *hub;
@@ -109,12 +117,19 @@ TEST(ucx_lanes_set_by_the_environment)
     CHECK_EQ(larder__ucx_lanes(hub), 1);
     CHECK(larder__ucx_lane(hub, 1) == hub);
     larder__ucx_stop(hub);
-    const char *values[][2] = {{"4", "4"}, {"9", "2"}, {"0", "2"}, {"two", "2"}};
+    /* out of 1-8: clamped; not a number: the default (2); warned once */
+    const char *values[][2] = {{"4", "4"},  {"9", "8"},   {"0", "1"},
+                               {"-3", "1"}, {"two", "2"}, {"99999999999999999999", "8"},
+                               {"3x", "2"}, {"8", "8"}};
+    warnings = 0;
+    larder_set_log(count_lanes_warnings, NULL, LARDER_LOG_WARN);
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
         setenv("LARDER_UCX_LANES", values[i][0], 1);
         CHECK_EQ(larder__ucx_start(&hub), 0);
         CHECK_EQ(larder__ucx_lanes(hub), atoi(values[i][1]));
         larder__ucx_stop(hub);
     }
+    larder_set_log(NULL, NULL, LARDER_LOG_WARN);
+    CHECK_EQ(warnings, 1); /* once a process: no other test sets a wrong value */
     unsetenv("LARDER_UCX_LANES");
 }
