@@ -10,7 +10,9 @@
  * offer slow) leaves READs on the other, never failing one nor marking
  * the peer down; a lane whose control connection closes under READs in
  * flight costs those READs a trip over TCP (byte-exact), and the other
- * lane stays on UCX.  Skipped when UCX has no usable transport here.
+ * lane stays on UCX; a lane whose worker does not start makes no second
+ * session over the first lane's worker.  Skipped when UCX has no usable
+ * transport here.
  */
 #include "endpoint.h"
 #include "priority.h"
@@ -405,5 +407,33 @@ TEST(ucx_peer_lane_closed_under_reads_costs_only_that_lane)
     CHECK_EQ(fake.tcp_reads, tcp_before);
     CHECK_EQ(fake.sessions, 3); /* lane 1 made again */
     pthread_mutex_unlock(&fake.lock);
+    stop(borrower, endpoint);
+}
+
+/* Lane 1's worker cannot start (UCX_TLS names no transport by then): the
+ * peer is read over lane 0's path alone, with no second control
+ * connection and session for the same worker. */
+TEST(ucx_peer_lane_that_does_not_start_reuses_the_first)
+{
+    struct larder__ucx *borrower;
+    struct larder__endpoint *endpoint;
+    start(&borrower, &endpoint);
+    const char *tls = getenv("UCX_TLS");
+    char *saved = tls ? strdup(tls) : NULL;
+    setenv("UCX_TLS", "no_such_transport", 1); /* read when lane 1 starts */
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(read_at(endpoint, (uint64_t)i * SIZE), 0);
+    if (saved)
+        setenv("UCX_TLS", saved, 1);
+    else
+        unsetenv("UCX_TLS");
+    free(saved);
+    pthread_mutex_lock(&fake.lock);
+    CHECK_EQ(fake.accepted, 1);
+    CHECK_EQ(fake.sessions, 1);
+    CHECK_EQ(fake.ucx_reads, 4);
+    CHECK_EQ(fake.tcp_reads, 0);
+    pthread_mutex_unlock(&fake.lock);
+    CHECK(!larder__endpoint_down(endpoint));
     stop(borrower, endpoint);
 }
