@@ -203,7 +203,7 @@ for tls in tcp shm; do
   # printed on stdout came first, and the row read 0 MB/s).
   # as many passes over the dataset as make the ceiling's 1000 MiB (setup amortized alike)
   upasses=$(awk -v s="$shard_bytes" 'BEGIN { p = int(1048576000 / s + 0.999); print (p > 1 ? p : 1) }')
-  urc=0 userve_list="" ceiling_list="" uslow_list="" files_list="" upoll_list=""
+  urc=0 userve_list="" ceiling_list="" uslow_list="" files_list="" upoll_list="" uone_list=""
   # other ways UCX offers to move the same bytes (bench/ucx_files.c), so that the files
   # ceiling is the strongest found, not one way of sending: name|flag|in flight|KiB|rendezvous scheme
   ufile_variants=("16 in flight||16|1024|" "4 MiB messages||8|4096|" "tagged, receives posted ahead|--tag|8|1024|"
@@ -230,6 +230,9 @@ for tls in tcp shm; do
     # sleeps (LARDER_UCX_POLL_US; docs/operations.md): for a quiet machine's figures
     upoll_list+="$(LARDER_UCX_POLL_US=50 LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" "$index" \
       bench-secret 8 1024 "$upasses" 2>/dev/null | awk '/^[0-9]+ [0-9.]+$/ { printf "%.0f", $2 }' || true) "
+    # the same with the client's one UCX worker (LARDER_UCX_LANES=1; the default is 2 lanes)
+    uone_list+="$(LARDER_UCX_LANES=1 LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" "$index" \
+      bench-secret 8 1024 "$upasses" 2>/dev/null | awk '/^[0-9]+ [0-9.]+$/ { printf "%.0f", $2 }' || true) "
     uslow_list+="$(sed -n 's/^slowest READ: \([0-9.]*\) ms; READs over 50 ms: \([0-9]*\)/\1 ms (\2 over 50 ms)/p' "$work/bench_ucx_$tls.err" | tail -1); "
   done
   userve_rate=$(median $userve_list) ceiling=$(median $ceiling_list) files_ceiling=$(median $files_list)
@@ -249,6 +252,19 @@ for tls in tcp shm; do
   done
   stop_cluster
   : >"$work/daemon.log"
+  # over tcp: UCX_TCP_RX_SEG_SIZE=512K on both sides (a daemon of its own; larderd does not
+  # set it: a receiver whose segment is smaller than the sender's aborts; docs/operations.md)
+  urxseg_list=""
+  if [ "$tls" = tcp ]; then
+    UCX_TCP_RX_SEG_SIZE=512K TRANSPORT=ucx start_cluster 1
+    LARDER_SOCKET=$work/sock0 "$larder" warm "$index" --cache "$work/cache0" >/dev/null
+    for ((r = 0; r < ${UCX_ROUNDS:-3}; r++)); do
+      urxseg_list+="$(UCX_TCP_RX_SEG_SIZE=512K LARDER_BENCH_TRANSPORT=ucx "$build/larder_bench_peer" "127.0.0.1:$base" \
+        "$index" bench-secret 8 1024 "$upasses" 2>/dev/null | awk '/^[0-9]+ [0-9.]+$/ { printf "%.0f", $2 }' || true) "
+    done
+    stop_cluster
+    : >"$work/daemon.log"
+  fi
   # end to end: UCX_ROUNDS rounds with fresh daemons, the median rate
   ue2e_list=""
   for ((r = 0; r < ${UCX_ROUNDS:-3}; r++)); do
@@ -277,6 +293,8 @@ for tls in tcp shm; do
   done
   ufiles_best_rows+="| UCX $tls | ${files_ceiling:-0} | $vcells$vbest | $(printf '%.0f' "$userve_rate") | $(awk -v r="$userve_rate" -v c="$vbest" 'BEGIN { print (c ? sprintf("%.2fx", r / c) : "?") }') |"$'\n'
   ucx_notes+="  - serving with the client polling 50 us after each event (LARDER_UCX_POLL_US=50), MB/s of each round: $upoll_list(median $(median $upoll_list))"$'\n'
+  ucx_notes+="  - serving with the client on one UCX worker (LARDER_UCX_LANES=1; the rows above use 2 lanes), MB/s of each round: $uone_list(median $(median $uone_list))"$'\n'
+  [ -n "$urxseg_list" ] && ucx_notes+="  - serving with UCX_TCP_RX_SEG_SIZE=512K on both sides (a daemon of its own), MB/s of each round: $urxseg_list(median $(median $urxseg_list))"$'\n'
   ucx_notes+="  - serving with both the daemon and the client polling 50 us (a daemon of its own), MB/s of each round: $upoll_both_list(median $(median $upoll_both_list))"$'\n'
   ucx_notes+="  - UCX sending the cache files other ways, MB/s of each round: $(for v in "${ufile_variants[@]}"; do printf '%s: %s; ' "${v%%|*}" "${uvariant_list[${v%%|*}]:-}"; done)"$'\n'
   unset uvariant_list

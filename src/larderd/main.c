@@ -18,6 +18,7 @@
 #include "bigbuf.h"
 #include "larderd.h"
 #include "readers.h"
+#include "transport_ucx.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -40,12 +41,16 @@ static void on_signal(int signal_number)
     daemon_state.stopping = 1;
 }
 
-/* Every connection is a descriptor, and so is every cache file. */
+/* Every connection is a descriptor, and so is every cache file; over UCX
+ * each peer this daemon borrows from holds one control connection per lane
+ * and open dataset too (transport_ucx_peer.c): room for 1024 of those at
+ * the most lanes. */
 static void raise_descriptor_limit(const struct larderd_config *config)
 {
     struct rlimit files;
     if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
         rlim_t want = (rlim_t)config->max_connections + 4096;
+        if (config->transport != TRANSPORT_TCP) want += (rlim_t)LARDER__UCX_MAX_LANES * 1024;
         if (files.rlim_cur < want) {
             files.rlim_cur = files.rlim_max < want ? files.rlim_max : want;
             setrlimit(RLIMIT_NOFILE, &files);

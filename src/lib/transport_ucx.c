@@ -416,6 +416,8 @@ int larder__ucx_start(struct larder__ucx **out)
     if (!hub) return -ENOMEM;
     hub->epoll = hub->wake = -1;
     hub->poll_us = POLL_US;
+    hub->num_lanes = larder__ucx_lanes_config();
+    pthread_mutex_init(&hub->lanes_lock, NULL);
     const char *poll = getenv("LARDER_UCX_POLL_US");
     if (poll && *poll) {
         char *end;
@@ -497,6 +499,7 @@ int larder__ucx_start(struct larder__ucx **out)
 void larder__ucx_stop(struct larder__ucx *hub)
 {
     if (!hub) return;
+    larder__ucx_lanes_stop(hub); /* (their links were freed with this hub's) */
     if (hub->running) {
         __atomic_store_n(&hub->stopping, true, __ATOMIC_RELEASE);
         larder__ucx_kick(hub);
@@ -512,7 +515,10 @@ void larder__ucx_stop(struct larder__ucx *hub)
         larder__log(LARDER_LOG_WARN, "UCX: answers still in flight at the stop: the hub is kept");
         return;
     }
-    larder__ucx_log_stats(hub);
+    if (hub->parent)
+        larder__ucx_lanes_add_stats(hub->parent, hub);
+    else
+        larder__ucx_log_stats(hub);
     larder__ucx_mappings_free(hub);
     if (hub->worker) larder__ucx_conns_close(hub);
     if (hub->address) ucp_worker_release_address(hub->worker, hub->address);
@@ -523,6 +529,7 @@ void larder__ucx_stop(struct larder__ucx *hub)
     pthread_mutex_destroy(&hub->worker_lock);
     pthread_mutex_destroy(&hub->lock);
     pthread_mutex_destroy(&hub->conns_lock);
+    pthread_mutex_destroy(&hub->lanes_lock);
     free(hub);
 }
 

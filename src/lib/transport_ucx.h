@@ -140,8 +140,29 @@ LARDER__HIDDEN size_t larder__ucx_quiesce(struct larder__ucx *hub);
 
 /* How many files the hub keeps mapped for answers (for tests). */
 LARDER__HIDDEN size_t larder__ucx_mapped_files(struct larder__ucx *hub);
+/* At most `most` files kept mapped (default 1024; for tests): the least
+ * recently used one no answer is sending from goes first. */
+LARDER__HIDDEN void larder__ucx_set_max_mappings(struct larder__ucx *hub, size_t most);
+/* At most `most` bytes of files kept mapped (default 4 GiB; for tests):
+ * each is registered whole, which pins it on a fabric without on-demand
+ * paging.  A file that does not fit is mapped for its answer alone. */
+LARDER__HIDDEN void larder__ucx_set_max_mapped_bytes(struct larder__ucx *hub, size_t most);
+/* The bytes of the files kept mapped, and how many files were mapped so far (for tests). */
+LARDER__HIDDEN size_t larder__ucx_mapped_bytes(struct larder__ucx *hub);
+LARDER__HIDDEN uint64_t larder__ucx_maps(struct larder__ucx *hub);
 
 /* ---- a borrower's side --------------------------------------------------------------- */
+
+/*
+ * A borrower reads a peer over `larder__ucx_lanes` hubs at once, each with
+ * its own worker and progress thread (transport_ucx_lanes.c): lane 0 is
+ * the hub itself, the others are started at their first use and stopped
+ * with it.  A lane that cannot start is the hub itself (no error).  Valid
+ * while the hub is.
+ */
+#define LARDER__UCX_MAX_LANES 8
+LARDER__HIDDEN int larder__ucx_lanes(struct larder__ucx *hub);
+LARDER__HIDDEN struct larder__ucx *larder__ucx_lane(struct larder__ucx *hub, int lane);
 
 /* A link to the daemon whose worker address and token came in a UCX_ACCEPT.  0 or a negative code.
  */

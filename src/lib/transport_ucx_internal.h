@@ -114,6 +114,12 @@ struct larder__ucx {
     struct larder__ucx_answer *answers;  /* sent without a waiter (transport_ucx_answer.c) */
     size_t num_answers;
     int64_t next_sweep_ms; /* when the progress thread looks at them next (its own) */
+    /* transport_ucx_lanes.c: a borrower's further hubs, made at first use */
+    int num_lanes;              /* this hub and its lanes (LARDER_UCX_LANES) */
+    struct larder__ucx *parent; /* the hub this is a lane of (NULL: none): its counters go there */
+    bool lanes_failed;          /* a lane did not start: none is tried again (under lanes_lock) */
+    pthread_mutex_t lanes_lock;
+    struct larder__ucx *lanes[LARDER__UCX_MAX_LANES - 1]; /* under lanes_lock */
 };
 
 struct larder__ucx_session {
@@ -193,6 +199,13 @@ int larder__ucx_mapping_get(struct larder__ucx *hub, int fd, uint64_t offset, si
 void larder__ucx_mapping_put(struct larder__ucx *hub, struct larder__ucx_mapping *mapping);
 /* Set while this thread makes an endpoint UCX may refuse: its log line about it is dropped. */
 extern _Thread_local bool larder__ucx_quiet_refusal;
+/* ---- transport_ucx_lanes.c ---- */
+/* LARDER_UCX_LANES, for a hub being started. */
+int larder__ucx_lanes_config(void);
+/* Stop and free the hub's lanes (larder__ucx_stop, before its own thread). */
+void larder__ucx_lanes_stop(struct larder__ucx *hub);
+/* A lane's counters into its hub's (larder__ucx_stop of the lane, its thread ended). */
+void larder__ucx_lanes_add_stats(struct larder__ucx *hub, const struct larder__ucx *lane);
 /* ---- transport_ucx_log.c ---- */
 /* Route UCX's warnings and errors to larder__log (once per process). */
 void larder__ucx_log_install(void);

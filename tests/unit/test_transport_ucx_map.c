@@ -5,8 +5,10 @@
  * offset), on a thread of its own as the daemon's workers do, and a
  * "borrower" hub reads them.  The file is mapped once for many answers;
  * one that grew is mapped again and its new bytes read; one cut short
- * is answered -EIO; a deleted one is not kept mapped; no more than 64
- * files stay mapped.  Skipped when UCX has no usable transport here.
+ * is answered -EIO; a deleted one is not kept mapped; a pass after
+ * pass over 70 files maps each once; with the table set to 64 files, no
+ * more than 64 stay mapped, and set to 80 KiB no more than 80 KiB (a file
+ * larger than that is mapped for its answer alone).  Skipped when UCX has no usable transport here.
  */
 #include "test.h"
 
@@ -170,10 +172,89 @@ TEST(ucx_answers_from_one_kept_mapping_grown_cut_and_deleted_files)
     stop(&p);
 }
 
+/* Files 0..FILES-1 made, each with its own pattern; their paths in paths. */
+static void make_files(char paths[FILES][64])
+{
+    for (int i = 0; i < FILES; i++) {
+        fds[i] = temp_file(paths[i], sizeof paths[i]);
+        write_pattern(fds[i], 0, 8192, i);
+    }
+}
+
+static void remove_files(char paths[FILES][64])
+{
+    for (int i = 0; i < FILES; i++) {
+        close(fds[i]);
+        unlink(paths[i]);
+    }
+}
+
+/* A dataset of 70 shard files read pass after pass (bench/peer.sh's order):
+ * every file stays mapped, none is mapped again at the next pass (a table
+ * of 64 mapped all 70 anew at each). */
+TEST(ucx_passes_over_70_files_map_each_once)
+{
+    struct pair p;
+    start(&p);
+    char paths[FILES][64];
+    make_files(paths);
+    uint8_t buf[8192];
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < FILES; i++) {
+            CHECK_EQ(read_file(&p, (uint32_t)i, 0, sizeof buf, buf), 0);
+            CHECK(matches(buf, 0, sizeof buf, i));
+        }
+    CHECK_EQ(larder__ucx_mapped_files(p.daemon), FILES);
+    CHECK_EQ(larder__ucx_maps(p.daemon), FILES); /* none mapped twice */
+    CHECK_EQ(larder__ucx_mapped_bytes(p.daemon), FILES * 8192);
+    remove_files(paths);
+    stop(&p);
+}
+
+/* The table bounded by bytes too (on a fabric each kept file is pinned
+ * whole): at most 10 files of 8 KiB fit in 80 KiB; a file larger than the
+ * bound is answered from a mapping of its own, not kept. */
+TEST(ucx_mapped_bytes_stay_under_their_bound)
+{
+    struct pair p;
+    start(&p);
+    larder__ucx_set_max_mapped_bytes(p.daemon, 10 * 8192);
+    char paths[FILES][64];
+    make_files(paths);
+    uint8_t buf[8192];
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < FILES; i++) {
+            CHECK_EQ(read_file(&p, (uint32_t)i, 0, sizeof buf, buf), 0);
+            CHECK(matches(buf, 0, sizeof buf, i));
+            CHECK(larder__ucx_mapped_bytes(p.daemon) <= 10 * 8192);
+        }
+    CHECK_EQ(larder__ucx_mapped_files(p.daemon), 10);
+    CHECK_EQ(larder__ucx_mapped_bytes(p.daemon), 10 * 8192);
+    CHECK_EQ(larder__ucx_maps(p.daemon), 2 * FILES); /* a cyclic pass: each mapped anew */
+    /* the last ten read are kept: read again, none is mapped */
+    for (int i = FILES - 10; i < FILES; i++)
+        CHECK_EQ(read_file(&p, (uint32_t)i, 0, sizeof buf, buf), 0);
+    CHECK_EQ(larder__ucx_maps(p.daemon), 2 * FILES);
+    /* file 0 grown past the bound: answered right, from a mapping not kept */
+    write_pattern(fds[0], 0, 12 * 8192, 0);
+    uint8_t *big = malloc(12 * 8192);
+    CHECK_EQ(read_file(&p, 0, 0, 12 * 8192, big), 0);
+    CHECK(matches(big, 0, 12 * 8192, 0));
+    CHECK_EQ(read_file(&p, 0, 5, 11 * 8192, big), 0);
+    CHECK(matches(big, 5, 11 * 8192, 0));
+    free(big);
+    CHECK_EQ(larder__ucx_maps(p.daemon), 2 * FILES + 2);
+    CHECK_EQ(larder__ucx_mapped_files(p.daemon), 10);
+    CHECK(larder__ucx_mapped_bytes(p.daemon) <= 10 * 8192);
+    remove_files(paths);
+    stop(&p);
+}
+
 TEST(ucx_at_most_64_files_stay_mapped)
 {
     struct pair p;
     start(&p);
+    larder__ucx_set_max_mappings(p.daemon, 64);
     char path[64];
     for (int i = 0; i < FILES; i++) {
         fds[i] = temp_file(path, sizeof path);
@@ -189,10 +270,7 @@ TEST(ucx_at_most_64_files_stay_mapped)
     for (int i = 0; i < FILES; i++)
         close(fds[i]);
     char paths[FILES][64];
-    for (int i = 0; i < FILES; i++) {
-        fds[i] = temp_file(paths[i], sizeof paths[i]);
-        write_pattern(fds[i], 0, 8192, i);
-    }
+    make_files(paths);
     for (int round = 0; round < 2; round++)
         for (int i = 0; i < FILES; i++) {
             CHECK_EQ(read_file(&p, (uint32_t)i, 0, sizeof buf, buf), 0);
@@ -200,9 +278,6 @@ TEST(ucx_at_most_64_files_stay_mapped)
             CHECK(larder__ucx_mapped_files(p.daemon) <= 64);
         }
     CHECK_EQ(larder__ucx_mapped_files(p.daemon), 64);
-    for (int i = 0; i < FILES; i++) {
-        close(fds[i]);
-        unlink(paths[i]);
-    }
+    remove_files(paths);
     stop(&p);
 }
