@@ -89,7 +89,8 @@ static int read_member(void *context, uint64_t offset, void *buf, size_t length)
 {
     struct file_order *o = context;
     struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
-    if (o->m->stopping) return -EINTR;
+    /* replaced by the next epoch's order: register() waits for this walk */
+    if (o->m->stopping || atomic_load(&o->stop)) return -EINTR;
     if (offset > o->size || length > o->size - offset) return LARDER_ETRUNCATED;
     struct larder__shard s;
     uint64_t checked = 0; /* bytes from offset through the cache, checked */
@@ -406,6 +407,8 @@ static void *run_listing(void *arg)
     if (rc < 0) {
         pthread_mutex_lock(&o->lock);
         o->error = rc;
+        free(o->early); /* never replayed: later reads note nothing */
+        o->early = NULL;
         pthread_mutex_unlock(&o->lock);
         if (!o->m->stopping)
             larder__mount_log(LARDER_LOG_WARN, "order for %s: %s", o->file, larder_errmsg());

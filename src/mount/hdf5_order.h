@@ -47,7 +47,9 @@ struct file_order {
     size_t lookup_known;     /* members whose lookup nodes are known */
     _Atomic size_t followed; /* members whose own extents were found */
     uint8_t *asked;          /* a bit per 64 KiB of the file: a stage of it was asked */
-    uint8_t *early;          /* a bit per 4 KiB page read before the listing was ready, or NULL */
+    uint8_t *early; /* a bit per 4 KiB page read before the listing was ready, or NULL:
+                       set by the mount's readers under lock, size / 32 KiB bytes (calloc'd,
+                       touched only where read), freed when replayed or the listing fails */
     size_t position;         /* list[0..position) read: the lowest place not seen */
     size_t staged_until;     /* list[0..staged_until) asked */
     uint64_t staged_bytes;   /* queued */

@@ -96,7 +96,21 @@ for _ in range(400):
 position = int(text.split(" read=")[1].split()[0])
 assert position >= READ, ("the %d places read before the listing ended were not counted: "
                           "%s" % (READ, text))
-print("read before the listing ended: the order's position is %d (>= %d)" % (position, READ))
+# nor more than were read: the rank's 100 places, or most of them, would
+# be a replay that marks what nobody read
+assert position < len(order) // 2, "the order counted places nobody read: %s" % text
+# and the order stages on past its first window (it stopped there before)
+want = min(position + WINDOW * (BATCH // WORLD), len(order))
+for _ in range(400):
+    text = describe()
+    staged = int(text.split(" staged=")[1].split()[0])
+    if staged >= want:
+        break
+    time.sleep(0.05)
+assert staged >= want, (
+    "the order did not stage a window past the places read: %s" % text)
+print("read before the listing ended: the order's position is %d (>= %d), staged to %d"
+      % (position, READ, staged))
 PY
 cmp www/shard-files/samples.h5 mnt-e/samples.h5 || fail "samples.h5 read through the mount differs"
 umount_larder e
