@@ -62,7 +62,7 @@ static int by_address(const void *x, const void *y)
 }
 
 /* The reader moved on (o->lock held): the staging thread stages on. */
-static void pump_locked(struct file_order *o)
+static void pump_locked(struct larder__mount_file_order *o)
 {
     pthread_cond_broadcast(&o->wake);
 }
@@ -87,7 +87,7 @@ static void pump_locked(struct file_order *o)
  */
 static int read_member(void *context, uint64_t offset, void *buf, size_t length)
 {
-    struct file_order *o = context;
+    struct larder__mount_file_order *o = context;
     struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
     /* replaced by the next epoch's order: register() waits for this walk */
     if (o->m->stopping || atomic_load(&o->stop)) return -EINTR;
@@ -116,7 +116,8 @@ static int read_member(void *context, uint64_t offset, void *buf, size_t length)
 
 /* Bytes [from, to) at NEAR: here, in one fill (one origin read of the runs
  * of blocks it lacks); through a daemon, or without a buffer, queued. */
-static uint64_t stage_run(struct file_order *o, uint64_t from, uint64_t to, uint8_t *buf)
+static uint64_t stage_run(struct larder__mount_file_order *o, uint64_t from, uint64_t to,
+                          uint8_t *buf)
 {
     struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
     if (o->m->daemon || !buf)
@@ -138,7 +139,8 @@ static uint64_t stage_run(struct file_order *o, uint64_t from, uint64_t to, uint
  * data beside it never staged); a larger checksum block is brought whole by
  * the first fill, and the next finds it resident.
  */
-static uint64_t stage_once(struct file_order *o, uint64_t at, uint64_t length, uint8_t *buf)
+static uint64_t stage_once(struct larder__mount_file_order *o, uint64_t at, uint64_t length,
+                           uint8_t *buf)
 {
     struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
     if (at >= o->size || length == 0) return 0;
@@ -169,7 +171,7 @@ static uint64_t stage_once(struct file_order *o, uint64_t at, uint64_t length, u
 /* Stage `member`: the index nodes a lookup of it reads, then its own
  * extents where its header can be followed, else its bytes up to the next
  * member's (a dataset's rows: their own bytes).  Bytes queued. */
-static uint64_t stage_member(struct file_order *o, uint32_t member,
+static uint64_t stage_member(struct larder__mount_file_order *o, uint32_t member,
                              struct larder__mount_hdf5_extent *extents, uint8_t *buf)
 {
     uint64_t staged = 0;
@@ -204,7 +206,7 @@ static uint64_t stage_member(struct file_order *o, uint32_t member,
  * step's members behind it. */
 static void *run_resolver(void *arg)
 {
-    struct file_order *o = arg;
+    struct larder__mount_file_order *o = arg;
     struct larder__mount_hdf5_extent extents[MEMBER_EXTENTS];
     uint8_t *buf = NULL; /* held only while staging: 16 resolvers an order, 64 orders */
     pthread_mutex_lock(&o->lock);
@@ -238,7 +240,7 @@ static void *run_resolver(void *arg)
 }
 
 /* The listing thread's second life: the resolvers, until stopped or all asked. */
-static void stage_ahead(struct file_order *o)
+static void stage_ahead(struct larder__mount_file_order *o)
 {
     pthread_t threads[RESOLVERS];
     size_t started = 0;
@@ -252,13 +254,13 @@ static void stage_ahead(struct file_order *o)
 /* The members' addresses another registration over the same file and group
  * listed already (the ranks of one job register the same file): a copy in
  * *out, or NULL. */
-static uint64_t *listed_before(struct file_order *o, size_t *n, uint64_t **lookup)
+static uint64_t *listed_before(struct larder__mount_file_order *o, size_t *n, uint64_t **lookup)
 {
     uint64_t *copy = NULL;
     struct larder__mount_file_orders *r = o->registry;
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->count && !copy; i++) {
-        struct file_order *other = r->orders[i];
+        struct larder__mount_file_order *other = r->orders[i];
         if (other == o || other->sample != o->sample || strcmp(other->group, o->group) != 0 ||
             other->dataset[0] || o->dataset[0])
             continue;
@@ -307,7 +309,7 @@ static uint64_t *lookup_nodes(struct larder__mount_listing *listing, const uint6
     return lookup;
 }
 
-static int list_members(struct file_order *o)
+static int list_members(struct larder__mount_file_order *o)
 {
     uint64_t *addresses = NULL, *row_end = NULL; /* row_end: a dataset's rows' own ends */
     size_t n = 0;
@@ -392,7 +394,7 @@ static int list_members(struct file_order *o)
 
 static void *run_listing(void *arg)
 {
-    struct file_order *o = arg;
+    struct larder__mount_file_order *o = arg;
     double began = now_s();
     /* one listing at a time, until it is ready: a second registration of
      * the same file then copies it (listed_before) */
@@ -432,7 +434,7 @@ static void *run_listing(void *arg)
     return NULL;
 }
 
-static void order_free(struct file_order *o)
+static void order_free(struct larder__mount_file_order *o)
 {
     if (!o) return;
     pthread_mutex_lock(&o->lock);
@@ -472,9 +474,10 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
 {
     if (!m->cached)
         return larder__fail(LARDER_EUSAGE, "a registered order needs a node cache (--cache)");
-    if (strlen(spec->file) >= sizeof((struct file_order *)0)->file ||
-        strlen(spec->group) >= sizeof((struct file_order *)0)->group ||
-        (spec->dataset && strlen(spec->dataset) >= sizeof((struct file_order *)0)->dataset))
+    if (strlen(spec->file) >= sizeof((struct larder__mount_file_order *)0)->file ||
+        strlen(spec->group) >= sizeof((struct larder__mount_file_order *)0)->group ||
+        (spec->dataset &&
+         strlen(spec->dataset) >= sizeof((struct larder__mount_file_order *)0)->dataset))
         return larder__fail(LARDER_EUSAGE, "file=, group= or dataset= over 255 bytes");
     uint64_t ino = larder__mount_tree_resolve(m->tree, spec->file);
     const struct larder__mount_node *n = ino ? larder__mount_tree_node(m->tree, ino) : NULL;
@@ -487,7 +490,7 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     if (rc == 0 && n->field >= 0)
         rc = larder_field_info_get(m->dataset, n->sample, (uint32_t)n->field, &field);
     if (rc < 0) return rc;
-    struct file_order *o = calloc(1, sizeof *o);
+    struct larder__mount_file_order *o = calloc(1, sizeof *o);
     if (!o) return -ENOMEM;
     o->m = m, o->registry = r;
     snprintf(o->file, sizeof o->file, "%s", spec->file);
@@ -496,7 +499,8 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     o->sample = n->sample, o->shard = s.shard, o->base = s.offset + field.offset, o->size = n->size;
     o->seed = spec->seed, o->epoch = spec->epoch, o->batch = spec->batch;
     o->window = spec->window, o->rank = spec->rank, o->world = spec->world;
-    o->early = calloc((size_t)(o->size >> (EARLY_SHIFT + 3)) + 1, 1); /* NULL: not noted */
+    o->early =
+        calloc((size_t)(o->size >> (LARDER__MOUNT_EARLY_SHIFT + 3)) + 1, 1); /* NULL: not noted */
     pthread_mutex_init(&o->lock, NULL);
     pthread_cond_init(&o->wake, NULL);
     pthread_mutex_lock(&r->lock);
@@ -504,11 +508,12 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     while (i < r->count && !(r->orders[i]->rank == o->rank && r->orders[i]->world == o->world &&
                              strcmp(r->orders[i]->file, o->file) == 0))
         i++;
-    if (i == r->count && r->count == MAX_FILE_ORDERS) {
+    if (i == r->count && r->count == LARDER__MOUNT_FILE_ORDERS_MAX) {
         pthread_mutex_unlock(&r->lock);
         pthread_mutex_destroy(&o->lock), pthread_cond_destroy(&o->wake);
         free(o->early), free(o);
-        return larder__fail(LARDER_EUSAGE, "%d file orders registered already", MAX_FILE_ORDERS);
+        return larder__fail(LARDER_EUSAGE, "%d file orders registered already",
+                            LARDER__MOUNT_FILE_ORDERS_MAX);
     }
     if (pthread_create(&o->thread, NULL, run_listing, o) != 0) {
         pthread_mutex_unlock(&r->lock);
@@ -516,7 +521,7 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
         free(o->early), free(o);
         return -EAGAIN;
     }
-    struct file_order *old = i < r->count ? r->orders[i] : NULL;
+    struct larder__mount_file_order *old = i < r->count ? r->orders[i] : NULL;
     r->orders[i] = o;
     if (i == r->count) r->count++;
     pthread_mutex_unlock(&r->lock);

@@ -13,10 +13,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define MAX_FILE_ORDERS 64
-#define EARLY_SHIFT 12 /* a unit of the early bitmap: the kernel's page */
+#define LARDER__MOUNT_FILE_ORDERS_MAX 64
+#define LARDER__MOUNT_EARLY_SHIFT 12 /* a unit of the early bitmap: the kernel's page */
 
-struct file_order {
+struct larder__mount_file_order {
     struct larder__mount *m;
     struct larder__mount_file_orders *registry;
     char file[256], group[256],
@@ -47,9 +47,9 @@ struct file_order {
     size_t lookup_known;     /* members whose lookup nodes are known */
     _Atomic size_t followed; /* members whose own extents were found */
     uint8_t *asked;          /* a bit per 64 KiB of the file: a stage of it was asked */
-    uint8_t *early; /* a bit per 4 KiB page read before the listing was ready, or NULL:
-                       set by the mount's readers under lock, size / 32 KiB bytes (calloc'd,
-                       touched only where read), freed when replayed or the listing fails */
+    uint8_t *early;          /* a bit per 4 KiB page read before the listing was ready, or NULL:
+                                set by the mount's readers under lock, size / 32 KiB bytes (calloc'd,
+                                touched only where read), freed when replayed or the listing fails */
     size_t position;         /* list[0..position) read: the lowest place not seen */
     size_t staged_until;     /* list[0..staged_until) asked */
     uint64_t staged_bytes;   /* queued */
@@ -60,15 +60,16 @@ struct file_order {
 struct larder__mount_file_orders {
     pthread_mutex_t listing; /* one listing at a time, so that the next can reuse it */
     pthread_mutex_t lock;    /* the array */
-    struct file_order *orders[MAX_FILE_ORDERS];
+    struct larder__mount_file_order *orders[LARDER__MOUNT_FILE_ORDERS_MAX];
     size_t count;
 };
 
 /* Data bytes [offset, offset + length) of the file were read (o->lock held,
  * o->ready): the members they touch are seen, the position moves on. */
-void larder__mount_hdf5_order_seen_locked(struct file_order *o, uint64_t offset, uint64_t length);
+void larder__mount_hdf5_order_seen_locked(struct larder__mount_file_order *o, uint64_t offset,
+                                          uint64_t length);
 /* The reads noted in o->early before the listing was ready, counted now
  * (o->lock held, o->ready just set); frees o->early. */
-void larder__mount_hdf5_order_replay_early_locked(struct file_order *o);
+void larder__mount_hdf5_order_replay_early_locked(struct larder__mount_file_order *o);
 
 #endif

@@ -32,7 +32,8 @@ static double now_s(void)
  * ran past the reader).  The sampler's order gives every place of the
  * rank's list once an epoch, so each is touched; only the padding at the
  * end (a member repeated) is not, and nothing follows it. */
-void larder__mount_hdf5_order_seen_locked(struct file_order *o, uint64_t offset, uint64_t length)
+void larder__mount_hdf5_order_seen_locked(struct larder__mount_file_order *o, uint64_t offset,
+                                          uint64_t length)
 {
     if (length == 0 || offset >= o->size || offset + length < o->sorted[0]) return;
     size_t lo = 0, hi = o->members; /* the last member at or below offset */
@@ -66,7 +67,7 @@ void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_
 {
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->count; i++) {
-        struct file_order *o = r->orders[i];
+        struct larder__mount_file_order *o = r->orders[i];
         if (o->sample != sample) continue;
         pthread_mutex_lock(&o->lock);
         if (o->ready && o->members > 0) {
@@ -74,7 +75,8 @@ void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_
             pthread_cond_broadcast(&o->wake); /* the resolvers stage on */
         } else if (!o->ready && o->early && length > 0 && offset < o->size) {
             uint64_t last = (offset + length > o->size ? o->size : offset + length) - 1;
-            for (uint64_t page = offset >> EARLY_SHIFT; page <= last >> EARLY_SHIFT; page++)
+            for (uint64_t page = offset >> LARDER__MOUNT_EARLY_SHIFT;
+                 page <= last >> LARDER__MOUNT_EARLY_SHIFT; page++)
                 o->early[page / 8] |= (uint8_t)(1u << page % 8);
         }
         pthread_mutex_unlock(&o->lock);
@@ -88,7 +90,7 @@ int larder__mount_file_orders_describe(struct larder__mount_file_orders *r, char
     size_t used = 0;
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->count && used < capacity; i++) {
-        struct file_order *o = r->orders[i];
+        struct larder__mount_file_order *o = r->orders[i];
         pthread_mutex_lock(&o->lock);
         int n =
             snprintf(buf + used, capacity - used,
@@ -114,10 +116,10 @@ int larder__mount_file_orders_describe(struct larder__mount_file_orders *r, char
  * started before the listing ended (the ranks' first reads came 0.4 s
  * before it in a quiet run) left its first places unseen for good, and
  * the order stopped staging a window past them. */
-void larder__mount_hdf5_order_replay_early_locked(struct file_order *o)
+void larder__mount_hdf5_order_replay_early_locked(struct larder__mount_file_order *o)
 {
     if (!o->early) return;
-    uint64_t pages = (o->size >> EARLY_SHIFT) + 1, run = 0;
+    uint64_t pages = (o->size >> LARDER__MOUNT_EARLY_SHIFT) + 1, run = 0;
     for (uint64_t page = 0; page <= pages; page++) {
         /* 64 pages unread at once: a large file's table is mostly zero,
          * and the mount's readers wait for the order's lock meanwhile */
@@ -135,8 +137,8 @@ void larder__mount_hdf5_order_replay_early_locked(struct file_order *o)
             continue;
         }
         if (run > 0)
-            larder__mount_hdf5_order_seen_locked(o, (page - run) << EARLY_SHIFT,
-                                                 run << EARLY_SHIFT);
+            larder__mount_hdf5_order_seen_locked(o, (page - run) << LARDER__MOUNT_EARLY_SHIFT,
+                                                 run << LARDER__MOUNT_EARLY_SHIFT);
         run = 0;
     }
     free(o->early);

@@ -20,7 +20,7 @@ void larder__mount_log(int level, const char *fmt, ...)
 
 struct made {
     struct larder__mount m;
-    struct file_order o;
+    struct larder__mount_file_order o;
 };
 
 /* An order over a file of `size` bytes whose members, in address order,
@@ -30,7 +30,7 @@ static struct made *make(uint64_t size, size_t n, const uint64_t *address, const
 {
     struct made *x = calloc(1, sizeof *x);
     CHECK(x != NULL);
-    struct file_order *o = &x->o;
+    struct larder__mount_file_order *o = &x->o;
     o->m = &x->m;
     o->size = size, o->members = n, o->length = n;
     o->address = malloc(n * sizeof *o->address), o->end = malloc(n * sizeof *o->end);
@@ -51,7 +51,7 @@ static struct made *make(uint64_t size, size_t n, const uint64_t *address, const
 
 static void unmake(struct made *x)
 {
-    struct file_order *o = &x->o;
+    struct larder__mount_file_order *o = &x->o;
     free(o->address), free(o->end), free(o->sorted), free(o->sorted_of), free(o->list);
     free(o->position_of), free(o->seen), free(o->early);
     free(x);
@@ -62,7 +62,7 @@ TEST(mount_order_position_lowest_unseen)
     const uint64_t address[4] = {1000, 5000, 9000, 13000}, end[4] = {4000, 8000, 12000, 16000};
     const uint32_t list[4] = {2, 0, 3, 1};
     struct made *x = make(20000, 4, address, end, list);
-    struct file_order *o = &x->o;
+    struct larder__mount_file_order *o = &x->o;
     larder__mount_hdf5_order_seen_locked(o, 0, 500); /* before every member */
     CHECK_EQ(o->position, 0);
     larder__mount_hdf5_order_seen_locked(o, 13500, 100); /* member 3: place 2 */
@@ -83,7 +83,7 @@ TEST(mount_order_position_members_at_one_address)
     const uint64_t address[4] = {1000, 1000, 5000, 9000}, end[4] = {4000, 4000, 8000, 12000};
     const uint32_t list[4] = {0, 1, 2, 3};
     struct made *x = make(20000, 4, address, end, list);
-    struct file_order *o = &x->o;
+    struct larder__mount_file_order *o = &x->o;
     larder__mount_hdf5_order_seen_locked(o, 1500, 100);
     CHECK_EQ(o->seen[0], 1);
     CHECK_EQ(o->seen[1], 1);
@@ -98,15 +98,16 @@ TEST(mount_order_position_replays_early_pages)
 {
     const uint64_t gib = UINT64_C(1) << 30;
     const uint64_t address[5] = {0, 100 << 20, 512 << 20, (512 << 20) + (37 << 12), gib - 4096};
-    const uint64_t end[5] = {4096, (100 << 20) + 4096, (512 << 20) + 4096,
-                             (512 << 20) + (38 << 12), gib};
+    const uint64_t end[5] = {4096, (100 << 20) + 4096, (512 << 20) + 4096, (512 << 20) + (38 << 12),
+                             gib};
     const uint32_t list[5] = {2, 3, 4, 0, 1};
     struct made *x = make(gib, 5, address, end, list);
-    struct file_order *o = &x->o;
-    o->early = calloc((size_t)(gib >> (EARLY_SHIFT + 3)) + 1, 1);
+    struct larder__mount_file_order *o = &x->o;
+    o->early = calloc((size_t)(gib >> (LARDER__MOUNT_EARLY_SHIFT + 3)) + 1, 1);
     CHECK(o->early != NULL);
-    uint64_t pages[3] = {(512 << 20) >> EARLY_SHIFT, ((512 << 20) >> EARLY_SHIFT) + 37,
-                         (gib >> EARLY_SHIFT) - 1};
+    uint64_t pages[3] = {(512 << 20) >> LARDER__MOUNT_EARLY_SHIFT,
+                         ((512 << 20) >> LARDER__MOUNT_EARLY_SHIFT) + 37,
+                         (gib >> LARDER__MOUNT_EARLY_SHIFT) - 1};
     for (int i = 0; i < 3; i++)
         o->early[pages[i] / 8] |= (uint8_t)(1u << pages[i] % 8);
     larder__mount_hdf5_order_replay_early_locked(o);
