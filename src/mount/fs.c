@@ -332,7 +332,7 @@ static bool read_resident(struct larder__mount *m, struct open_file *f, fuse_req
     }
     atomic_fetch_add(&m->reads, 1);
     atomic_fetch_add(&m->read_bytes, n);
-    larder__mount_order_read(m, f->node->sample, at, n);
+    larder__mount_order_read(m, f->node->sample, f->node->field, at, n);
     /* nothing of f after the answer: the file may be released at once */
     if (fd >= 0) {
         struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)n);
@@ -422,7 +422,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
         atomic_fetch_add(&m->reads, 1);
         atomic_fetch_add(&m->read_bytes, done);
         if (header == 0 || at >= header)
-            larder__mount_order_read(m, f->node->sample, at - header, done);
+            larder__mount_order_read(m, f->node->sample, f->node->field, at - header, done);
         fuse_reply_buf(req, (const char *)buf, (size_t)done);
     }
     free(buf);

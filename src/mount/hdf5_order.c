@@ -496,7 +496,8 @@ int larder__mount_file_order_register(struct larder__mount *m, struct larder__mo
     snprintf(o->file, sizeof o->file, "%s", spec->file);
     snprintf(o->group, sizeof o->group, "%s", spec->group);
     snprintf(o->dataset, sizeof o->dataset, "%s", spec->dataset ? spec->dataset : "");
-    o->sample = n->sample, o->shard = s.shard, o->base = s.offset + field.offset, o->size = n->size;
+    o->sample = n->sample, o->field = n->field, o->shard = s.shard,
+    o->base = s.offset + field.offset, o->size = n->size;
     o->seed = spec->seed, o->epoch = spec->epoch, o->batch = spec->batch;
     o->window = spec->window, o->rank = spec->rank, o->world = spec->world;
     o->early =

@@ -22,6 +22,7 @@ struct larder__mount_file_order {
     char file[256], group[256],
         dataset[256]; /* dataset: its rows are the samples, else group's members */
     uint64_t sample;  /* the file's sample in the index */
+    int field;        /* ... and field (the mount node's), -1 the whole sample */
     uint32_t shard;
     uint64_t base, size; /* the file: shard bytes [base, base + size) */
     uint64_t seed, epoch, batch, window;

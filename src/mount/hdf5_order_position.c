@@ -62,13 +62,13 @@ void larder__mount_hdf5_order_seen_locked(struct larder__mount_file_order *o, ui
                           o->rank, o->position, now_s());
 }
 
-void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_t sample,
+void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_t sample, int field,
                                     uint64_t offset, uint64_t length)
 {
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->count; i++) {
         struct larder__mount_file_order *o = r->orders[i];
-        if (o->sample != sample) continue;
+        if (o->sample != sample || o->field != field) continue; /* another file */
         pthread_mutex_lock(&o->lock);
         if (o->ready && o->members > 0) {
             larder__mount_hdf5_order_seen_locked(o, offset, length);

@@ -226,9 +226,10 @@ void larder__mount_order_free(struct larder__mount_order *order);
  * 0, or a negative code with larder_errmsg() saying what was wrong.
  */
 int larder__mount_order_register(struct larder__mount *m, const char *text, size_t length);
-/* Data bytes [offset, offset + length) of sample `id` were read: the
- * registered orders that hold it move on. */
-void larder__mount_order_read(struct larder__mount *m, uint64_t id, uint64_t offset,
+/* Data bytes [offset, offset + length) of sample `id` were read, of its
+ * field `field` (-1: the whole sample): the registered orders that hold it
+ * move on. */
+void larder__mount_order_read(struct larder__mount *m, uint64_t id, int field, uint64_t offset,
                               uint64_t length);
 /* What the control file reads back: the registrations and their progress. */
 int larder__mount_order_describe(struct larder__mount *m, char *buf, size_t capacity);
@@ -250,10 +251,11 @@ void larder__mount_file_orders_free(struct larder__mount_file_orders *orders);
 int larder__mount_file_order_register(struct larder__mount *m,
                                       struct larder__mount_file_orders *orders,
                                       const struct larder__mount_file_order_spec *spec);
-/* Data bytes [offset, offset + length) of sample `sample` were read: the
- * orders over that file move on, and stage what comes next. */
+/* Data bytes [offset, offset + length) of the file that is sample
+ * `sample`'s field `field` (-1: the whole sample) were read: the orders
+ * over that file move on, and stage what comes next. */
 void larder__mount_file_orders_read(struct larder__mount_file_orders *orders, uint64_t sample,
-                                    uint64_t offset, uint64_t length);
+                                    int field, uint64_t offset, uint64_t length);
 int larder__mount_file_orders_describe(struct larder__mount_file_orders *orders, char *buf,
                                        size_t capacity);
 

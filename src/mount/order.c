@@ -213,12 +213,12 @@ int larder__mount_order_register(struct larder__mount *m, const char *text, size
     return 0;
 }
 
-void larder__mount_order_read(struct larder__mount *m, uint64_t id, uint64_t offset,
+void larder__mount_order_read(struct larder__mount *m, uint64_t id, int field, uint64_t offset,
                               uint64_t length)
 {
     struct larder__mount_order *o = m->order;
     if (o && atomic_load(&o->any_files))
-        larder__mount_file_orders_read(o->files, id, offset, length);
+        larder__mount_file_orders_read(o->files, id, field, offset, length);
     if (!o || atomic_load(&o->live) == 0) return;
     pthread_mutex_lock(&o->lock);
     for (size_t i = 0; i < o->count; i++) {
