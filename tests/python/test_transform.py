@@ -277,23 +277,34 @@ def test_daemon_cache_in_process_and_fallback_are_byte_identical(tdata, daemons,
     at_busy = open_with(index, monkeypatch, busy, cache="")
     for spec in ("jpeg_decode_resize:48", "npy_cast:float16", "zstd_decompress"):
         time.sleep(0.6)  # past the back-off of the busy daemon's last "at the readers"
-        fell_back = 0
+        fell_back, asked = 0, None
         for i in range(CORRUPT):
             local = here.get(i, transform=spec)
             first = at_daemon.get(i, transform=spec)
             again = at_daemon.get(i, transform=spec)
+            began = time.monotonic()
             fallback = at_busy.get(i, transform=spec)
+            ended = time.monotonic()
             assert (local["__placement__"], first["__placement__"],
                     again["__placement__"]) == ("local", "daemon", "cached")
             # the busy daemon sends raw bytes and says it leaves transforms to
-            # its readers: they are not asked again for 0.5 s, and run here
-            assert fallback["__placement__"] == ("fallback" if i == 0 else "local")
-            fell_back += fallback["__placement__"] == "fallback"
+            # its readers: they are not asked again for 0.5 s, and run here.
+            # Within 0.5 s of the last asking (counted from before it, to after
+            # this read: never less than the back-off that ran) the reader must
+            # not ask; later it may (a slow machine, a sanitizer build)
+            if asked is None:
+                assert fallback["__placement__"] == "fallback"
+            elif ended - asked < 0.45:
+                assert fallback["__placement__"] == "local", (spec, i, ended - asked)
+            else:
+                assert fallback["__placement__"] in ("local", "fallback")
+            if fallback["__placement__"] == "fallback":
+                fell_back, asked = fell_back + 1, began
             a, b, c, d = map(fields, (local, first, again, fallback))
             assert a.keys() == b.keys() == c.keys() == d.keys()
             for k in a:
                 assert same(a[k], b[k]) and same(a[k], c[k]) and same(a[k], d[k]), (spec, i, k)
-        assert fell_back == 1
+        assert fell_back >= 1
     stat = larder_cli("stat", "--socket", busy)
     assert "run by the readers" in stat, stat
     stat = larder_cli("stat", "--socket", normal, "--json")
