@@ -8,8 +8,9 @@
 #     node 1's reader then OPENs A, found open there, and node 1 still
 #     connects ahead to both members (connected_ahead 4).
 #  1b. A publication is read from its producer only: node 1 consuming
-#     one node 0 published connects ahead to node 0 alone (2 more), and
-#     node 2 answers no peer OPEN for it.
+#     one node 0 published connects ahead to node 0 alone (2 more, or
+#     fewer where the consumer's READs made them first), and node 2
+#     answers no peer OPEN for it.
 #  2. No peer is asked to open what this daemon refuses: node 0 runs with
 #     --allow ALLOWED; its reader's OPEN of an index outside it is refused,
 #     and neither member ever opens that index (their logs), while one of
@@ -93,10 +94,18 @@ elif step == "before":
     print(stat(1)["connected_ahead"], stat(2)["peer_opens"])
 elif step == "publication":
     ahead, opens = int(sys.argv[3]), int(sys.argv[4])
-    wait_for("node 1's connections ahead to the producer",
-             lambda: stat(1)["connected_ahead"] >= ahead + 2)
+    # Two connections ahead to node 0, unless the consumer's own READs made
+    # them first: the job then finds them idle and makes none (or one), as
+    # it should (seen in CI on a slow machine, where the job's thread ran
+    # after the consume).  What must never happen is the early phase going
+    # to node 2: its OPEN would count in node 2's peer_opens.
+    for _ in range(100):
+        if stat(1)["connected_ahead"] >= ahead + 2:
+            break
+        time.sleep(0.05)
     time.sleep(0.5)  # any to node 2 would have been made by now
-    assert stat(1)["connected_ahead"] == ahead + 2, (ahead, stat(1)["connected_ahead"])
+    made = stat(1)["connected_ahead"] - ahead
+    assert 0 <= made <= 2, (ahead, stat(1)["connected_ahead"])
     assert stat(2)["peer_opens"] == opens, ("node 2 was asked", opens, stat(2)["peer_opens"])
     print("a publication: connected ahead to its producer only")
 elif step == "allow":
