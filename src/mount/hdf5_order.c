@@ -261,8 +261,8 @@ static uint64_t *listed_before(struct larder__mount_file_order *o, size_t *n, ui
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->count && !copy; i++) {
         struct larder__mount_file_order *other = r->orders[i];
-        if (other == o || other->sample != o->sample || strcmp(other->group, o->group) != 0 ||
-            other->dataset[0] || o->dataset[0])
+        if (other == o || other->sample != o->sample || other->field != o->field ||
+            strcmp(other->group, o->group) != 0 || other->dataset[0] || o->dataset[0])
             continue;
         pthread_mutex_lock(&other->lock);
         if (other->ready && (copy = malloc(other->members * sizeof *copy))) {
