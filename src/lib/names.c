@@ -9,6 +9,7 @@
 #include "endpoint.h"
 #include "index.h"
 #include "source.h"
+#include "sys.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -68,17 +69,11 @@ static int ask(const char *socket, const uint8_t *frame, size_t length, int wait
     return rc;
 }
 
-/* mkdir -p of the directories above `path` (not path itself), each synced into its parent. */
-static int make_parents(char *path)
+/* mkdir -p of the directories above `path` (not path itself). */
+static int make_parents(const char *path)
 {
-    for (char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
-        *slash = '\0';
-        int rc = mkdir(path, 0755) < 0 && errno != EEXIST ? -errno : 0;
-        if (rc < 0) larder__fail(rc, "%s: %s", path, strerror(-rc));
-        *slash = '/';
-        if (rc < 0) return rc;
-    }
-    return 0;
+    const char *slash = strrchr(path, '/');
+    return slash && slash > path ? larder__mkdir_p(path, (size_t)(slash - path), 0755) : 0;
 }
 
 /* fsync the directory holding `path`, so that a new name in it lasts. */

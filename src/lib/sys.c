@@ -5,7 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -90,5 +92,24 @@ int larder__file_size(int fd, uint64_t *size, const char *what)
         return larder__fail(-err, "%s: stat: %s", what, strerror(err));
     }
     *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int larder__mkdir_p(const char *path, size_t length, mode_t mode)
+{
+    char buf[PATH_MAX];
+    if (length >= sizeof buf)
+        return larder__fail(-ENAMETOOLONG, "%.*s...: path too long", 64, path);
+    memcpy(buf, path, length);
+    buf[length] = '\0';
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, mode) < 0 && errno != EEXIST)
+            return larder__fail(-errno, "%s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (length > 0 && mkdir(buf, mode) < 0 && errno != EEXIST)
+        return larder__fail(-errno, "%s: %s", buf, strerror(errno));
     return 0;
 }

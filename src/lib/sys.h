@@ -58,5 +58,9 @@ LARDER__HIDDEN int larder__pwrite_full(int fd, const void *buf, size_t count, ui
                                        const char *what);
 /* Size of an open file, or -errno. */
 LARDER__HIDDEN int larder__file_size(int fd, uint64_t *size, const char *what);
+/* mkdir -p of path[0, length): that directory and those above it (`mode`
+ * for the new ones); 0, or -errno with a message naming the one that
+ * failed.  Not through the table. */
+LARDER__HIDDEN int larder__mkdir_p(const char *path, size_t length, mode_t mode);
 
 #endif

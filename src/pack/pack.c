@@ -233,22 +233,6 @@ static int add_input(struct larder__pack_layout *layout, const char *path,
     return rc;
 }
 
-static int make_dir(const char *path)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return larder__fail(-errno, "%s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-        return larder__fail(-errno, "%s: %s", buf, strerror(errno));
-    return 0;
-}
-
 /* Write every shard, from options->jobs threads (this one among them). */
 static int write_shards(struct pack_job *job)
 {
@@ -307,7 +291,7 @@ int larder__pack_write(struct larder__pack_layout *layout, const char *outdir,
     rc = larder__index_builder_new(&job.builder, options->block_size);
     if (rc == 0)
         rc = larder__pack_layout_place(layout, options, format, job.builder, &job.placement);
-    if (rc == 0) rc = make_dir(outdir);
+    if (rc == 0) rc = larder__mkdir_p(outdir, strlen(outdir), 0755);
     if (rc == 0) rc = write_shards(&job);
     char index_path[PATH_MAX], id[33] = "";
     snprintf(index_path, sizeof index_path, "%s/index.larder", outdir);

@@ -58,30 +58,13 @@ const char *test_path(const char *name)
     return b;
 }
 
-/* mkdir -p of the directory holding `path`, without a shell: fixtures
- * write thousands of files (a `sh -c mkdir -p` each made one test take
- * 100 s). */
-static void make_parents(const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir) return;
-    *slash = '\0';
-    struct stat st;
-    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return; /* the usual case */
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST) test_fail(__FILE__, __LINE__, dir);
-        *p = '/';
-    }
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) test_fail(__FILE__, __LINE__, dir);
-}
-
 void test_write_file(const char *path, const void *data, size_t length)
 {
-    make_parents(path);
+    /* without a shell: fixtures write thousands of files (a `sh -c mkdir
+     * -p` each made one test take 100 s) */
+    const char *slash = strrchr(path, '/');
+    if (slash && slash > path && larder__mkdir_p(path, (size_t)(slash - path), 0777) < 0)
+        test_fail(__FILE__, __LINE__, larder_errmsg());
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, length, f) != length || fclose(f) != 0)
         test_fail(__FILE__, __LINE__, path);
