@@ -1,9 +1,11 @@
 /*
  * connection.c - a connection and its output queue.  handle() (requests.c)
- * answers into the queue, from the loop thread or from a worker; the loop
- * (loop.c) sends what is queued.  Nothing here touches the socket, so a
- * unit test makes a connection with fd -1 and reads its answers with
- * connection_take_output().
+ * answers into the queue, from the loop thread or from a worker.  An
+ * answer with nothing queued before it is sent at once, by the thread
+ * that made it, as far as the socket takes it without blocking; the loop
+ * (loop.c) sends the rest, and whatever is queued behind it.  A unit test
+ * makes a connection with fd -1 (nothing is sent) and reads its answers
+ * with connection_take_output().
  *
  * The queue is ordered by class (priority.h): a DEMAND answer goes out
  * before HINTED ones queued earlier, once the frame being sent is whole.
@@ -15,8 +17,11 @@
  */
 #include "larderd.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
 
 struct connection *connection_new(struct larderd *d, int fd, bool tcp)
 {
@@ -38,10 +43,58 @@ struct output *output_new(size_t length)
     return o;
 }
 
+int output_push(int fd, struct output *o)
+{
+    while (o->sent < o->length || o->file_length) {
+        ssize_t n;
+        if (o->sent < o->length) /* the frame's header: with its file bytes, in one segment */
+            n = send(fd, o->bytes + o->sent, o->length - o->sent,
+                     MSG_NOSIGNAL | (o->file_length ? MSG_MORE : 0));
+        else /* the bytes of the frame come straight from the cache file */
+            n = sendfile(fd, o->file, &o->file_offset, o->file_length);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno == EAGAIN ? 0 : -1;
+        if (n == 0 && o->sent == o->length) { /* the file ended early: a cut cache file */
+            errno = EIO;
+            return -1;
+        }
+        if (o->sent < o->length)
+            o->sent += (size_t)n;
+        else
+            o->file_length -= (size_t)n;
+    }
+    return 1;
+}
+
+/*
+ * Send o now, from this thread, when nothing is queued before it (c->lock
+ * held): a worker's answer then goes out with no wake-up of the loop, no
+ * hand-over of the connection's lock and no change to what the loop
+ * watches.  When the loop sent every answer, a peer's 1 MiB READ cost
+ * two eventfd writes, a loop pass and an epoll change beside its
+ * sendfile, and a context switch on a busy node.  A connection the loop
+ * has dropped (its fd closed under this lock) is not touched.  True when
+ * o went whole: it is freed, and nothing is queued.
+ */
+static bool send_now_locked(struct connection *c, struct output *o)
+{
+    if (c->fd < 0 || c->dropped || c->head) return false;
+    int rc = output_push(c->fd, o);
+    if (rc <= 0) return false; /* the rest, or the error, is the loop's */
+    __atomic_store_n(&c->last_active_ms, now_ms(), __ATOMIC_RELAXED); /* an answer went out whole */
+    uncached_give(c->daemon, o->uncached);
+    free(o);
+    return true;
+}
+
 void enqueue_output(struct connection *c, struct output *o)
 {
     o->charge = o->length + o->file_length;
     pthread_mutex_lock(&c->lock);
+    if (send_now_locked(c, o)) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
     if (!c->tail || c->tail->priority <= o->priority) { /* the usual case: last */
         if (c->tail)
             c->tail->next = o;
@@ -84,7 +137,8 @@ bool connection_progress(struct connection *c, int64_t now_ms)
     /* an answer queued or being sent tells the peer as much; last_active_ms
      * (the READ's arrival, or the last answer sent) keeps a PROGRESS from
      * following an answer its job has not yet counted as ended */
-    bool due = c->reads > 0 && !c->head && now_ms - c->last_active_ms >= PROGRESS_MS &&
+    bool due = c->reads > 0 && !c->head &&
+               now_ms - __atomic_load_n(&c->last_active_ms, __ATOMIC_RELAXED) >= PROGRESS_MS &&
                now_ms - c->progress_ms >= PROGRESS_MS;
     if (due) c->progress_ms = now_ms;
     pthread_mutex_unlock(&c->lock);

@@ -87,13 +87,14 @@ struct connection {
     bool own_user;          /* a local client of the daemon's own uid, or root */
     bool closing;           /* refused or done: send what is queued, then close */
     bool paused;            /* over its memory budget: not read until it drains */
-    bool dropped;           /* closed; freed after the current batch of events */
+    bool dropped;           /* closed (set under lock); freed after the current batch of events */
+    uint32_t watched;       /* the epoll events the loop registered for it */
     uid_t uid;              /* a local client's, from SO_PEERCRED */
     uint8_t client_nonce[LARDER__WIRE_NONCE], server_nonce[LARDER__WIRE_NONCE];
     uint64_t opened; /* bit i: datasets[i] was opened on this connection */
     uint8_t in[IN_CAPACITY];
     size_t in_used;
-    int64_t last_active_ms;   /* last whole frame, or last answer fully sent */
+    int64_t last_active_ms;   /* last whole frame, or last answer fully sent (atomic) */
     int64_t partial_since_ms; /* a frame begun, not yet whole; 0: none */
     int64_t blocked_since_ms; /* output waiting on a socket that takes none; 0: none */
     int64_t closing_since_ms;
@@ -231,6 +232,9 @@ struct output *output_new(size_t length);
  * It goes after every queued output of its class or a higher one (control
  * frames are DEMAND), before lower ones, never before one already begun. */
 void enqueue_output(struct connection *c, struct output *o);
+/* Send what fd takes of o without blocking: 1 when o went whole, 0 when
+ * the socket took no more, -1 (errno) when the connection is broken. */
+int output_push(int fd, struct output *o);
 /* Queue a copy of a whole frame. */
 void enqueue(struct connection *c, const void *bytes, size_t length);
 /* A peer's connection with READs in flight (not a HINT or RESOLVE, whose

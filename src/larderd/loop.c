@@ -41,12 +41,14 @@ static char unix_tag, tcp_tag, metrics_tag, wake_tag;
 /* ---- connections -------------------------------------------------------------------- */
 
 /* Register what the loop waits for on c: input unless paused or closing,
- * output while some is queued. */
+ * output while some is queued (no system call when that is what it
+ * waits for already: flush() runs after every event on c). */
 static void watch(struct connection *c, bool pending)
 {
     uint32_t events = (c->paused ? 0u : EPOLLIN) | (pending ? EPOLLOUT : 0u);
+    if (events == c->watched) return;
     struct epoll_event ev = {.events = events, .data.ptr = c};
-    epoll_ctl(c->daemon->epoll, EPOLL_CTL_MOD, c->fd, &ev);
+    if (epoll_ctl(c->daemon->epoll, EPOLL_CTL_MOD, c->fd, &ev) == 0) c->watched = events;
 }
 
 /* Send what the socket takes; false when the connection is broken. */
@@ -56,26 +58,13 @@ static bool flush(struct connection *c)
     bool ok = true, progress = false, had = c->head != NULL;
     while (c->head) {
         struct output *o = c->head;
-        ssize_t n;
-        if (o->sent < o->length)
-            n = send(c->fd, o->bytes + o->sent, o->length - o->sent, MSG_NOSIGNAL);
-        else /* the bytes of the frame come straight from the cache file */
-            n = sendfile(c->fd, o->file, &o->file_offset, o->file_length);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            ok = errno == EAGAIN;
+        size_t before = o->sent + o->file_length;
+        int rc = output_push(c->fd, o);
+        progress = progress || o->sent + o->file_length != before;
+        if (rc <= 0) {
+            ok = rc == 0;
             break;
         }
-        if (n == 0 && o->sent == o->length) { /* the file ended early: a cut cache file */
-            ok = false;
-            break;
-        }
-        progress = true;
-        if (o->sent < o->length)
-            o->sent += (size_t)n;
-        else
-            o->file_length -= (size_t)n;
-        if (o->sent < o->length || o->file_length) continue;
         c->head = o->next;
         if (!c->head) c->tail = NULL;
         output_free(c, o);
@@ -84,7 +73,8 @@ static bool flush(struct connection *c)
     bool over = connection_held_back(c);
     pthread_mutex_unlock(&c->lock);
     int64_t now = now_ms();
-    if (!pending && had) c->last_active_ms = now; /* an answer went out whole */
+    if (!pending && had) /* an answer went out whole */
+        __atomic_store_n(&c->last_active_ms, now, __ATOMIC_RELAXED);
     if (!pending || progress)
         c->blocked_since_ms = pending ? now : 0;
     else if (!c->blocked_since_ms)
@@ -112,13 +102,18 @@ static void drop(struct connection *c)
 {
     struct larderd *d = c->daemon;
     if (c->dropped) return;
-    c->dropped = true;
     ucx_forget(c); /* its UCX session's token names nothing from now on */
     epoll_ctl(d->epoll, EPOLL_CTL_DEL, c->fd, NULL);
+    /* under its lock: a worker sends an answer itself only to a connection
+     * not yet dropped, holding the lock (connection.c), so never on an fd
+     * closed here and perhaps taken again by another connection */
+    pthread_mutex_lock(&c->lock);
+    c->dropped = true;
     if (c->closing)
         drain_and_close(c->fd);
     else
         close(c->fd);
+    pthread_mutex_unlock(&c->lock);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -164,7 +159,7 @@ bool process_input(struct connection *c)
             break;
         }
         if (c->in_used - at < LARDER__WIRE_HEADER + f.length) break;
-        c->last_active_ms = now_ms();
+        __atomic_store_n(&c->last_active_ms, now_ms(), __ATOMIC_RELAXED);
         if (!handle(c, &f, c->in + at + LARDER__WIRE_HEADER)) {
             ok = false;
             break;
@@ -325,6 +320,7 @@ static void accept_all(struct larderd *d, int listener, bool tcp)
         d->num_connections++;
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         epoll_ctl(d->epoll, EPOLL_CTL_ADD, fd, &ev);
+        c->watched = EPOLLIN;
         admit(c);
     }
 }
@@ -342,7 +338,8 @@ const char *sweep_reason(struct connection *c, int64_t now)
         return "a frame begun and not finished in 10 s";
     if (c->blocked_since_ms && now - c->blocked_since_ms >= idle_timeout_ms)
         return "a client that does not take its answers";
-    if (!busy && !c->in_used && now - c->last_active_ms >= idle_timeout_ms)
+    if (!busy && !c->in_used &&
+        now - __atomic_load_n(&c->last_active_ms, __ATOMIC_RELAXED) >= idle_timeout_ms)
         return ""; /* idle: the ordinary end of a pooled connection, not worth a line */
     return NULL;
 }
@@ -447,7 +444,8 @@ static void woken(struct larderd *d)
         pthread_mutex_lock(&c->lock);
         bool pending = c->head != NULL;
         pthread_mutex_unlock(&c->lock);
-        if (pending || c->paused) after_event(c, true, c->paused);
+        /* closing: its last answer may have gone out from a worker */
+        if (pending || c->paused || c->closing) after_event(c, true, c->paused);
     }
 }
 

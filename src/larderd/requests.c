@@ -112,11 +112,12 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     c->jobs--;
     if (!job->via) c->reads--; /* PROGRESS is for READs on the connection itself */
     pthread_mutex_unlock(&c->lock);
-    /* a connection paused over its budget may read again; a READ over UCX
-     * wakes the loop for nothing else (its answer went over UCX): only then
-     * (a wake-up of the loop per answer was one more context switch each).
-     * Before the read ahead below, which may take a while */
-    if (!job->via || was_over) larderd_wake(d);
+    /* a connection paused over its budget may read again: only then is the
+     * loop woken here (an answer left queued woke it already, and one sent
+     * from this thread needs nothing of it; a wake-up per answer was one
+     * more context switch each).  Before the read ahead below, which may
+     * take a while */
+    if (was_over) larderd_wake(d);
     larder__ucx_session_release(job->via);
     /* answered: a reader reading in turn has its next piece come over
      * meanwhile (the connection, and so the entry, still held) */

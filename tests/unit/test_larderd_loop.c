@@ -3,12 +3,14 @@
  * (src/larderd/loop.c, connection.c): frames taken out of a connection's
  * input whole, a cut frame kept and timed, a malformed one closing the
  * connection, the memory budget (and an OPEN under way) pausing it, the sweep's reasons to drop a
- * connection, who may use the Unix socket, and the output queue's charge, and the Unix socket
- * replacing a stale one.
+ * connection, who may use the Unix socket, the output queue's charge, an answer sent at once by
+ * the thread that made it (a socketpair), and the Unix socket replacing a stale one.
  */
 #include "daemon_fixture.h"
 #include "test.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -183,6 +185,90 @@ TEST(larderd_loop_output_charge)
     CHECK_EQ(c->charged, 0);
     /* what is still queued when the last reference goes is freed with it */
     enqueue(c, "x", 1);
+    connection_release(c);
+    larderd_free(&d);
+}
+
+/* Read exactly n bytes of fd (a socketpair's end) into buf. */
+static void read_all(int fd, uint8_t *buf, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t k = read(fd, buf + got, n - got);
+        CHECK(k > 0);
+        got += (size_t)k;
+    }
+}
+
+/* An answer with nothing queued before it leaves from the thread that made
+ * it, header and file bytes, with no loop; what the socket does not take
+ * stays queued, begun, and what comes after waits behind it; a dropped
+ * connection is sent nothing. */
+TEST(larderd_loop_output_sent_at_once)
+{
+    struct larderd d;
+    fixture_daemon(&d, 1);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    struct connection *c = connection_new(&d, sv[0], false);
+    CHECK(c != NULL);
+    static uint8_t data[1 << 20], got[sizeof data + 8];
+    test_fill_random(data, sizeof data, 3);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/answer.bin", test_dir());
+    test_write_file(path, data, sizeof data);
+    int file = open(path, O_RDONLY);
+    CHECK(file >= 0);
+
+    /* small: all of it at once */
+    struct output *o = output_new(8);
+    memcpy(o->bytes, "HEADER:1", 8);
+    o->file = file, o->file_offset = 100, o->file_length = 1000;
+    enqueue_output(c, o);
+    CHECK(c->head == NULL && c->charged == 0);
+    read_all(sv[1], got, 1008);
+    CHECK(memcmp(got, "HEADER:1", 8) == 0 && memcmp(got + 8, data + 100, 1000) == 0);
+    CHECK(c->last_active_ms > 0);
+
+    /* larger than the socket takes: begun, the rest queued; the next
+     * answer behind it, whole */
+    int small = 4096;
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    o = output_new(8);
+    memcpy(o->bytes, "HEADER:2", 8);
+    o->file = file, o->file_offset = 0, o->file_length = sizeof data;
+    enqueue_output(c, o);
+    CHECK(c->head == o && o->sent == 8 && o->file_length > 0 && o->file_length < sizeof data);
+    enqueue(c, "after", 5);
+    CHECK(c->head == o && c->tail != o && c->tail->sent == 0);
+    /* the loop's part, as flush() does it: the reader drains, the queue goes */
+    size_t want = 8 + sizeof data + 5, have = 0;
+    while (have < want) {
+        pthread_mutex_lock(&c->lock);
+        while (c->head) {
+            int rc = output_push(c->fd, c->head);
+            CHECK(rc >= 0);
+            if (rc == 0) break;
+            struct output *done = c->head;
+            c->head = done->next;
+            if (!c->head) c->tail = NULL;
+            output_free(c, done);
+        }
+        pthread_mutex_unlock(&c->lock);
+        ssize_t k = read(sv[1], got + have, want - have < 65536 ? want - have : 65536);
+        if (k > 0) have += (size_t)k;
+    }
+    CHECK(memcmp(got, "HEADER:2", 8) == 0 && memcmp(got + 8, data, sizeof data) == 0);
+    CHECK(memcmp(got + 8 + sizeof data, "after", 5) == 0);
+    CHECK(c->head == NULL && c->charged == 0);
+
+    /* dropped (its fd closed by the loop, under the lock): queued, not sent */
+    c->dropped = true;
+    enqueue(c, "late", 4);
+    CHECK(c->head != NULL && c->head->sent == 0);
+    uint8_t byte;
+    CHECK(recv(sv[1], &byte, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+    close(file);
+    close(sv[0]), close(sv[1]);
     connection_release(c);
     larderd_free(&d);
 }
