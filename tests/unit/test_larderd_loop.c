@@ -211,7 +211,7 @@ TEST(larderd_loop_output_sent_at_once)
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
     struct connection *c = connection_new(&d, sv[0], false);
     CHECK(c != NULL);
-    static uint8_t data[1 << 20], got[sizeof data + 8];
+    static uint8_t data[1 << 20], got[sizeof data + 16]; /* a header, the data, "after" */
     test_fill_random(data, sizeof data, 3);
     char path[4096];
     snprintf(path, sizeof path, "%s/answer.bin", test_dir());
