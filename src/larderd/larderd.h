@@ -228,9 +228,12 @@ static inline bool connection_held_back(const struct connection *c)
 /* An output buffer for a frame of `length` bytes, to fill and then queue; NULL when out of memory.
  */
 struct output *output_new(size_t length);
-/* Queue a filled output (from any thread; the queue owns it), charge it and wake the loop.
- * It goes after every queued output of its class or a higher one (control
- * frames are DEMAND), before lower ones, never before one already begun. */
+/* Send a filled output (from any thread; it is the connection's after the
+ * call): at once, as far as the socket takes it without blocking, when
+ * nothing is queued before it; the rest, or all of it, is queued, charged,
+ * and the loop woken.  It goes after every queued output of its class or a
+ * higher one (control frames are DEMAND), before lower ones, never before
+ * one already begun. */
 void enqueue_output(struct connection *c, struct output *o);
 /* Send what fd takes of o without blocking: 1 when o went whole, 0 when
  * the socket took no more, -1 (errno) when the connection is broken. */
