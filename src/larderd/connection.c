@@ -161,6 +161,7 @@ void refuse(struct connection *c, uint64_t request, int code, const char *messag
     send_error(c, request, code, message);
     c->closing = true;
     c->closing_since_ms = now_ms();
+    larderd_wake(c->daemon); /* its ERROR may be gone already: the loop closes it (woken()) */
 }
 
 void output_free(struct connection *c, struct output *o)

@@ -58,9 +58,9 @@ static bool flush(struct connection *c)
     bool ok = true, progress = false, had = c->head != NULL;
     while (c->head) {
         struct output *o = c->head;
-        size_t before = o->sent + o->file_length;
+        size_t left = o->length - o->sent + o->file_length;
         int rc = output_push(c->fd, o);
-        progress = progress || o->sent + o->file_length != before;
+        progress = progress || o->length - o->sent + o->file_length < left;
         if (rc <= 0) {
             ok = rc == 0;
             break;

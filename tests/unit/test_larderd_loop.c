@@ -201,8 +201,9 @@ static void read_all(int fd, uint8_t *buf, size_t n)
 
 /* An answer with nothing queued before it leaves from the thread that made
  * it, header and file bytes, with no loop; what the socket does not take
- * stays queued, begun, and what comes after waits behind it; a dropped
- * connection is sent nothing. */
+ * stays queued, begun, and what comes after waits behind it; a refused
+ * connection's ERROR goes at once and the loop is woken to close it; a
+ * dropped connection is sent nothing. */
 TEST(larderd_loop_output_sent_at_once)
 {
     struct larderd d;
@@ -260,6 +261,21 @@ TEST(larderd_loop_output_sent_at_once)
     CHECK(memcmp(got, "HEADER:2", 8) == 0 && memcmp(got + 8, data, sizeof data) == 0);
     CHECK(memcmp(got + 8 + sizeof data, "after", 5) == 0);
     CHECK(c->head == NULL && c->charged == 0);
+
+    /* refused: its ERROR leaves at once, and the loop is woken to close it */
+    uint64_t count;
+    while (read(d.wake, &count, sizeof count) > 0) {
+    }
+    refuse(c, 9, LARDER_EDENIED, "no");
+    CHECK(c->closing && c->head == NULL);
+    CHECK(read(d.wake, &count, sizeof count) == sizeof count && count >= 1);
+    uint8_t error[LARDER__WIRE_HEADER];
+    read_all(sv[1], error, sizeof error);
+    struct larder__frame f;
+    CHECK_EQ(larder__wire_header(error, sizeof error, &f), 0);
+    CHECK(f.type == LARDER__ERROR && f.request == 9);
+    read_all(sv[1], got, f.length); /* its code and message */
+    c->closing = false;
 
     /* dropped (its fd closed by the loop, under the lock): queued, not sent */
     c->dropped = true;
