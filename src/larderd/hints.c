@@ -30,7 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "hash.h"
 
 #define FORWARD_TIMEOUT_MS 30000 /* a member's answer to a hint that does not wait */
 #define WAIT_TIMEOUT_MS 3600000  /* ... to one that waits for its staging */

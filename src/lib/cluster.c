@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <xxhash.h>
+#include "hash.h"
 
 void larder__members_clear(struct larder__members *m)
 {

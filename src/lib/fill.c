@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include <xxhash.h>
+#include "hash.h"
 
 #define DEFAULT_INFLIGHT 64
 

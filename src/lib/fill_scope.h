@@ -13,7 +13,7 @@
 #include "index_sums.h"
 #include "shardmap.h"
 
-#include <xxhash.h>
+#include "hash.h"
 
 /* Whether `data` holds sample s's bytes (its checksum matches; always, in an
  * index marked unchecked: a listing-only index has no checksums). */

@@ -10,7 +10,7 @@
  */
 #include "index_internal.h"
 
-#include <xxhash.h>
+#include "hash.h"
 
 uint64_t larder__key_hash(const char *key, size_t length)
 {

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "hash.h"
 
 /* Slots for n keys: a power of two with load at most 3/4. */
 static uint64_t key_slots_for(uint64_t n)

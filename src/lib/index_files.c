@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "hash.h"
 
 #define DEFAULT_LARGE_FILE (UINT64_C(4) << 20)
 

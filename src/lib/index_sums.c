@@ -5,7 +5,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <xxhash.h>
+#include "hash.h"
 
 struct larder__block_sums {
     const struct larder__index *ix;

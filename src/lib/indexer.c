@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "hash.h"
 
 struct indexing {
     struct larder__index_builder *builder;

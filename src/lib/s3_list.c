@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <xxhash.h>
+#include "hash.h"
 
 #define KEY_MAX 1024        /* S3 keys are at most 1024 bytes */
 #define TOKEN_MAX 4096      /* continuation tokens are opaque, and short in practice */

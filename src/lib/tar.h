@@ -15,7 +15,7 @@
 
 #include "index.h"
 
-#include <xxhash.h>
+#include "hash.h"
 
 #define LARDER__TAR_BLOCK 512
 #define LARDER__TAR_MAX_NAME 4096

@@ -12,7 +12,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <xxhash.h>
+#include "hash.h"
 
 struct verify {
     const struct larder__index *ix;

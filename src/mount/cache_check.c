@@ -22,7 +22,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <xxhash.h>
+#include "hash.h"
 
 #define PIECE (UINT64_C(4) << 20)          /* bytes hashed at a time */
 #define REPAIR_LIMIT (UINT64_C(256) << 20) /* the largest sample refetched whole */

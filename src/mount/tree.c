@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "hash.h"
 
 struct larder__mount_tree {
     larder_dataset *dataset; /* borrowed */

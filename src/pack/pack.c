@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "hash.h"
 
 #define CHUNK (1u << 20) /* fits a core's L2 cache: a 4 MiB buffer was 2-3x slower under load */
 
