@@ -15,7 +15,7 @@
 #ifndef LARDER_HASH_H
 #define LARDER_HASH_H
 
-#include "hash.h"
+#include <xxhash.h>
 #ifdef LARDER_HAVE_XXH_DISPATCH
 #include <xxh_x86dispatch.h> /* XXH3_64bits and the rest name their _dispatch forms */
 #endif
