@@ -102,6 +102,9 @@ int larder__mkdir_p(const char *path, size_t length, mode_t mode)
         return larder__fail(-ENAMETOOLONG, "%.*s...: path too long", 64, path);
     memcpy(buf, path, length);
     buf[length] = '\0';
+    /* the usual case, the directory there already or only it missing: one
+     * call (a unit test's fixture writes thousands of files into one) */
+    if (length == 0 || mkdir(buf, mode) == 0 || errno == EEXIST) return 0;
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/') continue;
         *p = '\0';
@@ -109,7 +112,7 @@ int larder__mkdir_p(const char *path, size_t length, mode_t mode)
             return larder__fail(-errno, "%s: %s", buf, strerror(errno));
         *p = '/';
     }
-    if (length > 0 && mkdir(buf, mode) < 0 && errno != EEXIST)
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
         return larder__fail(-errno, "%s: %s", buf, strerror(errno));
     return 0;
 }
