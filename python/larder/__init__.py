@@ -12,8 +12,11 @@ during every call into it):
     larder.LarderError what a failing liblarder call raises
     larder.hint        stage and pin samples on the node daemons (a TTL);
                        larder.replicate, larder.hints (what is pinned)
-    larder.torch       IterableDataset and DataLoader for PyTorch (imports
-                       torch; `import larder` alone does not)
+    larder.mount       tell a `larder mount` the order a rank reads a mounted
+                       HDF5 file in (register_order, order_status)
+    larder.torch       IterableDataset and DataLoader for PyTorch, and
+                       MountOrderSampler (imports torch; `import larder`
+                       alone does not)
 
 docs/python.md has examples.
 """
@@ -48,6 +51,7 @@ from .hint import HintResult, hint, hints, replicate
 from .names import Publication, lookup, names, publish, resolve
 from .stats import summarize
 from . import transform  # transforms next to the data (docs/transforms.md)
+from . import mount  # orders for `larder mount` (docs/python.md)
 
 from . import _lib
 

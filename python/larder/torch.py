@@ -37,7 +37,8 @@ from .plan import Plan, resolve_deny
 from .stats import summarize
 from ._torch_state import _Position, _Prefetcher, _WaitSlots
 
-__all__ = ["IterableDataset", "DataLoader", "StatefulLoader", "distributed_topology",
+__all__ = ["IterableDataset", "DataLoader", "MountOrderSampler", "StatefulLoader",
+           "distributed_topology",
            "torch_dtypes"]
 
 STATE_VERSION = 2  # 2 added 'sample' and 'world'
@@ -578,3 +579,40 @@ class DataLoader(torch.utils.data.DataLoader):
 
 
 StatefulLoader = DataLoader
+
+
+class MountOrderSampler(torch.utils.data.distributed.DistributedSampler):
+    """torch's DistributedSampler(shuffle=True, drop_last=False) that tells
+    the `larder mount` holding `path` (an HDF5 file read one member group,
+    or with dataset=, one row, per sample) the order it yields, at the start
+    of every epoch, so that the mount stages this rank's next steps ahead of
+    its reads (larder.mount.register_order; docs/mount.md).  It yields
+    exactly what the DistributedSampler it is yields: the mount only learns
+    the order.
+
+    MountOrderSampler(dataset, path, batch_size, num_replicas=None, rank=None,
+                      seed=0, group=None, hdf5_dataset=None, window=None)
+
+    batch_size is the DataLoader's (this rank's) batch; call set_epoch()
+    each epoch, as with any DistributedSampler.  A registration the mount
+    refuses raises OSError from the epoch's first iteration; a path that is
+    not on a larder mount raises ValueError here.
+    """
+
+    def __init__(self, dataset, path, batch_size, num_replicas=None, rank=None, seed=0,
+                 group=None, hdf5_dataset=None, window=None):
+        from . import mount
+
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed,
+                         drop_last=False)
+        self.path, self.batch_size = path, batch_size
+        self.group, self.hdf5_dataset, self.window = group, hdf5_dataset, window
+        mount._mount_of(path)  # not on a mount: say so now, not at the first epoch
+        mount.order_line(path, self, batch_size, group=group, dataset=hdf5_dataset, window=window)
+
+    def __iter__(self):
+        from . import mount
+
+        mount.register_order(self.path, self, self.batch_size, group=self.group,
+                             dataset=self.hdf5_dataset, window=self.window)
+        return super().__iter__()
