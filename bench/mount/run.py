@@ -300,6 +300,29 @@ def throughput(args, index, cache, size):
 
 # ---- the report -------------------------------------------------------------
 
+def congestion_windows(e):
+    """The emulator's congestion episodes within epoch `e`, as (from, to) in
+    seconds from the epoch's start (slowfs draws them from its seed at
+    phase + k x every after its mount, docs: tools/slowfs/README.md), or
+    None where the epoch did not read the emulator or it reported no phase.
+    A cold epoch is not the same measurement with an episode over its first
+    steps, when every read needs the origin, as with one over its last."""
+    before = e.get("slowfs_before")
+    if not before or "congestion_phase_s" not in before:
+        return None
+    every = before["params"]["congestion_every_s"]
+    length = before["params"]["congestion_for_s"]
+    start, end = before["uptime_s"], before["uptime_s"] + e["wall_s"]
+    out, at = [], before["congestion_phase_s"]
+    if at < start:
+        at += (start - at) // every * every
+    while at < end:
+        if at + length > start:
+            out.append((max(at, start) - start, min(at + length, end) - start))
+        at += every
+    return out
+
+
 def au_rows(results):
     out = []
     for r in results:
@@ -319,6 +342,7 @@ def au_rows(results):
                 label += f" (first {len(waits)} of {e['epoch_steps']} steps)"
             out.append({"config": r["config"], "epoch": e["epoch"], "label": label,
                         "au": e["compute_s"] / e["wall_s"], "wall": e["wall_s"],
+                        "congested": congestion_windows(e),
                         "steps": len(waits), "mean": sum(waits) / len(waits),
                         "p99": report.percentile(waits, 0.99), "max": waits[-1]})
     return out
@@ -339,13 +363,17 @@ def write(meta, results, setup, results_dir, name, plots):
         lines += [f"Emulator: slowfs profile {setup['slowfs']['profile']} (seed "
                   f"{setup['slowfs']['seed']}): "
                   f"{report.describe_profile(setup['slowfs']['params'])}.", ""]
-    lines += ["| reader | steps | wait mean ms | p99 ms | max ms | epoch s | AU | AU / local |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["| reader | steps | wait mean ms | p99 ms | max ms | epoch s | AU | AU / local | "
+              "emulator congested (epoch s) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rel = f"{r['au'] / local_au:.3f}x" if local_au else "-"
+        windows = r.get("congested")
+        congested = ("-" if windows is None else
+                     ", ".join(f"{a:.1f}-{b:.1f}" for a, b in windows) or "none")
         lines.append(f"| {r['label']} | {r['steps']} | {1000 * r['mean']:.1f} | "
                      f"{1000 * r['p99']:.0f} | {1000 * r['max']:.0f} | {r['wall']:.1f} | "
-                     f"{100 * r['au']:.1f}% | {rel} |")
+                     f"{100 * r['au']:.1f}% | {rel} | {congested} |")
     lines.append("")
     lines.append("Targets (AU against local disk's, the median of its epochs):")
     for config, what in (("mount", "larder mount (default)"),
@@ -399,8 +427,12 @@ def write(meta, results, setup, results_dir, name, plots):
             lines += [f"Not in the figures: the first read through each fresh mount checks the "
                       f"whole cached file against its checksum once (cache_check.c): "
                       f"{first:.2f} s at the median.", ""]
-    lines.append("AU = compute time / epoch wall time. Figures from one run on a shared "
-                 "machine; rerun for medians.")
+    lines.append("AU = compute time / epoch wall time. Emulator congested: the emulator's "
+                 "congestion episodes (every read's latency x the profile's factor) that fell in "
+                 "the epoch, in seconds from its start (its stats' congestion_phase_s); a cold "
+                 "epoch with one over its first steps, while every read needs the origin, "
+                 "waits seconds longer than with one later, so compare cold epochs with them "
+                 "in view. Figures from one run on a shared machine; rerun for medians.")
     text = "\n".join(lines) + "\n"
     os.makedirs(results_dir, exist_ok=True)
     path = os.path.join(results_dir, name + ".md")

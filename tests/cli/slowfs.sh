@@ -123,6 +123,7 @@ most=$(stats_field capped max_in_flight)
 [ "$most" = 2 ] || fail "max in flight $most, cap 2"
 [ "$(stats_field capped max_queue_depth)" -ge 1 ] || fail "nothing queued"
 [ "$(stats_field capped in_flight)" = 0 ] || fail "in flight after the reads"
+! grep -q congestion_phase_s "$WORK/capped/.slowfs-stats" || fail "a congestion phase without episodes"
 unmount_slowfs capped
 
 # 4. bandwidth and congestion: 3 MB at 20 MB/s takes 150 ms at least;
@@ -137,6 +138,10 @@ for i in $(seq 40); do dd if=shaped/odd.bin of=/dev/null bs=1k count=1 status=no
 congested=$(stats_field shaped congested_reads)
 [ "$congested" -gt 0 ] && [ "$congested" -lt "$(stats_field shaped reads)" ] ||
   fail "congested reads $congested of $(stats_field shaped reads)"
+# where the first episode began: within [0, every - for) of the mount, as
+# the model draws it
+phase=$(stats_field shaped congestion_phase_s)
+awk -v p="$phase" 'BEGIN { exit !(p >= 0 && p < 0.1) }' || fail "congestion phase $phase s"
 unmount_slowfs shaped
 
 # 5. determinism: the same single-threaded reads under the same seed draw

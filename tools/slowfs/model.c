@@ -183,15 +183,22 @@ struct slowfs_draw slowfs_draw(const struct slowfs_params *params, const char *p
     return draw;
 }
 
-double slowfs_congestion(const struct slowfs_params *params, uint64_t since_mount_ns)
+uint64_t slowfs_congestion_phase_ns(const struct slowfs_params *params)
 {
     const struct slowfs_params *p = params;
-    if (!(p->congestion_every_s > 0) || p->congestion_factor <= 1) return 1.0;
+    if (!(p->congestion_every_s > 0) || p->congestion_factor <= 1) return UINT64_MAX;
     uint64_t every = to_ns(p->congestion_every_s * 1e3), length = to_ns(p->congestion_for_s * 1e3);
     uint64_t salt[1] = {0x636f6e67657374ull}; /* "congest": apart from every read's key */
     uint64_t state = XXH3_64bits_withSeed(salt, sizeof salt, p->seed);
-    uint64_t phase = (uint64_t)((double)(every - length) * (next_unit(&state) - 0x1.0p-53));
-    if (since_mount_ns < phase) return 1.0;
+    return (uint64_t)((double)(every - length) * (next_unit(&state) - 0x1.0p-53));
+}
+
+double slowfs_congestion(const struct slowfs_params *params, uint64_t since_mount_ns)
+{
+    const struct slowfs_params *p = params;
+    uint64_t phase = slowfs_congestion_phase_ns(p);
+    if (phase == UINT64_MAX || since_mount_ns < phase) return 1.0;
+    uint64_t every = to_ns(p->congestion_every_s * 1e3), length = to_ns(p->congestion_for_s * 1e3);
     return (since_mount_ns - phase) % every < length ? p->congestion_factor : 1.0;
 }
 

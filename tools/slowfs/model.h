@@ -73,6 +73,11 @@ uint64_t slowfs_range_key(const char *path, uint64_t offset, uint64_t length);
  * [0, every - for), so different seeds put them at different times. */
 double slowfs_congestion(const struct slowfs_params *params, uint64_t since_mount_ns);
 
+/* That phase: the first episode's start after the mount, in ns; UINT64_MAX
+ * when there are no episodes.  The stats report it (congestion_phase_s),
+ * so that a benchmark can say where the episodes fell in what it timed. */
+uint64_t slowfs_congestion_phase_ns(const struct slowfs_params *params);
+
 /* The bytes-per-second cost of `bytes` on the shared link, in ns; 0 when
  * bandwidth is unlimited. */
 uint64_t slowfs_transfer_ns(const struct slowfs_params *params, uint64_t bytes);

@@ -109,6 +109,8 @@ size_t slowfs_stats_json(char *buf, size_t size, const struct slowfs_stats *stat
         p->tail_max_ms, p->max_concurrent, p->bandwidth_mbps, p->congestion_every_s,
         p->congestion_for_s, p->congestion_factor, p->meta_latency_ms);
     put(&out, "  \"uptime_s\": %.3f,\n", uptime_s);
+    uint64_t phase = slowfs_congestion_phase_ns(p); /* episodes: where the first began */
+    if (phase != UINT64_MAX) put(&out, "  \"congestion_phase_s\": %.3f,\n", (double)phase / 1e9);
     put(&out, "  \"reads\": %llu,\n  \"bytes\": %llu,\n  \"read_errors\": %llu,\n",
         (unsigned long long)s->reads, (unsigned long long)s->bytes,
         (unsigned long long)s->read_errors);
