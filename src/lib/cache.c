@@ -551,8 +551,13 @@ static int store(struct larder__cache *c, uint32_t shard, uint64_t first, uint64
         if (same < 0) return same;
         if (same) data = NULL;
     }
-    int rc = data ? larder__pwrite_full(fd, data, (size_t)length, first << c->block_shift, c->dir)
-                  : 0; /* put in place already (cache_inplace.c) */
+    int rc = 0; /* data NULL: put in place already (cache_inplace.c) */
+    if (data) {
+        pthread_mutex_t *writing = larder__writing(fd);
+        pthread_mutex_lock(writing);
+        rc = larder__pwrite_full(fd, data, (size_t)length, first << c->block_shift, c->dir);
+        pthread_mutex_unlock(writing);
+    }
     if (rc < 0) {
         if (!c->warned_full) {
             c->warned_full = true;

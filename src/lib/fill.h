@@ -83,7 +83,8 @@ LARDER__HIDDEN int larder__fill_stage_range(struct larder__fill *fill, uint32_t 
  * flight are shared by it).  A daemon stages what a READ asks at the
  * READ's class; hints and replication stage at LARDER__HINTED, warm
  * staging at LARDER__WARM.  What is already cached is served the same
- * at any class.
+ * at any class.  A NULL buf stages the bytes into the node cache and
+ * copies nothing out (LARDER_EUSAGE without a cache).
  */
 LARDER__HIDDEN int larder__fill_range_at(struct larder__fill *fill, uint32_t shard, uint64_t offset,
                                          uint64_t length, int priority, void *buf);

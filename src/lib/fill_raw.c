@@ -36,6 +36,11 @@ int larder__fill_range_at(struct larder__fill *f, uint32_t shard, uint64_t offse
     if (f->cache) {
         uint64_t first, last;
         larder__cache_blocks(f->cache, offset, length, &first, &last);
+        if (!buf) /* staging: into the cache, and no copy out (nor a buffer to take it) */
+            return larder__cache_resident(f->cache, shard, first, last)
+                       ? 0
+                       : larder__fill_through_cache(f, shard, offset, offset + length, NULL, false,
+                                                    priority);
         /* resident blocks were checked when they were kept; no lock, so
          * an eviction (and a refill) racing the read must be seen: every
          * eviction moves the generation before it punches its hole */
@@ -47,6 +52,7 @@ int larder__fill_range_at(struct larder__fill *f, uint32_t shard, uint64_t offse
             return 0;
         return larder__fill_through_cache(f, shard, offset, offset + length, buf, false, priority);
     }
+    if (!buf) return larder__fail(LARDER_EUSAGE, "staging needs a node cache");
     /* no cache: read the samples these bytes belong to, and check them */
     struct larder__shard_map *map;
     struct larder__fill_scope p;

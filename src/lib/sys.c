@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -82,6 +83,17 @@ int larder__pwrite_full(int fd, const void *buf, size_t count, uint64_t offset, 
         done += (size_t)n;
     }
     return 0;
+}
+
+#define WRITING_STRIPES 64
+#define STRIPE_1 PTHREAD_MUTEX_INITIALIZER
+#define STRIPE_4 STRIPE_1, STRIPE_1, STRIPE_1, STRIPE_1
+#define STRIPE_16 STRIPE_4, STRIPE_4, STRIPE_4, STRIPE_4
+static pthread_mutex_t writing[WRITING_STRIPES] = {STRIPE_16, STRIPE_16, STRIPE_16, STRIPE_16};
+
+pthread_mutex_t *larder__writing(int fd)
+{
+    return &writing[(unsigned)fd % WRITING_STRIPES];
 }
 
 int larder__file_size(int fd, uint64_t *size, const char *what)

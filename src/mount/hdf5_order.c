@@ -41,7 +41,7 @@
  * 16 every h5py file has (8 + 2K x 40; 24 + 2K x 8 + (2K + 1) x 8). */
 static const uint64_t lookup_node_span[2] = {8 + 2 * 4 * 40, 24 + 2 * 16 * 8 + (2 * 16 + 1) * 8};
 #define ASK_SHIFT 16                      /* a unit of the asked bitmap: the cache's 64 KiB block */
-#define STAGE_RUN_MAX (UINT64_C(1) << 20) /* one fill of the order's at most (its buffer) */
+#define STAGE_RUN_MAX (UINT64_C(1) << 20) /* one fill of the order's at most */
 
 static double now_s(void)
 {
@@ -115,14 +115,13 @@ static int read_member(void *context, uint64_t offset, void *buf, size_t length)
 }
 
 /* Bytes [from, to) at NEAR: here, in one fill (one origin read of the runs
- * of blocks it lacks); through a daemon, or without a buffer, queued. */
-static uint64_t stage_run(struct larder__mount_file_order *o, uint64_t from, uint64_t to,
-                          uint8_t *buf)
+ * of blocks it lacks) into the cache, copied nowhere; through a daemon, queued. */
+static uint64_t stage_run(struct larder__mount_file_order *o, uint64_t from, uint64_t to)
 {
     struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
-    if (o->m->daemon || !buf)
+    if (o->m->daemon)
         return larder__mount_stage(o->m, o->shard, o->base + from, to - from, LARDER__NEAR);
-    return larder__fill_range_at(fill, o->shard, o->base + from, to - from, LARDER__NEAR, buf) == 0
+    return larder__fill_range_at(fill, o->shard, o->base + from, to - from, LARDER__NEAR, NULL) == 0
                ? to - from
                : 0;
 }
@@ -139,8 +138,7 @@ static uint64_t stage_run(struct larder__mount_file_order *o, uint64_t from, uin
  * data beside it never staged); a larger checksum block is brought whole by
  * the first fill, and the next finds it resident.
  */
-static uint64_t stage_once(struct larder__mount_file_order *o, uint64_t at, uint64_t length,
-                           uint8_t *buf)
+static uint64_t stage_once(struct larder__mount_file_order *o, uint64_t at, uint64_t length)
 {
     struct larder__fill *fill = larder__dataset_fill(o->m->dataset);
     if (at >= o->size || length == 0) return 0;
@@ -158,10 +156,10 @@ static uint64_t stage_once(struct larder__mount_file_order *o, uint64_t at, uint
             run_to = to; /* the run goes on */
             continue;
         }
-        if (run_to > run_from) queued += stage_run(o, run_from, run_to, buf);
+        if (run_to > run_from) queued += stage_run(o, run_from, run_to);
         run_from = from, run_to = skip ? from : to;
     }
-    if (run_to > run_from) queued += stage_run(o, run_from, run_to, buf);
+    if (run_to > run_from) queued += stage_run(o, run_from, run_to);
     return queued;
 }
 
@@ -172,12 +170,12 @@ static uint64_t stage_once(struct larder__mount_file_order *o, uint64_t at, uint
  * extents where its header can be followed, else its bytes up to the next
  * member's (a dataset's rows: their own bytes).  Bytes queued. */
 static uint64_t stage_member(struct larder__mount_file_order *o, uint32_t member,
-                             struct larder__mount_hdf5_extent *extents, uint8_t *buf)
+                             struct larder__mount_hdf5_extent *extents)
 {
     uint64_t staged = 0;
     for (int k = 0; o->lookup && k < 2; k++) {
         uint64_t at = o->lookup[2 * (size_t)member + (size_t)k];
-        if (at < o->size) staged += stage_once(o, at, lookup_node_span[k], buf);
+        if (at < o->size) staged += stage_once(o, at, lookup_node_span[k]);
     }
     size_t n = o->dataset[0]
                    ? 0
@@ -191,9 +189,9 @@ static uint64_t stage_member(struct larder__mount_file_order *o, uint32_t member
         atomic_fetch_add(&o->followed, 1);
     }
     for (size_t k = 0; k < n && !o->stop; k++) /* hostile: bounded like its span */
-        staged += stage_once(
-            o, extents[k].offset,
-            extents[k].length < MEMBER_SPAN_MAX ? extents[k].length : MEMBER_SPAN_MAX, buf);
+        staged +=
+            stage_once(o, extents[k].offset,
+                       extents[k].length < MEMBER_SPAN_MAX ? extents[k].length : MEMBER_SPAN_MAX);
     return staged;
 }
 
@@ -208,7 +206,6 @@ static void *run_resolver(void *arg)
 {
     struct larder__mount_file_order *o = arg;
     struct larder__mount_hdf5_extent extents[MEMBER_EXTENTS];
-    uint8_t *buf = NULL; /* held only while staging: 16 resolvers an order, 64 orders */
     pthread_mutex_lock(&o->lock);
     while (!o->stop && !o->m->stopping) {
         size_t ahead = (size_t)(o->window * (o->batch / o->world));
@@ -216,16 +213,14 @@ static void *run_resolver(void *arg)
         if (o->staged_until < o->position) o->staged_until = o->position;
         if (o->staged_until >= o->length) break; /* every member asked: done for good */
         if (o->staged_until >= target) {
-            free(buf), buf = NULL;
             pthread_cond_wait(&o->wake, &o->lock);
             continue;
         }
         size_t place = o->staged_until;
         uint32_t member = o->list[o->staged_until++];
         pthread_mutex_unlock(&o->lock);
-        if (!buf) buf = malloc(STAGE_RUN_MAX); /* NULL: stage through the pool */
         double began = o->m->trace ? now_s() : 0;
-        uint64_t staged = stage_member(o, member, extents, buf);
+        uint64_t staged = stage_member(o, member, extents);
         if (o->m->trace)
             larder__mount_log(LARDER_LOG_INFO,
                               "trace: order rank %u place %zu member %u staged %" PRIu64
@@ -235,7 +230,6 @@ static void *run_resolver(void *arg)
         o->staged_bytes += staged;
     }
     pthread_mutex_unlock(&o->lock);
-    free(buf);
     return NULL;
 }
 

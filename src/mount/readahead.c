@@ -51,17 +51,19 @@ static void run_stage(void *arg)
     larder_dataset *d = m->dataset;
     struct larder__fill *fill = larder__dataset_fill(d);
     if (!larder__fill_resident(fill, t->shard, t->offset, t->length)) {
-        void *buf = malloc((size_t)t->length);
         struct larder__endpoint *daemon = larder__dataset_daemon(d);
-        int rc = -ENOMEM;
-        if (buf && daemon && !larder__endpoint_down(daemon)) {
+        int rc = LARDER_EUSAGE;
+        if (daemon && !larder__endpoint_down(daemon)) { /* its answer's bytes, dropped */
             uint64_t low, high;
+            void *buf = malloc((size_t)t->length);
             larder__dataset_id(d, &low, &high);
-            rc = larder__endpoint_read(daemon, low, high, t->shard, t->priority, t->offset,
-                                       t->length, buf);
+            rc = buf ? larder__endpoint_read(daemon, low, high, t->shard, t->priority, t->offset,
+                                             t->length, buf)
+                     : -ENOMEM;
+            free(buf);
         }
-        if (buf && rc < 0 && m->cached)
-            rc = larder__fill_range_at(fill, t->shard, t->offset, t->length, t->priority, buf);
+        if (rc < 0 && m->cached) /* into the cache, copied nowhere else */
+            rc = larder__fill_range_at(fill, t->shard, t->offset, t->length, t->priority, NULL);
         if (rc < 0)
             larder__mount_log(LARDER_LOG_DEBUG, "staging %llu bytes at %llu of shard %u: %s",
                               (unsigned long long)t->length, (unsigned long long)t->offset,
@@ -76,7 +78,6 @@ static void run_stage(void *arg)
                 (unsigned long long)t->length, (unsigned long long)t->offset,
                 atomic_load(&m->stage_running), (double)now.tv_sec + (double)now.tv_nsec / 1e9);
         }
-        free(buf);
     }
     if (t->job) larder__mount_stager_done(m, t->job);
     free(t);

@@ -4,16 +4,21 @@
  * samples they belong to, a corrupt origin stages nothing, blocks shared
  * with unread samples are checked later without a second fetch, a reboot
  * makes every resident block suspect, and overlapping samples are refused.
- * Expected bytes come from the source files written by the test.
+ * Staging (a NULL buffer) keeps checked bytes and copies none out, also
+ * from several threads into one file at once.  Expected bytes come from
+ * the source files written by the test.
  */
 #include "larder_pack.h"
 #include "dataset.h"
+#include "fill.h"
 #include "index.h"
+#include "priority.h"
 #include "sys.h"
 #include "test.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 /* A flat dataset of n samples of varied sizes, unshuffled, in DIR/packed. */
@@ -245,4 +250,76 @@ TEST(fill_an_index_claiming_another_id_never_reaches_its_cache)
     d = open_with_cache();
     CHECK_EQ(stats_of(d).resident_bytes, resident); /* the real cache is as it was */
     larder_close(d);
+}
+
+struct stager {
+    larder_dataset *d;
+    uint64_t from, to;
+    int rc;
+};
+
+static void *stage_part(void *arg)
+{
+    struct stager *s = arg;
+    struct larder__fill *fill = larder__dataset_fill(s->d);
+    for (uint64_t at = s->from; at < s->to && s->rc == 0; at += 3 * 65536) {
+        uint64_t n = s->to - at < 3 * 65536 ? s->to - at : 3 * 65536;
+        s->rc = larder__fill_range_at(fill, 0, at, n, LARDER__WARM, NULL);
+    }
+    return NULL;
+}
+
+TEST(fill_staging_keeps_checked_bytes_and_copies_none_out)
+{
+    make_flat(120, 2 << 20); /* shards of ~2 MB */
+    larder_dataset *d = open_with_cache();
+    struct larder__fill *fill = larder__dataset_fill(d);
+    size_t size;
+    uint8_t *want = shard_bytes(d, 0, &size);
+    /* shard 0 staged by 8 threads at once, each its own part of the one
+     * data file (their writes into it take turns: larder__writing) */
+    struct stager parts[8];
+    pthread_t threads[8];
+    uint64_t part = (size / 8 + 65535) / 65536 * 65536;
+    for (int i = 0; i < 8; i++) {
+        uint64_t from = part * (uint64_t)i < size ? part * (uint64_t)i : size;
+        uint64_t to = from + part < size ? from + part : size;
+        parts[i] = (struct stager){d, from, to, 0};
+        CHECK_EQ(pthread_create(&threads[i], NULL, stage_part, &parts[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        CHECK_EQ(pthread_join(threads[i], NULL), 0);
+        CHECK_EQ(parts[i].rc, 0);
+    }
+    larder_sample_info s;
+    for (uint64_t id = 0; id < larder_num_samples(d); id++) {
+        CHECK_EQ(larder_sample_info_get(d, id, &s), 0);
+        if (s.shard == 0) CHECK(larder__dataset_staged(d, id));
+    }
+    /* staged again: resident, nothing fetched; then read, all from the cache */
+    uint64_t requests = stats_of(d).origin_requests;
+    CHECK_EQ(larder__fill_range_at(fill, 0, 0, size, LARDER__WARM, NULL), 0);
+    static uint8_t whole[4 << 20];
+    CHECK_EQ(larder__dataset_read_range(d, 0, 0, size, whole), 0);
+    CHECK(memcmp(whole, want, size) == 0);
+    CHECK_EQ(stats_of(d).origin_requests, requests);
+    /* a wrong byte at the origin: staging fails and keeps nothing of it */
+    uint64_t id = 0;
+    do
+        CHECK_EQ(larder_sample_info_get(d, id++, &s), 0);
+    while (s.shard != 1);
+    CHECK_EQ(test_sh("printf 'Z' | dd of=%s/packed/%s bs=1 seek=%llu conv=notrunc 2>/dev/null",
+                     test_dir(), s.shard_name, (unsigned long long)(s.offset + s.length / 2)),
+             0);
+    CHECK_EQ(larder__fill_range_at(fill, 1, s.offset, s.length, LARDER__WARM, NULL),
+             LARDER_ECHECKSUM);
+    CHECK(!larder__dataset_staged(d, id - 1));
+    larder_close(d);
+    /* with no cache there is nowhere to stage */
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION, .cache_dir = ""};
+    CHECK_EQ(larder_open(&d, test_path("packed/index.larder"), &o), 0);
+    CHECK_EQ(larder__fill_range_at(larder__dataset_fill(d), 0, 0, 100, LARDER__WARM, NULL),
+             LARDER_EUSAGE);
+    larder_close(d);
+    free(want);
 }
