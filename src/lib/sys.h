@@ -66,10 +66,11 @@ LARDER__HIDDEN int larder__pwrite_full(int fd, const void *buf, size_t count, ui
  * its owner copies, and with more writers than cores they spin on the
  * cores the owner and everyone else need.  Staging one 3.7 GB file through
  * `larder mount` from a local emulator with no delays: the mount's CPU
- * 7.7-8.7 s (rwsem_spin_on_owner and its kin ~10% of the machine's), and
- * 5.3-5.8 s with this lock and no copy out of the staged bytes
- * (bench/results/mount.md, 2026-12-02).  Striped by descriptor: the node
- * cache keeps one per data file, and two files rarely share a stripe.
+ * 6.2-8.9 s (rwsem_spin_on_owner and its kin ~10% of the machine's), and
+ * 4.5-5.1 s with this lock and no copy out of the staged bytes
+ * (bench/mount/stage_cpu.sh; bench/results/mount.md, mount9).  Striped by
+ * descriptor: the node cache keeps one per data file, and two files rarely
+ * share a stripe.
  */
 LARDER__HIDDEN pthread_mutex_t *larder__writing(int fd);
 /* Size of an open file, or -errno. */
