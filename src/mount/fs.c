@@ -279,13 +279,15 @@ static int describe_stats(struct larder__mount *m, char *text, size_t capacity)
     int n = snprintf(text, capacity,
                      "reads %llu\nread_bytes %llu\nread_errors %llu\nreadahead_bytes %llu\n"
                      "passthrough %s\npassthrough_opens %llu\npassthrough_fallbacks %llu\n"
-                     "passthrough_backing_ids %llu\npassthrough_pinned_files %llu\n",
+                     "passthrough_backing_ids %llu\npassthrough_pinned_files %llu\n"
+                     "passthrough_kept_paged %llu\n",
                      (unsigned long long)atomic_load(&m->reads),
                      (unsigned long long)atomic_load(&m->read_bytes),
                      (unsigned long long)atomic_load(&m->read_errors),
                      (unsigned long long)atomic_load(&m->readahead_bytes), pt.state,
                      (unsigned long long)pt.opens, (unsigned long long)pt.fallbacks,
-                     (unsigned long long)pt.backing_ids, (unsigned long long)pt.pinned);
+                     (unsigned long long)pt.backing_ids, (unsigned long long)pt.pinned,
+                     (unsigned long long)pt.kept_paged);
     return n < 0 ? 0 : (size_t)n < capacity ? n : (int)capacity - 1;
 }
 
@@ -376,6 +378,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     }
     uint64_t n = file_size - at < size ? file_size - at : size;
     uint64_t header = f->node->header_length;
+    if (m->paged_bytes) atomic_fetch_add(&m->paged_bytes[ino - 1], n); /* kept: keep_cache */
     if (cached_sample_bad(m, f, req)) return;
     if (at >= header && read_resident(m, f, req, at - header, n)) return;
     uint8_t *buf = malloc((size_t)n);

@@ -69,6 +69,11 @@ struct larder__mount {
     uint64_t readahead_max; /* bytes */
     /* --stage-on-open: one flag per node, set by the open that staged the file */
     _Atomic unsigned char *staged_on_open;
+    /* one counter per node: bytes of it the mount answered reads of, which
+     * the kernel keeps as the FUSE file's pages (keep_cache); a file with
+     * many is not given to passthrough (passthrough.c), whose first open
+     * would have the kernel drop them all */
+    _Atomic uint64_t *paged_bytes;
     _Atomic unsigned stage_opening; /* opens between the first-open check and the job's listing */
     /* stager.c: files being staged (under lock), pieces in flight, the limit */
     struct larder__mount_stage_job *stage_jobs;

@@ -15,7 +15,9 @@
  * Which opens: a file whose bytes are its shard's whole data file at the
  * same offsets (a --files index, or plain files: not a sample inside a
  * packed shard, not a .npy field), all of it resident and trusted, its
- * checksum checked (cache_check.c), in a node cache that evicts nothing.
+ * checksum checked (cache_check.c), in a node cache that evicts nothing,
+ * and not read through the mount already (64 MiB or more of it: the
+ * kernel keeps those pages, and would drop them at a passthrough open).
  * While any passthrough open of a file lasts, the mount holds a shared
  * fill lock on its blocks (larder__cache_hold): eviction and repair take
  * that lock exclusively, so no hole is punched under the kernel's reads.
@@ -57,6 +59,7 @@ struct larder__mount_passthrough_stats {
     uint64_t fallbacks;   /* opens of candidates served by the mount instead */
     uint64_t backing_ids; /* backing files registered with the kernel now */
     uint64_t pinned;      /* files whose blocks are held against eviction now */
+    uint64_t kept_paged;  /* opens of files that qualified, served by the mount: read through it */
 };
 
 /*

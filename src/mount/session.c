@@ -491,6 +491,7 @@ int larder__mount_run(const struct larder__mount_options *given)
     bool stage = o->stage_on_open > 0 || (o->stage_on_open < 0 && m.cached &&
                                           !larder__cache_evicts(larder__dataset_cache(m.dataset)));
     if (status == 0 && stage && !(m.staged_on_open = calloc(nodes, 1))) status = 1;
+    if (status == 0 && !(m.paged_bytes = calloc(nodes, sizeof *m.paged_bytes))) status = 1;
     if (status == 0 && m.staged_on_open)
         larder__mount_log(LARDER_LOG_INFO,
                           m.stage_inflight ? "files are staged whole on their first open, "
@@ -507,6 +508,7 @@ int larder__mount_run(const struct larder__mount_options *given)
     larder__mount_stage_wait(&m);
     larder__mount_tree_free(m.tree);
     free((void *)m.staged_on_open);
+    free((void *)m.paged_bytes);
     free((void *)m.checked);
     larder_close(m.dataset);
     larder__plain_close(plain);

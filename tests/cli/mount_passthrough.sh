@@ -5,7 +5,8 @@
 # from the page cache after drop_caches, and through mmap), byte-exact; a
 # partly resident file, and every open of a file that an open served by
 # the mount still holds, are served by the mount, byte-exact, and a later
-# open of the file, whole by then, goes through passthrough; eviction set
+# open of the file, whole by then, goes through passthrough (but not one the
+# mount answered 64 MiB of reads of: the kernel keeps its pages); eviction set
 # off by another process (a capacity set under an open passthrough file)
 # does not touch that file's blocks, and does once it is closed (the
 # control); a node-wide capacity (LARDER_NODE_CACHE_SIZE) means no
@@ -129,6 +130,29 @@ cmp src/big.bin mnt-part/big.bin || fail "big.bin, whole by now"
 [ "$(stat_of part reads)" = "$reads" ] || fail "FUSE reads went on through passthrough"
 umount_larder part
 echo "partly resident: served by the mount, byte-exact; passthrough once whole"
+
+# 3b. a file the mount has answered 64 MiB or more of reads of (whose pages
+# the kernel keeps) stays served by the mount once whole: a passthrough open
+# would have the kernel drop them all first; its pages serve the next read
+mkdir -p src-paged
+head -c 75000000 /dev/urandom >src-paged/huge.bin
+"$LARDER" index --files src-paged -o paged.larder >/dev/null
+mount_larder paged paged.larder --cache "$WORK/cache-paged" --no-stage-on-open
+cmp src-paged/huge.bin mnt-paged/huge.bin || fail "huge.bin, read through the mount"
+sleep 0.2 # RELEASE is sent after close returns
+reads=$(stat_of paged reads)
+cmp src-paged/huge.bin mnt-paged/huge.bin || fail "huge.bin, whole by now"
+[ "$(stat_of paged passthrough_opens)" = 0 ] || fail "passthrough for a file whose pages the kernel keeps"
+[ "$(stat_of paged passthrough_kept_paged)" -ge 1 ] ||
+  fail "kept_paged $(stat_of paged passthrough_kept_paged)"
+[ "$(stat_of paged reads)" = "$reads" ] || fail "the kept pages did not serve the second read"
+umount_larder paged
+# the control: the same whole file, read first through a fresh mount, goes through passthrough
+mount_larder paged2 paged.larder --cache "$WORK/cache-paged" --no-stage-on-open
+cmp src-paged/huge.bin mnt-paged2/huge.bin || fail "huge.bin through a fresh mount"
+[ "$(stat_of paged2 passthrough_opens)" = 1 ] || fail "a fresh mount: $(stat_of paged2 passthrough_opens) passthrough opens"
+umount_larder paged2
+echo "read through the mount: kept there, its pages serving the next read; passthrough in a fresh mount"
 
 # 4. --no-passthrough, and an unprivileged mount (a user namespace): the mount serves every read
 mount_larder off files.larder --cache "$WORK/cache-off" --no-passthrough
