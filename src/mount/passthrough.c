@@ -362,7 +362,7 @@ enum larder__mount_open_mode larder__mount_passthrough_open(struct larder__mount
      * for 3.7 GB; the warm epoch's first step of bench/mount.sh waited 1.5
      * s on it).  Served by the mount, the pages stay and serve the reads. */
     bool paged = m->paged_bytes && atomic_load(&m->paged_bytes[ino - 1]) >= PAGED_KEEP;
-    if (eligible && !larder__dataset_index(d)->unchecked)
+    if (eligible && !paged && !larder__dataset_index(d)->unchecked) /* not needed if paged */
         eligible = larder__mount_check_cached(m, n->sample) == 0 &&
                    larder__mount_check_passed(m, n->sample);
     pthread_mutex_lock(&p->lock);

@@ -86,6 +86,21 @@ class _Items:
         return self.n
 
 
+class _Rows(tud.Dataset):
+    """Member i's x, read with h5py from `path` (through the mount); at module
+    level so that workers started from a fork server (under ASan) get it."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __len__(self):
+        return MEMBERS
+
+    def __getitem__(self, i):
+        with h5py.File(self.path, "r") as f:
+            return torch.from_numpy(f["s%06d" % i]["x"][...])
+
+
 def _status(path, epoch, rank, timeout=20):
     """The mount's report of (epoch, rank)'s order once its members are listed."""
     deadline = time.monotonic() + timeout
@@ -117,15 +132,7 @@ def test_sampler_registers_each_epoch_and_reads_byte_exact(mounted):
     mnt, _, _ = mounted
     path = str(mnt / "samples.h5")
 
-    class Rows(tud.Dataset):
-        def __len__(self):
-            return MEMBERS
-
-        def __getitem__(self, i):
-            with h5py.File(path, "r") as f:  # through the mount
-                return torch.from_numpy(f["s%06d" % i]["x"][...])
-
-    rows = Rows()
+    rows = _Rows(path)
     sampler = larder.torch.MountOrderSampler(rows, path, batch_size=6, num_replicas=2, rank=0,
                                              seed=11)
     loader = tud.DataLoader(rows, batch_size=6, sampler=sampler, num_workers=2)
