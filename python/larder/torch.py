@@ -584,7 +584,7 @@ StatefulLoader = DataLoader
 class MountOrderSampler(torch.utils.data.distributed.DistributedSampler):
     """torch's DistributedSampler(shuffle=True, drop_last=False) that tells
     the `larder mount` holding `path` (an HDF5 file read one member group,
-    or with dataset=, one row, per sample) the order it yields, at the start
+    or with hdf5_dataset=, one row, per sample) the order it yields, at the start
     of every epoch, so that the mount stages this rank's next steps ahead of
     its reads (larder.mount.register_order; docs/mount.md).  It yields
     exactly what the DistributedSampler it is yields: the mount only learns
