@@ -54,6 +54,9 @@ class LarderMount:
         os.makedirs(mountpoint, exist_ok=True)
         if is_mounted(mountpoint):
             subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
+        # this run's log alone: the mount appends, and order_trace.py and
+        # trace_series.py read a whole log as one run
+        open(logfile, "w").close()
         subprocess.run([args.larder, "mount", index, mountpoint, "--cache", cache,
                         "--log", logfile, "--force-unmount-stale", *extra], check=True)
 
