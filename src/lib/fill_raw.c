@@ -117,14 +117,10 @@ int larder__fill_stage_range_at(struct larder__fill *f, uint32_t shard, uint64_t
      * capacity is in the shared header: a reader that sets one turns it
      * off here too). */
     if (!f->cache || larder__cache_evicts(f->cache)) return 1;
-    int rc = check_range(f, shard, offset, length);
+    int rc = larder__fill_range_at(f, shard, offset, length, priority, NULL); /* staged */
     if (rc < 0) return rc;
     uint64_t first, last;
     larder__cache_blocks(f->cache, offset, length, &first, &last);
-    if (!larder__cache_resident(f->cache, shard, first, last) &&
-        (rc = larder__fill_through_cache(f, shard, offset, offset + length, NULL, false,
-                                         priority)) < 0)
-        return rc;
     /* not kept (a full disk, or suspect neighbours): send a copy */
     if (!larder__cache_resident(f->cache, shard, first, last)) return 1;
     return (*fd = larder__cache_data_fd(f->cache, shard)) < 0 ? 1 : 0;

@@ -491,7 +491,9 @@ int larder__mount_run(const struct larder__mount_options *given)
     bool stage = o->stage_on_open > 0 || (o->stage_on_open < 0 && m.cached &&
                                           !larder__cache_evicts(larder__dataset_cache(m.dataset)));
     if (status == 0 && stage && !(m.staged_on_open = calloc(nodes, 1))) status = 1;
-    if (status == 0 && !(m.paged_bytes = calloc(nodes, sizeof *m.paged_bytes))) status = 1;
+    if (status == 0 && larder__mount_passthrough_wanted(m.passthrough) && /* passthrough's */
+        !(m.paged_bytes = calloc(nodes, sizeof *m.paged_bytes)))
+        status = 1;
     if (status == 0 && m.staged_on_open)
         larder__mount_log(LARDER_LOG_INFO,
                           m.stage_inflight ? "files are staged whole on their first open, "
