@@ -164,7 +164,7 @@ static uint64_t stage_once(struct larder__mount_file_order *o, uint64_t at, uint
 }
 
 #define MEMBER_EXTENTS 64 /* of one member staged at most */
-#define RESOLVERS 16      /* members followed at once, each staging in turn */
+#define RESOLVERS LARDER__MOUNT_ORDER_RESOLVERS
 
 /* Stage `member`: the index nodes a lookup of it reads, then its own
  * extents where its header can be followed, else its bytes up to the next

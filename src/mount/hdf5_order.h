@@ -14,7 +14,8 @@
 #include <stdint.h>
 
 #define LARDER__MOUNT_FILE_ORDERS_MAX 64
-#define LARDER__MOUNT_EARLY_SHIFT 12 /* a unit of the early bitmap: the kernel's page */
+#define LARDER__MOUNT_ORDER_RESOLVERS 16 /* members followed at once, each staging in turn */
+#define LARDER__MOUNT_EARLY_SHIFT 12     /* a unit of the early bitmap: the kernel's page */
 
 struct larder__mount_file_order {
     struct larder__mount *m;
@@ -66,9 +67,10 @@ struct larder__mount_file_orders {
 };
 
 /* Data bytes [offset, offset + length) of the file were read (o->lock held,
- * o->ready): the members they touch are seen, the position moves on. */
-void larder__mount_hdf5_order_seen_locked(struct larder__mount_file_order *o, uint64_t offset,
-                                          uint64_t length);
+ * o->ready): the members they touch are seen, the position moves on.
+ * Returns the places it moved. */
+size_t larder__mount_hdf5_order_seen_locked(struct larder__mount_file_order *o, uint64_t offset,
+                                            uint64_t length);
 /* The reads noted in o->early before the listing was ready, counted now
  * (o->lock held, o->ready just set); frees o->early. */
 void larder__mount_hdf5_order_replay_early_locked(struct larder__mount_file_order *o);

@@ -32,10 +32,10 @@ static double now_s(void)
  * ran past the reader).  The sampler's order gives every place of the
  * rank's list once an epoch, so each is touched; only the padding at the
  * end (a member repeated) is not, and nothing follows it. */
-void larder__mount_hdf5_order_seen_locked(struct larder__mount_file_order *o, uint64_t offset,
-                                          uint64_t length)
+size_t larder__mount_hdf5_order_seen_locked(struct larder__mount_file_order *o, uint64_t offset,
+                                            uint64_t length)
 {
-    if (length == 0 || offset >= o->size || offset + length < o->sorted[0]) return;
+    if (length == 0 || offset >= o->size || offset + length < o->sorted[0]) return 0;
     size_t lo = 0, hi = o->members; /* the last member at or below offset */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
@@ -60,6 +60,7 @@ void larder__mount_hdf5_order_seen_locked(struct larder__mount_file_order *o, ui
     if (o->m->trace && o->position / 32 != before / 32)
         larder__mount_log(LARDER_LOG_INFO, "trace: order rank %u read to place %zu at %.3f s",
                           o->rank, o->position, now_s());
+    return o->position - before;
 }
 
 void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_t sample, int field,
@@ -71,8 +72,14 @@ void larder__mount_file_orders_read(struct larder__mount_file_orders *r, uint64_
         if (o->sample != sample || o->field != field) continue; /* another file */
         pthread_mutex_lock(&o->lock);
         if (o->ready && o->members > 0) {
-            larder__mount_hdf5_order_seen_locked(o, offset, length);
-            pthread_cond_broadcast(&o->wake); /* the resolvers stage on */
+            /* the resolvers stage on: one woken per place the window moved.
+             * Not all of them on every read: with 16 resolvers a rank and
+             * both ranks' orders over one file, each of the cold epoch's
+             * ~47,000 reads woke 32 threads to find nothing to do, 1.5
+             * million context switches, the mount's CPU on 2 cores. */
+            size_t moved = larder__mount_hdf5_order_seen_locked(o, offset, length);
+            for (size_t k = 0; k < moved && k < LARDER__MOUNT_ORDER_RESOLVERS; k++)
+                pthread_cond_signal(&o->wake);
         } else if (!o->ready && o->early && length > 0 && offset < o->size) {
             uint64_t last = (offset + length > o->size ? o->size : offset + length) - 1;
             for (uint64_t page = offset >> LARDER__MOUNT_EARLY_SHIFT;

@@ -63,16 +63,20 @@ TEST(mount_order_position_lowest_unseen)
     const uint32_t list[4] = {2, 0, 3, 1};
     struct made *x = make(20000, 4, address, end, list);
     struct larder__mount_file_order *o = &x->o;
-    larder__mount_hdf5_order_seen_locked(o, 0, 500); /* before every member */
+    /* the places moved are returned: the resolvers woken, one a place */
+    CHECK_EQ(larder__mount_hdf5_order_seen_locked(o, 0, 500), 0); /* before every member */
     CHECK_EQ(o->position, 0);
-    larder__mount_hdf5_order_seen_locked(o, 13500, 100); /* member 3: place 2 */
+    CHECK_EQ(larder__mount_hdf5_order_seen_locked(o, 13500, 100), 0); /* member 3: place 2 */
     CHECK_EQ(o->position, 0);
-    larder__mount_hdf5_order_seen_locked(o, 8500, 200); /* between members 1 and 2: none */
+    /* between members 1 and 2: none */
+    CHECK_EQ(larder__mount_hdf5_order_seen_locked(o, 8500, 200), 0);
     CHECK_EQ(o->position, 0);
-    larder__mount_hdf5_order_seen_locked(o, 9000, 10); /* member 2: place 0 */
+    CHECK_EQ(larder__mount_hdf5_order_seen_locked(o, 9000, 10), 1); /* member 2: place 0 */
     CHECK_EQ(o->position, 1);
-    larder__mount_hdf5_order_seen_locked(o, 3900, 1200); /* members 0 and 1: places 1, 3 */
+    /* members 0 and 1: places 1 and 3, and 2 was seen: three places on */
+    CHECK_EQ(larder__mount_hdf5_order_seen_locked(o, 3900, 1200), 3);
     CHECK_EQ(o->position, 4);
+    CHECK_EQ(larder__mount_hdf5_order_seen_locked(o, 9000, 10), 0); /* seen before */
     unmake(x);
 }
 
