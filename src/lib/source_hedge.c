@@ -19,6 +19,7 @@
  * by extent, so the latency window holds single reads, and only extents
  * up to LARDER__HEDGE_MAX_READ: a larger one is read once, inline.
  */
+#include "bigbuf.h"
 #include "hedge.h"
 #include "source.h"
 #include "source_hedge.h"
@@ -289,8 +290,8 @@ static void read_release(struct hedged_read *r)
     bool last = --r->refs == 0;
     pthread_mutex_unlock(&r->lock);
     if (!last) return;
-    free(r->attempt[0].buf);
-    free(r->attempt[1].buf);
+    larder__bigbuf_put(r->attempt[0].buf);
+    larder__bigbuf_put(r->attempt[1].buf);
     free(r->extents);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->changed);
@@ -340,7 +341,8 @@ static bool attempt_start(struct hedged_read *r)
 {
     int i = r->started;
     struct attempt_arg *a = malloc(sizeof *a);
-    if (!a || !(r->attempt[i].buf = malloc(r->total ? r->total : 1))) {
+    /* kept buffers (bigbuf.c): a fresh MiB a read was a page fault per 4 KiB */
+    if (!a || !(r->attempt[i].buf = larder__bigbuf_get(r->total ? r->total : 1))) {
         free(a);
         return false;
     }

@@ -4,6 +4,7 @@
  */
 #include "mount.h"
 
+#include "bigbuf.h"
 #include "dataset.h"
 #include "fill.h"
 #include "index.h"
@@ -30,14 +31,14 @@ int64_t larder__mount_read_miss(struct larder__mount *m, larder_file *file, uint
                              ? s.sum_shift
                              : 0;
         uint64_t span = larder__mount_miss_span(base + at, n, size - at, shift);
-        uint8_t *big = span > n ? malloc((size_t)span) : NULL;
+        uint8_t *big = span > n ? larder__bigbuf_get((size_t)span) : NULL;
         if (big && larder__fill_range_at(larder__dataset_fill(m->dataset), shard, base + at, span,
                                          LARDER__DEMAND, big) == 0) {
             memcpy(buf, big, (size_t)n);
-            free(big);
+            larder__bigbuf_put(big);
             return (int64_t)n;
         }
-        free(big); /* larder_file_pread tries again, and says why */
+        larder__bigbuf_put(big); /* larder_file_pread tries again, and says why */
     }
     return larder_file_pread(file, buf, (size_t)n, at);
 }
