@@ -58,7 +58,8 @@ class LarderMount:
         # trace_series.py read a whole log as one run
         open(logfile, "w").close()
         subprocess.run([args.larder, "mount", index, mountpoint, "--cache", cache,
-                        "--log", logfile, "--force-unmount-stale", *extra], check=True)
+                        "--log", logfile, "--force-unmount-stale", *args.mount_option, *extra],
+                       check=True)
 
     def close(self):
         if is_mounted(self.mountpoint):
@@ -540,6 +541,9 @@ def main():
     p.add_argument("--print", action="store_true")
     p.add_argument("--order-window", type=int, default=0,
                    help="steps the registered order stages ahead (0: the mount's default, 8)")
+    p.add_argument("--mount-option", action="append", default=[],
+                   help="an extra `larder mount` argument for every mount (repeat: "
+                   "--mount-option=--threads --mount-option=32), for A/B runs")
     p.add_argument("--slowfs-option", action="append", default=[],
                    help="an extra slowfs argument (repeat: --slowfs-option=--bandwidth "
                    "--slowfs-option=300), for cuts that must stage as slowly as the full file")
@@ -558,8 +562,8 @@ def main():
     after = report.tree_state()
     if after["commit"] != tree["commit"] or after["dirty"]:
         tree = {"commit": tree["commit"], "dirty": True, "changes": after["changes"]}
-    meta = {k: v for k, v in vars(args).items() if k != "slowfs_option"}
-    meta.update(cores=os.cpu_count(), tree=tree, elapsed_s=time.time() - started,
+    meta = {k: v for k, v in vars(args).items() if k not in ("slowfs_option", "mount_option")}
+    meta.update(mount_options=args.mount_option, cores=os.cpu_count(), tree=tree, elapsed_s=time.time() - started,
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     with open(os.path.join(args.work, f"{args.name}.json"), "w") as f:
         json.dump({"meta": meta, "results": results, "setup": setup}, f)
