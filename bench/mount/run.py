@@ -361,7 +361,7 @@ def au_rows(results):
                 label += f" (first {len(waits)} of {e['epoch_steps']} steps)"
             out.append({"config": r["config"], "epoch": e["epoch"], "label": label,
                         "au": e["compute_s"] / e["wall_s"], "wall": e["wall_s"],
-                        "congested": congestion_windows(e),
+                        "congested": congestion_windows(e), "busy": e.get("machine_busy_s"),
                         "steps": len(waits), "mean": sum(waits) / len(waits),
                         "p99": report.percentile(waits, 0.99), "max": waits[-1]})
     return out
@@ -369,6 +369,7 @@ def au_rows(results):
 
 def write(meta, results, setup, results_dir, name, plots):
     rows = au_rows(results)
+    cores = meta.get("cores") or os.cpu_count()
     local = [r["au"] for r in rows if r["config"] == "local"]
     local_au = statistics.median(local) if local else None
     lines = [f"# larder mount: h5py through the mount ({meta['date']})", "",
@@ -383,16 +384,17 @@ def write(meta, results, setup, results_dir, name, plots):
                   f"{setup['slowfs']['seed']}): "
                   f"{report.describe_profile(setup['slowfs']['params'])}.", ""]
     lines += ["| reader | steps | wait mean ms | p99 ms | max ms | epoch s | AU | AU / local | "
-              "emulator congested (epoch s) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "machine CPU busy (core-s) | emulator congested (epoch s) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rel = f"{r['au'] / local_au:.3f}x" if local_au else "-"
         windows = r.get("congested")
         congested = ("-" if windows is None else
                      ", ".join(f"{a:.1f}-{b:.1f}" for a, b in windows) or "none")
+        busy = "-" if r.get("busy") is None else f"{r['busy']:.1f} of {cores * r['wall']:.0f}"
         lines.append(f"| {r['label']} | {r['steps']} | {1000 * r['mean']:.1f} | "
                      f"{1000 * r['p99']:.0f} | {1000 * r['max']:.0f} | {r['wall']:.1f} | "
-                     f"{100 * r['au']:.1f}% | {rel} | {congested} |")
+                     f"{100 * r['au']:.1f}% | {rel} | {busy} | {congested} |")
     lines.append("")
     lines.append("Targets (AU against local disk's, the median of its epochs):")
     for config, what in (("mount", "larder mount (default)"),
@@ -446,7 +448,12 @@ def write(meta, results, setup, results_dir, name, plots):
             lines += [f"Not in the figures: the first read through each fresh mount checks the "
                       f"whole cached file against its checksum once (cache_check.c): "
                       f"{first:.2f} s at the median.", ""]
-    lines.append("AU = compute time / epoch wall time. Emulator congested: the emulator's "
+    lines.append("AU = compute time / epoch wall time. Machine CPU busy: the core-seconds every "
+                 "process on the machine spent busy over the epoch (/proc/stat, rank 0), of the "
+                 "cores x epoch seconds there were: the ranks', the mount's, the emulator's "
+                 "(a FUSE file system in user space, on the same cores) and the kernel's "
+                 "writeback; an epoch near all of them waits on CPU, not on the origin. "
+                 "Emulator congested: the emulator's "
                  "congestion episodes (every read's latency x the profile's factor) that fell in "
                  "the epoch, in seconds from its start (its stats' congestion_phase_s); a cold "
                  "epoch with one over its first steps, while every read needs the origin, "

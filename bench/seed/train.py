@@ -40,6 +40,17 @@ GRAPH_SHAPE = (9250, 2)
 FEATURES_SHAPE = (1000, 53)
 
 
+def machine_busy_s():
+    """Seconds of CPU this machine's cores have spent busy (not idle or
+    waiting on I/O) since boot, every process's together (/proc/stat): a
+    difference over an epoch is the work it cost whatever ran it -- the
+    ranks, the mount, the emulator, the kernel's writeback."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:8]]
+    user, nice, system, idle, iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def key(i):
     return "s%06d" % i
 
@@ -182,6 +193,7 @@ def main():
         dist.all_reduce(flag)  # every rank ready (its dataset open)
         before = slowfs_stats(args.mount) if rank == 0 else None
         dist.all_reduce(flag)  # start together
+        cpu_before = machine_busy_s()
         waits, computed, released, barrier = [], 0.0, 0.0, 0.0
         started = time.perf_counter()
         asked = started
@@ -204,6 +216,7 @@ def main():
             computed += done - got
             barrier += asked - done
         wall = asked - started
+        cpu_busy = machine_busy_s() - cpu_before
         if steps == epoch_steps:
             rest = sum(1 for _ in batches)  # ends the workers (and finds no extra batch)
             if rest:
@@ -218,7 +231,7 @@ def main():
         epochs.append({"epoch": epoch + 1, "steps": steps, "epoch_steps": epoch_steps,
                        "waits": waits,
                        "compute_s": computed, "wall_s": wall, "release_s": released,
-                       "barrier_s": barrier,
+                       "barrier_s": barrier, "machine_busy_s": cpu_busy,
                        "slowfs_before": before, "slowfs_after": after,
                        "reader_waits": reader})
         if rank == 0:
