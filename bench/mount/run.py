@@ -186,7 +186,9 @@ def training(args, data_dir, groups):
                     f.write("samples.h5\n")
                 started = time.time()
                 subprocess.run([args.larder, "index", "--files", slow, "--files-from", names,
-                                "-o", index], check=True, stdout=subprocess.DEVNULL)
+                                "-o", index] + (["--checksum-block", args.checksum_block]
+                                                if args.checksum_block else []),
+                               check=True, stdout=subprocess.DEVNULL)
                 setup["index_s"] = time.time() - started
             cache = os.path.join(work, "cache")
             shutil.rmtree(cache, ignore_errors=True)
@@ -548,6 +550,8 @@ def main():
     p.add_argument("--print", action="store_true")
     p.add_argument("--order-window", type=int, default=0,
                    help="steps the registered order stages ahead (0: the mount's default, 8)")
+    p.add_argument("--checksum-block", default="",
+                   help="the --files index's --checksum-block (default: larder index's)")
     p.add_argument("--mount-option", action="append", default=[],
                    help="an extra `larder mount` argument for every mount (repeat: "
                    "--mount-option=--threads --mount-option=32), for A/B runs")
