@@ -127,6 +127,8 @@ size_t slowfs_stats_json(char *buf, size_t size, const struct slowfs_stats *stat
     put_hist(&out, "read_wait_ms", &s->read_wait);
     put_hist(&out, "queue_wait_ms", &s->queue_wait);
     put_hist(&out, "service_ms", &s->service);
+    put(&out, "  \"cpu_user_s\": %.3f,\n  \"cpu_system_s\": %.3f,\n  \"page_faults\": %llu,\n",
+        s->cpu_user_s, s->cpu_system_s, (unsigned long long)s->page_faults);
     /* every entry above ends in ",\n"; close with one that does not */
     put(&out, "  \"version\": 1\n}\n");
     return out.len;

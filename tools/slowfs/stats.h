@@ -46,6 +46,10 @@ struct slowfs_stats {
     struct slowfs_hist read_wait;  /* arrival to reply: what a reader sees */
     struct slowfs_hist queue_wait; /* arrival to a slot */
     struct slowfs_hist service;    /* drawn delay x congestion + transfer */
+    /* the emulator's own cost (getrusage at the report): CPU it takes from
+     * the machine it runs on, which a remote server would not */
+    double cpu_user_s, cpu_system_s;
+    uint64_t page_faults;
 };
 
 struct slowfs_params;
