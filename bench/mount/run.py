@@ -371,7 +371,6 @@ def au_rows(results):
 
 def write(meta, results, setup, results_dir, name, plots):
     rows = au_rows(results)
-    cores = meta.get("cores") or os.cpu_count()
     local = [r["au"] for r in rows if r["config"] == "local"]
     local_au = statistics.median(local) if local else None
     lines = [f"# larder mount: h5py through the mount ({meta['date']})", "",
@@ -393,7 +392,8 @@ def write(meta, results, setup, results_dir, name, plots):
         windows = r.get("congested")
         congested = ("-" if windows is None else
                      ", ".join(f"{a:.1f}-{b:.1f}" for a, b in windows) or "none")
-        busy = "-" if r.get("busy") is None else f"{r['busy']:.1f} of {cores * r['wall']:.0f}"
+        busy = ("-" if r.get("busy") is None else
+                f"{r['busy']:.1f} of {meta['cores'] * r['wall']:.0f}")
         lines.append(f"| {r['label']} | {r['steps']} | {1000 * r['mean']:.1f} | "
                      f"{1000 * r['p99']:.0f} | {1000 * r['max']:.0f} | {r['wall']:.1f} | "
                      f"{100 * r['au']:.1f}% | {rel} | {busy} | {congested} |")
@@ -574,7 +574,8 @@ def main():
     if after["commit"] != tree["commit"] or after["dirty"]:
         tree = {"commit": tree["commit"], "dirty": True, "changes": after["changes"]}
     meta = {k: v for k, v in vars(args).items() if k not in ("slowfs_option", "mount_option")}
-    meta.update(mount_options=args.mount_option, cores=os.cpu_count(), tree=tree, elapsed_s=time.time() - started,
+    meta.update(mount_options=args.mount_option, cores=os.cpu_count(), tree=tree,
+                elapsed_s=time.time() - started,
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     with open(os.path.join(args.work, f"{args.name}.json"), "w") as f:
         json.dump({"meta": meta, "results": results, "setup": setup}, f)
