@@ -7,6 +7,9 @@
 #   3. (issue 16) the same serving and end-to-end figures over UCX's tcp and
 #      shared-memory transports (larderd --transport ucx), against UCX's own
 #      ceiling in the same run (ucx_perftest ucp_am_bw, 1 MiB messages).
+#   4. (issue 16) the floor: the least work a borrowed byte needs on this
+#      machine, nothing of larder in it (bench/borrow_floor.c), against the
+#      copy in the same run: what borrowing could reach here.
 # Writes bench/results/peer.md.  SAMPLES and SIZE (bytes) set the dataset;
 # --quick: a smaller one (under 5 minutes).
 set -euo pipefail
@@ -14,7 +17,7 @@ cd "$(dirname "$0")/.."
 source bench/lib.sh
 build=${BUILD_DIR:-build}
 scripts/install-deps >/dev/null
-cmake -S . -B "$build" -G Ninja >/dev/null && ninja -C "$build" larder_cli larderd larder_bench_peer >/dev/null
+cmake -S . -B "$build" -G Ninja >/dev/null && ninja -C "$build" larder_cli larderd larder_bench_peer larder_bench_borrow_floor >/dev/null
 ninja -C "$build" larder_bench_ucx_files >/dev/null 2>&1 || true # section 3's second ceiling (with UCX only)
 larder=$PWD/$build/larder larderd=$PWD/$build/larderd
 quick=0
@@ -170,6 +173,9 @@ while got < want:
 print(got / (time.perf_counter() - start) / 1e6)
 PY
 )
+# ---- 4. the floor: the copy and the leanest borrowing pipelines (sender, receiver
+# staging into a file, reader reading and checking it), alternated, on the same shards
+floor_out=$("$build/larder_bench_borrow_floor" --rounds "${FLOOR_ROUNDS:-7}" --dir "$work" "$work"/origin/shard-*.tar)
 peer_rate=$(awk -v b="$peer_bytes" -v s="$(seconds "$t0" "$t1")" 'BEGIN { print b / s / 1e6 }')
 all_rate=$(awk -v b="$shard_bytes" -v s="$(seconds "$t0" "$t1")" 'BEGIN { print b / s / 1e6 }')
 borrow_rate=$(awk -v b="$borrow_bytes" -v s="$borrow_seconds" 'BEGIN { print b / s / 1e6 }')
@@ -378,6 +384,37 @@ done
   echo "timed run also does) took $(awk -v s="${again_seconds:-0}" 'BEGIN { printf "%.0f", s * 1000 }') ms and ${again_cpu:-?} ms of its CPU; its start alone (\`larder cat\` of one"
   echo "resident sample) $(awk -v s="${start_seconds:-0}" 'BEGIN { printf "%.0f", s * 1000 }') ms.  Each round, the again run's ms, its CPU ms, the start's ms:"
   printf '%s' "$borrow_rounds" | awk '{ printf "%.0f, %s, %.0f; ", $7 * 1000, $8, $9 * 1000 } END { print "" }'
+  echo
+  echo "## 4. The floor: what borrowing could reach on this machine"
+  echo
+  echo "\`larder_bench_borrow_floor\` (bench/borrow_floor.c) on the same shards, nothing of larder in"
+  echo "it: a sender process sendfile()s them over one loopback TCP connection; a receiver stages"
+  echo "them into a file (recv of 1 MiB pieces then pwrite; the same hashing each piece first, as"
+  echo "larderd checks what it borrows; splice socket -> pipe -> file; recv into a shared mapping of"
+  echo "the file); a reader process, told of each piece over a pipe, preads it as \`larder warm\`"
+  echo "does (256 KiB reads into 64 buffers in turn) and hashes each read with XXH3.  The copies"
+  echo "discard what they receive (plain recv of up to 1 MiB, as section 1's copy; recv of whole"
+  echo "MiB).  ${FLOOR_ROUNDS:-7} rounds, each mode once a round, alternated; medians.  The ratio is"
+  echo "against the faster copy of the same run.  CPU: each process's, from getrusage, ms per MB moved."
+  echo
+  echo "| mode | MB/s | vs copy | sender ms/MB | receiver ms/MB | reader ms/MB |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "$floor_out" | awk -v mb="$(awk -v s="$shard_bytes" 'BEGIN { print s / 1e6 }')" '
+    function med(list,   n, a, i, j, t) { n = split(list, a, " ")
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return a[int((n + 1) / 2)] }
+    /^median / { rate[$2] = $3; ratio[$2] = $4; order[++n] = $2; next }
+    /^(bytes|xxh3) / { next }
+    { s[$1] = s[$1] " " $4; r[$1] = r[$1] " " $5; d[$1] = d[$1] " " $6 }
+    END { for (i = 1; i <= n; i++) { m = order[i]
+      printf "| %s | %.0f | %.2fx | %.2f | %.2f | %s |\n", m, rate[m], ratio[m], med(s[m]) / mb, med(r[m]) / mb,
+        (m ~ /^copy/ ? "-" : sprintf("%.2f", med(d[m]) / mb)) } }'
+  echo
+  awk -v r="$borrow_rate_median" -v c="$copy" -v f="$(printf '%s\n' "$floor_out" | awk '/^median copy/ && $3 > m { m = $3 } END { print m + 0 }')" 'BEGIN {
+    printf "Section 1'"'"'s borrowing only, the median of its rounds: %.0f MB/s, %.2fx of section 1'"'"'s copy (%.0f MB/s); the\n", r, r / c, c
+    printf "faster copy here: %.0f MB/s.\n", f }'
+  echo "Each round (mode, seconds, MB/s, then the sender's, the receiver's and the reader's CPU ms):"
+  printf '%s\n' "$floor_out" | awk '!/^(median|bytes|xxh3) / { printf "%s %s %s/%s/%s; ", $1, $3, $4, $5, $6 } END { print "" }'
   echo
   echo "## 3. Over UCX (larderd --transport ucx)"
   echo
