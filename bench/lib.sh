@@ -101,3 +101,18 @@ bench_cleanup() {
   fi
   exit "$status"
 }
+
+# bench_page_reporting: one phrase for a results header saying whether this
+# machine's memory balloon reports free pages to its host ("free page
+# reporting on (virtio_balloon)"), which makes every page a run allocates
+# cost a host fault once it has been free a few seconds: bench/README.md
+bench_page_reporting() {
+  local d f
+  for d in /sys/bus/virtio/drivers/virtio_balloon/virtio*; do
+    [ -e "$d/features" ] || continue
+    f=$(cat "$d/features")
+    # feature bit 5: VIRTIO_BALLOON_F_REPORTING (the string's 6th character)
+    [ "${f:5:1}" = 1 ] && { echo "free page reporting on (virtio_balloon)"; return; }
+  done
+  echo "no free page reporting"
+}

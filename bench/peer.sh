@@ -340,7 +340,7 @@ done
   echo
   echo "Written by \`bench/peer.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores;"
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); load average $load_start at the start,"
-  echo "$(cut -d' ' -f1-3 /proc/loadavg) at the end."
+  echo "$(cut -d' ' -f1-3 /proc/loadavg) at the end; $(bench_page_reporting) (bench/README.md)."
   echo "Reproduce: \`SAMPLES=$samples SIZE=$size bench/peer.sh\`. Dataset: $samples samples of"
   echo "$size bytes, $(awk -v s="$shard_bytes" 'BEGIN { printf "%.1f", s / 1e6 }') MB in 8 MB tar shards on a local origin."
   echo
