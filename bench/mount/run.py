@@ -374,7 +374,7 @@ def write(meta, results, setup, results_dir, name, plots):
     local = [r["au"] for r in rows if r["config"] == "local"]
     local_au = statistics.median(local) if local else None
     lines = [f"# larder mount: h5py through the mount ({meta['date']})", "",
-             f"`{meta['command']}` at {report.commit_text(meta)}; {meta['cores']} cores.",
+             f"`{meta['command']}` at {report.commit_text(meta)}; {report.machine_text(meta)}.",
              f"{meta['samples']} samples of {generate.SAMPLE_BYTES} bytes in one HDF5 file "
              f"({setup.get('file_bytes', 0) / 1e6:.0f} MB), {meta['ranks']} ranks x "
              f"{meta['workers']} DataLoader workers, global batch {meta['batch']}, compute "
@@ -575,6 +575,7 @@ def main():
         tree = {"commit": tree["commit"], "dirty": True, "changes": after["changes"]}
     meta = {k: v for k, v in vars(args).items() if k not in ("slowfs_option", "mount_option")}
     meta.update(mount_options=args.mount_option, cores=os.cpu_count(), tree=tree,
+                page_reporting=report.page_reporting(),
                 elapsed_s=time.time() - started,
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     with open(os.path.join(args.work, f"{args.name}.json"), "w") as f:

@@ -81,6 +81,32 @@ def tree_state(where=None):
     return {"commit": commit, "dirty": bool(status), "changes": status[:10]}
 
 
+def page_reporting():
+    """Whether this machine's memory balloon reports free pages to its host
+    (virtio_balloon's feature bit 5), which makes each page a run allocates
+    cost a host fault once it has been free a few seconds (bench/README.md);
+    the same phrase as bench/lib.sh's bench_page_reporting."""
+    import glob
+    for features in glob.glob("/sys/bus/virtio/drivers/virtio_balloon/virtio*/features"):
+        try:
+            with open(features) as f:
+                bits = f.read().strip()
+        except OSError:
+            continue
+        if len(bits) > 5 and bits[5] == "1":
+            return "free page reporting on (virtio_balloon)"
+    return "no free page reporting"
+
+
+def machine_text(meta):
+    """The machine's line in a results header: its cores and, where the run
+    recorded it, whether free page reporting was on."""
+    text = f"{meta['cores']} cores"
+    if meta.get("page_reporting"):
+        text += f"; {meta['page_reporting']} (bench/README.md)"
+    return text
+
+
 def commit_text(meta):
     """What the results may say about the code they measured.  A dirty tree
     measured no commit, so none is claimed."""
@@ -328,7 +354,7 @@ def write(meta, results, results_dir, name, plots=True):
         "",
         f"Written by `{meta['command']}` on "
         f"{meta.get('date') or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-        f"{meta['cores']} cores; {commit}; {took}.",
+        f"{machine_text(meta)}; {commit}; {took}.",
         "",
         f"**Scale.** {meta['samples']:,} samples of {meta['sample_bytes'] / 1000:.0f} KB, like "
         f"the paper's (float32 fields \"graph\", 74 KB, and \"features\", 212 KB, random content "

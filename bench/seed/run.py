@@ -282,7 +282,8 @@ def main():
                 "changes": after["changes"] or [f"HEAD moved to {after['commit']}"]}
     meta = {k: v for k, v in vars(args).items() if k != "slowfs_option"}
     meta.update(slowfs_options=args.slowfs_option, elapsed_s=time.time() - started,
-                cores=os.cpu_count(), sample_bytes=generate.SAMPLE_BYTES, generated_s=generated,
+                cores=os.cpu_count(), page_reporting=report.page_reporting(),
+                sample_bytes=generate.SAMPLE_BYTES, generated_s=generated,
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), tree=tree)
     with open(os.path.join(args.work, f"{args.name}.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f)
