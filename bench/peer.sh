@@ -395,7 +395,8 @@ done
   echo "does (256 KiB reads into 64 buffers in turn) and hashes each read with XXH3.  The copies"
   echo "discard what they receive (plain recv of up to 1 MiB, as section 1's copy; recv of whole"
   echo "MiB).  ${FLOOR_ROUNDS:-7} rounds, each mode once a round, alternated; medians.  The ratio is"
-  echo "against the faster copy of the same run.  CPU: each process's, from getrusage, ms per MB moved."
+  echo "against the faster copy of the same run.  CPU: each process's, from getrusage, ms per MB moved"
+  echo "(the reader's once its buffers are in memory)."
   echo
   echo "| mode | MB/s | vs copy | sender ms/MB | receiver ms/MB | reader ms/MB |"
   echo "|---|---|---|---|---|---|"
@@ -413,7 +414,7 @@ done
   awk -v r="$borrow_rate_median" -v c="$copy" -v f="$(printf '%s\n' "$floor_out" | awk '/^median copy/ && $3 > m { m = $3 } END { print m + 0 }')" 'BEGIN {
     printf "Section 1'"'"'s borrowing only, the median of its rounds: %.0f MB/s, %.2fx of section 1'"'"'s copy (%.0f MB/s); the\n", r, r / c, c
     printf "faster copy here: %.0f MB/s.\n", f }'
-  echo "Each round (mode, seconds, MB/s, then the sender's, the receiver's and the reader's CPU ms):"
+  echo "Each round (mode, MB/s, then the sender's, the receiver's and the reader's CPU ms):"
   printf '%s\n' "$floor_out" | awk '!/^(median|bytes|xxh3) / { printf "%s %s %s/%s/%s; ", $1, $3, $4, $5, $6 } END { print "" }'
   echo
   echo "## 3. Over UCX (larderd --transport ucx)"
