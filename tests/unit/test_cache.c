@@ -137,6 +137,74 @@ TEST(cache_small_blocks_and_batches)
     larder_close(d);
 }
 
+/* Read ids[0..n) in one batch and compare each with its source file. */
+static void batch_matches_sources(larder_dataset *d, const uint64_t *ids, size_t n)
+{
+    void *bufs[64];
+    size_t caps[64];
+    int64_t results[64];
+    CHECK(n <= 64);
+    for (size_t i = 0; i < n; i++) {
+        caps[i] = 300000;
+        bufs[i] = malloc(caps[i]);
+    }
+    CHECK_EQ(larder_read_samples(d, ids, n, bufs, caps, results), (int64_t)n);
+    for (size_t i = 0; i < n; i++) {
+        larder_sample_info s;
+        CHECK_EQ(larder_sample_info_get(d, ids[i], &s), 0);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/src/%s.bin", test_dir(), s.key);
+        size_t size;
+        uint8_t *want = test_read_file(path, &size);
+        larder_field_info f; /* a packed sample: a tar header, then its one field */
+        CHECK_EQ(larder_field_info_get(d, ids[i], 0, &f), 0);
+        CHECK_EQ(results[i], (int64_t)s.length);
+        CHECK_EQ(f.length, size);
+        CHECK(f.offset + f.length <= s.length);
+        CHECK(memcmp((uint8_t *)bufs[i] + f.offset, want, size) == 0);
+        free(want);
+        free(bufs[i]);
+    }
+}
+
+/* A batch with some samples resident (read on the caller's thread) and
+ * the rest not (read by the pool meanwhile): every sample byte-exact, the
+ * resident ones counted as hits with no origin read, and a resident
+ * sample whose cached bytes were damaged is fetched again, not served. */
+TEST(cache_batch_resident_and_missing)
+{
+    make_dataset(60, 1 << 20);
+    larder_dataset *d = open_cached(test_path("cache"), 4096, 0);
+    uint64_t ids[60];
+    static uint8_t buf[300000];
+    for (uint64_t i = 0; i < 60; i += 3) /* a third resident first */
+        CHECK(larder_read_sample(d, i, buf, sizeof buf) > 0);
+    larder_stats before = stats_of(d);
+    for (size_t i = 0; i < 60; i++)
+        ids[i] = (uint64_t)(59 - i);
+    batch_matches_sources(d, ids, 60);
+    larder_stats after = stats_of(d);
+    CHECK(after.hits - before.hits >= 20);
+    CHECK(after.origin_requests - before.origin_requests <= 40);
+    batch_matches_sources(d, ids, 60); /* all resident now */
+    CHECK_EQ(stats_of(d).origin_requests, after.origin_requests);
+    larder_dataset_info info;
+    larder_dataset_info_get(d, &info);
+    larder_close(d);
+    /* every data file scribbled on at its start: a new open's batch (all
+     * resident, none checked yet in this process) must find it */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", test_path("cache"), info.dataset_id);
+    CHECK_EQ(test_sh("for f in %s/*.data; do printf 'XXXXXXXXXXXXXXXX' | "
+                     "dd of=$f bs=1 seek=600 conv=notrunc 2>/dev/null; done",
+                     dir),
+             0);
+    d = open_cached(test_path("cache"), 4096, 0);
+    batch_matches_sources(d, ids, 60);
+    CHECK(stats_of(d).refetches >= 1);
+    larder_close(d);
+}
+
 TEST(cache_repairs_damage_underneath)
 {
     make_dataset(40, 1 << 20);
