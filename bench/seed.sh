@@ -56,7 +56,7 @@ mnt=$work/mnt
 
 bench_need_fuse seed
 scripts/install-deps >/dev/null
-bench_build "$build" larder larder_cli slowfs
+bench_build "$build" liblarder.so larder_cli slowfs # "larder" alone names the CLI's file, not the library
 
 bench_guard "$work" "$mnt"
 
