@@ -110,12 +110,18 @@ static int by_position(const void *a, const void *b, void *items_)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static void read_task(void *arg)
+/* Read one sample of a batch, its result and error detail into the item. */
+static void read_item(struct batch_item *item)
 {
-    struct batch_item *item = arg;
     int rc = read_whole(item->d, &item->sample, item->id, item->buf);
     *item->result = rc < 0 ? rc : (int64_t)item->sample.length;
     if (rc < 0) snprintf(item->message, sizeof item->message, "%s", larder_errmsg());
+}
+
+static void read_task(void *arg)
+{
+    struct batch_item *item = arg;
+    read_item(item);
     larder__latch_arrive(item->latch);
 }
 
@@ -205,13 +211,8 @@ int64_t larder_read_samples(larder_dataset *d, const uint64_t *ids, size_t count
         for (size_t i = 0; i < queued; i++)
             if (!(here && here[i]) && follower[i] == (phase == 1))
                 larder__pool_submit(pool, read_task, &items[i], LARDER__DEMAND);
-        for (size_t i = 0; phase == 0 && here && i < queued; i++) {
-            if (!here[i]) continue;
-            int read = read_whole(d, &items[i].sample, items[i].id, items[i].buf);
-            *items[i].result = read < 0 ? read : (int64_t)items[i].sample.length;
-            if (read < 0)
-                snprintf(items[i].message, sizeof items[i].message, "%s", larder_errmsg());
-        }
+        for (size_t i = 0; phase == 0 && here && i < queued; i++)
+            if (here[i]) read_item(&items[i]);
         if (n) larder__latch_wait(&latch);
     }
     free(here);

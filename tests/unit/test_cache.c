@@ -103,40 +103,6 @@ TEST(cache_cold_then_warm_then_restart)
     CHECK(strstr(larder_errmsg(), "4096") != NULL);
 }
 
-TEST(cache_small_blocks_and_batches)
-{
-    make_dataset(60, 1 << 20);
-    larder_dataset *d = open_cached(test_path("cache"), 4096, 0);
-    uint64_t n = larder_num_samples(d);
-    uint64_t ids[60];
-    void *bufs[60];
-    size_t caps[60];
-    int64_t results[60];
-    for (uint64_t i = 0; i < n; i++) {
-        ids[i] = n - 1 - i;
-        caps[i] = 300000;
-        bufs[i] = malloc(caps[i]);
-    }
-    CHECK_EQ(larder_read_samples(d, ids, n, bufs, caps, results), (int64_t)n);
-    for (uint64_t i = 0; i < n; i++) {
-        larder_sample_info s;
-        CHECK_EQ(larder_sample_info_get(d, ids[i], &s), 0);
-        CHECK_EQ(results[i], s.length);
-        free(bufs[i]);
-    }
-    uint64_t hits = stats_of(d).hits; /* a few: fills that found a shared block done */
-    read_all(d);
-    larder_stats st = stats_of(d);
-    CHECK_EQ(st.block_size, 4096);
-    CHECK_EQ(st.hits - hits, n); /* the second pass */
-    /* a buffer too small fails that sample alone */
-    uint8_t small[8];
-    void *one[1] = {small};
-    size_t cap[1] = {sizeof small};
-    CHECK_EQ(larder_read_samples(d, ids, 1, one, cap, results), LARDER_ETOOSMALL);
-    larder_close(d);
-}
-
 /* Read ids[0..n) in one batch and compare each with its source file. */
 static void batch_matches_sources(larder_dataset *d, const uint64_t *ids, size_t n)
 {
@@ -165,6 +131,30 @@ static void batch_matches_sources(larder_dataset *d, const uint64_t *ids, size_t
         free(want);
         free(bufs[i]);
     }
+}
+
+TEST(cache_small_blocks_and_batches)
+{
+    make_dataset(60, 1 << 20);
+    larder_dataset *d = open_cached(test_path("cache"), 4096, 0);
+    uint64_t n = larder_num_samples(d);
+    uint64_t ids[60];
+    int64_t results[60];
+    CHECK_EQ(n, 60);
+    for (uint64_t i = 0; i < n; i++)
+        ids[i] = n - 1 - i;
+    batch_matches_sources(d, ids, n);
+    uint64_t hits = stats_of(d).hits; /* a few: fills that found a shared block done */
+    read_all(d);
+    larder_stats st = stats_of(d);
+    CHECK_EQ(st.block_size, 4096);
+    CHECK_EQ(st.hits - hits, n); /* the second pass */
+    /* a buffer too small fails that sample alone */
+    uint8_t small[8];
+    void *one[1] = {small};
+    size_t cap[1] = {sizeof small};
+    CHECK_EQ(larder_read_samples(d, ids, 1, one, cap, results), LARDER_ETOOSMALL);
+    larder_close(d);
 }
 
 /* A batch with some samples resident (read on the caller's thread) and
