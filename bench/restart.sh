@@ -19,7 +19,10 @@
 #
 # Environment: SIZE (checkpoint bytes; 2 GiB, quick 256 MiB), READERS
 # ("1 4 16 64"), ORIGIN_MBPS (slowfs's link, 10^6 bytes/s; 100), THREADS
-# (READs in flight per reader; 16), CHUNK_KB (bytes per READ; 4096),
+# (READs in flight per reader; 16), CHUNK_KB (bytes per READ; 4096), VIA
+# (socket: each reader sends raw READs over its daemon's socket, every byte
+# sent by the daemon; files: each reads through the public file API with the
+# node's cache, as `larder.open` does, resident ranges from the cache file),
 # BASELINE_MAX_S (a direct-read run of N > 1 readers is stopped after
 # this; 300: one reader alone, the yardstick, always runs to the end), STEPS,
 # BATCH, COMPUTE_MS (the training reader: 300, 8, 20), ROUNDS (its runs
@@ -63,6 +66,7 @@ parts=${PARTS-"priorities replicate"}
 wants() { [[ " $1 " == *" $2 "* ]]; }
 origin_mbps=${ORIGIN_MBPS:-100}
 threads=${THREADS:-16} chunk_kb=${CHUNK_KB:-4096}
+via=${VIA:-socket}
 baseline_max=${BASELINE_MAX_S:-300}
 steps=${STEPS:-300} batch=${BATCH:-8} compute_ms=${COMPUTE_MS:-20}
 train_rounds=${ROUNDS:-5}
@@ -246,7 +250,11 @@ storm() {
   t0=$EPOCHREALTIME
   jobs_=()
   for ((r = 0; r < n; r++)); do
-    $(pin $((r % daemons))) "$reader" read "$work/sock$((r % daemons))" "$index" "$threads" "$chunk_kb" >"$work/reader$r.out" &
+    if [ "$via" = files ]; then
+      $(pin $((r % daemons))) "$reader" files "$work/sock$((r % daemons))" "$work/cache$((r % daemons))" "$index" "$threads" "$chunk_kb" >"$work/reader$r.out" &
+    else
+      $(pin $((r % daemons))) "$reader" read "$work/sock$((r % daemons))" "$index" "$threads" "$chunk_kb" >"$work/reader$r.out" &
+    fi
     jobs_+=($!)
   done
   local failed=0
@@ -522,8 +530,15 @@ PY
   echo "Checkpoint: $(awk -v b="$ckpt_bytes" 'BEGIN { printf "%.1f", b / 1048576 }') MiB, $($py -c 'import json; print(len(json.load(open("bench/sim/params/checkpoint.json"))["files"]))') files"
   echo "(bench/sim/params/checkpoint.json's mix), $layout. Origin: tools/slowfs, profile"
   echo "none, a shared link capped at $origin_mbps MB/s. $daemons larderd on loopback, each with its own cache."
-  echo "Each reader (\`larder_bench_restart read\`) reads every byte of the checkpoint through its"
-  echo "node's daemon: READs of $chunk_kb KiB, $threads in flight, in file order, reader r on daemon r mod $daemons."
+  if [ "$via" = files ]; then
+    echo "Each reader (\`larder_bench_restart files\`, VIA=files) reads every byte of the checkpoint as a"
+    echo "program does through \`larder.open\`: the public file API with its node's cache and daemon (a"
+    echo "resident range one pread of the cache file, a miss asked of the daemon); $chunk_kb KiB reads, $threads in"
+    echo "flight, in file order, reader r on daemon r mod $daemons."
+  else
+    echo "Each reader (\`larder_bench_restart read\`) reads every byte of the checkpoint through its"
+    echo "node's daemon: READs of $chunk_kb KiB, $threads in flight, in file order, reader r on daemon r mod $daemons."
+  fi
   [ "${PIN:-0}" = 1 ] && echo "PIN=1: node 0 (its daemon, the training reader, its clients) on CPU 0; the other daemons and slowfs on CPU 1 (taskset)."
   echo "Direct: N \`cat\`s of every file straight from the mount (stopped after $baseline_max s: then \">\")."
   echo

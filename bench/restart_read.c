@@ -11,6 +11,16 @@
  * discarded: the daemon checked them against the index before sending.
  * Prints "BYTES SECONDS".
  *
+ *   larder_bench_restart files SOCKET CACHE INDEX [THREADS] [CHUNK_KB]
+ *
+ * The same rank reading the same bytes as a program does through the
+ * public file API (larder_file_open and larder_file_pread: what
+ * `larder.open(...)` hands `torch.load`), with the node cache CACHE its
+ * daemon (at SOCKET) keeps: a range already in the cache is one pread of
+ * the cache file, checked; a miss is asked of the daemon.  Every sample
+ * (a checkpoint file of an `index --files` index) in id order, CHUNK_KB
+ * pieces, THREADS in flight.  Prints "BYTES SECONDS".
+ *
  *   larder_bench_restart train SOCKET INDEX STEPS BATCH COMPUTE_MS
  *
  * A training loop: each step reads BATCH samples, in id order, through the
@@ -144,6 +154,84 @@ static int read_all(int argc, char **argv)
     return failures ? 1 : 0;
 }
 
+static larder_file **files; /* the files mode's handles, one per sample */
+static uint64_t num_files, next_file;
+
+/* The files mode's next piece in id order; false when all are taken. */
+static bool next_piece(uint64_t *file, uint64_t *offset, uint64_t *length)
+{
+    pthread_mutex_lock(&lock);
+    while (next_file < num_files && next_offset >= larder_file_size(files[next_file]))
+        next_file++, next_offset = 0;
+    bool more = next_file < num_files;
+    if (more) {
+        *file = next_file;
+        *offset = next_offset;
+        *length = larder_file_size(files[next_file]) - next_offset;
+        if (*length > chunk) *length = chunk;
+        next_offset += *length;
+    }
+    pthread_mutex_unlock(&lock);
+    return more;
+}
+
+static void *file_reader(void *arg)
+{
+    (void)arg;
+    uint8_t *buf = malloc(chunk);
+    uint64_t file, offset, length;
+    while (buf && next_piece(&file, &offset, &length)) {
+        int64_t got = larder_file_pread(files[file], buf, length, offset);
+        if (got != (int64_t)length) {
+            fprintf(stderr, "read of file %llu at %llu: %s\n", (unsigned long long)file,
+                    (unsigned long long)offset, got < 0 ? larder_errmsg() : "short");
+            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        __atomic_fetch_add(&total, length, __ATOMIC_RELAXED);
+    }
+    free(buf);
+    return NULL;
+}
+
+static int read_files(int argc, char **argv)
+{
+    int threads = argc > 5 ? atoi(argv[5]) : 16;
+    chunk = (uint64_t)(argc > 6 ? atoi(argv[6]) : 4096) * 1024;
+    if (threads < 1 || threads > 256 || chunk == 0 || chunk > (64u << 20)) {
+        fprintf(stderr, "threads 1..256, chunk 1..65536 KiB\n");
+        return 2;
+    }
+    larder_open_options options = {
+        .version = LARDER_OPEN_OPTIONS_VERSION, .cache_dir = argv[3], .daemon_socket = argv[2]};
+    larder_dataset *d;
+    if (larder_open(&d, argv[4], &options) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[4], larder_errmsg());
+        return 1;
+    }
+    num_files = larder_num_samples(d);
+    files = calloc(num_files ? num_files : 1, sizeof *files);
+    for (uint64_t i = 0; files && i < num_files; i++) {
+        if (larder_file_open(&files[i], d, i, -1) < 0) {
+            fprintf(stderr, "file %llu: %s\n", (unsigned long long)i, larder_errmsg());
+            return 1;
+        }
+    }
+    if (!files) return 1;
+    pthread_t t[256];
+    double start = now();
+    for (int i = 0; i < threads; i++)
+        pthread_create(&t[i], NULL, file_reader, NULL);
+    for (int i = 0; i < threads; i++)
+        pthread_join(t[i], NULL);
+    printf("%llu %.3f\n", (unsigned long long)total, now() - start);
+    for (uint64_t i = 0; i < num_files; i++)
+        larder_file_close(files[i]);
+    free(files);
+    larder_close(d);
+    return failures ? 1 : 0;
+}
+
 /* PSI's cpu "some" total in microseconds since boot, or -1 without PSI. */
 static double cpu_pressure_us(void)
 {
@@ -240,10 +328,12 @@ static int train(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc >= 4 && strcmp(argv[1], "read") == 0) return read_all(argc, argv);
+    if (argc >= 5 && strcmp(argv[1], "files") == 0) return read_files(argc, argv);
     if (argc >= 7 && strcmp(argv[1], "train") == 0) return train(argc, argv);
     fprintf(stderr,
             "usage: %s read SOCKET INDEX [THREADS] [CHUNK_KB] [PRIORITY]\n"
+            "       %s files SOCKET CACHE INDEX [THREADS] [CHUNK_KB]\n"
             "       %s train SOCKET INDEX STEPS BATCH COMPUTE_MS\n",
-            argv[0], argv[0]);
+            argv[0], argv[0], argv[0]);
     return 2;
 }

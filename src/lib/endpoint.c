@@ -5,9 +5,14 @@
  * created with timeout 0) gives its daemon LARDER_DAEMON_TIMEOUT_MS
  * (default 1000 ms) to accept, to greet and to start answering a READ,
  * and goes to its own path to the origin when it does not; a dead
- * daemon's socket refuses a connect at once.  A pooled connection the
- * daemon closed meanwhile (its idle timeout) is not a failure of the
- * daemon: the request is sent again, once, on a fresh connection.
+ * daemon's socket refuses a connect at once.  A READ that waits longer in
+ * a daemon that is alive (it answered another READ, or greets a fresh
+ * connection, within that time: busy, as every daemon of a cluster is in a
+ * restart storm) waits on, up to QUEUED_TIMEOUT_MS: reading the origin
+ * instead would read it once more for every rank of the node.  A pooled
+ * connection the daemon closed meanwhile (its idle timeout) is not a
+ * failure of the daemon: the request is sent again, once, on a fresh
+ * connection.
  * One connection's dialling, handshake and frames are endpoint_wire.c's.
  */
 #include "endpoint_internal.h"
@@ -120,7 +125,7 @@ static int connect_until(struct larder__endpoint *e, int64_t deadline_ms, bool w
     if (!deadline_ms) deadline_ms = connect_deadline(e);
     int fd = larder__endpoint_dial(e, deadline_ms);
     if (fd < 0) return larder__fail(fd, "larder daemon at %s: %s", e->address, strerror(-fd));
-    int rc = larder__endpoint_greet(e, fd, deadline_ms);
+    int rc = larder__endpoint_greet(e, fd, deadline_ms, 0);
     if (rc == 0 && e->index_url) {
         uint8_t buf[LARDER__WIRE_HEADER + LARDER__WIRE_MAX_URL];
         struct larder__frame frame;
@@ -170,14 +175,53 @@ static int take_idle(struct larder__endpoint *e, int group)
 #define INPLACE_ANSWER_MS 2000
 
 /*
+ * Whether a node daemon whose answer to a reader's READ is late is alive
+ * (busy) rather than hung: it started an answer on any of the endpoint's
+ * connections within the timeout, or it accepts and greets a fresh
+ * connection within twice the timeout (its loop thread does that; a
+ * stopped or wedged daemon does not, and a loop thread on cores that every
+ * rank of a storm keeps busy may take past one timeout to be scheduled).
+ * One thread of the endpoint probes at a time; the others take the last
+ * greeting, or wait one more timeout for the probe.
+ * A daemon sends a reader no PROGRESS (docs/protocol.md), so this is how a
+ * reader tells a queue from a hang.
+ */
+static bool daemon_alive(struct larder__endpoint *e)
+{
+    int64_t now = larder__endpoint_now_ms();
+    if (now - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) < e->timeout_ms ||
+        now - __atomic_load_n(&e->greeted_ms, __ATOMIC_RELAXED) < e->timeout_ms)
+        return true;
+    if (larder__endpoint_down(e)) return false; /* another thread's probe failed */
+    if (__atomic_exchange_n(&e->probing, true, __ATOMIC_ACQUIRE)) return true;
+    int64_t deadline = now + 2 * (int64_t)e->timeout_ms;
+    int fd = larder__endpoint_dial(e, deadline);
+    int rc = fd < 0 ? fd : larder__endpoint_greet(e, fd, deadline, 2 * e->timeout_ms);
+    if (fd >= 0) close(fd);
+    if (rc == 0) __atomic_store_n(&e->greeted_ms, larder__endpoint_now_ms(), __ATOMIC_RELAXED);
+    __atomic_store_n(&e->probing, false, __ATOMIC_RELEASE);
+    return rc == 0;
+}
+
+/* Whether a member (peer) answered any READ within the timeout, or a node
+ * daemon is alive (daemon_alive). */
+static bool shows_life(struct larder__endpoint *e, bool peer)
+{
+    if (!peer) return daemon_alive(e);
+    return larder__endpoint_now_ms() - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) <
+           e->timeout_ms;
+}
+
+/*
  * Wait for the answer to a READ at `priority` to start, and take its
  * header into *frame: 0, or a negative code (-ETIMEDOUT: none in time).
- * A peer's answer may be late for good reasons (the member queues it, or
- * fills it from a busy origin), and reading the origin instead costs the
- * origin a second copy of the chunk: so a READ to a peer waits on, up to
- * QUEUED_TIMEOUT_MS in all, while the member sends PROGRESS frames for it
- * (docs/protocol.md) or answers other READs; it gives up after
- * e->timeout_ms in which the member sent nothing at all.
+ * An answer may be late for good reasons (the member or node daemon
+ * queues it, or fills it from a busy origin), and reading the origin
+ * instead costs the origin a second copy of the bytes: so a READ waits on,
+ * up to QUEUED_TIMEOUT_MS in all, while the member sends PROGRESS frames
+ * for it (docs/protocol.md) or answers other READs, or while the node
+ * daemon is alive (daemon_alive); it gives up after e->timeout_ms in which
+ * a member sent nothing at all, or once the node daemon no longer greets.
  *
  * `in_place`: the answer is bound for a window onto the cache file
  * (recv_window.h), whose fill lock the caller holds, blocking every other
@@ -198,11 +242,10 @@ static int await_answer(struct larder__endpoint *e, int fd, int priority,
     int64_t started = larder__endpoint_now_ms();
     for (;;) {
         int rc = larder__endpoint_recv_header(fd, header, wait_ms, answered);
-        /* a peer that answers others meanwhile is busy, not hung: wait on */
-        while (rc == -ETIMEDOUT && peer &&
-               larder__endpoint_now_ms() - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) <
-                   e->timeout_ms &&
-               larder__endpoint_now_ms() - started < limit) {
+        /* a peer that answers others meanwhile is busy, not hung, and so is
+         * a node daemon that answers others or greets: wait on */
+        while (rc == -ETIMEDOUT && larder__endpoint_now_ms() - started < limit &&
+               shows_life(e, peer)) {
             int64_t left = limit - (larder__endpoint_now_ms() - started);
             rc = larder__endpoint_recv_header(
                 fd, header, left < e->timeout_ms ? (int)left : e->timeout_ms, answered);

@@ -20,7 +20,7 @@
 #define OPEN_TIMEOUT_MS 10000 /* opening an index may read it from a remote origin */
 /* How long a HINTED or WARM READ waits for its answer to start (the daemon
  * queues it behind its higher-class READs: busy, not dead), and a DEMAND or
- * NEAR READ to a peer at most while the member shows life (await_answer). */
+ * NEAR READ at most while the member or node daemon shows life (await_answer). */
 #define QUEUED_TIMEOUT_MS 60000
 
 /* Whether a negative code is -errno (larder's own range starts at -1000),
@@ -43,7 +43,9 @@ struct larder__endpoint {
     int idle[2][POOL];
     int num_idle[2];
     int64_t down_until_ms;
-    int64_t answered_ms;          /* when any connection last got an answer's header (atomic) */
+    int64_t answered_ms; /* when any connection last got an answer's header (atomic) */
+    int64_t greeted_ms;  /* when a reader's probe was last greeted (atomic; daemon_alive) */
+    bool probing;        /* a reader's thread is probing the daemon (atomic) */
     struct larder__ucx_peer *ucx; /* READ answers over UCX (transport_ucx_peer.c); NULL: TCP */
 };
 
@@ -78,7 +80,9 @@ LARDER__HIDDEN int larder__endpoint_error_answer(const struct larder__endpoint *
 LARDER__HIDDEN int larder__endpoint_dial(const struct larder__endpoint *e, int64_t deadline_ms);
 /* HELLO, WELCOME and, where the daemon asks for it, the proof of the
  * cluster secret on fd, all by deadline_ms (0: none; each answer still
- * within the endpoint's timeout).  0, or a negative code with a message. */
-LARDER__HIDDEN int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_ms);
+ * within wait_ms, 0: the endpoint's timeout).  0, or a negative code with
+ * a message. */
+LARDER__HIDDEN int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_ms,
+                                          int wait_ms);
 
 #endif

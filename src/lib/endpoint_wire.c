@@ -204,7 +204,7 @@ int larder__endpoint_dial(const struct larder__endpoint *e, int64_t deadline_ms)
  * secret believes only a daemon that proves it first, and never sends
  * the secret itself.  0, or a negative code with a message.
  */
-int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_ms)
+int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_ms, int wait_ms)
 {
     /* a peer says how it stripes ownership: a daemon striping otherwise refuses it */
     struct larder__hello hello = {
@@ -218,7 +218,8 @@ int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_
     if ((rc = larder__endpoint_send_all(fd, buf, (size_t)n)) < 0) return rc;
     struct larder__frame frame;
     uint8_t answer[LARDER__WIRE_MAX_MESSAGE + 300];
-    if ((rc = larder__endpoint_recv_frame_until(fd, &frame, answer, sizeof answer, e->timeout_ms,
+    if ((rc = larder__endpoint_recv_frame_until(fd, &frame, answer, sizeof answer,
+                                                wait_ms > 0 ? wait_ms : e->timeout_ms,
                                                 deadline_ms)) < 0)
         return rc;
     if (frame.type == LARDER__ERROR) return larder__endpoint_error_answer(e, answer, frame.length);

@@ -3,7 +3,8 @@
 # that follow from the setup alone: N direct readers draw exactly N
 # checkpoints from the origin, one unhinted reader at least one; the
 # simulation's table is there; a part whose command this branch lacks says
-# what it needs; nothing is left mounted or running.  Skipped where FUSE is
+# what it needs; nothing is left mounted or running.  Then 8 readers through
+# the public file API (VIA=files) draw the checkpoint from the origin once.  Skipped where FUSE is
 # not usable, and on a sanitizer build (many processes; the normal build
 # runs it).
 source "$(dirname "$0")/lib.sh"
@@ -60,6 +61,22 @@ fi
 grep -q '^| striped | 2/4 x 1 |' "$report" || fail "no simulated rows"
 /usr/bin/python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); assert p["origin_bw"] > 0 and p["serve_bw"] > 0' \
   "$WORK/results/restart-measured.json" || fail "restart-measured.json"
+# VIA=files: readers through the public file API with their node's cache
+# (what `larder.open` does), two on each daemon, on an origin slow enough
+# that their READs wait in the daemons past the readers' timeout: the
+# origin still serves the checkpoint about once.  A reader that gave up on
+# its busy daemon read it all once more (4.45 checkpoints before readers
+# waited on a daemon that greets); the daemons' hedged reads of the slow
+# origin (bounded by their budget, docs/cache.md) may add some.
+RESTART_WORK=$WORK/run BUILD_DIR=$BUILD_ABS RESULTS=$WORK/results/files/restart.md SIZE=8388608 \
+  READERS="8" HOW=unhinted PARTS="" VIA=files ORIGIN_MBPS=4 BASELINE_MAX_S=60 \
+  "$ROOT/bench/restart.sh" >"$WORK/out-files.txt" 2>"$WORK/err-files.txt" ||
+  fail "bench/restart.sh VIA=files failed: $(tail -20 "$WORK/err-files.txt")"
+report=$WORK/results/files/restart.md
+grep -q 'larder_bench_restart files' "$report" || fail "VIA=files: the report does not say how readers read"
+ratio=$(row 5 8 unhinted)
+awk -v r="$ratio" 'BEGIN { exit !(r >= 1.0 && r < 1.5) }' ||
+  fail "8 unhinted readers through larder.open's path: origin/checkpoint '$ratio', want 1.0-1.5"
 ! mounted "$WORK/run/mnt" || fail "slowfs left mounted"
 left=$(pgrep -f -- "$WORK/run" || true)
 [ -z "$left" ] || fail "left running: $left"

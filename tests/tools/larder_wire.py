@@ -108,7 +108,10 @@ class Client:
         """WELCOME's (auth, name) after checking the daemon's proof and sending
         ours; or raises Refused with an ERROR's code and message."""
         nonce = os.urandom(32)
-        self.sock.sendall(hello(self.role, nonce))
+        try:
+            self.sock.sendall(hello(self.role, nonce))
+        except BrokenPipeError:
+            pass  # a daemon that refuses us at accept closes after its ERROR: read it
         kind, _, payload = recv_frame(self.sock)
         if kind == ERROR:
             raise Refused(*parse_error(payload))
