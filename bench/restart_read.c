@@ -37,6 +37,7 @@
 
 #include "endpoint.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -44,14 +45,14 @@
 #include <string.h>
 #include <time.h>
 
-static struct larder__endpoint *endpoint;
+static struct larder__endpoint *endpoint; /* read: READs go here */
+static larder_file **files;               /* files: one handle per sample */
 static uint64_t id_low, id_high, chunk;
-static uint64_t *shard_sizes;
-static uint32_t num_shards;
+/* what a reader reads, in order: each item's bytes (a shard's, or a file's) */
+static uint64_t *sizes, num_items;
 static int priority;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t next_shard;
-static uint64_t next_offset, total;
+static uint64_t next_item, next_offset, total;
 static int failures;
 
 static double now(void)
@@ -61,17 +62,17 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Take the next chunk in shard order; false when all are taken. */
-static bool next_chunk(uint32_t *shard, uint64_t *offset, uint64_t *length)
+/* Take the next chunk in item order; false when all are taken. */
+static bool next_chunk(uint64_t *item, uint64_t *offset, uint64_t *length)
 {
     pthread_mutex_lock(&lock);
-    while (next_shard < num_shards && next_offset >= shard_sizes[next_shard])
-        next_shard++, next_offset = 0;
-    bool more = next_shard < num_shards;
+    while (next_item < num_items && next_offset >= sizes[next_item])
+        next_item++, next_offset = 0;
+    bool more = next_item < num_items;
     if (more) {
-        *shard = next_shard;
+        *item = next_item;
         *offset = next_offset;
-        *length = shard_sizes[next_shard] - next_offset;
+        *length = sizes[next_item] - next_offset;
         if (*length > chunk) *length = chunk;
         next_offset += *length;
     }
@@ -79,17 +80,27 @@ static bool next_chunk(uint32_t *shard, uint64_t *offset, uint64_t *length)
     return more;
 }
 
+/* One chunk into buf: a READ of a shard (read), or a pread of a file (files). */
+static int read_chunk(uint64_t item, uint64_t offset, uint64_t length, void *buf)
+{
+    if (!files)
+        return larder__endpoint_read(endpoint, id_low, id_high, (uint32_t)item, priority, offset,
+                                     length, buf);
+    int64_t got = larder_file_pread(files[item], buf, length, offset);
+    if (got < 0) return (int)got;
+    return got == (int64_t)length ? 0
+                                  : larder__fail(-EIO, "short read (%lld bytes)", (long long)got);
+}
+
 static void *reader(void *arg)
 {
     (void)arg;
     uint8_t *buf = malloc(chunk);
-    uint32_t shard;
-    uint64_t offset, length;
-    while (buf && next_chunk(&shard, &offset, &length)) {
-        if (larder__endpoint_read(endpoint, id_low, id_high, shard, priority, offset, length, buf) <
-            0) {
-            fprintf(stderr, "read of shard %u at %llu: %s\n", shard, (unsigned long long)offset,
-                    larder_errmsg());
+    uint64_t item, offset, length;
+    while (buf && next_chunk(&item, &offset, &length)) {
+        if (read_chunk(item, offset, length, buf) < 0) {
+            fprintf(stderr, "read of %s %llu at %llu: %s\n", files ? "file" : "shard",
+                    (unsigned long long)item, (unsigned long long)offset, larder_errmsg());
             __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
             break;
         }
@@ -97,6 +108,19 @@ static void *reader(void *arg)
     }
     free(buf);
     return NULL;
+}
+
+/* THREADS readers over every item; prints "BYTES SECONDS".  0, or 1 when a read failed. */
+static int read_everything(int threads)
+{
+    pthread_t t[256];
+    double start = now();
+    for (int i = 0; i < threads; i++)
+        pthread_create(&t[i], NULL, reader, NULL);
+    for (int i = 0; i < threads; i++)
+        pthread_join(t[i], NULL);
+    printf("%llu %.3f\n", (unsigned long long)total, now() - start);
+    return failures ? 1 : 0;
 }
 
 /* Parse the dataset id's 32 hex digits into the two halves a READ names. */
@@ -127,71 +151,25 @@ static int read_all(int argc, char **argv)
     larder_dataset_info info;
     larder_dataset_info_get(d, &info);
     dataset_id(&info);
-    num_shards = (uint32_t)info.num_shards;
-    shard_sizes = calloc(num_shards ? num_shards : 1, sizeof *shard_sizes);
+    num_items = info.num_shards;
+    sizes = calloc(num_items ? num_items : 1, sizeof *sizes);
     /* a shard's bytes to read: up to the end of its last sample */
-    for (uint64_t i = 0; shard_sizes && i < info.num_samples; i++) {
+    for (uint64_t i = 0; sizes && i < info.num_samples; i++) {
         larder_sample_info s;
-        if (larder_sample_info_get(d, i, &s) == 0 && s.offset + s.length > shard_sizes[s.shard])
-            shard_sizes[s.shard] = s.offset + s.length;
+        if (larder_sample_info_get(d, i, &s) == 0 && s.offset + s.length > sizes[s.shard])
+            sizes[s.shard] = s.offset + s.length;
     }
     char absolute[4096];
-    if (!shard_sizes || !realpath(argv[3], absolute) ||
+    if (!sizes || !realpath(argv[3], absolute) ||
         larder__endpoint_new(&endpoint, argv[2], LARDER__ROLE_READER, NULL, absolute, 120000) < 0) {
         fprintf(stderr, "cannot reach the daemon at %s\n", argv[2]);
         return 1;
     }
-    pthread_t t[256];
-    double start = now();
-    for (int i = 0; i < threads; i++)
-        pthread_create(&t[i], NULL, reader, NULL);
-    for (int i = 0; i < threads; i++)
-        pthread_join(t[i], NULL);
-    printf("%llu %.3f\n", (unsigned long long)total, now() - start);
+    int rc = read_everything(threads);
     larder__endpoint_free(endpoint);
     larder_close(d);
-    free(shard_sizes);
-    return failures ? 1 : 0;
-}
-
-static larder_file **files; /* the files mode's handles, one per sample */
-static uint64_t num_files, next_file;
-
-/* The files mode's next piece in id order; false when all are taken. */
-static bool next_piece(uint64_t *file, uint64_t *offset, uint64_t *length)
-{
-    pthread_mutex_lock(&lock);
-    while (next_file < num_files && next_offset >= larder_file_size(files[next_file]))
-        next_file++, next_offset = 0;
-    bool more = next_file < num_files;
-    if (more) {
-        *file = next_file;
-        *offset = next_offset;
-        *length = larder_file_size(files[next_file]) - next_offset;
-        if (*length > chunk) *length = chunk;
-        next_offset += *length;
-    }
-    pthread_mutex_unlock(&lock);
-    return more;
-}
-
-static void *file_reader(void *arg)
-{
-    (void)arg;
-    uint8_t *buf = malloc(chunk);
-    uint64_t file, offset, length;
-    while (buf && next_piece(&file, &offset, &length)) {
-        int64_t got = larder_file_pread(files[file], buf, length, offset);
-        if (got != (int64_t)length) {
-            fprintf(stderr, "read of file %llu at %llu: %s\n", (unsigned long long)file,
-                    (unsigned long long)offset, got < 0 ? larder_errmsg() : "short");
-            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
-            break;
-        }
-        __atomic_fetch_add(&total, length, __ATOMIC_RELAXED);
-    }
-    free(buf);
-    return NULL;
+    free(sizes);
+    return rc;
 }
 
 static int read_files(int argc, char **argv)
@@ -209,27 +187,24 @@ static int read_files(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", argv[4], larder_errmsg());
         return 1;
     }
-    num_files = larder_num_samples(d);
-    files = calloc(num_files ? num_files : 1, sizeof *files);
-    for (uint64_t i = 0; files && i < num_files; i++) {
+    num_items = larder_num_samples(d);
+    files = calloc(num_items ? num_items : 1, sizeof *files);
+    sizes = calloc(num_items ? num_items : 1, sizeof *sizes);
+    for (uint64_t i = 0; files && sizes && i < num_items; i++) {
         if (larder_file_open(&files[i], d, i, -1) < 0) {
             fprintf(stderr, "file %llu: %s\n", (unsigned long long)i, larder_errmsg());
             return 1;
         }
+        sizes[i] = larder_file_size(files[i]);
     }
-    if (!files) return 1;
-    pthread_t t[256];
-    double start = now();
-    for (int i = 0; i < threads; i++)
-        pthread_create(&t[i], NULL, file_reader, NULL);
-    for (int i = 0; i < threads; i++)
-        pthread_join(t[i], NULL);
-    printf("%llu %.3f\n", (unsigned long long)total, now() - start);
-    for (uint64_t i = 0; i < num_files; i++)
+    if (!files || !sizes) return 1;
+    int rc = read_everything(threads);
+    for (uint64_t i = 0; i < num_items; i++)
         larder_file_close(files[i]);
     free(files);
+    free(sizes);
     larder_close(d);
-    return failures ? 1 : 0;
+    return rc;
 }
 
 /* PSI's cpu "some" total in microseconds since boot, or -1 without PSI. */
