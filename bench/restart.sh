@@ -250,11 +250,10 @@ storm() {
   t0=$EPOCHREALTIME
   jobs_=()
   for ((r = 0; r < n; r++)); do
-    if [ "$via" = files ]; then
-      $(pin $((r % daemons))) "$reader" files "$work/sock$((r % daemons))" "$work/cache$((r % daemons))" "$index" "$threads" "$chunk_kb" >"$work/reader$r.out" &
-    else
-      $(pin $((r % daemons))) "$reader" read "$work/sock$((r % daemons))" "$index" "$threads" "$chunk_kb" >"$work/reader$r.out" &
-    fi
+    # files: the node's cache too, which the file API reads resident ranges from
+    local how=(read "$work/sock$((r % daemons))")
+    [ "$via" = files ] && how=(files "$work/sock$((r % daemons))" "$work/cache$((r % daemons))")
+    $(pin $((r % daemons))) "$reader" "${how[@]}" "$index" "$threads" "$chunk_kb" >"$work/reader$r.out" &
     jobs_+=($!)
   done
   local failed=0

@@ -175,9 +175,9 @@ static int take_idle(struct larder__endpoint *e, int group)
 #define INPLACE_ANSWER_MS 2000
 
 /*
- * Whether a node daemon whose answer to a reader's READ is late is alive
- * (busy) rather than hung: it started an answer on any of the endpoint's
- * connections within the timeout, or it accepts and greets a fresh
+ * Whether a node daemon whose answer to a reader's READ is late, and that
+ * answered none of the reader's other READs lately either (shows_life), is
+ * alive (busy) rather than hung: it accepts and greets a fresh
  * connection within twice the timeout (its loop thread does that; a
  * stopped or wedged daemon does not, and a loop thread on cores that every
  * rank of a storm keeps busy may take past one timeout to be scheduled).
@@ -189,9 +189,7 @@ static int take_idle(struct larder__endpoint *e, int group)
 static bool daemon_alive(struct larder__endpoint *e)
 {
     int64_t now = larder__endpoint_now_ms();
-    if (now - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) < e->timeout_ms ||
-        now - __atomic_load_n(&e->greeted_ms, __ATOMIC_RELAXED) < e->timeout_ms)
-        return true;
+    if (now - __atomic_load_n(&e->greeted_ms, __ATOMIC_RELAXED) < e->timeout_ms) return true;
     if (larder__endpoint_down(e)) return false; /* another thread's probe failed */
     if (__atomic_exchange_n(&e->probing, true, __ATOMIC_ACQUIRE)) return true;
     int64_t deadline = now + 2 * (int64_t)e->timeout_ms;
@@ -203,13 +201,14 @@ static bool daemon_alive(struct larder__endpoint *e)
     return rc == 0;
 }
 
-/* Whether a member (peer) answered any READ within the timeout, or a node
- * daemon is alive (daemon_alive). */
+/* Whether the member or node daemon started an answer on any of the
+ * endpoint's connections within the timeout, or (a node daemon) is alive. */
 static bool shows_life(struct larder__endpoint *e, bool peer)
 {
-    if (!peer) return daemon_alive(e);
-    return larder__endpoint_now_ms() - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) <
-           e->timeout_ms;
+    if (larder__endpoint_now_ms() - __atomic_load_n(&e->answered_ms, __ATOMIC_RELAXED) <
+        e->timeout_ms)
+        return true;
+    return !peer && daemon_alive(e);
 }
 
 /*

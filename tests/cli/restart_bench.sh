@@ -4,9 +4,9 @@
 # checkpoints from the origin, one unhinted reader at least one; the
 # simulation's table is there; a part whose command this branch lacks says
 # what it needs; nothing is left mounted or running.  Then 8 readers through
-# the public file API (VIA=files) draw the checkpoint from the origin once.  Skipped where FUSE is
-# not usable, and on a sanitizer build (many processes; the normal build
-# runs it).
+# the public file API (VIA=files) draw the checkpoint from the origin about
+# once.  Skipped where FUSE is not usable, and on a sanitizer build (many
+# processes; the normal build runs it).
 source "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$TESTS/.." && pwd)
 BUILD_ABS=$(cd "$(dirname "$LARDER")" && pwd)
