@@ -172,8 +172,16 @@ static int read_all(int argc, char **argv)
     return rc;
 }
 
+/* The library's warnings (a daemon passed over, an origin read) on stderr. */
+static void log_stderr(void *userdata, int level, const char *message)
+{
+    (void)userdata, (void)level;
+    fprintf(stderr, "larder: %s\n", message);
+}
+
 static int read_files(int argc, char **argv)
 {
+    larder_set_log(log_stderr, NULL, LARDER_LOG_WARN);
     int threads = argc > 5 ? atoi(argv[5]) : 16;
     chunk = (uint64_t)(argc > 6 ? atoi(argv[6]) : 4096) * 1024;
     if (threads < 1 || threads > 256 || chunk == 0 || chunk > (64u << 20)) {

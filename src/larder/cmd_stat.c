@@ -102,6 +102,10 @@ static void print_daemon_dataset(const char *at)
                " reads (%s) served to peers\n",
                json_number(at, "borrowed_reads"), json_number(at, "peer_served_reads"),
                human_bytes(json_number(at, "peer_served_bytes"), d));
+    if (json_number(at, "staged_reads"))
+        printf("                %" PRIu64 " reads (%s) staged for readers that read the cache "
+               "themselves\n",
+               json_number(at, "staged_reads"), human_bytes(json_number(at, "staged_bytes"), d));
     if (json_number(at, "read_errors"))
         printf("  errors        %" PRIu64 " reads answered with an error\n",
                json_number(at, "read_errors"));

@@ -76,7 +76,8 @@ static const struct {
      "Of the misses, READs filled with blocks borrowed from the shard's owner node."},
     {"larder_read_errors_total", "counter", "READs this daemon answered with an ERROR."},
     {"larder_served_bytes_total", "counter",
-     "Bytes this daemon sent in answers to READs, to readers and peers."},
+     "Bytes this daemon answered READs for, to readers and peers: sent, or staged for a reader "
+     "that reads the node cache itself (larder_staged_bytes_total)."},
     {"larder_peer_served_reads_total", "counter",
      "READs this daemon answered to other nodes' daemons."},
     {"larder_peer_served_bytes_total", "counter",
@@ -92,6 +93,10 @@ static const struct {
     {"larder_pinned_bytes", "gauge", "Bytes of the node cache pinned by hints until their TTL."},
     {"larder_inplace_blocks_total", "counter",
      "Cache blocks of borrowed chunks received straight into the cache file (spliced)."},
+    {"larder_staged_reads_total", "counter",
+     "READs of local readers that read the node cache themselves, answered by staging the bytes "
+     "there (STAGE: none sent)."},
+    {"larder_staged_bytes_total", "counter", "Bytes of those READs."},
 };
 
 enum { NUM_METRICS = sizeof metrics / sizeof *metrics };
@@ -102,9 +107,10 @@ static uint64_t value_of(const struct metrics_row *r, size_t m)
     const larder_stats *s = &r->stats;
     const struct served *v = &r->served;
     const uint64_t values[NUM_METRICS] = {
-        v->hits,       v->misses,         v->borrowed,        v->errors,       v->bytes,
-        v->peer_reads, v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
-        s->peer_bytes, s->resident_bytes, s->total_bytes,     r->pinned_bytes, v->inplace_blocks};
+        v->hits,         v->misses,         v->borrowed,        v->errors,       v->bytes,
+        v->peer_reads,   v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
+        s->peer_bytes,   s->resident_bytes, s->total_bytes,     r->pinned_bytes, v->inplace_blocks,
+        v->staged_reads, v->staged_bytes};
     return values[m];
 }
 

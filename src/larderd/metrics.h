@@ -33,10 +33,12 @@ struct served {
     uint64_t misses;         /* needed a fill: read from the origin or the shard's owner */
     uint64_t borrowed;       /* of the misses: filled (at least partly) from the owner node */
     uint64_t errors;         /* answered with an ERROR */
-    uint64_t bytes;          /* bytes of DATA answers, to readers and peers */
+    uint64_t bytes;          /* bytes READs were answered for (sent, or staged: below) */
     uint64_t peer_reads;     /* of the answered READs: those of other nodes' daemons */
     uint64_t peer_bytes;     /* and their bytes */
     uint64_t inplace_blocks; /* blocks of borrowed chunks received straight into the cache file */
+    uint64_t staged_reads;   /* of the answered READs: STAGE ones, answered with no bytes */
+    uint64_t staged_bytes;   /* and their bytes (in `bytes` too): read from the cache */
     uint64_t latency_sum_us; /* time to answer, summed */
     uint64_t latency[READ_LATENCY_BUCKETS + 1]; /* READs by time to answer (not cumulative) */
 };

@@ -128,6 +128,37 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
     free(job);
 }
 
+/*
+ * A STAGE READ (a local reader that reads the node cache itself): the
+ * range staged in the cache and answered with an empty DATA, so that no
+ * copy of it crosses the socket.  Also from a cache that evicts, which
+ * sends no zero-copy answers (fill_raw.c): the reader's own read of the
+ * cache sees an eviction racing it and fills the bytes itself.  false:
+ * not all of it could be kept (a full disk, blocks shared with samples
+ * not checked yet), and the READ is answered the usual way, with bytes.
+ */
+static bool stage_only(struct read_job *job, struct larder__fill *fill)
+{
+    const struct larder__read *r = &job->read;
+    if (!larder__dataset_cached(job->entry->dataset)) return false;
+    int rc = larder__fill_range_at(fill, r->shard, r->offset, r->length, r->priority, NULL);
+    if (rc < 0) {
+        answer_error(job, rc, larder_errmsg());
+        read_job_end(job, 0);
+        return true;
+    }
+    if (!larder__fill_resident(fill, r->shard, r->offset, r->length)) return false;
+    struct output *o = output_new(LARDER__WIRE_HEADER);
+    if (!o) return false;
+    larder__wire_encode_header(o->bytes, LARDER__WIRE_HEADER, LARDER__DATA, 0, job->request);
+    o->priority = r->priority;
+    enqueue_output(job->connection, o);
+    __atomic_fetch_add(&job->entry->served.staged_reads, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&job->entry->served.staged_bytes, r->length, __ATOMIC_RELAXED);
+    read_job_end(job, r->length);
+    return true;
+}
+
 static void read_job(void *arg)
 {
     struct read_job *job = arg;
@@ -163,6 +194,7 @@ static void read_job(void *arg)
                                      job->read.length, priority, &job->stripe);
     }
     job->trace.borrowed_us = trace_now_us();
+    if ((job->read.flags & LARDER__READ_STAGE) && stage_only(job, fill)) return;
     int staged = larder__fill_stage_range_at(fill, job->read.shard, job->read.offset,
                                              job->read.length, priority, &file);
     if (staged == 0 && job->via) { /* over UCX, from a mapping of the cache file */
@@ -261,7 +293,8 @@ static void stats_frame(struct connection *c, uint64_t request)
             "\"read_p50_us\": %llu, \"read_p99_us\": %llu, "
             "\"origin_requests\": %llu, \"origin_bytes\": %llu, \"peer_requests\": %llu, "
             "\"peer_bytes\": %llu, \"resident_bytes\": %llu, \"total_bytes\": %llu, "
-            "\"inplace_blocks\": %llu, \"pinned_bytes\": %llu}",
+            "\"inplace_blocks\": %llu, \"pinned_bytes\": %llu, \"staged_reads\": %llu, "
+            "\"staged_bytes\": %llu}",
             first ? "" : ", ", info.dataset_id, (unsigned long long)v.hits,
             (unsigned long long)v.misses, (unsigned long long)v.borrowed,
             (unsigned long long)v.errors, (unsigned long long)v.bytes,
@@ -271,7 +304,8 @@ static void stats_frame(struct connection *c, uint64_t request)
             (unsigned long long)s.origin_bytes, (unsigned long long)s.peer_requests,
             (unsigned long long)s.peer_bytes, (unsigned long long)s.resident_bytes,
             (unsigned long long)s.total_bytes, (unsigned long long)v.inplace_blocks,
-            (unsigned long long)dataset_pinned_bytes(d->datasets[i].dataset));
+            (unsigned long long)dataset_pinned_bytes(d->datasets[i].dataset),
+            (unsigned long long)v.staged_reads, (unsigned long long)v.staged_bytes);
         first = false;
     }
     pthread_mutex_unlock(&d->lock);
@@ -477,6 +511,10 @@ static bool read_request(struct connection *c, const struct larder__frame *f,
 {
     struct larder__read read;
     if (larder__wire_read(payload, f->length, &read) < 0) return false;
+    if (c->peer && (read.flags & LARDER__READ_STAGE)) { /* another node's cache is not ours */
+        send_error(c, f->request, LARDER_EUSAGE, "STAGE is a flag of a local reader's READ");
+        return true;
+    }
     read_submit(c, &read, f->request, NULL);
     return true;
 }

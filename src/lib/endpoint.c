@@ -267,9 +267,10 @@ static int await_answer(struct larder__endpoint *e, int fd, int priority,
 }
 
 /*
- * One READ on fd.  0, or a negative code with a message; *connection_fault
- * says the failure was the connection's (close it), *unanswered that it
- * ended before any byte of an answer (EOF, EPIPE or ECONNRESET).
+ * One READ on fd.  0 (1: staged, for a STAGE READ: nothing in buf), or a
+ * negative code with a message; *connection_fault says the failure was the
+ * connection's (close it), *unanswered that it ended before any byte of an
+ * answer (EOF, EPIPE or ECONNRESET).
  */
 static int read_on(struct larder__endpoint *e, int fd, const struct larder__read *read, void *buf,
                    bool *connection_fault, bool *unanswered)
@@ -284,7 +285,9 @@ static int read_on(struct larder__endpoint *e, int fd, const struct larder__read
     *unanswered = !answered && (rc == -EPIPE || rc == -ECONNRESET);
     *connection_fault = rc < 0;
     if (rc < 0) return rc;
-    if (frame.type == LARDER__DATA && frame.length == read->length) {
+    if (frame.type == LARDER__DATA && frame.length == 0 && (read->flags & LARDER__READ_STAGE)) {
+        rc = 1; /* staged in the cache the reader shares: nothing follows */
+    } else if (frame.type == LARDER__DATA && frame.length == read->length) {
         /* into a cache file's pages with splice where buf is a window onto
          * them (a daemon staging a borrowed chunk in place, recv_window.h) */
         rc = larder__recv_into(fd, buf, (size_t)read->length);
@@ -343,6 +346,7 @@ int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, u
             return rc;
         }
     }
+    if (__atomic_load_n(&e->no_stage, __ATOMIC_RELAXED)) read.flags &= ~LARDER__READ_STAGE;
     int group = group_of(priority);
     for (int attempt = 0;; attempt++) {
         int fd = take_idle(e, group);
@@ -359,6 +363,13 @@ int larder__endpoint_read_flagged(struct larder__endpoint *e, uint64_t id_low, u
             /* a pooled connection the daemon closed while it sat idle: not
              * the daemon's failure; once more on a fresh one */
             if (pooled && unanswered && attempt == 0) continue;
+            /* a daemon from before STAGE closes on it (a malformed READ to
+             * it): asked the old way, now and from then on */
+            if (unanswered && (read.flags & LARDER__READ_STAGE)) {
+                __atomic_store_n(&e->no_stage, true, __ATOMIC_RELAXED);
+                read.flags &= ~LARDER__READ_STAGE;
+                continue;
+            }
             /* this node's own failure (its disk, its lock): the member is fine */
             if (rc != LARDER_ELOCAL) mark_down(e, e->down_ms);
             if (larder__endpoint_is_errno(rc))

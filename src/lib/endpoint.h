@@ -50,7 +50,12 @@ LARDER__HIDDEN int larder__endpoint_read(struct larder__endpoint *endpoint, uint
 
 /* The same READ with the wire's READ flags (wire.h: LARDER__READ_CACHED asks
  * a relay for what its cache holds; it answers an ERROR, LARDER_ENOTFOUND,
- * otherwise, which is an answer and leaves the endpoint up). */
+ * otherwise, which is an answer and leaves the endpoint up).
+ * LARDER__READ_STAGE (a reader sharing its node daemon's cache): 1 when
+ * the daemon answered that the bytes are in the cache now (buf untouched;
+ * read them there), 0 when it sent the bytes into buf instead (it could
+ * not cache them, or predates the flag: a daemon that closes the
+ * connection on the flag is asked without it from then on). */
 LARDER__HIDDEN int larder__endpoint_read_flagged(struct larder__endpoint *endpoint, uint64_t id_low,
                                                  uint64_t id_high, uint32_t shard, int priority,
                                                  unsigned flags, uint64_t offset, uint64_t length,

@@ -46,6 +46,7 @@ struct larder__endpoint {
     int64_t answered_ms; /* when any connection last got an answer's header (atomic) */
     int64_t greeted_ms;  /* when a reader's probe was last greeted (atomic; daemon_alive) */
     bool probing;        /* a reader's thread is probing the daemon (atomic) */
+    bool no_stage;       /* the node daemon closed on a STAGE READ: it predates the flag (atomic) */
     struct larder__ucx_peer *ucx; /* READ answers over UCX (transport_ucx_peer.c); NULL: TCP */
 };
 

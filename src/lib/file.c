@@ -11,9 +11,13 @@
  *     cache file; a miss is a fill of the samples the bytes belong to, each
  *     read whole and checked, so one miss stages the file and the reads
  *     after it are resident.  With a node daemon, a miss is first asked of
- *     the daemon (which stages the blocks in the cache the reader shares)
- *     and then read from the cache, so that what is handed out is always
- *     bytes the cache holds checked; a daemon that fails is passed over.
+ *     the daemon as a STAGE READ: it stages the blocks in the cache the
+ *     reader shares and answers with no bytes, and the range is then one
+ *     pread of the cache, like any resident range (no copy crosses the
+ *     socket).  Where the daemon could not cache them it sends the bytes,
+ *     which are handed out as they came (a daemon's bytes are trusted as
+ *     resident blocks are: docs/security.md); a daemon that fails is
+ *     passed over.
  *   - no cache, no checks, no daemon (DIRECT): the range straight from the
  *     shard's source, as larder_read_field reads a field then.
  *   - no cache, but checks or a daemon (WHOLE): the sample once, whole and
@@ -64,25 +68,34 @@ struct larder_file {
     uint8_t *whole;                       /* WHOLE: the sample, once read */
 };
 
-/* Ask the node daemon for bytes the cache lacks, so that it stages them
- * in the cache the reader shares.  Its answer is not handed out: the
- * caller reads the range from the cache next, checked. */
-static void ask_daemon(larder_file *f, uint64_t at, uint64_t length, void *buf)
+/* Ask the node daemon for bytes the cache lacks, to be staged in the
+ * cache the reader shares: 0 when the daemon sent the bytes into buf
+ * instead (done), 1 when they are to be read from the cache (staged
+ * there, resident already, or the daemon not asked or failed).  A reader
+ * whose cache is not the daemon's gets the bytes sent. */
+static int ask_daemon(larder_file *f, uint64_t at, uint64_t length, void *buf)
 {
     larder_dataset *d = f->dataset;
     struct larder__endpoint *daemon = larder__dataset_daemon(d);
     if (!daemon || larder__endpoint_down(daemon) ||
         larder__fill_resident(larder__dataset_fill(d), f->sample.shard, at, length))
-        return;
+        return 1;
     uint64_t low, high;
     larder__dataset_id(d, &low, &high);
-    if (larder__endpoint_read(daemon, low, high, f->sample.shard, LARDER__DEMAND, at, length, buf) <
-        0)
+    int rc = larder__endpoint_read_flagged(daemon, low, high, f->sample.shard, LARDER__DEMAND,
+                                           LARDER__READ_STAGE, at, length, buf);
+    /* staged, but not in the cache this reader opened (the daemon keeps
+     * another directory, or evicted them at once): the bytes themselves */
+    if (rc == 1 && !larder__fill_resident(larder__dataset_fill(d), f->sample.shard, at, length))
+        rc = larder__endpoint_read(daemon, low, high, f->sample.shard, LARDER__DEMAND, at, length,
+                                   buf);
+    if (rc < 0)
         larder__log(LARDER_LOG_WARN,
                     "sample %llu ('%s'): the node daemon did not serve bytes %llu+%llu (%s); "
                     "reading them directly",
                     (unsigned long long)f->id, f->sample.key, (unsigned long long)at,
                     (unsigned long long)length, larder_errmsg());
+    return rc == 0 ? 0 : 1;
 }
 
 /*
@@ -110,7 +123,7 @@ static int read_bytes(larder_file *f, uint64_t position, uint64_t length, void *
         return larder__fill_direct(larder__dataset_fill(d), &f->sample, f->id, buf,
                                    f->start + position, length);
     case CACHED:
-        ask_daemon(f, at, length, buf);
+        if (ask_daemon(f, at, length, buf) == 0) return 0;
         return read_range(f, at, length, buf);
     case RANGE:
         return read_range(f, at, length, buf);

@@ -140,7 +140,7 @@ int larder__wire_read(const uint8_t *p, uint32_t length, struct larder__read *ou
     out->length = larder__le64(p + 32);
     uint64_t end;
     out->flags = p[21];
-    if ((p[21] & ~LARDER__READ_CACHED) || p[22] || p[23])
+    if ((p[21] & ~LARDER__READ_FLAGS) || p[22] || p[23])
         return larder__fail(LARDER_EPROTOCOL, "READ with nonzero reserved bytes");
     if (out->priority > 3)
         return larder__fail(LARDER_EPROTOCOL, "READ with priority %u", out->priority);

@@ -100,12 +100,17 @@ struct larder__read {
     uint64_t id_low, id_high; /* dataset id */
     uint32_t shard;
     uint8_t priority;
-    uint8_t flags; /* LARDER__READ_CACHED (storm: relays), else 0 */
+    uint8_t flags; /* LARDER__READ_CACHED (storm: relays), LARDER__READ_STAGE, or 0 */
     uint64_t offset, length;
 };
-/* READ flags (byte 21): answer from the cache only, an ERROR (not found)
- * when any byte would need a fill: a peer asked as a relay (docs/protocol.md) */
+/* READ flags (byte 21, docs/protocol.md).  CACHED: answer from the cache
+ * only, an ERROR (not found) when any byte would need a fill: a peer asked
+ * as a relay.  STAGE: a local reader that reads the node cache itself
+ * asks for the bytes to be staged there; the answer is an empty DATA once
+ * they are (or the bytes, when the cache could not take them). */
 #define LARDER__READ_CACHED 1u
+#define LARDER__READ_STAGE 2u
+#define LARDER__READ_FLAGS (LARDER__READ_CACHED | LARDER__READ_STAGE)
 
 /* OPENED: the dataset a daemon opened for an OPEN (index URL as payload). */
 struct larder__opened {

@@ -53,12 +53,15 @@ static void run_stage(void *arg)
     if (!larder__fill_resident(fill, t->shard, t->offset, t->length)) {
         struct larder__endpoint *daemon = larder__dataset_daemon(d);
         int rc = LARDER_EUSAGE;
-        if (daemon && !larder__endpoint_down(daemon)) { /* its answer's bytes, dropped */
+        if (daemon && !larder__endpoint_down(daemon)) {
+            /* staged by the daemon; sharing its cache, the mount asks for
+             * no bytes back (a daemon that sends them anyway: dropped) */
             uint64_t low, high;
             void *buf = malloc((size_t)t->length);
             larder__dataset_id(d, &low, &high);
-            rc = buf ? larder__endpoint_read(daemon, low, high, t->shard, t->priority, t->offset,
-                                             t->length, buf)
+            rc = buf ? larder__endpoint_read_flagged(daemon, low, high, t->shard, t->priority,
+                                                     m->cached ? LARDER__READ_STAGE : 0, t->offset,
+                                                     t->length, buf)
                      : -ENOMEM;
             free(buf);
         }

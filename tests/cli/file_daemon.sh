@@ -1,7 +1,8 @@
 # larder.open through a real node daemon (LARDER_SOCKET): a reader sharing
 # the daemon's cache has the daemon stage what it misses, then reads it
-# from the cache; a reader with no cache of its own has the daemon serve
-# the file (its own origin counters do not move); when the daemon is
+# from the cache; a reader with no cache of its own, or with a cache other
+# than the daemon's, has the daemon serve the file (its own origin
+# counters do not move); when the daemon is
 # killed, readers carry on from the origin.  Every read is compared with
 # what torch.load or Python's open() reads from the original file.
 source "$(dirname "$0")/lib.sh"
@@ -41,14 +42,15 @@ print(json.load(sys.stdin)['datasets'][0]['$1'])"
 cat >reader.py <<'PY'
 import os, random, sys, torch, larder
 cache, expect = sys.argv[1:]
+ckpt, blob = os.environ.get("KEYS", "ckpt blob").split()
 ds = larder.Dataset(os.environ["INDEX"], cache=cache)
-with ds.open("ckpt") as f:
+with ds.open(ckpt) as f:
     got = torch.load(f)
 want = torch.load("src/ckpt.pt")
 assert torch.equal(got["w"], want["w"]) and got["step"] == 7
 original = open("src/blob.bin", "rb").read()
 rng = random.Random(3)
-with ds.open("blob") as f:
+with ds.open(blob) as f:
     for _ in range(300):
         offset, n = rng.randrange(len(original) + 10), rng.choice([1, 4096, 70000, 600000])
         f.seek(offset)
@@ -69,13 +71,33 @@ misses=$(daemon_stat misses)
 echo "daemon: $misses misses, $served bytes served"
 [ "$misses" -ge 2 ] && [ "$served" -gt 0 ] || fail "the daemon was not asked (misses $misses)"
 
+# 1b. the same files indexed in place (`index --files`: each file a shard
+# of its own, so every block a reader misses can be kept whole): sharing
+# the daemon's cache, the reader has the daemon stage what it misses and
+# sends no bytes back (STAGE READs, docs/protocol.md)
+"$LARDER" index --files src -o src/index.larder >/dev/null
+INDEX=$WORK/src/index.larder KEYS="ckpt.pt blob.bin" env "${pyenv[@]}" LARDER_SOCKET="$sock" \
+  /usr/bin/python3 reader.py "$WORK/cache" any || fail "reader of the in-place index"
+staged=$("$LARDER" stat --socket "$sock" --json | /usr/bin/python3 -c "
+import json, sys
+print(sum(d['staged_reads'] for d in json.load(sys.stdin)['datasets']))")
+echo "daemon: $staged reads staged for the reader of the in-place index"
+[ "$staged" -ge 2 ] || fail "the reader on the daemon's cache had bytes sent ($staged staged reads)"
+
 # 2. a reader with no cache of its own: the daemon serves every byte
 env "${pyenv[@]}" LARDER_SOCKET="$sock" /usr/bin/python3 reader.py "" daemon ||
   fail "reader through the daemon"
 more=$(daemon_stat served_bytes)
 [ "$more" -gt "$served" ] || fail "the daemon served nothing to the cacheless reader"
 
-# 3. the daemon gone: readers read from the origin, right
+# 3. a reader with a cache of its own, not the daemon's: what it asks the
+# daemon to stage lands in the daemon's cache, not in its own, so the
+# daemon sends it the bytes; nothing comes from the origin (its own cache's
+# counters are its alone)
+env "${pyenv[@]}" LARDER_SOCKET="$sock" /usr/bin/python3 reader.py "$WORK/cache-own" daemon ||
+  fail "reader with a cache other than the daemon's"
+
+# 4. the daemon gone: readers read from the origin, right
 kill -9 "$daemon"
 wait "$daemon" 2>/dev/null || true
 env "${pyenv[@]}" LARDER_SOCKET="$sock" /usr/bin/python3 reader.py "$WORK/cache2" any ||

@@ -104,7 +104,7 @@ TEST(larderd_hint_hot_all_and_keys)
     CHECK(fixture_send(c, stat, sizeof stat));
     o = fixture_answer(c, LARDER__STATS);
     char want[64];
-    snprintf(want, sizeof want, "\"pinned_bytes\": %llu}", (unsigned long long)blocks_bytes);
+    snprintf(want, sizeof want, "\"pinned_bytes\": %llu,", (unsigned long long)blocks_bytes);
     CHECK(memmem(o->bytes, o->length, want, strlen(want)) != NULL);
     free(o);
 

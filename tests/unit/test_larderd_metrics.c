@@ -32,6 +32,8 @@ static const struct {
     {"larder_dataset_bytes", "gauge"},
     {"larder_pinned_bytes", "gauge"},
     {"larder_inplace_blocks_total", "counter"},
+    {"larder_staged_reads_total", "counter"},
+    {"larder_staged_bytes_total", "counter"},
     {"larder_read_duration_seconds", "histogram"},
 };
 enum { NUM_EXPECTED = sizeof expected / sizeof *expected, HISTOGRAM = NUM_EXPECTED - 1 };
@@ -41,9 +43,10 @@ static uint64_t expected_value(const struct metrics_row *r, int m)
     const larder_stats *s = &r->stats;
     const struct served *v = &r->served;
     const uint64_t values[NUM_EXPECTED - 1] = {
-        v->hits,       v->misses,         v->borrowed,        v->errors,       v->bytes,
-        v->peer_reads, v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
-        s->peer_bytes, s->resident_bytes, s->total_bytes,     r->pinned_bytes, v->inplace_blocks};
+        v->hits,         v->misses,         v->borrowed,        v->errors,       v->bytes,
+        v->peer_reads,   v->peer_bytes,     s->origin_requests, s->origin_bytes, s->peer_requests,
+        s->peer_bytes,   s->resident_bytes, s->total_bytes,     r->pinned_bytes, v->inplace_blocks,
+        v->staged_reads, v->staged_bytes};
     return values[m];
 }
 

@@ -8,6 +8,7 @@
  */
 #include "auth.h"
 #include "daemon_fixture.h"
+#include "fill.h"
 #include "test.h"
 
 #include <unistd.h>
@@ -180,6 +181,77 @@ TEST(larderd_requests_open_read_stat)
     connection_release(other);
     connection_release(c);
     larderd_free(&d);
+}
+
+/* A STAGE READ of bytes 100..1100 of shard 1 on a daemon whose cache keeps
+ * at most `capacity` bytes (0: no limit; a cache that evicts sends no
+ * zero-copy answers, but stages for STAGE all the same): an empty DATA,
+ * and the bytes are in the cache after it.  A peer may not ask it. */
+static void stage_round(const char *index, const char *cache, uint64_t capacity)
+{
+    struct larderd d;
+    larderd_init(&d);
+    say_quietly(true);
+    d.config.cache_dir = cache;
+    d.config.cache_capacity = capacity;
+    d.config.jobs = 2;
+    CHECK_EQ(larderd_start(&d), 0);
+    struct connection *c = fixture_connection(&d, false);
+    fixture_hello(c, false);
+    struct larder__opened opened = open_ok(c, index);
+    struct larder__fill *fill = larder__dataset_fill(d.datasets[0].dataset);
+    CHECK(!larder__fill_resident(fill, 1, 100, 1000));
+    struct larder__read r = {.id_low = opened.id_low,
+                             .id_high = opened.id_high,
+                             .shard = 1,
+                             .flags = LARDER__READ_STAGE,
+                             .offset = 100,
+                             .length = 1000};
+    uint8_t frame[LARDER__WIRE_HEADER + 64];
+    int n = larder__wire_encode_read(frame, sizeof frame, 9, &r);
+    CHECK(fixture_send(c, frame, (size_t)n));
+    fixture_wait_jobs(c);
+    struct output *o = fixture_answer(c, LARDER__DATA);
+    CHECK_EQ(o->length, LARDER__WIRE_HEADER);  /* the header alone, */
+    CHECK_EQ(larder__le32(o->bytes + 8), 0);   /* of an empty DATA, */
+    CHECK(o->file < 0 && o->file_length == 0); /* and no bytes of the file behind it */
+    CHECK_EQ(larder__le64(o->bytes + 16), 9);
+    free(o);
+    CHECK(larder__fill_resident(fill, 1, 100, 1000)); /* staged */
+    /* what the cache holds is the shard's bytes */
+    larder_dataset *check;
+    CHECK_EQ(larder_open(&check, index, NULL), 0);
+    uint8_t want[1000], got[1000];
+    CHECK_EQ(larder__dataset_read_range(check, 1, 100, 1000, want), 0);
+    larder_close(check);
+    CHECK_EQ(larder__dataset_read_range(d.datasets[0].dataset, 1, 100, 1000, got), 0);
+    CHECK(memcmp(got, want, sizeof want) == 0);
+    const struct served *served = &d.datasets[0].served;
+    CHECK(served->misses == 1 && served->errors == 0);
+    CHECK(served->staged_reads == 1 && served->staged_bytes == 1000 && served->bytes == 1000);
+
+    /* a peer's STAGE: an ERROR, and the connection stays */
+    struct connection *peer = fixture_connection(&d, true);
+    fixture_hello(peer, true);
+    CHECK(fixture_send(peer, frame, (size_t)n));
+    char message[256];
+    CHECK_EQ(fixture_error(peer, message, sizeof message), LARDER_EUSAGE);
+    CHECK(strstr(message, "STAGE") != NULL);
+    connection_release(peer);
+    connection_release(c);
+    larderd_free(&d);
+}
+
+/* STAGE (docs/protocol.md, READ): a local reader that reads the cache
+ * itself asks for bytes to be staged there, not sent. */
+TEST(larderd_requests_stage_answers_no_bytes)
+{
+    const char *index = fixture_dataset("ds", 30, 16 * 1024);
+    static char unlimited[4096], evicting[4096];
+    snprintf(unlimited, sizeof unlimited, "%s", test_path("cache"));
+    snprintf(evicting, sizeof evicting, "%s", test_path("cache-evicting"));
+    stage_round(index, unlimited, 0);
+    stage_round(index, evicting, UINT64_C(1) << 30);
 }
 
 TEST(larderd_requests_who_may_open)

@@ -154,7 +154,9 @@ struct fake_peer {
     uint64_t hold_only; /* ...only those at this offset, when nonzero */
     bool progress;      /* while holding one, a PROGRESS frame every 50 ms */
     int accepted;
-    int priority[32], connection[32]; /* of each READ, in order */
+    int stage; /* to a STAGE READ: 0 the bytes, 1 an empty DATA, 2 a close (a daemon from before it)
+                */
+    int priority[32], connection[32], flags[32]; /* of each READ, in order */
     int reads;
 };
 
@@ -196,7 +198,9 @@ static void *serve_connection(void *arg)
             if (i < 32) {
                 pc->peer->priority[i] = payload[20];
                 pc->peer->connection[i] = pc->number;
+                pc->peer->flags[i] = payload[21];
             }
+            int stage = payload[21] & LARDER__READ_STAGE ? pc->peer->stage : 0;
             pthread_cond_broadcast(&pc->peer->changed);
             uint64_t offset = larder__le64(payload + 24);
             while (pc->peer->hold && (!pc->peer->hold_only || offset == pc->peer->hold_only)) {
@@ -215,7 +219,8 @@ static void *serve_connection(void *arg)
                 CHECK(send(pc->fd, progress, 24, MSG_NOSIGNAL) == 24);
             }
             pthread_mutex_unlock(&pc->peer->lock);
-            uint64_t asked = larder__le64(payload + 32);
+            if (stage == 2) break; /* malformed to it: closed */
+            uint64_t asked = stage == 1 ? 0 : larder__le64(payload + 32);
             uint8_t frame[24 + 4096];
             CHECK(asked <= 4096);
             larder__wire_encode_header(frame, 24, LARDER__DATA, (uint32_t)asked, request);
@@ -549,4 +554,52 @@ TEST(endpoint_prepare_gives_up_on_a_trickling_member_by_its_deadline)
     int sent = __atomic_load_n(&t.sent, __ATOMIC_RELAXED);
     CHECK(sent < LARDER__WIRE_HEADER); /* never a whole header: the deadline, not a parse */
     close(t.listener);
+}
+
+/* A reader's STAGE READ (file.c, the mount's staging): 1 for an empty
+ * DATA (the bytes are in the cache), 0 with the bytes when the daemon
+ * sends them; a daemon from before the flag closes the connection on it,
+ * and is then asked without it, at once and from then on, and not marked
+ * down. */
+TEST(endpoint_stage_read_and_a_daemon_from_before_it)
+{
+    static struct fake_peer peer;
+    char address[64];
+    fake_peer_start(&peer, address, sizeof address);
+    struct larder__endpoint *e;
+    CHECK_EQ(larder__endpoint_new(&e, address, LARDER__ROLE_READER, NULL, NULL, 5000), 0);
+    uint8_t buf[100];
+    memset(buf, 0, sizeof buf);
+    peer.stage = 1;
+    CHECK_EQ(
+        larder__endpoint_read_flagged(e, 1, 2, 0, LARDER__DEMAND, LARDER__READ_STAGE, 0, 100, buf),
+        1);
+    CHECK_EQ(buf[0], 0); /* nothing came */
+    CHECK_EQ(peer.flags[0], LARDER__READ_STAGE);
+    peer.stage = 0; /* one that could not cache them sends them */
+    CHECK_EQ(
+        larder__endpoint_read_flagged(e, 1, 2, 0, LARDER__DEMAND, LARDER__READ_STAGE, 0, 100, buf),
+        0);
+    CHECK(buf[0] == 'a' && buf[99] == 'a');
+    peer.stage = 2; /* from before it: closes, then takes the plain READ */
+    memset(buf, 0, sizeof buf);
+    CHECK_EQ(
+        larder__endpoint_read_flagged(e, 1, 2, 0, LARDER__DEMAND, LARDER__READ_STAGE, 0, 100, buf),
+        0);
+    CHECK(buf[0] == 'a' && buf[99] == 'a');
+    CHECK(!larder__endpoint_down(e));
+    CHECK_EQ(
+        larder__endpoint_read_flagged(e, 1, 2, 0, LARDER__DEMAND, LARDER__READ_STAGE, 0, 100, buf),
+        0);
+    pthread_mutex_lock(&peer.lock);
+    int reads = peer.reads;
+    int flags[32];
+    memcpy(flags, peer.flags, sizeof flags);
+    pthread_mutex_unlock(&peer.lock);
+    /* 0 staged, 1 sent; then the pooled connection closed on STAGE, a
+     * fresh one closed on it too, the plain READ; and plain from then on */
+    CHECK_EQ(reads, 6);
+    CHECK(flags[2] == LARDER__READ_STAGE && flags[3] == LARDER__READ_STAGE);
+    CHECK(flags[4] == 0 && flags[5] == 0);
+    larder__endpoint_free(e);
 }

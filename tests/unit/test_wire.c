@@ -109,7 +109,8 @@ TEST(wire_refuses_bad_frames)
     expect_refused(8, 41, "payload bytes"); /* READ longer than 40 */
     expect_refused(8, 39, "not 40");
     expect_refused(LARDER__WIRE_HEADER + 20, 4, "priority 4");
-    expect_refused(LARDER__WIRE_HEADER + 21, 2, "reserved"); /* 1 is CACHED, 2 nobody's */
+    expect_refused(LARDER__WIRE_HEADER + 21, 4, "reserved"); /* 1 CACHED, 2 STAGE, 4 nobody's */
+    expect_refused(LARDER__WIRE_HEADER + 21, 0x80, "reserved");
     expect_refused(LARDER__WIRE_HEADER + 22, 1, "reserved");
     expect_refused(LARDER__WIRE_HEADER + 32, 0, "READ of 0 bytes");
     expect_refused(LARDER__WIRE_HEADER + 39, 0xff, "READ of"); /* huge length */
@@ -129,6 +130,19 @@ TEST(wire_refuses_bad_frames)
     CHECK_EQ(larder__wire_read(buf + LARDER__WIRE_HEADER, 40, &read), 0);
     CHECK_EQ(read.flags, LARDER__READ_CACHED);
     CHECK_EQ(read.priority, 2);
+    /* and STAGE, bit 1 (docs/protocol.md), alone or with CACHED */
+    cached.flags = LARDER__READ_STAGE;
+    CHECK_EQ(larder__wire_encode_read(buf, sizeof buf, 1, &cached), LARDER__WIRE_HEADER + 40);
+    CHECK_EQ(buf[LARDER__WIRE_HEADER + 21], 2);
+    CHECK_EQ(larder__wire_read(buf + LARDER__WIRE_HEADER, 40, &read), 0);
+    CHECK_EQ(read.flags, LARDER__READ_STAGE);
+    buf[LARDER__WIRE_HEADER + 21] = 3;
+    CHECK_EQ(larder__wire_read(buf + LARDER__WIRE_HEADER, 40, &read), 0);
+    CHECK_EQ(read.flags, LARDER__READ_CACHED | LARDER__READ_STAGE);
+    /* an empty DATA (STAGE's answer) is a valid header */
+    larder__wire_encode_header(buf, sizeof buf, LARDER__DATA, 0, 1);
+    CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), 0);
+    CHECK_EQ(frame.length, 0);
     /* PROGRESS (20) carries nothing: a payload is refused; 21 is nobody's yet */
     larder__wire_encode_header(buf, sizeof buf, LARDER__PROGRESS, 0, 0);
     CHECK_EQ(larder__wire_header(buf, sizeof buf, &frame), 0);
