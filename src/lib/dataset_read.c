@@ -17,18 +17,26 @@
 
 /*
  * Ask the node daemon for the sample's bytes and check them.  0 when they
- * came and were right; otherwise the caller takes its own path.
+ * came and were right; otherwise the caller takes its own path.  A reader
+ * with a node cache asks for them staged there (a STAGE READ, no bytes
+ * sent: 1), and the caller's own read then finds them resident.
  */
 static int read_through_daemon(larder_dataset *d, const struct larder__sample *s, uint64_t id,
                                void *buf)
 {
+    uint64_t first = 0, last = 0;
     if (d->cache) {
-        uint64_t first, last;
         larder__cache_blocks(d->cache, s->offset, s->length, &first, &last);
         if (larder__cache_present(d->cache, s->shard, first, last)) return -EAGAIN;
     }
     if (larder__endpoint_down(d->daemon)) return -EAGAIN;
-    int rc = larder__endpoint_read(d->daemon, d->ix.id_low, d->ix.id_high, s->shard, LARDER__DEMAND,
+    int rc = larder__endpoint_read_flagged(d->daemon, d->ix.id_low, d->ix.id_high, s->shard,
+                                           LARDER__DEMAND, d->cache ? LARDER__READ_STAGE : 0,
+                                           s->offset, s->length, buf);
+    if (rc == 1 && larder__cache_present(d->cache, s->shard, first, last))
+        return 1; /* staged in the cache this reader reads */
+    if (rc == 1)  /* not in this reader's cache (the daemon keeps another): the bytes */
+        rc = larder__endpoint_read(d->daemon, d->ix.id_low, d->ix.id_high, s->shard, LARDER__DEMAND,
                                    s->offset, s->length, buf);
     if (rc == 0) rc = larder__fill_check(d->fill, s, id, buf);
     if (rc == 0) larder__cache_count(&larder__fill_counters(d->fill)->misses, 1);
@@ -45,8 +53,8 @@ static int read_whole(larder_dataset *d, const struct larder__sample *s, uint64_
 {
     int rc;
     if (d->daemon && read_through_daemon(d, s, id, buf) == 0)
-        rc = 0; /* the daemon staged it (and, sharing the cache, for the next read too) */
-    else
+        rc = 0; /* the daemon sent it (and, sharing the cache, staged it for the next read too) */
+    else        /* read by the engine: from the cache when the daemon staged it there */
         rc = larder__fill_sample(d->fill, s, id, buf);
     if (rc == 0) larder__cache_count(&larder__fill_counters(d->fill)->bytes_served, s->length);
     return rc;

@@ -97,7 +97,36 @@ more=$(daemon_stat served_bytes)
 env "${pyenv[@]}" LARDER_SOCKET="$sock" /usr/bin/python3 reader.py "$WORK/cache-own" daemon ||
   fail "reader with a cache other than the daemon's"
 
-# 4. the daemon gone: readers read from the origin, right
+# 4. whole samples (larder_read_sample: Dataset.read, what a DataLoader
+# reads) of the in-place index, by a reader on the daemon's cache after the
+# daemon has staged nothing yet (a second daemon on a fresh cache)
+# and by one with a cache of its own: right bytes; the first has them
+# staged (STAGE), the second is sent them and reads nothing from the origin
+cat >samples.py <<'PY'
+import os, sys, larder
+cache, expect = sys.argv[1:]
+ds = larder.Dataset(os.environ["INDEX"], cache=cache)
+for key, path in (("ckpt.pt", "src/ckpt.pt"), ("blob.bin", "src/blob.bin")):
+    assert ds.read(ds.index_of(key)) == open(path, "rb").read(), key
+if expect == "daemon":
+    assert ds.stats()["origin_requests"] == 0, ds.stats()
+PY
+sock2=$WORK/sock2
+"$LARDERD" --cache "$WORK/cache-b" --socket "$sock2" 2>>"$WORK/daemon.log" &
+daemon2=$!
+cleanup_hooks+=('kill $daemon2 2>/dev/null; wait $daemon2 2>/dev/null')
+for _ in $(seq 100); do [ -S "$sock2" ] && break; sleep 0.05; done
+INDEX=$WORK/src/index.larder env "${pyenv[@]}" LARDER_SOCKET="$sock2" \
+  /usr/bin/python3 samples.py "$WORK/cache-b" any || fail "samples on the daemon's cache"
+staged=$("$LARDER" stat --socket "$sock2" --json | /usr/bin/python3 -c "
+import json, sys
+print(sum(d['staged_reads'] for d in json.load(sys.stdin)['datasets']))")
+[ "$staged" -ge 2 ] || fail "samples on the daemon's cache were sent, not staged ($staged)"
+INDEX=$WORK/src/index.larder env "${pyenv[@]}" LARDER_SOCKET="$sock2" \
+  /usr/bin/python3 samples.py "$WORK/cache-b-own" daemon || fail "samples with a cache of its own"
+kill "$daemon2"; wait "$daemon2" 2>/dev/null || true
+
+# 5. the daemon gone: readers read from the origin, right
 kill -9 "$daemon"
 wait "$daemon" 2>/dev/null || true
 env "${pyenv[@]}" LARDER_SOCKET="$sock" /usr/bin/python3 reader.py "$WORK/cache2" any ||
