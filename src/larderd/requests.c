@@ -140,7 +140,8 @@ static void read_job_end(struct read_job *job, uint64_t bytes)
 static bool stage_only(struct read_job *job, struct larder__fill *fill)
 {
     const struct larder__read *r = &job->read;
-    if (!larder__dataset_cached(job->entry->dataset)) return false;
+    /* over the Unix socket only (a peer's STAGE was refused on arrival) */
+    if (job->via || !larder__dataset_cached(job->entry->dataset)) return false;
     int rc = larder__fill_range_at(fill, r->shard, r->offset, r->length, r->priority, NULL);
     if (rc < 0) {
         answer_error(job, rc, larder_errmsg());
