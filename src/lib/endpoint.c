@@ -27,7 +27,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -176,32 +175,6 @@ static int take_idle(struct larder__endpoint *e, int group)
 #define INPLACE_ANSWER_MS 2000
 
 /*
- * The CPU time process `pid` has used, in clock ticks, from
- * /proc/PID/stat; -1 when it is stopped, traced, a zombie or dead, or when
- * /proc does not say (another PID namespace, hidepid).
- */
-static int64_t running_ticks(pid_t pid)
-{
-    char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f) return -1;
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    const char *p = strrchr(text, ')'); /* the name may hold anything but ends at the last ')' */
-    char state;
-    unsigned long long utime, stime;
-    /* after the name: state (field 3), then fields 4-13, utime (14), stime (15) */
-    if (!p ||
-        sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu %llu", &state, &utime,
-               &stime) != 3 ||
-        strchr("TtZXx", state))
-        return -1;
-    return (int64_t)(utime + stime);
-}
-
-/*
  * Whether a node daemon whose answer to a reader's READ is late, and that
  * answered none of the reader's other READs lately either (shows_life), is
  * alive (busy) rather than hung: it accepts and greets a fresh
@@ -226,20 +199,14 @@ static bool daemon_alive(struct larder__endpoint *e)
     if (__atomic_exchange_n(&e->probing, true, __ATOMIC_ACQUIRE)) return true;
     int64_t deadline = now + 2 * (int64_t)e->timeout_ms;
     int fd = larder__endpoint_dial(e, deadline);
-    struct ucred peer = {0};
-    socklen_t size = sizeof peer;
-    if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) < 0) peer.pid = 0;
-    int64_t ticks = peer.pid > 0 ? running_ticks(peer.pid) : -1;
+    int64_t ticks = fd >= 0 ? larder__endpoint_peer_ticks(fd) : -1;
     int64_t started = larder__endpoint_now_ms();
     int rc = fd < 0 ? fd : larder__endpoint_greet(e, fd, deadline, 2 * e->timeout_ms);
+    /* late: did it run meanwhile? */
+    if (rc == -ETIMEDOUT && larder__endpoint_ran(ticks, larder__endpoint_peer_ticks(fd),
+                                                 larder__endpoint_now_ms() - started))
+        rc = 0;
     if (fd >= 0) close(fd);
-    if (rc == -ETIMEDOUT && ticks >= 0) { /* late: did it run meanwhile? */
-        int64_t waited_ms = larder__endpoint_now_ms() - started;
-        int64_t used = running_ticks(peer.pid);
-        long hz = sysconf(_SC_CLK_TCK);
-        if (used >= 0 && hz > 0 && waited_ms > 0 && (used - ticks) * 1000 / hz * 10 >= waited_ms)
-            rc = 0;
-    }
     if (rc == 0) __atomic_store_n(&e->greeted_ms, larder__endpoint_now_ms(), __ATOMIC_RELAXED);
     __atomic_store_n(&e->probing, false, __ATOMIC_RELEASE);
     return rc == 0;

@@ -79,10 +79,23 @@ LARDER__HIDDEN int larder__endpoint_error_answer(const struct larder__endpoint *
 /* A connected socket to the endpoint (blocking, with send and receive
  * timeouts), or -errno; deadline_ms (0: none) bounds the connect too. */
 LARDER__HIDDEN int larder__endpoint_dial(const struct larder__endpoint *e, int64_t deadline_ms);
+/* The CPU time (clock ticks) of the process at the other end of Unix
+ * socket fd (SO_PEERCRED, /proc/PID/stat); -1 when it is stopped, traced,
+ * a zombie or gone, or when /proc does not say (another PID namespace,
+ * hidepid, a TCP socket). */
+LARDER__HIDDEN int64_t larder__endpoint_peer_ticks(int fd);
+/* Whether a process whose CPU time went from `before` to `after` ticks
+ * (peer_ticks; -1: unknown) ran over waited_ms: it used a tenth of that
+ * time or more.  A node daemon in a storm runs; a stopped or deadlocked one
+ * does not. */
+LARDER__HIDDEN bool larder__endpoint_ran(int64_t before, int64_t after, int64_t waited_ms);
 /* HELLO, WELCOME and, where the daemon asks for it, the proof of the
  * cluster secret on fd, all by deadline_ms (0: none; each answer still
  * within wait_ms, 0: the endpoint's timeout).  0, or a negative code with
- * a message. */
+ * a message.  A reader's connect (wait_ms 0) waits on for a WELCOME past
+ * its timeout while the node daemon runs (peer_ticks), up to
+ * QUEUED_TIMEOUT_MS: a busy daemon's loop thread may take seconds to be
+ * scheduled on cores a storm keeps busy. */
 LARDER__HIDDEN int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_ms,
                                           int wait_ms);
 

@@ -5,7 +5,8 @@
  * answer for 2.5 s, and greets no later connection (its loop thread, as
  * on cores a storm keeps busy, never gets to the probe).  While the
  * process runs (a thread spins), the reader waits for the answer; while
- * it runs nothing, the reader gives up in about three timeouts.
+ * it runs nothing, the reader gives up in about three timeouts.  The same
+ * for a connect whose WELCOME is late.
  */
 #include "endpoint.h"
 #include "endpoint_internal.h"
@@ -30,6 +31,7 @@
 struct fake_daemon {
     int listener;
     atomic_int connections;
+    atomic_int greet_after_ms, answer_after_ms; /* of the first connection */
     atomic_bool spin, stop;
 };
 
@@ -67,13 +69,15 @@ static void *serve(void *arg)
         if (length > sizeof payload || !recv_exact(c->fd, payload, length)) break;
         if (c->number > 1) continue; /* a probe: never greeted */
         if (header[5] == LARDER__HELLO) {
+            sleep_ms(atomic_load(&c->daemon->greet_after_ms));
             struct larder__welcome w = {
                 .auth = LARDER__AUTH_NONE, .name_length = 4, .name = "fake"};
             uint8_t frame[512];
             int n = larder__wire_encode_welcome(frame, sizeof frame, request, &w);
-            CHECK(n > 0 && send(c->fd, frame, (size_t)n, MSG_NOSIGNAL) == n);
+            CHECK(n > 0);
+            if (send(c->fd, frame, (size_t)n, MSG_NOSIGNAL) != n) break; /* the reader left */
         } else if (header[5] == LARDER__READ) {
-            sleep_ms(ANSWER_AFTER_MS);
+            sleep_ms(atomic_load(&c->daemon->answer_after_ms));
             uint64_t asked = larder__le64(payload + 32);
             uint8_t frame[LARDER__WIRE_HEADER + 100];
             CHECK(asked == 100);
@@ -126,6 +130,7 @@ static double now_s(void)
 static int one_read(const char *path, bool spin, struct fake_daemon *d, double *took, bool *down)
 {
     atomic_store(&d->connections, 0);
+    atomic_store(&d->answer_after_ms, ANSWER_AFTER_MS);
     atomic_store(&d->spin, spin);
     struct larder__endpoint *e;
     CHECK_EQ(larder__endpoint_new(&e, path, LARDER__ROLE_READER, NULL, NULL, TIMEOUT_MS), 0);
@@ -158,6 +163,7 @@ TEST(endpoint_reader_waits_on_a_daemon_that_runs_but_does_not_greet)
     /* running (its CPU time grows while the probe waits): the answer, late */
     double took;
     bool down;
+    atomic_store(&d.greet_after_ms, 0);
     int rc = one_read(path, true, &d, &took, &down);
     fprintf(stderr, "    running daemon: rc %d after %.2f s, %d connections\n", rc, took,
             atomic_load(&d.connections));
@@ -173,9 +179,24 @@ TEST(endpoint_reader_waits_on_a_daemon_that_runs_but_does_not_greet)
     CHECK(took < ANSWER_AFTER_MS / 1000.0 - 0.5);
     CHECK(down);
 
+    /* a connect whose WELCOME is 2 s late (a reader connecting to a daemon
+     * a storm keeps busy): running, the reader waits for it (and then for
+     * the answer); idle, it gives up after its timeout */
+    atomic_store(&d.greet_after_ms, 2000);
+    rc = one_read(path, true, &d, &took, &down);
+    fprintf(stderr, "    running daemon, late WELCOME: rc %d after %.2f s\n", rc, took);
+    CHECK_EQ(rc, 0);
+    CHECK(took >= 2.0 + ANSWER_AFTER_MS / 1000.0 - 0.1);
+    CHECK(!down);
+    rc = one_read(path, false, &d, &took, &down);
+    fprintf(stderr, "    idle daemon, late WELCOME: rc %d after %.2f s\n", rc, took);
+    CHECK(rc < 0);
+    CHECK(took < 1.5);
+    CHECK(down);
+
     atomic_store(&d.stop, true);
     pthread_join(spin, NULL);
     shutdown(d.listener, SHUT_RDWR);
     close(d.listener);
-    sleep_ms(ANSWER_AFTER_MS); /* the held answer's thread ends on a closed socket */
+    sleep_ms(2000 + ANSWER_AFTER_MS); /* the held answers' threads end on closed sockets */
 }
