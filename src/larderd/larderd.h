@@ -456,6 +456,10 @@ void borrow_next_piece(struct dataset_entry *e, struct connection *c, uint32_t s
  * the daemon's start, rather than faulted in by its first borrows. */
 void borrow_reserve_buffers(const struct larderd *d);
 
+/* The ERROR message (LARDER_EUSAGE) to a peer's READ with STAGE, over TCP
+ * or UCX: another node's cache is not this one's. */
+#define STAGE_REFUSED "STAGE is a flag of a local reader's READ"
+
 /* requests.c: queue a READ of c's on the workers (via: it came over UCX
  * and is answered there; NULL: on c) */
 struct larder__ucx_session;

@@ -513,7 +513,7 @@ static bool read_request(struct connection *c, const struct larder__frame *f,
     struct larder__read read;
     if (larder__wire_read(payload, f->length, &read) < 0) return false;
     if (c->peer && (read.flags & LARDER__READ_STAGE)) { /* another node's cache is not ours */
-        send_error(c, f->request, LARDER_EUSAGE, "STAGE is a flag of a local reader's READ");
+        send_error(c, f->request, LARDER_EUSAGE, STAGE_REFUSED);
         return true;
     }
     read_submit(c, &read, f->request, NULL);

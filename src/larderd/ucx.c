@@ -45,11 +45,10 @@ static void ucx_read(void *owner, struct larder__ucx_session *s, uint64_t reques
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_unlock(&sessions_lock);
     __atomic_store_n(&c->ucx_used_ms, now_ms(), __ATOMIC_RELAXED);
-    static const char stage[] = "STAGE is a flag of a local reader's READ";
     if (over)
         larder__ucx_answer(s, request, -EAGAIN, "too many READs in flight", 24);
     else if (read->flags & LARDER__READ_STAGE) /* a peer's: another node's cache is not ours */
-        larder__ucx_answer(s, request, LARDER_EUSAGE, stage, sizeof stage - 1);
+        larder__ucx_answer(s, request, LARDER_EUSAGE, STAGE_REFUSED, sizeof STAGE_REFUSED - 1);
     else if (!read_answer_resident(c, read, request, s)) /* in the cache: answered here */
         read_submit(c, read, request, s);
     connection_release(c);

@@ -38,6 +38,16 @@ struct larder__endpoint;
 LARDER__HIDDEN struct larder__endpoint *larder__dataset_daemon(larder_dataset *dataset);
 /* Whether reads without a cache are checked too (verify_checksums). */
 LARDER__HIDDEN bool larder__dataset_verifies(const larder_dataset *dataset);
+/*
+ * Have the node daemon (there must be one) stage bytes [offset, offset +
+ * length) of a shard in the node cache this reader shares, with no bytes
+ * sent (a STAGE READ): 1 when they are resident in this reader's cache
+ * now; 0 with the bytes in buf when the daemon sent them instead (it could
+ * not keep them, or keeps another cache than this reader's: then asked
+ * for them with a plain READ); a negative code when the daemon failed.
+ */
+LARDER__HIDDEN int larder__dataset_daemon_stage(larder_dataset *dataset, uint32_t shard,
+                                                uint64_t offset, uint64_t length, void *buf);
 
 /* ---- for the node daemon ------------------------------------------------- */
 

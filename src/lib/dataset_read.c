@@ -15,6 +15,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+int larder__dataset_daemon_stage(larder_dataset *d, uint32_t shard, uint64_t offset,
+                                 uint64_t length, void *buf)
+{
+    int rc = larder__endpoint_read_flagged(d->daemon, d->ix.id_low, d->ix.id_high, shard,
+                                           LARDER__DEMAND, LARDER__READ_STAGE, offset, length, buf);
+    if (rc == 1 && !larder__fill_resident(d->fill, shard, offset, length))
+        rc = larder__endpoint_read(d->daemon, d->ix.id_low, d->ix.id_high, shard, LARDER__DEMAND,
+                                   offset, length, buf);
+    return rc;
+}
+
 /*
  * Ask the node daemon for the sample's bytes and check them.  0 when they
  * came and were right; otherwise the caller takes its own path.  A reader
@@ -24,20 +35,16 @@
 static int read_through_daemon(larder_dataset *d, const struct larder__sample *s, uint64_t id,
                                void *buf)
 {
-    uint64_t first = 0, last = 0;
     if (d->cache) {
+        uint64_t first, last;
         larder__cache_blocks(d->cache, s->offset, s->length, &first, &last);
         if (larder__cache_present(d->cache, s->shard, first, last)) return -EAGAIN;
     }
     if (larder__endpoint_down(d->daemon)) return -EAGAIN;
-    int rc = larder__endpoint_read_flagged(d->daemon, d->ix.id_low, d->ix.id_high, s->shard,
-                                           LARDER__DEMAND, d->cache ? LARDER__READ_STAGE : 0,
-                                           s->offset, s->length, buf);
-    if (rc == 1 && larder__cache_present(d->cache, s->shard, first, last))
-        return 1; /* staged in the cache this reader reads */
-    if (rc == 1)  /* not in this reader's cache (the daemon keeps another): the bytes */
-        rc = larder__endpoint_read(d->daemon, d->ix.id_low, d->ix.id_high, s->shard, LARDER__DEMAND,
-                                   s->offset, s->length, buf);
+    int rc = d->cache ? larder__dataset_daemon_stage(d, s->shard, s->offset, s->length, buf)
+                      : larder__endpoint_read(d->daemon, d->ix.id_low, d->ix.id_high, s->shard,
+                                              LARDER__DEMAND, s->offset, s->length, buf);
+    if (rc == 1) return 1; /* staged in the cache this reader reads */
     if (rc == 0) rc = larder__fill_check(d->fill, s, id, buf);
     if (rc == 0) larder__cache_count(&larder__fill_counters(d->fill)->misses, 1);
     if (rc < 0)

@@ -198,12 +198,6 @@ int larder__endpoint_dial(const struct larder__endpoint *e, int64_t deadline_ms)
     return fd;
 }
 
-/*
- * HELLO, WELCOME and, where the daemon asks for it, the proof of the
- * cluster secret (docs/protocol.md, "Handshake").  A peer endpoint with a
- * secret believes only a daemon that proves it first, and never sends
- * the secret itself.  0, or a negative code with a message.
- */
 int64_t larder__endpoint_peer_ticks(int fd)
 {
     struct ucred peer = {0};
@@ -236,28 +230,40 @@ bool larder__endpoint_ran(int64_t before, int64_t after, int64_t waited_ms)
            (after - before) * 1000 / hz * 10 >= waited_ms;
 }
 
-/* A reader's connect: wait for the daemon's WELCOME to start past the
- * timeout while the daemon runs (its CPU time grows through each slice of
- * timeout_ms), up to QUEUED_TIMEOUT_MS in all.  The time waited so, which
- * the connect's deadline is moved by. */
-static int64_t wait_while_running(const struct larder__endpoint *e, int fd)
+/*
+ * A reader's connect: wait for the daemon's WELCOME to start, a slice of
+ * the endpoint's timeout (within *deadline_ms, 0: none) at a time, on past
+ * the first while the daemon runs (its CPU time grew through the slice),
+ * up to QUEUED_TIMEOUT_MS; each such slice moves *deadline_ms on by its
+ * length.  0 once there is something to read; -ETIMEDOUT after a slice
+ * with nothing, the daemon not running (or not known to /proc): what a
+ * plain wait of one timeout would have said.
+ */
+static int wait_for_welcome(const struct larder__endpoint *e, int fd, int64_t *deadline_ms)
 {
-    int64_t started = larder__endpoint_now_ms(), waited = 0;
     int64_t ticks = larder__endpoint_peer_ticks(fd);
-    while (ticks >= 0 && waited < QUEUED_TIMEOUT_MS) {
+    for (int64_t waited = 0;;) {
+        int64_t started = larder__endpoint_now_ms(), slice = e->timeout_ms;
+        if (*deadline_ms && *deadline_ms - started < slice)
+            slice = *deadline_ms > started ? *deadline_ms - started : 0;
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int64_t slice_started = larder__endpoint_now_ms();
-        int n = poll(&p, 1, e->timeout_ms);
-        if (n != 0) break; /* an answer (or an error) to read, or EINTR: go and see */
-        int64_t now_ticks = larder__endpoint_peer_ticks(fd);
-        if (!larder__endpoint_ran(ticks, now_ticks, larder__endpoint_now_ms() - slice_started))
-            break; /* not running: the usual timeout decides */
+        if (poll(&p, 1, (int)slice) != 0) return 0; /* an answer, an error or EINTR: go and see */
+        int64_t took = larder__endpoint_now_ms() - started,
+                now_ticks = larder__endpoint_peer_ticks(fd);
+        waited += took;
+        if (waited >= QUEUED_TIMEOUT_MS || !larder__endpoint_ran(ticks, now_ticks, took))
+            return -ETIMEDOUT;
         ticks = now_ticks;
-        waited = larder__endpoint_now_ms() - started;
+        if (*deadline_ms) *deadline_ms += took; /* a slice the daemon ran through does not count */
     }
-    return waited;
 }
 
+/*
+ * HELLO, WELCOME and, where the daemon asks for it, the proof of the
+ * cluster secret (docs/protocol.md, "Handshake").  A peer endpoint with a
+ * secret believes only a daemon that proves it first, and never sends
+ * the secret itself.  0, or a negative code with a message.
+ */
 int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_ms, int wait_ms)
 {
     /* a peer says how it stripes ownership: a daemon striping otherwise refuses it */
@@ -270,10 +276,9 @@ int larder__endpoint_greet(struct larder__endpoint *e, int fd, int64_t deadline_
     int n = larder__wire_encode_hello(buf, sizeof buf, 0, &hello);
     if (n < 0) return n;
     if ((rc = larder__endpoint_send_all(fd, buf, (size_t)n)) < 0) return rc;
-    if (e->role == LARDER__ROLE_READER && wait_ms == 0) {
-        int64_t waited = wait_while_running(e, fd);
-        if (deadline_ms) deadline_ms += waited;
-    }
+    if (e->role == LARDER__ROLE_READER && wait_ms == 0 &&
+        (rc = wait_for_welcome(e, fd, &deadline_ms)) < 0)
+        return rc;
     struct larder__frame frame;
     uint8_t answer[LARDER__WIRE_MAX_MESSAGE + 300];
     if ((rc = larder__endpoint_recv_frame_until(fd, &frame, answer, sizeof answer,

@@ -80,15 +80,7 @@ static int ask_daemon(larder_file *f, uint64_t at, uint64_t length, void *buf)
     if (!daemon || larder__endpoint_down(daemon) ||
         larder__fill_resident(larder__dataset_fill(d), f->sample.shard, at, length))
         return 1;
-    uint64_t low, high;
-    larder__dataset_id(d, &low, &high);
-    int rc = larder__endpoint_read_flagged(daemon, low, high, f->sample.shard, LARDER__DEMAND,
-                                           LARDER__READ_STAGE, at, length, buf);
-    /* staged, but not in the cache this reader opened (the daemon keeps
-     * another directory, or evicted them at once): the bytes themselves */
-    if (rc == 1 && !larder__fill_resident(larder__dataset_fill(d), f->sample.shard, at, length))
-        rc = larder__endpoint_read(daemon, low, high, f->sample.shard, LARDER__DEMAND, at, length,
-                                   buf);
+    int rc = larder__dataset_daemon_stage(d, f->sample.shard, at, length, buf);
     if (rc < 0)
         larder__log(LARDER_LOG_WARN,
                     "sample %llu ('%s'): the node daemon did not serve bytes %llu+%llu (%s); "

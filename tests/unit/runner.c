@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -103,6 +104,17 @@ void test_fill_random(void *buf, size_t length, uint64_t seed)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         p[i] = (uint8_t)(x >> 24);
     }
+}
+
+bool test_recv_exact(int fd, void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t got = recv(fd, p, n, 0);
+        if (got <= 0) return false;
+        p += got, n -= (size_t)got;
+    }
+    return true;
 }
 
 static ssize_t (*real_pread)(int, void *, size_t, off_t);

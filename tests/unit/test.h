@@ -12,6 +12,7 @@
 #ifndef LARDER_TEST_H
 #define LARDER_TEST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,5 +68,8 @@ int test_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void test_slow_origin(int milliseconds);
 /* Deterministic pseudo-random bytes. */
 void test_fill_random(void *buf, size_t length, uint64_t seed);
+/* Receive exactly n bytes from socket fd: false at EOF or an error (a fake
+ * daemon's or peer's loop ends there). */
+bool test_recv_exact(int fd, void *buf, size_t n);
 
 #endif

@@ -40,17 +40,6 @@ struct fake_connection {
     int fd, number;
 };
 
-static bool recv_exact(int fd, void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t got = recv(fd, p, n, 0);
-        if (got <= 0) return false;
-        p += got, n -= (size_t)got;
-    }
-    return true;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -63,10 +52,10 @@ static void *serve(void *arg)
 {
     struct fake_connection *c = arg;
     uint8_t header[LARDER__WIRE_HEADER], payload[64];
-    while (recv_exact(c->fd, header, sizeof header)) {
+    while (test_recv_exact(c->fd, header, sizeof header)) {
         uint32_t length = larder__le32(header + 8);
         uint64_t request = larder__le64(header + 16);
-        if (length > sizeof payload || !recv_exact(c->fd, payload, length)) break;
+        if (length > sizeof payload || !test_recv_exact(c->fd, payload, length)) break;
         if (c->number > 1) continue; /* a probe: never greeted */
         if (header[5] == LARDER__HELLO) {
             sleep_ms(atomic_load(&c->daemon->greet_after_ms));

@@ -88,17 +88,6 @@ static void serve(void *owner, struct larder__ucx_session *s, uint64_t request,
     free(bytes);
 }
 
-static bool recv_exact(int fd, void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t got = recv(fd, p, n, 0);
-        if (got <= 0) return false;
-        p += got, n -= (size_t)got;
-    }
-    return true;
-}
-
 static bool send_exact(int fd, const void *buf, size_t n)
 {
     return send(fd, buf, n, MSG_NOSIGNAL) == (ssize_t)n;
@@ -152,11 +141,11 @@ static void *serve_connection(void *arg)
     pthread_mutex_unlock(&fake.lock);
     struct larder__ucx_session *session = NULL;
     uint8_t header[LARDER__WIRE_HEADER], payload[4096];
-    while (!drop && recv_exact(fd, header, sizeof header)) {
+    while (!drop && test_recv_exact(fd, header, sizeof header)) {
         uint8_t type = header[5];
         uint32_t length = larder__le32(header + 8);
         uint64_t request = larder__le64(header + 16);
-        if (length > sizeof payload || !recv_exact(fd, payload, length)) break;
+        if (length > sizeof payload || !test_recv_exact(fd, payload, length)) break;
         if (type == LARDER__HELLO) {
             struct larder__welcome w = {
                 .auth = LARDER__AUTH_NONE, .name_length = 4, .name = "fake"};
