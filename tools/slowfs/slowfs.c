@@ -30,6 +30,7 @@
 #include <fuse.h>
 #include <getopt.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -696,6 +697,16 @@ int main(int argc, char **argv)
     struct options options = {0};
     int status = parse_options(argc, argv, &options);
     if (status >= 0) return status;
+
+    /* libfuse splices an answer only when its pipe holds it whole; a pipe
+     * grows to /proc/sys/fs/pipe-max-size (1 MiB) at most without
+     * CAP_SYS_RESOURCE, so a 1 MiB read is answered from a buffer libfuse
+     * mallocs and frees per read.  glibc served each from a fresh mmap:
+     * a page fault per 4 KiB, 940 k faults and 5.1 s of system time in
+     * one cold epoch of bench/mount.sh, on the cores of the machine under
+     * test.  Kept in the heap instead: */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
     static struct slowfs fs; /* static: reachable from the callbacks, zeroed */
     fs.params = options.params;
