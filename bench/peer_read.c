@@ -14,6 +14,8 @@
  * --transport ucx; UCX_TLS chooses UCX's transport), as a UCX peer's do;
  * the transport the READs took is printed on stderr (and, with
  * LARDER_UCX_STATS=1, the UCX hub's counters).
+ * LARDER_BENCH_READ_FLAGS=N sends every READ with those wire flags (wire.h;
+ * tests/cli/daemon.sh: a peer's STAGE, 2, is refused over either transport).
  * Prints bytes and MB/s.  bench/peer.sh compares it with a plain TCP copy.
  */
 #include "larder.h"
@@ -29,6 +31,7 @@
 
 static struct larder__endpoint *endpoint;
 static uint64_t id_low, id_high, chunk;
+static unsigned read_flags; /* LARDER_BENCH_READ_FLAGS */
 static uint64_t *shard_sizes;
 static uint32_t num_shards;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -75,7 +78,8 @@ static void *reader(void *arg)
         next_offset += length;
         pthread_mutex_unlock(&lock);
         uint64_t started = now_us();
-        int rc = larder__endpoint_read(endpoint, id_low, id_high, shard, 0, offset, length, buf);
+        int rc = larder__endpoint_read_flagged(endpoint, id_low, id_high, shard, 0, read_flags,
+                                               offset, length, buf);
         uint64_t took = now_us() - started;
         pthread_mutex_lock(&lock);
         if (took > slowest_us) slowest_us = took;
@@ -102,6 +106,8 @@ int main(int argc, char **argv)
     int threads = argc > 4 ? atoi(argv[4]) : 8;
     chunk = (uint64_t)(argc > 5 ? atoi(argv[5]) : 1024) * 1024;
     passes_left = argc > 6 && atoi(argv[6]) > 0 ? atoi(argv[6]) : 1;
+    const char *flags = getenv("LARDER_BENCH_READ_FLAGS");
+    read_flags = flags ? (unsigned)strtoul(flags, NULL, 0) : 0;
     larder_dataset *d;
     if (larder_open(&d, argv[2], NULL) < 0) {
         fprintf(stderr, "%s\n", larder_errmsg());

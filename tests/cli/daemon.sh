@@ -108,6 +108,23 @@ assert talk(s, hello(1))[5] == 2  # WELCOME
 read = struct.pack("<QQIB3xQQ", 1, 2, 0, 0, 0, 100)
 assert talk(s, frame(3, read, 7))[5] == 5  # ERROR: not open here
 PY
+# a peer's READ may not carry STAGE (a local reader's flag: stage the bytes
+# in this node's cache and send none), over the peers' transport (TCP here,
+# UCX under ucx_daemon_*.sh): refused with an ERROR; the same READs
+# without it are answered
+BENCH=${LARDER%/larder}/larder_bench_peer
+[ -x "$BENCH" ] || fail "larder_bench_peer not built at $BENCH"
+transport=${LARDER_TEST_TRANSPORT:-tcp}
+LARDER_BENCH_TRANSPORT=$transport LARDER_BENCH_READ_FLAGS=2 "$BENCH" "127.0.0.1:$base" \
+  "$WORK/origin/A/index.larder" cluster-secret 1 64 >peer-stage.out 2>peer-stage.err &&
+  fail "a peer's STAGE READ was answered: $(cat peer-stage.out)"
+grep -q "STAGE is a flag of a local reader's READ" peer-stage.err ||
+  fail "a peer's STAGE READ: $(cat peer-stage.err)"
+grep -q "^transport: $transport" peer-stage.err || fail "STAGE not over $transport: $(cat peer-stage.err)"
+LARDER_BENCH_TRANSPORT=$transport "$BENCH" "127.0.0.1:$base" "$WORK/origin/A/index.larder" \
+  cluster-secret 1 64 >peer-read.out 2>peer-read.err || fail "a peer's READ: $(cat peer-read.err)"
+read -r bytes _ <peer-read.out
+[ "$bytes" -gt 0 ] || fail "a peer read $bytes bytes"
 LARDER_SOCKET=$WORK/sock0 same_bytes origin/A/index.larder sample00011 cls a/sample00011.cls
 for n in 0 1 2; do kill -0 "${pids[$n]}" || fail "daemon $n died"; done
 
