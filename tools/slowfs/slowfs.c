@@ -702,8 +702,8 @@ int main(int argc, char **argv)
      * grows to /proc/sys/fs/pipe-max-size (1 MiB) at most without
      * CAP_SYS_RESOURCE, so a 1 MiB read is answered from a buffer libfuse
      * mallocs and frees per read.  glibc served each from a fresh mmap:
-     * a page fault per 4 KiB, 940 k faults and 5.1 s of system time in
-     * one cold epoch of bench/mount.sh, on the cores of the machine under
+     * a page fault per 4 KiB, 940 k faults in one cold epoch of
+     * bench/mount.sh (24-126 k since), on the cores of the machine under
      * test.  Kept in the heap instead: */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
