@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -106,6 +107,12 @@ static int attach(struct larder__cache *c, bool create)
         int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0),
                                   LARDER__CACHE_FILE_MODE);
         struct stat st;
+        /* Making the registry (sizing it, writing its header) under an
+         * exclusive lock of the file: two processes making it at once each
+         * zeroed it, wiping the other's header or a slot it had taken
+         * (tests/unit/test_cache_nextuse_race.c).  The lock goes with the
+         * descriptor, closed below. */
+        if (fd >= 0 && create) (void)flock(fd, LOCK_EX);
         if (fd < 0) {
             rc = -errno;
         } else if (larder__sys.fstat(fd, &st) < 0) {
@@ -127,6 +134,9 @@ static int attach(struct larder__cache *c, bool create)
                 memset(map, 0, sizeof *map);
                 map->version = PLANS_VERSION;
                 map->slots = LARDER__CACHE_PLAN_SLOTS;
+                /* the magic last: an opener that does not create (and so
+                 * takes no lock) trusts the header once it sees it */
+                __atomic_thread_fence(__ATOMIC_RELEASE);
                 memcpy(map->magic, PLANS_MAGIC, 8);
             } else {
                 rc = -ENOENT;

@@ -159,3 +159,57 @@ TEST(nextuse_race_processes_never_see_evicted_bytes)
         CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
 }
+
+/* Processes that make a cache's plan registry at the same moment: each
+ * registers a plan at once (no process may find a registry half made, or
+ * have its slot wiped by another's making of it), over fresh caches. */
+TEST(nextuse_registry_made_by_many_processes_at_once)
+{
+    make_dataset();
+    enum { PROCESSES = 8, ROUNDS = 12 };
+    for (int round = 0; round < ROUNDS; round++) {
+        char dir[64];
+        snprintf(dir, sizeof dir, "cache-many-%d", round);
+        int go[2];
+        CHECK_EQ(pipe(go), 0);
+        pid_t children[PROCESSES];
+        for (int c = 0; c < PROCESSES; c++) {
+            children[c] = fork();
+            if (children[c] == 0) {
+                close(go[1]);
+                larder_open_options oo = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                                          .cache_dir = test_path(dir),
+                                          .block_size = BLOCK};
+                larder_dataset *d;
+                if (larder_open(&d, test_path("packed/index.larder"), &oo) < 0) _exit(2);
+                char byte;
+                if (read(go[0], &byte, 1) != 0) _exit(3); /* all start when the pipe closes */
+                struct larder__cache *cache = larder__dataset_cache(d);
+                struct larder__plan_params p = {.seed = 100 + (uint64_t)c,
+                                                .global_batch = 8,
+                                                .num_samples = SAMPLES,
+                                                .world = 1,
+                                                .workers = 1};
+                int slot = larder__cache_plan_register(cache, &p);
+                usleep(20000);
+                /* still ours a moment later: no other process's making wiped it */
+                struct larder__cache_plan live[LARDER__CACHE_PLAN_SLOTS];
+                int n = larder__cache_plans_live(cache, SAMPLES, live, LARDER__CACHE_PLAN_SLOTS);
+                int rc = slot < 0 ? 4 : 5;
+                for (int i = 0; slot >= 0 && i < n; i++)
+                    if (live[i].slot == slot && live[i].params.seed == p.seed) rc = 0;
+                larder_close(d);
+                _exit(rc);
+            }
+        }
+        close(go[0]);
+        usleep(50000);
+        close(go[1]);
+        for (int c = 0; c < PROCESSES; c++) {
+            int status;
+            CHECK_EQ(waitpid(children[c], &status, 0), children[c]);
+            CHECK(WIFEXITED(status));
+            CHECK_EQ(WEXITSTATUS(status), 0);
+        }
+    }
+}
