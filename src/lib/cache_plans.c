@@ -36,7 +36,6 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -95,6 +94,68 @@ static uint64_t process_start(int64_t pid)
     return at ? strtoull(at + 1, NULL, 10) : 0;
 }
 
+/*
+ * Make the registry at `path` whole under a temporary name, then link it
+ * into place (`replace`: rename it over one cut short or without its
+ * header).  Processes that made it in place at the same moment each zeroed
+ * it, wiping another's header or a slot it had just taken
+ * (tests/unit/test_cache_nextuse_race.c); a lock on the file instead hung
+ * a PyTorch job, whose DataLoader forked while a thread held it (the child
+ * keeps the descriptor, and the lock with it).  Losing the race to another
+ * maker is fine: its file is used.  0 or a negative code.
+ */
+static int make_registry(const char *path, bool replace)
+{
+    static unsigned made; /* tell this process's threads' names apart */
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.%d.%u.tmp", path, (int)getpid(),
+                 __atomic_fetch_add(&made, 1, __ATOMIC_RELAXED)) >= (int)sizeof tmp)
+        return -ENAMETOOLONG;
+    int fd = larder__sys.open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                              LARDER__CACHE_FILE_MODE);
+    if (fd < 0) return -errno;
+    struct plans_file *f = calloc(1, sizeof *f);
+    int rc = f ? 0 : -ENOMEM;
+    if (f) {
+        memcpy(f->magic, PLANS_MAGIC, 8);
+        f->version = PLANS_VERSION;
+        f->slots = LARDER__CACHE_PLAN_SLOTS;
+        rc = larder__pwrite_full(fd, f, sizeof *f, 0, tmp);
+        free(f);
+    }
+    larder__sys.close(fd);
+    if (rc == 0 && (replace ? rename(tmp, path) : link(tmp, path)) < 0 &&
+        (replace || errno != EEXIST))
+        rc = -errno;
+    unlink(tmp); /* after a rename: gone already */
+    return rc;
+}
+
+/* DIR/plans mapped, or NULL (*rc: why; -ENOENT: none, or not whole). */
+static struct plans_file *map_registry(const char *path, int *rc)
+{
+    int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+    struct stat st;
+    struct plans_file *map = NULL;
+    if (fd < 0) {
+        *rc = -errno;
+    } else if (larder__sys.fstat(fd, &st) < 0) {
+        *rc = -errno;
+    } else if ((uint64_t)st.st_size < sizeof(struct plans_file)) {
+        *rc = -ENOENT; /* cut short */
+    } else if ((map = mmap(NULL, sizeof *map, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+               MAP_FAILED) {
+        map = NULL;
+        *rc = -errno;
+    } else if (memcmp(map->magic, PLANS_MAGIC, 8) != 0) {
+        munmap(map, sizeof *map);
+        map = NULL;
+        *rc = -ENOENT;
+    }
+    if (fd >= 0) larder__sys.close(fd);
+    return map;
+}
+
 /* Map DIR/plans, creating it when `create`; 0, or a negative code (then no registry). */
 static int attach(struct larder__cache *c, bool create)
 {
@@ -104,55 +165,24 @@ static int attach(struct larder__cache *c, bool create)
     if (!c->plans) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/plans", c->dir);
-        int fd = larder__sys.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0),
-                                  LARDER__CACHE_FILE_MODE);
-        struct stat st;
-        /* Making the registry (sizing it, writing its header) under an
-         * exclusive lock of the file: two processes making it at once each
-         * zeroed it, wiping the other's header or a slot it had taken
-         * (tests/unit/test_cache_nextuse_race.c).  The lock goes with the
-         * descriptor, closed below. */
-        if (fd >= 0 && create) (void)flock(fd, LOCK_EX);
-        if (fd < 0) {
-            rc = -errno;
-        } else if (larder__sys.fstat(fd, &st) < 0) {
-            rc = -errno;
-        } else if ((uint64_t)st.st_size < sizeof(struct plans_file)) {
-            /* new (or cut short: start it afresh); two creators write the same header */
-            if (!create || larder__sys.ftruncate(fd, sizeof(struct plans_file)) < 0) rc = -ENOENT;
-        }
-        struct plans_file *map = NULL;
-        if (rc == 0) {
-            map = mmap(NULL, sizeof *map, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            if (map == MAP_FAILED) {
-                map = NULL;
-                rc = -errno;
-            }
-        }
-        if (map && memcmp(map->magic, PLANS_MAGIC, 8) != 0) {
-            if (create) {
-                memset(map, 0, sizeof *map);
-                map->version = PLANS_VERSION;
-                map->slots = LARDER__CACHE_PLAN_SLOTS;
-                /* the magic last: an opener that does not create (and so
-                 * takes no lock) trusts the header once it sees it */
-                __atomic_thread_fence(__ATOMIC_RELEASE);
-                memcpy(map->magic, PLANS_MAGIC, 8);
-            } else {
-                rc = -ENOENT;
-            }
-        }
-        if (map && rc == 0 &&
-            (map->version != PLANS_VERSION || map->slots != LARDER__CACHE_PLAN_SLOTS)) {
+        struct plans_file *map = map_registry(path, &rc);
+        /* none yet: made and linked into place; then, if the one there is
+         * still not whole (cut short, no header), one renamed over it */
+        for (int replace = 0; !map && rc == -ENOENT && create && replace < 2; replace++)
+            if ((rc = make_registry(path, replace)) == 0) map = map_registry(path, &rc);
+        if (map && (map->version != PLANS_VERSION || map->slots != LARDER__CACHE_PLAN_SLOTS)) {
             larder__log(LARDER_LOG_WARN,
                         "%s: a plan registry of another larder version; "
                         "eviction by next use is off for this dataset",
                         path);
+            munmap(map, sizeof *map);
+            map = NULL;
             rc = LARDER_ECACHE;
         }
-        if (rc < 0 && map) munmap(map, sizeof *map);
-        if (rc == 0) __atomic_store_n(&c->plans, map, __ATOMIC_RELEASE);
-        if (fd >= 0) larder__sys.close(fd);
+        if (map) {
+            rc = 0;
+            __atomic_store_n(&c->plans, map, __ATOMIC_RELEASE);
+        }
     }
     pthread_mutex_unlock(&c->lock);
     return rc;
