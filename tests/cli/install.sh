@@ -26,9 +26,7 @@ version=$(sed -n 's/^#define LARDER_VERSION_STRING "\(.*\)"$/\1/p' "$REPO/includ
 for tool in cmake ninja pkg-config cc readelf; do
   command -v $tool >/dev/null || skip "$tool is not installed (scripts/install-deps installs it)"
 done
-sanitized=0
-grep -q '^LARDER_SANITIZE:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null && sanitized=1
-if [ $sanitized -eq 0 ]; then
+if [ $sanitizer_build -eq 0 ]; then
   for module in venv ensurepip pip setuptools wheel build; do
     $PYTHON -c "import $module" 2>/dev/null ||
       skip "python3 module $module is missing (scripts/install-deps installs it)"
@@ -66,7 +64,7 @@ for lib in -llarder -lcurl -lxxhash -lcrypto -pthread; do
   [[ " $static_libs " == *" $lib "* ]] || fail "pkg-config --static --libs lacks $lib: $static_libs"
 done
 sanitize_flags=()
-[ $sanitized -eq 1 ] && sanitize_flags=(-fsanitize=address,undefined)
+[ $sanitizer_build -eq 1 ] && sanitize_flags=(-fsanitize=address,undefined)
 # shellcheck disable=SC2046 # pkg-config's words are separate arguments
 cc -std=c11 -Wall -Wextra -Werror "${sanitize_flags[@]}" "$TESTS/cli/install_reader.c" \
   -o reader $(pkg-config --cflags --libs larder) || fail "the C program does not build"
@@ -124,7 +122,7 @@ else
 fi
 echo "cmake --install and its checks: $((SECONDS - start)) s"
 
-if [ $sanitized -eq 1 ]; then
+if [ $sanitizer_build -eq 1 ]; then
   echo "a sanitizer build: the Python installs (a Release build of their own) are left out"
   exit 0
 fi

@@ -13,12 +13,16 @@ cleanup() {
 trap cleanup EXIT
 cd "$WORK"
 
+# sanitizer_build: 1 when this build has ASan and UBSan (LARDER_SANITIZE).
+sanitizer_build=0
+grep -q '^LARDER_SANITIZE:BOOL=ON' "$(dirname "$LARDER")/CMakeCache.txt" 2>/dev/null &&
+  sanitizer_build=1
 # sanitized_python: env settings for /usr/bin/python3 loading this build's
 # liblarder.  A sanitizer build's library loads only with the ASan runtime
 # preloaded (and libstdc++, for torch's C++ exceptions); Python leaks by
 # design, so leak checks are off there (the last ASAN_OPTIONS setting wins).
 sanitized_python=()
-if grep -q '^LARDER_SANITIZE:BOOL=ON' "$(dirname "$LARDER")/CMakeCache.txt" 2>/dev/null; then
+if [ $sanitizer_build -eq 1 ]; then
   sanitized_python=(LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
     ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
 fi

@@ -15,7 +15,7 @@ command -v fusermount3 >/dev/null || skip "fusermount3 missing (scripts/install-
 [ -x "$BUILD_ABS/slowfs" ] || skip "slowfs not built"
 [ -x "$BUILD_ABS/larder_bench_restart" ] || fail "larder_bench_restart was not built"
 /usr/bin/python3 -c "import numpy" 2>/dev/null || skip "numpy missing"
-grep -q "^LARDER_SANITIZE:BOOL=ON" "$BUILD_ABS/CMakeCache.txt" 2>/dev/null &&
+[ $sanitizer_build -eq 1 ] &&
   skip "a sanitizer build: the restart benchmark's smoke test runs on the normal build"
 mounted() { grep -qs " $1 fuse" /proc/self/mounts; }
 cleanup_hooks+=("mounted $WORK/run/mnt && fusermount3 -u -z $WORK/run/mnt")

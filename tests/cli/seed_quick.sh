@@ -12,7 +12,7 @@ command -v fusermount3 >/dev/null || skip "fusermount3 missing (scripts/install-
 # A sanitizer build's library loads into Python only with the ASan runtime
 # preloaded (tests/run does that for tests/python); this end-to-end run of
 # many processes is left to the normal build.
-grep -q "^LARDER_SANITIZE:BOOL=ON" "$BUILD_ABS/CMakeCache.txt" 2>/dev/null &&
+[ $sanitizer_build -eq 1 ] &&
   skip "a sanitizer build: the seed smoke test runs on the normal build"
 
 seed() { # seed WORKDIR: the quick benchmark at 6 steps an epoch

@@ -96,7 +96,7 @@ counted=$(($(stats_field plain reads) - reads))
 # read before slowfs kept that memory in its heap; now a fixed 7.5 k (the
 # first use of glibc's arenas) however much is read
 # (not under a sanitizer build: ASan's allocator is not glibc's)
-if [ ${#sanitized_python[@]} -eq 0 ]; then
+if [ $sanitizer_build -eq 0 ]; then
   faults=$(stats_field plain page_faults)
   for i in $(seq 170); do dd if=plain/big.bin of=/dev/null bs=1M status=none; done
   faults=$(($(stats_field plain page_faults) - faults))
