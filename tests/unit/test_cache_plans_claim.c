@@ -166,3 +166,58 @@ TEST(plans_claimer_killed_before_publishing_leaks_no_slot)
         larder__cache_plan_unregister(cache, slots[i]);
     larder_close(dataset);
 }
+
+/* Reopen the dataset: a fresh cache handle, which maps the registry anew. */
+static void reopen(void)
+{
+    larder_close(dataset);
+    larder_open_options oo = {.version = LARDER_OPEN_OPTIONS_VERSION,
+                              .cache_dir = test_path("cache")};
+    CHECK_EQ(larder_open(&dataset, test_path("packed/index.larder"), &oo), 0);
+    cache = larder__dataset_cache(dataset);
+}
+
+/* A registry file found cut short, or without its header, is replaced by a
+ * whole one and used; one whose header names another version is left as it
+ * is, and no plan is registered in it. */
+TEST(plans_damaged_registry_is_replaced_another_version_refused)
+{
+    setup();
+    struct larder__plan_params p = plan(0);
+    CHECK_EQ(larder__cache_plan_register(cache, &p), 0); /* a whole registry: its size */
+    larder__cache_plan_unregister(cache, 0);
+    size_t whole;
+    free(test_read_file(plans_path, &whole));
+    CHECK(whole >= 64 + 128 * SLOTS);
+    static uint8_t bytes[64 + 128 * SLOTS + 64];
+    CHECK(whole <= sizeof bytes);
+    struct larder__cache_plan live[SLOTS];
+
+    test_fill_random(bytes, 10, 5); /* cut short */
+    test_write_file(plans_path, bytes, 10);
+    reopen();
+    CHECK_EQ(larder__cache_plan_register(cache, &p), 0);
+    CHECK_EQ(larder__cache_plans_live(cache, 8, live, SLOTS), 1);
+    size_t now;
+    free(test_read_file(plans_path, &now));
+    CHECK_EQ(now, whole);
+
+    test_fill_random(bytes, whole, 6); /* whole, but noise where the header goes */
+    test_write_file(plans_path, bytes, whole);
+    reopen();
+    CHECK_EQ(larder__cache_plan_register(cache, &p), 0);
+    CHECK_EQ(larder__cache_plans_live(cache, 8, live, SLOTS), 1);
+
+    uint8_t *file = test_read_file(plans_path, &now); /* another version's header */
+    CHECK_EQ(memcmp(file, "LARDERPL", 8), 0);
+    uint32_t other = 99;
+    memcpy(file + 8, &other, sizeof other);
+    test_write_file(plans_path, file, now);
+    reopen();
+    CHECK_EQ(larder__cache_plan_register(cache, &p), LARDER_ECACHE);
+    CHECK_EQ(larder__cache_plans_live(cache, 8, live, SLOTS), 0);
+    uint8_t *after = test_read_file(plans_path, &now);
+    CHECK_EQ(memcmp(after, file, now), 0); /* left as it was */
+    free(after), free(file);
+    larder_close(dataset);
+}
