@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 source bench/lib.sh
 build=${BUILD_DIR:-build}
 scripts/install-deps >/dev/null
-cmake -S . -B "$build" -G Ninja >/dev/null && ninja -C "$build" larder_cli larderd larder_bench_peer larder_bench_borrow_floor >/dev/null
+cmake -S . -B "$build" -G Ninja >/dev/null && ninja -C "$build" larder_cli larderd larder_bench_peer larder_bench_borrow_floor larder_bench_borrow_read >/dev/null
 ninja -C "$build" larder_bench_ucx_files >/dev/null 2>&1 || true # section 3's second ceiling (with UCX only)
 larder=$PWD/$build/larder larderd=$PWD/$build/larderd
 quick=0
@@ -105,18 +105,23 @@ read -r _ t0 t1 peer_bytes < <(printf '%s' "$rounds" | sort -n | awk '{ a[NR] = 
 # from the origin before the clock starts (one sample read opens the dataset
 # there); then its reader reads everything: its own chunks are in the cache,
 # and the time is node 0's chunks borrowed, checked, staged and read
-borrow_rounds=""
-for ((round = 0; round < ${ROUNDS:-3}; round++)); do
+borrowing_cluster() { # two daemons: node 0 holding it all, node 1 its own chunks
+  # (larderd --warm, staged from the origin); sets `now` to node 1's origin bytes
+  local last=-1
   WARM_NODE=1 start_cluster 2
   LARDER_SOCKET=$work/sock0 "$larder" warm "$index" --cache "$work/cache0" >/dev/null
   LARDER_SOCKET=$work/sock1 "$larder" cat "$index" 0 --cache "$work/cache1" >/dev/null
-  last=-1 now=0
+  now=0
   for _ in $(seq 200); do # until node 1's origin bytes stop growing
     now=$(stat_of 1 origin_bytes)
     [ "$now" = "$last" ] && break
     last=$now
     sleep 0.2
   done
+}
+borrow_rounds=""
+for ((round = 0; round < ${ROUNDS:-3}; round++)); do
+  borrowing_cluster
   before=$(stat_of 1 peer_bytes)
   cpu0=$(cpu_ms "${pids[0]}") cpu1=$(cpu_ms "${pids[1]}")
   t0=$(date +%s.%N)
@@ -141,6 +146,26 @@ for ((round = 0; round < ${ROUNDS:-3}; round++)); do
 done
 read -r borrow_seconds borrow_bytes borrow_origin borrow_cpu0 borrow_cpu1 borrow_cpu_reader again_seconds again_cpu start_seconds < <(printf '%s' "$borrow_rounds" | sort -n |
   awk '{ a[NR] = $0 } END { print a[int((NR + 1) / 2)] }')
+# borrowing only, read only: the same, but the reader
+# (larder_bench_borrow_read, bench/borrow_read.c) reads only the samples of
+# node 0's chunks, so every byte it reads was borrowed (`larder warm` above
+# also reads node 1's own chunks, resident, inside the same clock)
+only_rounds=""
+for ((round = 0; round < ${ROUNDS:-3}; round++)); do
+  borrowing_cluster
+  before=$(stat_of 1 peer_bytes)
+  cpu0=$(cpu_ms "${pids[0]}") cpu1=$(cpu_ms "${pids[1]}")
+  LARDER_SOCKET=$work/sock1 /usr/bin/time -f '%U %S' -o "$work/reader_time" \
+    "$build/larder_bench_borrow_read" "$index" "$work/cache1" "127.0.0.1:$base,127.0.0.1:$((base + 1))" \
+    "127.0.0.1:$((base + 1))" >"$work/only_out"
+  cpu0=$(($(cpu_ms "${pids[0]}") - cpu0)) cpu1=$(($(cpu_ms "${pids[1]}") - cpu1))
+  read -r _ only_read only_s <"$work/only_out"
+  # seconds, bytes borrowed, bytes read, node 1's origin bytes meanwhile, CPU ms of node 0, node 1, the reader
+  only_rounds+="$only_s $(($(stat_of 1 peer_bytes) - before)) $only_read $(($(stat_of 1 origin_bytes) - now)) $cpu0 $cpu1 $(awk '{ printf "%.0f", ($1 + $2) * 1000 }' "$work/reader_time")"$'\n'
+  stop_cluster
+done
+only_rate_median=$(printf '%s' "$only_rounds" | awk '{ print $2 / $1 / 1e6 }' | sort -n |
+  awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : 0 }')
 # the plain copy: the same number of bytes, from the same files, over one TCP connection
 copy=$(/usr/bin/python3 - "$work/origin" "$served" <<'PY'
 import glob, os, socket, sys, threading, time
@@ -371,12 +396,21 @@ done
     printf "| end to end, borrowing only (node 1 owned chunks staged first) | %.1f | %.0f | %.2fx |\n", b / 1e6, r, r / c }'
   awk -v r="$borrow_rate_median" -v c="$copy" 'BEGIN {
     printf "| (extra) borrowing only, the median of the rounds'"'"' own MB/s | | %.0f | %.2fx |\n", r, r / c }'
+  awk -v r="$only_rate_median" -v c="$copy" 'BEGIN {
+    printf "| borrowing only, reading only node 0'"'"'s chunks (the median of the rounds'"'"' MB/s) | | %.0f | %.2fx |\n", r, r / c }'
   echo
   echo "Borrowing only, the median round: the CPU time each process used during it (user and system,"
   echo "/proc and /usr/bin/time, 10 ms steps): node 0 (the owner) ${borrow_cpu0:-?} ms, node 1 (the"
   echo "borrowing daemon) ${borrow_cpu1:-?} ms, its reader ${borrow_cpu_reader:-?} ms, in $(awk -v s="$borrow_seconds" 'BEGIN { printf "%.0f", s * 1000 }') ms of wall time on"
   echo "$(nproc) cores.  Each round, wall seconds, MB borrowed, then those CPU figures:"
   printf '%s' "$borrow_rounds" | awk '{ printf "%.3f s, %.1f MB, %s/%s/%s ms; ", $1, $2 / 1e6, $4, $5, $6 } END { print "" }'
+  echo
+  echo "Borrowing only, reading only node 0's chunks: the same two daemons, but the reader"
+  echo "(\`larder_bench_borrow_read\`, bench/borrow_read.c) reads, as \`larder warm\` does, only the"
+  echo "samples lying wholly in chunks node 0 owns, so that every byte it reads is borrowed in its"
+  echo "clock.  Each round: wall seconds, MB borrowed, MB read, node 1's origin MB meanwhile, then"
+  echo "the CPU ms of node 0, node 1 and the reader:"
+  printf '%s' "$only_rounds" | awk '{ printf "%.3f s, %.1f MB, %.1f MB, %.1f MB, %s/%s/%s ms; ", $1, $2 / 1e6, $3 / 1e6, $4 / 1e6, $5, $6, $7 } END { print "" }'
   echo
   echo "What of the borrowing-only time is not borrowing (the median round): the same reader run"
   echo "again right after, everything resident (its start, the index, the OPEN, and reading and"

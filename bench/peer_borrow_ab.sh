@@ -12,6 +12,9 @@
 # the same minute.  Prints one line per run and the medians per build.
 # A BUILD may carry environment for its daemons after a colon, for an A/B of
 # one build's settings: `build:LARDERD_BORROW_PIECE=0` (several: comma-separated).
+# READER=borrowed: the reader is larder_bench_borrow_read (bench/borrow_read.c),
+# which reads only the samples of node 0's chunks (every byte it reads
+# borrowed), not `larder warm` (which reads node 1's own chunks too).
 # Beside each run's CPU: the peer READs node 0 answered and node 1's blocks
 # received in place (the daemons' STATS), and node 1's minor page faults
 # during the read (/proc).
@@ -114,12 +117,13 @@ run_one() { # build[:env]: one borrowing-only run; prints its line
   local faults1
   faults1=$(awk '{ print $10 }' "/proc/${pids[1]}/stat")
   t0=$(date +%s.%N)
+  local reader_cmd=("$b/larder" warm "$index" --cache "$work/cache1")
+  [ "${READER:-warm}" = borrowed ] &&
+    reader_cmd=("$b/larder_bench_borrow_read" "$index" "$work/cache1" "$members" "127.0.0.1:$((base + 1))")
   if [ "$use_perf" = 1 ]; then
-    LARDER_SOCKET=$work/sock1 perf stat -e task-clock -x, -o "$work/perf_reader" \
-      "$b/larder" warm "$index" --cache "$work/cache1" >/dev/null
+    LARDER_SOCKET=$work/sock1 perf stat -e task-clock -x, -o "$work/perf_reader" "${reader_cmd[@]}" >/dev/null
   else
-    LARDER_SOCKET=$work/sock1 /usr/bin/time -f '%U %S' -o "$work/reader_time" \
-      "$b/larder" warm "$index" --cache "$work/cache1" >/dev/null
+    LARDER_SOCKET=$work/sock1 /usr/bin/time -f '%U %S' -o "$work/reader_time" "${reader_cmd[@]}" >/dev/null
   fi
   t1=$(date +%s.%N)
   cpu0=$(($(cpu_ms "${pids[0]}") - cpu0)) cpu1=$(($(cpu_ms "${pids[1]}") - cpu1))
