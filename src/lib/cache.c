@@ -54,15 +54,19 @@ static void boot_id(char out[40])
         if (out[i] == '\n') out[i] = '\0';
 }
 
-/* Create the blocks file under a temporary name and link it into place;
- * losing the race to another process is fine: its file is used. */
+/* Create the blocks file whole under a temporary name of this call's own
+ * (another thread of this process may be making one too) and link it into
+ * place, or with `replace` rename it over the one there; losing the race to
+ * link is fine: the other file is used. */
 static int create_blocks(const struct larder__cache *c, const char *path,
-                         const struct larder__index *ix, size_t map_size)
+                         const struct larder__index *ix, size_t map_size, bool replace)
 {
+    static unsigned long made;
     char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
+    if (snprintf(tmp, sizeof tmp, "%s.%d.%lu.tmp", path, (int)getpid(),
+                 __atomic_add_fetch(&made, 1, __ATOMIC_RELAXED)) >= (int)sizeof tmp)
         return larder__fail(-ENAMETOOLONG, "%s: path too long", path);
-    int fd = larder__open(tmp, O_RDWR | O_CREAT | O_TRUNC, LARDER__CACHE_FILE_MODE);
+    int fd = larder__open(tmp, O_RDWR | O_CREAT | O_EXCL, LARDER__CACHE_FILE_MODE);
     if (fd < 0) return fd;
     struct shared_header h = {.version = LARDER__CACHE_VERSION,
                               .block_size = c->block_size,
@@ -94,10 +98,67 @@ static int create_blocks(const struct larder__cache *c, const char *path,
             larder__sys.close(dfd);
         }
     }
-    if (rc == 0 && link(tmp, path) < 0 && errno != EEXIST)
+    if (rc == 0 && (replace ? rename(tmp, path) : link(tmp, path)) < 0 && errno != EEXIST)
         rc = larder__fail(-errno, "%s: %s", path, strerror(errno));
-    unlink(tmp);
+    unlink(tmp); /* after a rename: gone already */
     return rc;
+}
+
+/*
+ * Replacing a blocks file found unsound (cut short, or of another larder
+ * version) happens under a lock: an exclusive fcntl lock on DIR/blocks.lock
+ * between processes, and this mutex between the threads of one (fcntl's
+ * record locks are a process's; unlike OFD locks and flock, a child forked
+ * while one is held does not hold it, and the atfork handlers keep the
+ * mutex out of a fork).  Two openers that each judged the same file unsound
+ * and each replaced whatever was at the path then would map different
+ * files: one would keep trusting bits the other's evictions no longer
+ * clear, and serve the holes punched under them.  Under the lock the file
+ * is judged again, so only the first replaces it.
+ */
+static pthread_mutex_t replacing = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t replacing_once = PTHREAD_ONCE_INIT;
+static void replacing_lock(void)
+{
+    pthread_mutex_lock(&replacing);
+}
+static void replacing_unlock(void)
+{
+    pthread_mutex_unlock(&replacing);
+}
+static void replacing_init(void)
+{
+    pthread_atfork(replacing_lock, replacing_unlock, replacing_unlock);
+}
+
+/* Lock out other replacers of c's blocks file: the lock file's descriptor
+ * (release with replace_end), or a negative code. */
+static int replace_begin(const struct larder__cache *c)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/blocks.lock", c->dir);
+    pthread_once(&replacing_once, replacing_init);
+    replacing_lock();
+    int fd = larder__open(path, O_RDWR | O_CREAT | O_NOFOLLOW, LARDER__CACHE_FILE_MODE);
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    int rc = fd;
+    while (fd >= 0 && (rc = fcntl(fd, F_SETLKW, &lock)) < 0 && errno == EINTR)
+        ;
+    if (fd >= 0 && rc < 0) {
+        rc = larder__fail(-errno, "%s: lock: %s", path, strerror(errno));
+        larder__sys.close(fd);
+    }
+    if (rc < 0) {
+        replacing_unlock();
+        return rc;
+    }
+    return fd;
+}
+
+static void replace_end(int fd)
+{
+    larder__sys.close(fd); /* drops the fcntl lock */
+    replacing_unlock();
 }
 
 /*
@@ -140,13 +201,20 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
     snprintf(path, sizeof path, "%s/blocks", c->dir);
     uint64_t words = words_for(c->shard_base[c->num_shards]);
     c->map_size = LARDER__CACHE_HEADER_SIZE + 5 * words * 8;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    int locked = -1; /* the replace lock's descriptor, once taken */
+    for (int attempt = 0; attempt < 3; attempt++) {
         if (access(path, F_OK) != 0) {
-            int rc = create_blocks(c, path, ix, c->map_size);
-            if (rc < 0) return rc;
+            int rc = create_blocks(c, path, ix, c->map_size, false);
+            if (rc < 0) {
+                if (locked >= 0) replace_end(locked);
+                return rc;
+            }
         }
         int fd = larder__open(path, O_RDWR, 0);
-        if (fd < 0) return fd;
+        if (fd < 0) {
+            if (locked >= 0) replace_end(locked);
+            return fd;
+        }
         uint64_t size;
         int rc = larder__file_size(fd, &size, path);
         struct shared_header h;
@@ -155,6 +223,7 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
                      h.version == LARDER__CACHE_VERSION;
         if (known && h.block_size != c->block_size) {
             larder__sys.close(fd);
+            if (locked >= 0) replace_end(locked);
             return larder__fail(LARDER_ECACHE,
                                 "%s: this cache was made with %u-byte blocks; asked for %u "
                                 "(use another cache directory, or the same block size)",
@@ -162,20 +231,34 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         }
         if (known && (h.id_low != ix->id_low || h.id_high != ix->id_high)) {
             larder__sys.close(fd);
+            if (locked >= 0) replace_end(locked);
             return larder__fail(LARDER_ECACHE, "%s: this cache belongs to another dataset", c->dir);
         }
         bool sound = known && size == c->map_size && h.total_blocks == c->shard_base[c->num_shards];
+        if (rc == 0 && !sound && locked < 0) {
+            /* judged again under the lock: another may have replaced it */
+            larder__sys.close(fd);
+            locked = replace_begin(c);
+            if (locked < 0) return locked;
+            continue;
+        }
         if (rc == 0 && !sound) {
-            /* damaged (for example cut short): start this dataset's cache afresh */
+            /* damaged (for example cut short): start this dataset's cache
+             * afresh, a whole file renamed over it */
             larder__sys.close(fd);
             bool older = rc == 0 && size >= sizeof h &&
                          memcmp(h.magic, LARDER__CACHE_MAGIC, 8) == 0 &&
                          h.version != LARDER__CACHE_VERSION;
             larder__log(LARDER_LOG_WARN, "%s: %s, starting it afresh", path,
                         older ? "cache state of another larder version" : "damaged cache state");
-            unlink(path);
+            rc = create_blocks(c, path, ix, c->map_size, true);
+            if (rc < 0) {
+                replace_end(locked);
+                return rc;
+            }
             continue;
         }
+        if (locked >= 0) replace_end(locked);
         if (rc < 0) {
             larder__sys.close(fd);
             return rc;
@@ -192,6 +275,7 @@ static int map_blocks(struct larder__cache *c, const struct larder__index *ix)
         distrust_after_reboot(c, words, path);
         return 0;
     }
+    if (locked >= 0) replace_end(locked);
     return larder__fail(LARDER_ECACHE, "%s: cannot set up the cache state", path);
 }
 
