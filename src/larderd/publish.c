@@ -141,6 +141,16 @@ bool announce_request(struct connection *c, const struct larder__frame *f, const
         send_error(c, f->request, LARDER_EDENIED, "ANNOUNCE comes from peer daemons only");
         return true;
     }
+    /* an ANNOUNCE has this daemon open the index it names, as its own user:
+     * only for members that proved the secret.  Without one, a "peer" is
+     * anyone who reaches the port (every local user on loopback), who may
+     * read only datasets already open (docs/security.md), as READERS and
+     * HINT refuse them */
+    if (!d->secret || !c->proven) {
+        send_error(c, f->request, LARDER_EDENIED,
+                   "ANNOUNCE is for members that proved the cluster secret (--secret-file)");
+        return true;
+    }
     struct larder__publication m;
     int rc = larder__wire_publication(LARDER__ANNOUNCE, payload, f->length, &m);
     if (rc < 0) return malformed(c, f, rc);

@@ -78,6 +78,13 @@ void fixture_hello(struct connection *c, bool peer)
     free(fixture_answer(c, LARDER__WELCOME));
 }
 
+void fixture_prove(struct connection *c)
+{
+    if (!c->daemon->secret) c->daemon->secret = strdup("fixture-secret");
+    CHECK(c->daemon->secret != NULL);
+    c->proven = true;
+}
+
 void fixture_wait_jobs(struct connection *c)
 {
     for (int spins = 0;; spins++) {

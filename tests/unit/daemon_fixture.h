@@ -22,6 +22,9 @@ struct connection *fixture_connection(struct larderd *d, bool tcp);
 bool fixture_send(struct connection *c, const uint8_t *frame, size_t length);
 /* HELLO as a reader (or a peer); the WELCOME checked and dropped. */
 void fixture_hello(struct connection *c, bool peer);
+/* A peer connection c that proved the cluster secret (one given to its
+ * daemon if it has none), as a PROVE that checked out leaves it. */
+void fixture_prove(struct connection *c);
 /* Wait until c's jobs (READs, OPENs of new indexes) have ended. */
 void fixture_wait_jobs(struct connection *c);
 /* The next answer queued on c (waited for up to 20 s: from a worker), of type

@@ -164,6 +164,7 @@ TEST(larderd_publish_owner_and_rules)
     struct connection *reader = fixture_connection(&d, false), *peer = fixture_connection(&d, true);
     fixture_hello(reader, false);
     fixture_hello(peer, true);
+    fixture_prove(peer);
     char message[256];
 
     /* published here: every shard is this node's */
@@ -233,11 +234,13 @@ TEST(larderd_publish_owner_and_rules)
     CHECK(peer->closing);
     struct connection *peer2 = fixture_connection(&d, true);
     fixture_hello(peer2, true);
+    fixture_prove(peer2);
     send_announce(peer2, "x", "127.0.0.1:1", "/i", NULL, 1, 2); /* this node is not the producer */
     CHECK_EQ(fixture_error(peer2, message, sizeof message), LARDER_EDENIED);
     CHECK(strstr(message, "this node") != NULL);
     struct connection *peer3 = fixture_connection(&d, true);
     fixture_hello(peer3, true);
+    fixture_prove(peer3);
     send_publish(peer3, "y", index, NULL);
     CHECK_EQ(fixture_error(peer3, message, sizeof message), LARDER_EDENIED);
     CHECK(peer3->closing);
@@ -263,6 +266,7 @@ TEST(larderd_publish_index_bytes_and_limits)
     struct connection *reader = fixture_connection(&d, false), *peer = fixture_connection(&d, true);
     fixture_hello(reader, false);
     fixture_hello(peer, true);
+    fixture_prove(peer);
     send_publish(reader, "ckpt/bytes", index, NULL);
     resolved(reader, index);
 
