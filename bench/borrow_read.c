@@ -100,6 +100,7 @@ int main(int argc, char **argv)
     struct larder__members members = {0};
     if (larder__members_parse_list(&members, argv[3], LARDER__DEFAULT_PORT) < 0) {
         fprintf(stderr, "borrow_read: members: %s\n", larder_errmsg());
+        larder__members_clear(&members);
         return 2;
     }
     size_t self = SIZE_MAX;
@@ -107,12 +108,14 @@ int main(int argc, char **argv)
         if (strcmp(members.names[m], argv[4]) == 0) self = m;
     if (self == SIZE_MAX) {
         fprintf(stderr, "borrow_read: %s is not among the members\n", argv[4]);
+        larder__members_clear(&members);
         return 2;
     }
     larder_open_options o = {
         .version = LARDER_OPEN_OPTIONS_VERSION, .max_inflight = in_flight, .cache_dir = argv[2]};
     if (larder_open(&dataset, argv[1], &o) != 0) {
         fprintf(stderr, "borrow_read: %s: %s\n", argv[1], larder_errmsg());
+        larder__members_clear(&members);
         return 1;
     }
     larder_dataset_info info;
