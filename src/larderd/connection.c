@@ -91,6 +91,12 @@ void enqueue_output(struct connection *c, struct output *o)
 {
     o->charge = o->length + o->file_length;
     pthread_mutex_lock(&c->lock);
+    if (c->dropped) { /* never to be sent (loop.c drop): its room back at once */
+        pthread_mutex_unlock(&c->lock);
+        uncached_give(c->daemon, o->uncached);
+        free(o);
+        return;
+    }
     if (send_now_locked(c, o)) {
         pthread_mutex_unlock(&c->lock);
         return;

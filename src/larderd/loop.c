@@ -113,6 +113,16 @@ static void drop(struct connection *c)
         drain_and_close(c->fd);
     else
         close(c->fd);
+    /* what is queued will never be sent: its room goes back now, not with
+     * the last reference, which READs still waiting for room in the
+     * node-wide budget hold (uncached_take): answers of dropped clients
+     * filling it waited on each other for good */
+    while (c->head) {
+        struct output *next = c->head->next;
+        output_free(c, c->head);
+        c->head = next;
+    }
+    c->tail = NULL;
     pthread_mutex_unlock(&c->lock);
     if (c->prev)
         c->prev->next = c->next;

@@ -277,10 +277,11 @@ TEST(larderd_loop_output_sent_at_once)
     read_all(sv[1], got, f.length); /* its code and message */
     c->closing = false;
 
-    /* dropped (its fd closed by the loop, under the lock): queued, not sent */
+    /* dropped (its fd closed by the loop, under the lock): not sent, and
+     * not queued either (never to be sent: its room is given back at once) */
     c->dropped = true;
     enqueue(c, "late", 4);
-    CHECK(c->head != NULL && c->head->sent == 0);
+    CHECK(c->head == NULL && c->charged == 0);
     uint8_t byte;
     CHECK(recv(sv[1], &byte, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN);
     close(file);
