@@ -312,6 +312,17 @@ static bool evict_other(struct larder__share *s, int slot, const struct share_vi
     struct flock lock = {
         .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)v->global, .l_len = 1};
     if (fcntl(lock_fd, F_OFD_SETLK, &lock) == 0) {
+        /* the bit cleared and the hole punched must be of one cache: the
+         * mapping may be of a blocks file removed since (with its data
+         * files, and the dataset opened again), whose bit is no longer
+         * the data file's; then the mapping is dropped, and a later
+         * eviction maps the cache that is there now */
+        if (!larder__share_peer_current(p)) {
+            lock.l_type = F_UNLCK;
+            fcntl(lock_fd, F_OFD_SETLK, &lock);
+            larder__share_peer_drop(p);
+            goto out;
+        }
         if (clear_bits(p->resident, v->global, v->global)) {
             __atomic_fetch_add(&p->header->generation, 1, __ATOMIC_ACQ_REL);
             __atomic_fetch_sub(&p->header->resident_blocks, 1, __ATOMIC_RELAXED);

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define SHARE_MAGIC "LARDERNS"
 #define SHARE_VERSION 1
@@ -54,6 +55,10 @@ struct share_file {
 struct peer {
     uint64_t id_low, id_high;
     struct shared_header *header;
+    /* the mapped blocks file: the path may name another since (the
+     * dataset's directory removed and made again), whose bits these are not */
+    dev_t dev;
+    ino_t ino;
     uint64_t *resident, *borrowed, *suspect;
     /* the header's, as checked against the file at mapping: the mapping is
      * shared and writable, its header may change */
@@ -92,6 +97,9 @@ LARDER__HIDDEN bool larder__share_first_of_its_id(const struct share_file *f, in
 /* The `blocks` of the dataset in slot i, mapped and checked against its
  * own header; NULL when it has none that makes sense.  s->lock held. */
 LARDER__HIDDEN struct peer *larder__share_peer_of(struct larder__share *s, int i);
+/* Whether the peer's mapping is still of the file at its blocks path
+ * (false: the dataset's cache was removed, and perhaps made again). */
+LARDER__HIDDEN bool larder__share_peer_current(const struct peer *p);
 /* Unmap and forget what peer_of mapped. */
 LARDER__HIDDEN void larder__share_peer_drop(struct peer *p);
 /* A dataset's resident blocks, from its bitmap and published counter. */

@@ -71,6 +71,7 @@ struct peer *larder__share_peer_of(struct larder__share *s, int i)
         return NULL;
     }
     p->id_low = x->id_low, p->id_high = x->id_high;
+    p->dev = st.st_dev, p->ino = st.st_ino;
     p->header = h;
     p->total_blocks = total;
     p->block_size = block_size;
@@ -81,6 +82,14 @@ struct peer *larder__share_peer_of(struct larder__share *s, int i)
     p->borrowed = p->resident + 2 * words;
     p->suspect = p->resident + 3 * words;
     return p;
+}
+
+bool larder__share_peer_current(const struct peer *p)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/blocks", p->dir);
+    return p->header && stat(path, &st) == 0 && st.st_dev == p->dev && st.st_ino == p->ino;
 }
 
 /* A dataset's resident blocks, from its bitmap: its published counter
@@ -127,6 +136,10 @@ static bool holds_nothing(struct larder__share *s, int i, int64_t now)
     const struct share_slot *x = &s->file->slot[i];
     if (larder__share_published_lately(x->published_ms, now)) return false;
     struct peer *p = larder__share_peer_of(s, i);
+    if (p && !larder__share_peer_current(p)) { /* its cache removed since it was mapped */
+        larder__share_peer_drop(p);
+        p = larder__share_peer_of(s, i);
+    }
     if (!p) return true;
     p->ever_counted = false; /* a popcount now, not the published counter */
     return larder__share_peer_count(p, now) == 0;

@@ -14,6 +14,8 @@
 #include "test.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -369,4 +371,55 @@ TEST(share_slots_of_datasets_holding_nothing_are_given_back)
     munmap(f, sizeof *f);
     larder_close(a.d);
     unsetenv("LARDER_NODE_CACHE_SIZE");
+}
+
+/* A process that mapped dataset b's `blocks` as another dataset's (to
+ * evict from it) keeps that mapping; b's cache directory is then removed
+ * and b opened again (a fresh cache).  A victim b's readers publish now
+ * must be taken from b's live cache or not at all: before, the trim
+ * cleared the bit in the stale mapping and punched the hole in the new
+ * data file, under a bit still set (found by review), and b served zeros
+ * as checked bytes.  Expected bytes: an uncached open of b. */
+TEST(share_stale_mapping_of_a_removed_cache_punches_no_live_block)
+{
+    struct side a, b;
+    setup(&a, &b);
+    struct forged_share *f = map_share();
+    larder_dataset *over = trimmer(a.blocks + b.blocks - 1);
+    trim(over); /* maps b's blocks, as a peer */
+    CHECK_EQ(held(&b), b.blocks);
+    larder_close(b.d);
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", b.dir);
+    CHECK_EQ(system(cmd), 0);
+    open_side(&b, "b"); /* a fresh cache, every block staged again */
+    CHECK_EQ(held(&b), b.blocks);
+    uint64_t tail = b.size[1] < BLOCK ? b.size[1] : BLOCK;
+    struct forged_victim truth = {.use = UINT64_MAX - 1,
+                                  .global = b.base[1],
+                                  .offset = 0,
+                                  .shard = 1,
+                                  .length = (uint32_t)tail};
+    publish(slot_of(f, &b), &truth, 1);
+    trim(over);
+    trim(over);
+    /* evicted from the live cache (bit and hole), or not at all */
+    static uint8_t got[BLOCK], zero[BLOCK];
+    read_range(&b, 1, 0, got);
+    bool hole = memcmp(got, zero, tail) == 0;
+    CHECK(hole != larder__cache_present(b.cache, 1, 0, 0));
+    char index[4096];
+    snprintf(index, sizeof index, "%s/b/index.larder", test_dir());
+    larder_open_options o = {.version = LARDER_OPEN_OPTIONS_VERSION};
+    larder_dataset *ref;
+    CHECK_EQ(larder_open(&ref, index, &o), 0);
+    static uint8_t x[9000], y[9000];
+    for (uint64_t i = 0; i < SAMPLES; i++) {
+        int64_t n = larder_read_sample(b.d, i, x, sizeof x);
+        CHECK_EQ(n, larder_read_sample(ref, i, y, sizeof y));
+        CHECK(n > 0 && memcmp(x, y, (size_t)n) == 0);
+    }
+    larder_close(ref);
+    larder_close(over);
+    teardown(&a, &b, f);
 }
