@@ -59,6 +59,7 @@ struct peer {
      * dataset's directory removed and made again), whose bits these are not */
     dev_t dev;
     ino_t ino;
+    int64_t checked_ms; /* when the path was last found to name it */
     uint64_t *resident, *borrowed, *suspect;
     /* the header's, as checked against the file at mapping: the mapping is
      * shared and writable, its header may change */

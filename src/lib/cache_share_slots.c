@@ -40,7 +40,17 @@ struct peer *larder__share_peer_of(struct larder__share *s, int i)
 {
     struct share_slot *x = &s->file->slot[i];
     struct peer *p = &s->peers[i];
-    if (p->header && p->id_low == x->id_low && p->id_high == x->id_high) return p;
+    int64_t now = larder__cache_clock_ms();
+    if (p->header && p->id_low == x->id_low && p->id_high == x->id_high) {
+        /* still the file at the path?  Asked once per COUNT_FOR_MS: a cache
+         * removed under a kept mapping is counted no longer than that
+         * (evictions check it every time, evict_other) */
+        if (now >= p->checked_ms && now - p->checked_ms < COUNT_FOR_MS) return p;
+        if (larder__share_peer_current(p)) {
+            p->checked_ms = now;
+            return p;
+        }
+    }
     larder__share_peer_drop(p);
     char id[33], path[PATH_MAX];
     larder__hex128(x->id_high, x->id_low, id);
@@ -72,6 +82,7 @@ struct peer *larder__share_peer_of(struct larder__share *s, int i)
     }
     p->id_low = x->id_low, p->id_high = x->id_high;
     p->dev = st.st_dev, p->ino = st.st_ino;
+    p->checked_ms = now;
     p->header = h;
     p->total_blocks = total;
     p->block_size = block_size;
