@@ -240,7 +240,21 @@ void larder__share_publish(struct larder__cache *c, const uint64_t *blocks, cons
     s->slot = slot;
     struct share_slot *x = &s->file->slot[slot];
     if (count > LARDER__SHARE_VICTIMS) count = LARDER__SHARE_VICTIMS;
-    __atomic_fetch_add(&x->sequence, 1, __ATOMIC_ACQ_REL); /* odd: being written */
+    /* odd while being written, taken by compare-and-swap: an odd sequence is
+     * another writer's (this publication is skipped: the next one comes with
+     * the next pick), or one that died writing, whose odd value every later
+     * whole publication kept odd, its victims never read again (found by
+     * review): one odd for more than WRITER_GONE_MS (its publication time is
+     * the last whole one's, or the dead writer's own) is taken over, moving
+     * by two so that the one it took it from, were it only slow, ends
+     * nothing of this one */
+    int64_t now = larder__cache_clock_ms();
+    uint64_t seq = __atomic_load_n(&x->sequence, __ATOMIC_ACQUIRE);
+    uint64_t mine = seq + ((seq & 1) ? 2 : 1);
+    if ((seq & 1) && now >= x->published_ms && now - x->published_ms < WRITER_GONE_MS) return;
+    if (!__atomic_compare_exchange_n(&x->sequence, &seq, mine, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
     for (size_t i = 0; i < count; i++) {
         uint32_t shard = larder__cache_shard_of(c, blocks[i]);
         uint64_t block = blocks[i] - c->shard_base[shard];
@@ -253,7 +267,9 @@ void larder__share_publish(struct larder__cache *c, const uint64_t *blocks, cons
     }
     x->count = count;
     x->published_ms = larder__cache_clock_ms();
-    __atomic_fetch_add(&x->sequence, 1, __ATOMIC_ACQ_REL);
+    /* even again, unless another took it over meanwhile: then it is theirs */
+    __atomic_compare_exchange_n(&x->sequence, &mine, mine + 1, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
 }
 
 /* The farthest victim another dataset published that is still resident. */

@@ -17,6 +17,9 @@
 #define SHARE_VERSION 1
 #define SHARE_SLOTS 32
 #define PUBLISHED_FOR_MS 10000
+/* a slot's sequence left odd this long: its writer died writing (a
+ * publication takes microseconds) */
+#define WRITER_GONE_MS 2000
 /* blocks a dataset's published count may move between popcounts: 64, or
  * 1/4096 of its blocks when more (a popcount reads one word per 64 blocks:
  * about 64 word reads per block moved, whatever the dataset's size) */

@@ -423,3 +423,38 @@ TEST(share_stale_mapping_of_a_removed_cache_punches_no_live_block)
     larder_close(over);
     teardown(&a, &b, f);
 }
+
+/* A publisher that died between making its slot's sequence odd and even
+ * again: the next publication of the dataset takes the slot over once it
+ * has been odd over 2 s, and its victims are read (before, every later
+ * publication moved the sequence by two, odd for good, and the dataset was
+ * never evicted from: found by review).  An odd sequence just written is
+ * another writer's: that publication is skipped, nothing changed. */
+TEST(share_sequence_left_odd_by_a_dead_writer_is_taken_over)
+{
+    struct side a, b;
+    setup(&a, &b);
+    struct forged_share *f = map_share();
+    struct forged_slot *x = slot_of(f, &b);
+    uint64_t block = b.base[1], use = UINT64_MAX - 1;
+    /* a writer at work (odd, just now): b's publication waits its turn */
+    x->sequence |= 1;
+    uint64_t odd = x->sequence;
+    x->published_ms = larder__cache_clock_ms();
+    x->count = 0;
+    larder__share_publish(b.cache, &block, &use, 1);
+    CHECK_EQ(x->sequence, odd);
+    CHECK_EQ(x->count, 0);
+    /* that writer gone 3 s ago: taken over, published whole, even */
+    x->published_ms = larder__cache_clock_ms() - 3000;
+    larder__share_publish(b.cache, &block, &use, 1);
+    CHECK_EQ(x->sequence, odd + 3);
+    CHECK_EQ(x->count, 1);
+    larder_dataset *over = trimmer(a.blocks + b.blocks - 1);
+    trim(over);
+    CHECK(!larder__cache_present(b.cache, 1, 0, 0));
+    CHECK_EQ(held(&b), b.blocks - 1);
+    CHECK_EQ(held(&a), a.blocks);
+    larder_close(over);
+    teardown(&a, &b, f);
+}
