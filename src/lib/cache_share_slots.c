@@ -185,7 +185,11 @@ int larder__share_claim_slot(struct larder__share *s)
             uint64_t expected = __atomic_load_n(&x->state, __ATOMIC_ACQUIRE);
             uint64_t low = x->id_low, high = x->id_high;
             bool dup = pass == 1 && !larder__share_first_of_its_id(f, i);
-            bool takable = pass == 0 ? expected == 0 || larder__claim_abandoned(expected)
+            /* free, abandoned, or no state at all (neither live nor a
+             * claim: a damaged file's word, which else would hold the slot
+             * for good) */
+            bool takable = pass == 0 ? expected == 0 || larder__claim_abandoned(expected) ||
+                                           (expected != 2 && (expected & 3) != 1)
                                      : slot_reclaimable(s, i, now);
             if (!takable) continue;
             uint64_t claim = larder__claim_word();

@@ -306,6 +306,14 @@ TEST(share_abandoned_claims_are_taken_back)
     open_side(&a, "a");
     CHECK(a.cache->share == NULL); /* being claimed: it keeps to its own capacity */
     larder_close(a.d);
+    /* words that are no state at all (a damaged file): free (before, never
+     * taken, and with all 32 so no dataset was counted: found by review) */
+    const uint64_t noise[] = {3, 4, 6, UINT64_MAX - 1, UINT64_C(1) << 40};
+    for (int i = 0; i < 32; i++)
+        f->slot[i].state = noise[i % 5], f->slot[i].id_low = 0;
+    open_side(&a, "a");
+    CHECK(a.cache->share != NULL);
+    larder_close(a.d);
     munmap(f, sizeof *f);
     unsetenv("LARDER_NODE_CACHE_SIZE");
 }
