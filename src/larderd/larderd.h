@@ -26,10 +26,13 @@
  *   hints.c       HINT requests: who may hint, which members stage, the answer
  *   hints_pins.c  this node's pins: their staging, their expiry, the list
  *   metrics.c     the Prometheus text of the counters, and its HTTP endpoint
+ *                 (a thread of its own)
  *
  * Threads: the loop thread owns the connection list, each connection's
  * input and its epoll registration; workers only queue output (under the
- * connection's lock) and wake the loop.
+ * connection's lock) and wake the loop.  The metrics port has a thread of
+ * its own (metrics.c), which reads the counters as the workers do (d->lock,
+ * atomic loads) and touches no connection.
  */
 #ifndef LARDERD_H
 #define LARDERD_H
@@ -189,6 +192,7 @@ struct larderd {
     uint64_t peer_opens;           /* OPENs from peers answered OPENED (opens.c; atomic; STAT) */
     uint64_t connected_ahead;    /* peer connections made ahead of need (connect_ahead.c; atomic) */
     struct connect_ahead *ahead; /* connect_ahead.c's jobs and workers; NULL: none */
+    struct metrics_server *metrics; /* metrics.c: --metrics' thread and clients; NULL: none */
 };
 
 /* The process's daemon: main.c's (and fuzz_daemon.c's).  The parts take
@@ -270,7 +274,7 @@ bool credentials_allowed(const struct larderd_config *config, int fd, const stru
 int listen_unix(const char *path);
 int listen_tcp(const char *address);
 /* Run the loop until d->stopping. */
-void run_loop(struct larderd *d, int unix_fd, int tcp_fd, int metrics_fd);
+void run_loop(struct larderd *d, int unix_fd, int tcp_fd);
 
 /* requests.c */
 /* Bytes of uncacheable answers held in memory at once, node-wide: beyond
@@ -573,7 +577,13 @@ void transforms_free(struct larderd *d);
 /* metrics.c */
 /* The Prometheus text of every open dataset's counters (metrics.h formats it). */
 size_t metrics_text(struct larderd *d, char *out, size_t capacity);
-/* Answer each pending HTTP request on the metrics listener, whatever it asks, and close. */
-void serve_metrics(struct larderd *d, int listener);
+/* Serve that text over HTTP on `listener`, to any request, one a connection,
+ * on a thread of its own (which owns the listener once started): 0 or -errno.
+ * No client of it can hold up the loop: each has a deadline, and a few at
+ * once are served (more are closed at once). */
+int metrics_start(struct larderd *d, int listener);
+/* Close its clients and the listener and join its thread, before the
+ * datasets go (larderd_free does too).  Nothing when not started. */
+void metrics_stop(struct larderd *d);
 
 #endif

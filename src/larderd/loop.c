@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 /* epoll's data for the fds that are not connections */
-static char unix_tag, tcp_tag, metrics_tag, wake_tag;
+static char unix_tag, tcp_tag, wake_tag;
 
 /* ---- connections -------------------------------------------------------------------- */
 
@@ -459,22 +459,19 @@ static void woken(struct larderd *d)
     }
 }
 
-void run_loop(struct larderd *d, int unix_fd, int tcp_fd, int metrics_fd)
+void run_loop(struct larderd *d, int unix_fd, int tcp_fd)
 {
     d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     add(d, d->wake, &wake_tag);
     add(d, unix_fd, &unix_tag);
     add(d, tcp_fd, &tcp_tag);
-    add(d, metrics_fd, &metrics_tag);
     struct epoll_event events[128];
     int64_t last_sweep = now_ms();
     while (!d->stopping) {
         int n = epoll_wait(d->epoll, events, 128, 250);
         for (int i = 0; i < n; i++) {
             void *tag = events[i].data.ptr;
-            if (tag == &metrics_tag) {
-                serve_metrics(d, metrics_fd);
-            } else if (tag == &unix_tag || tag == &tcp_tag) {
+            if (tag == &unix_tag || tag == &tcp_tag) {
                 accept_all(d, tag == &unix_tag ? unix_fd : tcp_fd, tag == &tcp_tag);
             } else if (tag == &wake_tag) {
                 woken(d);

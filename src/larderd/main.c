@@ -127,14 +127,20 @@ int main(int argc, char **argv)
         say("not telling peers of readers: %s", larder_strerror(rc));
     int unix_fd, tcp_fd, metrics_fd;
     if (start_listening(&d->config, &unix_fd, &tcp_fd, &metrics_fd)) return 1;
+    /* off the loop: anyone on the network reaches that port (metrics.c) */
+    if (metrics_fd >= 0 && (rc = metrics_start(d, metrics_fd)) < 0) {
+        say("--metrics: cannot start its thread: %s", strerror(-rc));
+        return 1;
+    }
     const struct larderd_config *config = &d->config;
     say("serving cache %s%s%s%s%s, %zu members", config->cache_dir, unix_fd >= 0 ? " on " : "",
         unix_fd >= 0 ? config->socket_path : "", tcp_fd >= 0 ? " and " : "",
         tcp_fd >= 0 ? config->listen_address : "", d->members.count ? d->members.count : 1);
 
-    run_loop(d, unix_fd, tcp_fd, metrics_fd);
+    run_loop(d, unix_fd, tcp_fd);
 
     say("stopping");
+    metrics_stop(d); /* its port closed now, not after the reads in flight */
     if (config->socket_path) unlink(config->socket_path);
     readers_signal_stop(d);
     ucx_daemon_quiesce(d); /* no READ over UCX from now on, none answered after the datasets go */

@@ -1,18 +1,22 @@
 /*
  * metrics.c - the Prometheus endpoint (larderd --metrics HOST:PORT): the
  * counters of every open dataset as text (metrics.h), answered to any
- * HTTP request on that port, one request a connection; and the counting
- * of what the daemon answers (struct served), which requests.c calls.
+ * HTTP request on that port, one request a connection, on a thread of its
+ * own (below, "the HTTP endpoint"); and the counting of what the daemon
+ * answers (struct served), which requests.c calls.
  * docs/operations.md lists every metric.
  */
 #include "metrics.h"
 
 #include "larderd.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -277,27 +281,180 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
     return used;
 }
 
-void serve_metrics(struct larderd *d, int listener)
-{
+/* ---- the HTTP endpoint ---------------------------------------------------------------- */
+
+/* The metrics port is open to anyone on the network (docs/security.md), so
+ * it is served on a thread of its own, never the loop's: a client that
+ * connects and sends nothing, or takes no answer, costs a slot here until
+ * its deadline, and never holds up readers or peers.  Its sockets are
+ * non-blocking and waited on with poll(), each client with a deadline, at
+ * most METRICS_CLIENTS at once. */
+#define METRICS_CLIENTS 16          /* at once; one more is accepted and closed at once */
+#define METRICS_REQUEST_MS 1000     /* for the request's first bytes, from the connect */
+#define METRICS_ANSWER_MS 5000      /* for the answer to be taken, from the request */
+#define METRICS_BODY (256 * 1024)   /* the text's room: lines past it are left out */
+#define METRICS_RETRY_ACCEPT_MS 100 /* accept failed (out of descriptors): listen again after */
+
+struct metrics_client {
     int fd;
-    while ((fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-        struct timeval tv = {1, 0};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        char request[2048];
-        if (recv(fd, request, sizeof request, 0) > 0) {
-            size_t capacity = 256 * 1024;
-            char *body = malloc(capacity);
-            size_t length = body ? metrics_text(d, body, capacity) : 0;
-            char head[256];
-            int n = snprintf(head, sizeof head,
-                             "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                             "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                             length);
-            if (send(fd, head, (size_t)n, MSG_NOSIGNAL) == n && length)
-                (void)!send(fd, body, length, MSG_NOSIGNAL);
-            free(body);
+    int64_t deadline_ms; /* closed then, whatever it is doing */
+    bool answering;      /* the request came: sending head, then body */
+    char head[256];
+    size_t head_length;
+    char *body; /* malloc'ed with the request; NULL: none (out of memory, or not yet) */
+    size_t body_length;
+    size_t sent; /* of head and body, in that order */
+};
+
+struct metrics_server {
+    struct larderd *daemon;
+    int listener; /* owned: closed by metrics_stop */
+    int stop;     /* an eventfd: written by metrics_stop, ends the thread */
+    pthread_t thread;
+    struct metrics_client clients[METRICS_CLIENTS];
+    int count; /* clients[0 .. count) are connected */
+};
+
+static void client_close(struct metrics_server *s, int i)
+{
+    close(s->clients[i].fd);
+    free(s->clients[i].body);
+    s->clients[i] = s->clients[--s->count];
+}
+
+/* Send what the socket takes of head and body: 1 when all went, 0 when the
+ * socket took no more, -1 when the connection is broken. */
+static int client_push(struct metrics_client *c)
+{
+    for (;;) {
+        const char *from;
+        size_t left;
+        if (c->sent < c->head_length) {
+            from = c->head + c->sent, left = c->head_length - c->sent;
+        } else {
+            size_t at = c->sent - c->head_length;
+            from = c->body + at, left = c->body_length - at;
         }
-        close(fd);
+        if (left == 0) return 1;
+        ssize_t n = send(c->fd, from, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        c->sent += (size_t)n;
     }
+}
+
+/* The request came (whatever it asks): its answer made, and sent as far as
+ * the socket takes it.  false: done (sent whole, or broken): close it. */
+static bool client_answer(struct metrics_server *s, struct metrics_client *c, int64_t now)
+{
+    c->body = malloc(METRICS_BODY);
+    c->body_length = c->body ? metrics_text(s->daemon, c->body, METRICS_BODY) : 0;
+    int n = snprintf(c->head, sizeof c->head,
+                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     c->body_length);
+    c->head_length = n > 0 && (size_t)n < sizeof c->head ? (size_t)n : 0;
+    c->answering = true;
+    c->deadline_ms = now + METRICS_ANSWER_MS;
+    return client_push(c) == 0;
+}
+
+/* What poll() said of client i: false: close it. */
+static bool client_event(struct metrics_server *s, int i, short revents, int64_t now)
+{
+    struct metrics_client *c = &s->clients[i];
+    if (c->answering) return !(revents & (POLLOUT | POLLERR | POLLHUP)) || client_push(c) == 0;
+    if (!(revents & (POLLIN | POLLERR | POLLHUP))) return true;
+    char request[2048]; /* read once and not parsed: any request gets the text */
+    ssize_t n = recv(c->fd, request, sizeof request, MSG_DONTWAIT);
+    if (n > 0) return client_answer(s, c, now);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
+/* Accept every pending connection; false when accept failed for want of
+ * descriptors or memory (the listener stays readable: wait before again). */
+static bool accept_clients(struct metrics_server *s, int64_t now)
+{
+    for (;;) {
+        int fd = accept4(s->listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+                   errno == ECONNABORTED;
+        if (s->count == METRICS_CLIENTS) {
+            close(fd); /* over the cap: the clients being served carry on */
+            continue;
+        }
+        s->clients[s->count++] =
+            (struct metrics_client){.fd = fd, .deadline_ms = now + METRICS_REQUEST_MS};
+    }
+}
+
+static void *serve(void *arg)
+{
+    struct metrics_server *s = arg;
+    struct pollfd fds[2 + METRICS_CLIENTS];
+    int64_t accept_again_ms = 0;
+    for (;;) {
+        int64_t now = now_ms();
+        int timeout = -1;
+        fds[0] = (struct pollfd){.fd = s->stop, .events = POLLIN};
+        /* a negative fd is left out by poll() */
+        fds[1] = (struct pollfd){.fd = now >= accept_again_ms ? s->listener : -1, .events = POLLIN};
+        if (fds[1].fd < 0) timeout = (int)(accept_again_ms - now);
+        for (int i = 0; i < s->count; i++) {
+            const struct metrics_client *c = &s->clients[i];
+            fds[2 + i] = (struct pollfd){.fd = c->fd, .events = c->answering ? POLLOUT : POLLIN};
+            int64_t left = c->deadline_ms > now ? c->deadline_ms - now : 0;
+            if (timeout < 0 || left < timeout) timeout = (int)left;
+        }
+        int count = s->count;
+        if (poll(fds, 2 + (nfds_t)count, timeout) < 0 && errno != EINTR) {
+            /* out of kernel memory, the one failure poll() can have here:
+             * again shortly, not in a spin */
+            fds[0].revents = 0, count = 0;
+            usleep(10000);
+        }
+        if (fds[0].revents) break;
+        now = now_ms();
+        /* from the last: client_close moves the last one into the slot freed */
+        for (int i = count - 1; i >= 0; i--) {
+            bool keep = client_event(s, i, fds[2 + i].revents, now);
+            if (!keep || now >= s->clients[i].deadline_ms) client_close(s, i);
+        }
+        if (fds[1].fd >= 0 && (fds[1].revents & POLLIN) && !accept_clients(s, now))
+            accept_again_ms = now + METRICS_RETRY_ACCEPT_MS;
+    }
+    while (s->count)
+        client_close(s, s->count - 1);
+    return NULL;
+}
+
+int metrics_start(struct larderd *d, int listener)
+{
+    struct metrics_server *s = calloc(1, sizeof *s);
+    if (!s) return -ENOMEM;
+    s->daemon = d;
+    s->listener = listener;
+    s->stop = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    int rc = s->stop < 0 ? -errno : -pthread_create(&s->thread, NULL, serve, s);
+    if (rc < 0) {
+        if (s->stop >= 0) close(s->stop);
+        free(s);
+        return rc;
+    }
+    d->metrics = s;
+    return 0;
+}
+
+void metrics_stop(struct larderd *d)
+{
+    struct metrics_server *s = d->metrics;
+    if (!s) return;
+    uint64_t one = 1;
+    if (write(s->stop, &one, sizeof one) < 0) { /* an eventfd's counter does not fill */
+    }
+    pthread_join(s->thread, NULL);
+    close(s->stop);
+    close(s->listener);
+    free(s);
+    d->metrics = NULL;
 }

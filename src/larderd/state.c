@@ -65,6 +65,7 @@ void larderd_classes_get(struct larderd *d, struct larder__pool_stats *out)
 
 void larderd_free(struct larderd *d)
 {
+    metrics_stop(d);       /* (main's done so already) its thread reads the datasets */
     connect_ahead_stop(d); /* its queued jobs dropped, its running ones over by their deadline */
     larder__pool_free(d->open_pool); /* the OPENs under way end: they use all below */
     d->open_pool = NULL;
