@@ -121,6 +121,13 @@ static int read_page(struct larder__mount_listing *l, struct larder__source *sou
     return 0;
 }
 
+/* Whether the listing is to end: the unmount, or its owner gave it up (an
+ * order replaced by the next epoch's waits for its listing to end). */
+static bool stopped(const struct larder__mount_listing *l)
+{
+    return l->m->stopping || (l->stop && atomic_load(l->stop));
+}
+
 /* Pages read ahead by FETCHERS threads, each taking the next not yet taken:
  * no barrier every few reads, so one stalled read holds up one thread. */
 struct fetch {
@@ -135,7 +142,7 @@ struct fetch {
 static void *run_fetcher(void *arg)
 {
     struct fetch *f = arg;
-    for (size_t i; (i = atomic_fetch_add(&f->next, 1)) < f->count && !f->l->m->stopping;) {
+    for (size_t i; (i = atomic_fetch_add(&f->next, 1)) < f->count && !stopped(f->l);) {
         atomic_fetch_add(&f->l->pages_prefetched, 1);
         read_page(f->l, f->source, f->pages[i], &f->data[i]); /* a failure: read later */
     }
@@ -249,7 +256,7 @@ static void prefetch_children(struct larder__mount_listing *l, struct larder__so
     size_t count = tree_children(l, node, length, level, PREFETCH_MAX);
     for (size_t i = 0; i < count; i++)
         parent[i] = address;
-    for (int depth = 0; depth < 8 && count > 0 && !l->m->stopping &&
+    for (int depth = 0; depth < 8 && count > 0 && !stopped(l) &&
                         atomic_load(&l->pages_prefetched) < PREFETCH_BUDGET;
          depth++) {
         fetch_pages(l, source, level, count);
@@ -283,7 +290,7 @@ int larder__mount_listing_read(void *context, uint64_t offset, void *buf, size_t
 {
     struct larder__mount_listing *l = context;
     struct larder__mount *m = l->m;
-    if (m->stopping) return -EINTR;
+    if (stopped(l)) return -EINTR;
     if (offset > l->size || length > l->size - offset) return LARDER_ETRUNCATED;
     struct larder__fill *fill = larder__dataset_fill(m->dataset);
     struct larder__source *source;

@@ -252,6 +252,7 @@ static uint64_t *listed_before(struct larder__mount_file_order *o, size_t *n, ui
 {
     uint64_t *copy = NULL;
     struct larder__mount_file_orders *r = o->registry;
+    if (atomic_load(&o->stop) || o->m->stopping) return NULL; /* its listing fails at once */
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->count && !copy; i++) {
         struct larder__mount_file_order *other = r->orders[i];
@@ -394,8 +395,10 @@ static void *run_listing(void *arg)
      * the same file then copies it (listed_before) */
     pthread_mutex_lock(&o->registry->listing);
     o->listing = (struct larder__mount_listing){
-        .m = o->m, .shard = o->shard, .base = o->base, .size = o->size};
-    int rc = larder__mount_listing_begin(&o->listing); /* one listing's pages at a time */
+        .m = o->m, .stop = &o->stop, .shard = o->shard, .base = o->base, .size = o->size};
+    /* stopped while it waited its turn (replaced, or the unmount): nothing to list */
+    int rc = atomic_load(&o->stop) || o->m->stopping ? -EINTR : 0;
+    if (rc == 0) rc = larder__mount_listing_begin(&o->listing); /* one listing's pages at a time */
     if (rc == 0) rc = list_members(o);
     larder__mount_listing_end(&o->listing);
     pthread_mutex_unlock(&o->registry->listing);
@@ -406,7 +409,7 @@ static void *run_listing(void *arg)
         free(o->early); /* never replayed: later reads note nothing */
         o->early = NULL;
         pthread_mutex_unlock(&o->lock);
-        if (!o->m->stopping)
+        if (!o->m->stopping && !atomic_load(&o->stop)) /* else given up, not failed */
             larder__mount_log(LARDER_LOG_WARN, "order for %s: %s", o->file, larder_errmsg());
     } else {
         larder__mount_log(
@@ -428,13 +431,22 @@ static void *run_listing(void *arg)
     return NULL;
 }
 
-static void order_free(struct larder__mount_file_order *o)
+/* Tell o's listing and resolvers to stop (they see it at their next read or wait). */
+static void order_stop(struct larder__mount_file_order *o)
 {
-    if (!o) return;
     pthread_mutex_lock(&o->lock);
     o->stop = true;
     pthread_cond_broadcast(&o->wake);
     pthread_mutex_unlock(&o->lock);
+}
+
+/* Stop o, wait for its thread, free it.  o must be out of the registry's
+ * array already: another order's listing reads the orders there
+ * (listed_before). */
+static void order_free(struct larder__mount_file_order *o)
+{
+    if (!o) return;
+    order_stop(o);
     pthread_join(o->thread, NULL);
     free(o->address), free(o->end), free(o->sorted), free(o->sorted_of), free(o->list);
     free(o->position_of), free(o->seen), free(o->lookup), free(o->asked), free(o->early);
@@ -456,8 +468,24 @@ int larder__mount_file_orders_new(struct larder__mount_file_orders **out)
 void larder__mount_file_orders_free(struct larder__mount_file_orders *r)
 {
     if (!r) return;
-    for (size_t i = 0; i < r->count; i++)
-        order_free(r->orders[i]);
+    /* Every order stopped first, and all of them out of the array before
+     * any is freed: freed one by one in place, the listings still waiting
+     * their turn (one at a time) then looked through the array for one
+     * listed before and read the orders freed (found by review; ASan,
+     * tests/cli/mount_hdf5_order_unmount.sh).  Stopped first, the waiting
+     * listings end at their turn instead of each listing in turn. */
+    struct larder__mount_file_order *orders[LARDER__MOUNT_FILE_ORDERS_MAX];
+    pthread_mutex_lock(&r->lock);
+    size_t count = r->count;
+    for (size_t i = 0; i < count; i++) {
+        orders[i] = r->orders[i];
+        r->orders[i] = NULL;
+        order_stop(orders[i]);
+    }
+    r->count = 0;
+    pthread_mutex_unlock(&r->lock);
+    for (size_t i = 0; i < count; i++)
+        order_free(orders[i]);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->listing);
     free(r);

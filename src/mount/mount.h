@@ -280,6 +280,7 @@ struct larder__mount_listing_symbol {
 #define LARDER__MOUNT_LISTING_MAX_SYMBOLS (UINT64_C(1) << 22) /* noted at most */
 struct larder__mount_listing {
     struct larder__mount *m;
+    const _Atomic bool *stop; /* set when its owner gives it up (reads then fail), or NULL */
     uint32_t shard;
     uint64_t base, size;                           /* the file: shard bytes [base, base + size) */
     _Atomic uint64_t pages_read, pages_prefetched; /* from the origin: in turn, ahead */
