@@ -24,6 +24,7 @@
 #include "pool.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -137,7 +138,8 @@ static void register_plan(struct larder_prefetch *p)
         total += shard.size;
     }
     p->step_bytes = ix->num_samples ? total / ix->num_samples : 0;
-    p->step_bytes *= params.global_batch / params.world;
+    if (!larder__mul_ok(p->step_bytes, params.global_batch / params.world, &p->step_bytes))
+        p->step_bytes = UINT64_MAX; /* a step over any capacity: a window of one */
     cut_window(p);
 }
 
@@ -146,7 +148,8 @@ static void *prefetch_thread(void *arg)
     struct larder_prefetch *p = arg;
     larder_plan_info info;
     larder_plan_info_get(p->plan, &info);
-    size_t capacity = info.local_batch ? (size_t)info.local_batch : 1;
+    size_t capacity =
+        info.local_batch ? (size_t)info.local_batch : 1; /* its bytes fit: prefetch_start */
     uint64_t *ids = malloc(capacity * sizeof *ids);
     pthread_mutex_lock(&p->lock);
     while (ids && !p->stopping) {
@@ -205,8 +208,19 @@ int larder_prefetch_start(larder_prefetch **out, larder_dataset *dataset, const 
     if (!larder__dataset_cached(dataset))
         return larder__fail(LARDER_EUSAGE, "prefetching needs a node cache to stage into "
                                            "(cache_dir or LARDER_CACHE)");
+    /* one step's ids are held at once (prefetch_thread): a local batch whose
+     * array's size wraps would be allocated short, or not at all */
+    larder_plan_info info;
+    uint64_t ids_bytes;
+    int rc = larder_plan_info_get(plan, &info);
+    if (rc < 0) return rc;
+    if (!larder__mul_ok(info.local_batch, sizeof(uint64_t), &ids_bytes) || ids_bytes > SIZE_MAX)
+        return larder__fail(LARDER_EUSAGE,
+                            "larder_prefetch_start: a local batch of %" PRIu64
+                            " samples is more than a step's ids can hold",
+                            info.local_batch);
     struct larder__pool *pool;
-    int rc = larder__dataset_pool_get(dataset, &pool);
+    rc = larder__dataset_pool_get(dataset, &pool);
     if (rc < 0) return rc;
     struct larder_prefetch *p = calloc(1, sizeof *p);
     if (!p) return -ENOMEM;

@@ -21,6 +21,7 @@
  */
 #include "hdf5_order.h"
 
+#include "common.h"
 #include "dataset.h"
 #include "fill.h"
 #include "hdf5_layout.h"
@@ -208,8 +209,11 @@ static void *run_resolver(void *arg)
     struct larder__mount_hdf5_extent extents[MEMBER_EXTENTS];
     pthread_mutex_lock(&o->lock);
     while (!o->stop && !o->m->stopping) {
-        size_t ahead = (size_t)(o->window * (o->batch / o->world));
-        size_t target = o->position + ahead < o->length ? o->position + ahead : o->length;
+        /* a torch batch may exceed the members (one short batch): the
+         * window is then the whole list, not a product that wraps */
+        uint64_t ahead;
+        if (!larder__mul_ok(o->window, o->batch / o->world, &ahead)) ahead = UINT64_MAX;
+        size_t target = ahead < o->length - o->position ? o->position + (size_t)ahead : o->length;
         if (o->staged_until < o->position) o->staged_until = o->position;
         if (o->staged_until >= o->length) break; /* every member asked: done for good */
         if (o->staged_until >= target) {

@@ -168,6 +168,18 @@ int larder__mount_order_register(struct larder__mount *m, const char *text, size
         larder__mount_log(LARDER_LOG_INFO, "order registered: %s", line);
         return 0;
     }
+    /* A plan's epoch is whole global batches (no padding here): a batch over
+     * the samples has no step at all, and one of 2^64 - 1 over a world of
+     * 2^32 - 1 had the prefetcher allocate its batch of 2^32 + 1 ids (found by
+     * review: the mount died).  The world divides the batch, so a world over
+     * the samples is refused with it. */
+    uint64_t samples = larder_num_samples(m->dataset);
+    if (batch > samples || world > samples)
+        return larder__fail(LARDER_EUSAGE,
+                            "batch=%llu world=%llu: a global batch (and world) of at most the "
+                            "index's %llu samples",
+                            (unsigned long long)batch, (unsigned long long)world,
+                            (unsigned long long)samples);
     larder_plan_options po = {.version = LARDER_PLAN_OPTIONS_VERSION,
                               .mode = mode,
                               .seed = seed,
