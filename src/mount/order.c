@@ -79,27 +79,37 @@ void larder__mount_order_free(struct larder__mount_order *o)
     free(o);
 }
 
-/* The value of `name=` in the words of text[0..length), copied into value. */
-static bool word(const char *text, const char *name, char *value, size_t capacity)
+/*
+ * The value of `name=` in the words of text, copied into value: 1, 0 when
+ * absent (value untouched), or LARDER_EUSAGE when it does not fit.  Too
+ * long is not absent: taken so, rank= of 32 digits registered rank 0, a
+ * long mode= the global plan, and a file= of 256 bytes a sample order of
+ * the whole index (found by review).
+ */
+static int word(const char *text, const char *name, char *value, size_t capacity)
 {
     size_t n = strlen(name);
     for (const char *p = text; (p = strstr(p, name)); p += n) {
         if ((p == text || p[-1] == ' ' || p[-1] == '\t') && p[n] == '=') {
             size_t length = strcspn(p + n + 1, " \t\r\n");
-            if (length >= capacity) return false;
+            if (length >= capacity)
+                return larder__fail(LARDER_EUSAGE,
+                                    "%s=: a value of %zu bytes, over the %zu allowed", name, length,
+                                    capacity - 1);
             memcpy(value, p + n + 1, length);
             value[length] = '\0';
-            return true;
+            return 1;
         }
     }
-    return false;
+    return 0;
 }
 
 /* The number after `name=`: 0, 1 when absent (*v untouched), or LARDER_EUSAGE. */
 static int number(const char *text, const char *name, uint64_t *v)
 {
     char value[32];
-    if (!word(text, name, value, sizeof value)) return 1;
+    int rc = word(text, name, value, sizeof value);
+    if (rc <= 0) return rc < 0 ? rc : 1;
     char *end;
     errno = 0;
     unsigned long long x = strtoull(value, &end, 10);
@@ -125,7 +135,7 @@ int larder__mount_order_register(struct larder__mount *m, const char *text, size
         rc = number(line, names[i], values[i]);
     if (rc < 0) return rc;
     char mode_name[16] = "global";
-    word(line, "mode", mode_name, sizeof mode_name);
+    if ((rc = word(line, "mode", mode_name, sizeof mode_name)) < 0) return rc;
     int mode = strcmp(mode_name, "global") == 0     ? LARDER_PLAN_GLOBAL
                : strcmp(mode_name, "locality") == 0 ? LARDER_PLAN_LOCALITY
                : strcmp(mode_name, "none") == 0     ? LARDER_PLAN_NONE
@@ -145,10 +155,12 @@ int larder__mount_order_register(struct larder__mount *m, const char *text, size
     if (!m->cached)
         return larder__fail(LARDER_EUSAGE, "a registered order needs a node cache (--cache)");
     char file[256], group[256] = "/", dataset[256] = "", sampler[16] = "";
-    if (word(line, "file", file, sizeof file)) { /* the members or rows of one HDF5 file */
-        word(line, "group", group, sizeof group);
-        word(line, "dataset", dataset, sizeof dataset);
-        word(line, "sampler", sampler, sizeof sampler);
+    if ((rc = word(line, "file", file, sizeof file)) < 0) return rc;
+    if (rc == 1) { /* the members or rows of one HDF5 file */
+        if ((rc = word(line, "group", group, sizeof group)) < 0 ||
+            (rc = word(line, "dataset", dataset, sizeof dataset)) < 0 ||
+            (rc = word(line, "sampler", sampler, sizeof sampler)) < 0)
+            return rc;
         if (strcmp(sampler, "torch") != 0)
             return larder__fail(LARDER_EUSAGE,
                                 "file=%s: sampler=torch (PyTorch's "

@@ -4,7 +4,10 @@
 # the mount stays up.
 #  - a global batch over the index's samples (20 here): a plan of no step;
 #    batch=2^64-1 over world=2^32-1 had the prefetcher allocate a batch of
-#    2^32 + 1 ids, and the mount died.
+#    2^32 + 1 ids, and the mount died;
+#  - a value longer than its field: taken as absent, rank= of 32 digits
+#    registered rank 0, a long mode= the global plan, and a file= of 256
+#    bytes registered a sample order of the whole index.
 # A batch of exactly the 20 samples is taken, and is then the only line
 # listed.
 source "$(dirname "$0")/lib.sh"
@@ -17,10 +20,16 @@ samples=$("$LARDER" inspect packed/index.larder --json |
 [ "$samples" -eq 20 ] || fail "the index holds $samples samples, not 20"
 mount_larder o "$WORK/packed/index.larder" --cache "$WORK/cache-o"
 
+long_rank=$(printf '0%.0s' $(seq 31))1 # 32 characters, the number 1
+long_mode=$(printf 'x%.0s' $(seq 16)) # 16 characters
+long_file=$(printf 'a%.0s' $(seq 256)) # 256 bytes
 refused=(
   "seed=1 epoch=0 rank=0 world=4294967295 batch=18446744073709551615|batch=18446744073709551615 world=4294967295: a global batch (and world) of at most the index's 20 samples"
   "seed=1 epoch=0 rank=0 world=1 batch=21|batch=21 world=1: a global batch (and world) of at most the index's 20 samples"
   "seed=1 epoch=0 rank=0 world=21 batch=21|batch=21 world=21: a global batch (and world) of at most"
+  "seed=1 epoch=0 rank=$long_rank world=2 batch=4|rank=: a value of 32 bytes, over the 31 allowed"
+  "seed=1 epoch=0 rank=0 world=1 batch=4 mode=$long_mode|mode=: a value of 16 bytes, over the 15 allowed"
+  "file=$long_file sampler=torch seed=1 epoch=0 rank=0 world=1 batch=4|file=: a value of 256 bytes, over the 255 allowed"
 )
 for entry in "${refused[@]}"; do
   line=${entry%%|*} why=${entry#*|}
