@@ -96,6 +96,9 @@ struct larder__mount {
     /* one bit per sample that passed larder__mount_check_cached; made on
      * first use, freed with the mount */
     _Atomic uint64_t *_Atomic checked;
+    /* the largest sample that cache_check.c fetches again whole when its
+     * cached bytes fail; 0: REPAIR_LIMIT, 256 MiB (tests set less) */
+    uint64_t repair_limit;
     /* counters, for the log line at unmount */
     _Atomic uint64_t reads, read_bytes, read_errors, readahead_bytes;
 };
