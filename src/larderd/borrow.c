@@ -12,9 +12,10 @@
  * and kept, once, by whichever READ claims it first; the other READs of
  * that chunk at its class or a less urgent one wait for it (no lock
  * held), then find their bytes resident and are answered from the cache.
- * A READ of whole chunks borrows them itself, in one transfer already.
- * At most CHUNK_SLOTS chunks are staged at once (each holds two buffers
- * of a chunk); past that, a READ borrows its own bytes.
+ * A READ of exactly one whole chunk stages it the same way (its other
+ * READs wait for it); a READ of several chunks borrows them itself, in
+ * one transfer per owner already.  At most CHUNK_SLOTS chunks are staged
+ * at once; past that, a READ borrows its own bytes.
  *
  * Only for a cache that evicts nothing (no --cache-size, no
  * --borrow-size): with a capacity, bytes no reader asked for would push
@@ -34,9 +35,15 @@
 #include <stdlib.h>
 #include <time.h>
 
-/* whole chunks staged at once, node-wide: a few keep the cores busy, and
- * their buffers (bigbuf.h) are reused rather than faulted in afresh */
-#define CHUNK_SLOTS 4
+/* whole chunks (or pieces) staged at once, node-wide.  A READ finding
+ * none free borrows its own bytes, which no other READ can wait for: with
+ * 4, the restart storm's readers (16 a node, 16 READs of 4 MiB each in
+ * flight, bench/restart.sh) had owners send each chunk 2-6 times; 16 bring
+ * it to about once.  At DEMAND a staging is received in place (rooms,
+ * fill_inplace.c), at other classes into a buffer (bigbuf.h): the first
+ * RESERVED_BUFFERS of those are made at start */
+#define CHUNK_SLOTS 16
+#define RESERVED_BUFFERS 4
 /* room on either side of a staged chunk's span for neighbours its fill takes in */
 #define SPAN_SLACK ((uint64_t)1 << 20)
 #define CHUNK_WAIT_MS 60000 /* a READ waits this long at most for another's chunk */
@@ -209,7 +216,7 @@ void borrow_reserve_buffers(const struct larderd *d)
      * kept buffer that fits.  Measured on bench/peer.sh's borrowing-only
      * run with fresh daemons: node 1's minor faults during the run 6500-
      * 10000 (26-40 MiB), most of them recv into the slots' fresh spans */
-    larder__bigbuf_reserve(CHUNK_SLOTS, LARDER__OWNER_CHUNK + 2 * SPAN_SLACK + (1u << 20));
+    larder__bigbuf_reserve(RESERVED_BUFFERS, LARDER__OWNER_CHUNK + 2 * SPAN_SLACK + (1u << 20));
 }
 
 /* The ring's entry for that chunk, or NULL; call with slots_lock held. */
@@ -562,11 +569,31 @@ bool borrow_whole_chunks(struct dataset_entry *e, struct connection *c, uint32_t
         if (end > size) end = size;
         uint64_t want_lo = start > offset ? start : offset;
         uint64_t want_hi = end < offset + length ? end : offset + length;
-        /* this node's, or all of it asked for: the READ's own borrow takes it in one */
-        if (owns_chunk(e, shard, chunk) || (want_lo == start && want_hi == end)) continue;
+        if (owns_chunk(e, shard, chunk)) continue; /* from the origin, under the fill's locks */
         uint64_t a, b; /* what the READ needs of this chunk: resident yet? */
         if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) != 0)
             continue;
+        /* a READ of this whole chunk and nothing else: staged in one
+         * transfer under the chunk's slot, so that the other READs of it
+         * wait for this one (claim) instead of each borrowing the chunk
+         * itself, and received in place at DEMAND.  Left to the READ's own
+         * borrow (borrow_ahead, not single-flighted), 16 readers of a
+         * checkpoint on a node asking for its chunks at once had the owner
+         * send each chunk 11-16 times (bench/restart.sh's storm: 24 GB sent
+         * to each daemon for 1.5 GB borrowed).  With no slot free, the READ
+         * borrows its own bytes as before.  A READ over several chunks
+         * still borrows its other owners' whole chunks itself, at once
+         * (one transfer per owner, the owners side by side). */
+        if (want_lo == start && want_hi == end) {
+            if (offset != start || offset + length != end) continue;
+            struct chunk_slot *slot = claim(e, shard, start, end, priority, &deadline, false);
+            if (!slot) continue; /* staged by another READ meanwhile, or its own bytes */
+            if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)
+                stage_chunk(e, shard, start, end, priority);
+            release(slot);
+            staged = true;
+            continue;
+        }
         uint64_t piece = shard_piece(e, shard);
         pthread_mutex_lock(&slots_lock);
         bool busy = find_slot(e, shard, start, end) != NULL, again = asked_before(e, shard, chunk);
