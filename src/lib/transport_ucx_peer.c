@@ -171,6 +171,17 @@ static int make_path(struct larder__ucx_peer *p, int lane, struct path **out, in
     if (rc == 0 && poll(&poll_fd, 1, timeout_ms) != 1) rc = -ETIMEDOUT;
     if (rc == 0) rc = recv_all(fd, frame, LARDER__WIRE_HEADER);
     if (rc == 0) rc = larder__wire_header(frame, LARDER__WIRE_HEADER, &answer);
+    /* only the offer's answer (its request), and only what this buffer
+     * holds: the header's check bounds a length by the frame's type, and a
+     * DATA or STATS frame may be megabytes (one was received past this
+     * buffer: found by review) */
+    if (rc == 0 && (answer.request != 4 ||
+                    (answer.type != LARDER__UCX_ACCEPT && answer.type != LARDER__ERROR) ||
+                    answer.length > LARDER__WIRE_PROOF + LARDER__WIRE_MAX_UCX))
+        rc = larder__fail(LARDER_EPROTOCOL,
+                          "a frame of type %u and %u bytes for request %llu "
+                          "answered UCX_OFFER",
+                          answer.type, answer.length, (unsigned long long)answer.request);
     if (rc == 0) rc = recv_all(fd, frame + LARDER__WIRE_HEADER, answer.length);
     if (rc == -ETIMEDOUT) { /* a hung peer: its failure */
         free(frame);

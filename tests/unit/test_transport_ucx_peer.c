@@ -52,6 +52,7 @@ struct fake {
     int fds[MAX_CONNS + 1]; /* each accepted connection's, by number (1 on) */
     int drop_conn;          /* this connection is closed unanswered */
     int refuse_conn;        /* this connection's UCX_OFFER is answered by closing it */
+    int oversize_conn;      /* ...answered with a DATA frame of 1 MiB (no offer's answer) */
     int hold_conn;          /* this connection's UCX_OFFER waits for `release`... */
     bool holding, release;  /* ...(3 s at most) */
     int stall_conn;         /* UCX READs of this connection's session are not answered */
@@ -110,8 +111,18 @@ static bool accept_offer(int conn, int fd, uint64_t request, const uint8_t *addr
         }
         fake.holding = false;
     }
+    bool oversize = conn == fake.oversize_conn;
     pthread_mutex_unlock(&fake.lock);
     if (refuse) return false;
+    if (oversize) { /* a frame over what an offer's answer may hold, of a type it is not */
+        size_t n = (size_t)1 << 20;
+        uint8_t *frame = malloc(LARDER__WIRE_HEADER + n);
+        larder__wire_encode_header(frame, LARDER__WIRE_HEADER, LARDER__DATA, (uint32_t)n, request);
+        memset(frame + LARDER__WIRE_HEADER, 0x41, n);
+        bool sent = send_exact(fd, frame, LARDER__WIRE_HEADER + n);
+        free(frame);
+        return sent;
+    }
     uint8_t token[LARDER__UCX_TOKEN];
     CHECK_EQ(
         larder__ucx_session_new(fake.hub, (void *)(intptr_t)conn, address, length, token, session),
@@ -301,6 +312,22 @@ TEST(ucx_peer_lane_that_cannot_be_made_leaves_the_other)
         pthread_mutex_unlock(&fake.lock);
         stop(borrower, endpoint);
     }
+}
+
+/* The first lane's offer is answered with a DATA frame of 1 MiB, not a
+ * UCX_ACCEPT: refused unread, and every READ is answered byte-exact all
+ * the same, the peer not marked down.  It was received into the offer's
+ * 4 KiB buffer (found by review; under ASan a heap-buffer-overflow). */
+TEST(ucx_peer_offer_answered_with_another_frame_is_refused_unread)
+{
+    struct larder__ucx *borrower;
+    struct larder__endpoint *endpoint;
+    start(&borrower, &endpoint);
+    fake.oversize_conn = 1;
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ(read_at(endpoint, (uint64_t)i * 70000 + 11), 0);
+    CHECK(!larder__endpoint_down(endpoint));
+    stop(borrower, endpoint);
 }
 
 struct slow_read {
