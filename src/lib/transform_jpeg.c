@@ -41,7 +41,9 @@
  * progressive frame (SOF2, 6, 10, 14), or a sequential one whose first
  * scan has fewer components than the frame.  Walks the markers up to the
  * first SOS; *components is the frame's.  0, or -1 when they cannot be
- * walked (the decoder then fails on its own).
+ * walked: then the JPEG is refused, not decoded unbounded (a TEM marker,
+ * which has no length and libjpeg passes over, made the walk fail and the
+ * bound was skipped: found by review).
  */
 static int jpeg_buffers_whole(const void *data, size_t length, bool *whole, int *components)
 {
@@ -55,6 +57,10 @@ static int jpeg_buffers_whole(const void *data, size_t length, bool *whole, int 
         uint8_t marker = b[at + 1];
         if (marker == 0xFF) { /* fill */
             at++;
+            continue;
+        }
+        if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) { /* TEM, RSTn: no length */
+            at += 2;
             continue;
         }
         size_t segment = ((size_t)b[at + 2] << 8) | b[at + 3];
@@ -123,7 +129,10 @@ static int jpeg_header(tjhandle tj, const struct jpeg_state *state, const larder
                                        (unsigned long long)MAX_SOURCE_PIXELS);
     bool whole;
     int components;
-    if (jpeg_buffers_whole(data, (size_t)f->length, &whole, &components) == 0 && whole &&
+    if (jpeg_buffers_whole(data, (size_t)f->length, &whole, &components) != 0)
+        return larder__transform_error(error, error_size, LARDER_EUNSUPPORTED,
+                                       "JPEG whose markers do not lead to its first scan");
+    if (whole &&
         (uint64_t)*width * (uint64_t)*height * (uint64_t)components * 2 > MAX_COEFFICIENT_BYTES)
         return larder__transform_error(
             error, error_size, LARDER_EUNSUPPORTED,

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <turbojpeg.h>
 
 static int parse(const char *spec, struct larder__transform *t)
 {
@@ -201,6 +202,58 @@ TEST(transform_jpeg_hostile)
                                    0x11, 0x01, 0x03, 0x11, 0x01, 0xff, 0xd9};
     CHECK(run_one("jpeg_decode_resize:8", "jpg", huge, sizeof huge, &out) < 0);
     CHECK(run_one("jpeg_decode_resize:8", "jpg", huge, 3, &out) < 0);
+}
+
+/* A progressive JPEG whose header says 8192 x 8192 pixels, 3 components
+ * (its coefficients would take 384 MiB; at most 96 MiB are let through,
+ * docs/transforms.md): made by libturbojpeg at 16 x 16, its frame's size
+ * then written over.  In *length, its bytes; with `tem`, a TEM marker (FF
+ * 01, no length field) right after SOI, which libjpeg passes over. */
+static uint8_t *progressive_jpeg_claiming_8192(bool tem, size_t *length)
+{
+    tjhandle tj = tjInitCompress();
+    uint8_t pixels[16 * 16 * 3], *jpeg = NULL;
+    for (size_t i = 0; i < sizeof pixels; i++)
+        pixels[i] = (uint8_t)(i * 7);
+    unsigned long size = 0;
+    CHECK_EQ(tjCompress2(tj, pixels, 16, 0, 16, TJPF_RGB, &jpeg, &size, TJSAMP_444, 90,
+                         TJFLAG_PROGRESSIVE),
+             0);
+    tjDestroy(tj);
+    uint8_t *out = malloc(size + 2);
+    size_t at = 0;
+    out[at++] = 0xff, out[at++] = 0xd8;
+    if (tem) out[at++] = 0xff, out[at++] = 0x01;
+    memcpy(out + at, jpeg + 2, size - 2);
+    *length = at + size - 2;
+    tjFree(jpeg);
+    bool found = false;
+    for (size_t i = 2; i + 9 < *length && !found; i++)
+        if (out[i] == 0xff && out[i + 1] == 0xc2) { /* SOF2: P, height, width */
+            out[i + 5] = 0x20, out[i + 6] = 0x00, out[i + 7] = 0x20, out[i + 8] = 0x00;
+            found = true;
+        }
+    CHECK(found);
+    return out;
+}
+
+/* The coefficient bound holds whatever comes between SOI and the frame:
+ * a TEM marker made the marker walk fail and the bound was skipped (the
+ * JPEG decoded with its coefficients whole, 447 MiB at 8192 x 8192: found
+ * by review).  Both forms are refused, before libjpeg decodes anything. */
+TEST(transform_jpeg_progressive_bound_holds_past_parameterless_markers)
+{
+    larder_transformed *out = NULL;
+    for (int tem = 0; tem < 2; tem++) {
+        size_t n;
+        uint8_t *jpeg = progressive_jpeg_claiming_8192(tem, &n);
+        CHECK_EQ(run_one("jpeg_decode_resize:8", "jpg", jpeg, n, &out), LARDER_EUNSUPPORTED);
+        CHECK(strstr(larder_errmsg(), "coefficients would take 402653184 bytes"));
+        free(jpeg);
+    }
+    /* a JPEG whose markers cannot be walked to its first scan is refused */
+    static const uint8_t cut[] = {0xff, 0xd8, 0xff, 0xc2, 0x00, 0x11, 0x08, 0x20, 0x00};
+    CHECK_EQ(run_one("jpeg_decode_resize:8", "jpg", cut, sizeof cut, &out), LARDER_EUNSUPPORTED);
 }
 
 TEST(transform_result_decode_hostile)
