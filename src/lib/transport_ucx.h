@@ -54,6 +54,11 @@ LARDER__HIDDEN size_t larder__ucx_num_conns(struct larder__ucx *hub);
 /* At most `most` endpoints (default 4096; for tests): when the list is
  * full, the endpoints no link or session holds are closed to make room. */
 LARDER__HIDDEN void larder__ucx_set_max_conns(struct larder__ucx *hub, size_t most);
+/* Send the worker at `address` an ANSWER to READ `id` carrying `bytes`, on
+ * an endpoint of this hub's, as any worker that reached it could (for
+ * tests: a stray or forged answer); 0 or a negative code. */
+LARDER__HIDDEN int larder__ucx_answer_to(struct larder__ucx *hub, const void *address,
+                                         size_t length, uint64_t id, const void *bytes, size_t n);
 /* This worker's address (valid while the hub is), to send in a UCX_OFFER or UCX_ACCEPT. */
 LARDER__HIDDEN void larder__ucx_address(const struct larder__ucx *hub, const void **address,
                                         size_t *length);

@@ -7,6 +7,7 @@
 #include "transport_ucx_internal.h"
 
 #include <errno.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,8 +194,21 @@ int larder__ucx_link_read(struct larder__ucx_link *l, const struct larder__read 
     uint8_t frame[LARDER__WIRE_HEADER + READ_PAYLOAD];
     int n = larder__wire_encode_read(frame, sizeof frame, 0, read);
     if (n != (int)sizeof frame) return n < 0 ? n : LARDER_EPROTOCOL;
+    /* the answer is matched by this id alone, from whatever endpoint it
+     * came: an unguessable one, so that another worker that reached this
+     * one (any peer it offered a path to) cannot answer a READ it was not
+     * sent.  Sequential ids let one complete READs to other members with
+     * its own bytes or errors (found by review); 64 random bits make a
+     * clash among the READs pending negligible. */
+    uint64_t id = 0;
+    while (id == 0)
+        if (RAND_bytes((unsigned char *)&id, sizeof id) != 1) {
+            pthread_mutex_lock(&hub->lock); /* no randomness: at least not 1, 2, 3... */
+            id = ++hub->next_id * UINT64_C(0x9E3779B97F4A7C15);
+            pthread_mutex_unlock(&hub->lock);
+        }
     pthread_mutex_lock(&hub->lock);
-    p.id = ++hub->next_id;
+    p.id = id;
     p.next = hub->pending;
     hub->pending = &p;
     pthread_mutex_unlock(&hub->lock);

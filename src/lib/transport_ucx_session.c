@@ -185,6 +185,16 @@ void larder__ucx_set_max_conns(struct larder__ucx *hub, size_t most)
     hub->max_conns = most;
 }
 
+int larder__ucx_answer_to(struct larder__ucx *hub, const void *address, size_t length, uint64_t id,
+                          const void *bytes, size_t n)
+{
+    struct larder__ucx_conn *c = larder__ucx_conn_get(hub, address, length);
+    if (!c) return -ECONNREFUSED;
+    uint8_t header[ANSWER_HEADER] = {0};
+    larder__put_le64(header, id);
+    return larder__ucx_send(hub, c->ep, AM_ANSWER, header, sizeof header, bytes, n, NULL, NULL);
+}
+
 void larder__ucx_conns_close(struct larder__ucx *hub)
 {
     pthread_mutex_lock(&hub->conns_lock);
@@ -337,6 +347,13 @@ int larder__ucx_answer_file(struct larder__ucx_session *s, uint64_t request, int
 void larder__ucx_set_max_conns(struct larder__ucx *hub, size_t most)
 {
     (void)hub, (void)most;
+}
+
+int larder__ucx_answer_to(struct larder__ucx *hub, const void *address, size_t length, uint64_t id,
+                          const void *bytes, size_t n)
+{
+    (void)hub, (void)address, (void)length, (void)id, (void)bytes, (void)n;
+    return LARDER_EUNSUPPORTED;
 }
 
 int larder__ucx_session_new(struct larder__ucx *hub, void *owner, const void *address,

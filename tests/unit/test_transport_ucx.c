@@ -377,6 +377,62 @@ TEST(ucx_full_list_makes_room_from_idle_endpoints)
     larder__ucx_stop(daemon);
 }
 
+/* A worker that reached the borrower's (another member it offered a path
+ * to) sends ANSWERs with ids it guesses, 1 to 256, on its own endpoint.
+ * The borrower's READ to the daemon, which never answers, must not take
+ * any of them: ids were sequential, and the first such ANSWER completed
+ * it with the other worker's bytes (found by review). */
+static void serve_never(void *owner, struct larder__ucx_session *s, uint64_t request,
+                        const struct larder__read *read)
+{
+    (void)owner, (void)s, (void)request, (void)read;
+    __atomic_add_fetch(&served, 1, __ATOMIC_RELAXED);
+}
+
+struct spoofer {
+    struct larder__ucx *hub;
+    const void *address;
+    size_t length;
+};
+
+static void *spoof(void *arg)
+{
+    struct spoofer *x = arg;
+    while (__atomic_load_n(&served, __ATOMIC_RELAXED) == 0) /* the READ is pending */
+        usleep(1000);
+    uint8_t bytes[64];
+    memset(bytes, 0x66, sizeof bytes);
+    for (uint64_t id = 1; id <= 256; id++)
+        CHECK_EQ(larder__ucx_answer_to(x->hub, x->address, x->length, id, bytes, sizeof bytes), 0);
+    return NULL;
+}
+
+TEST(ucx_answer_from_another_worker_completes_no_read)
+{
+    struct larder__ucx *daemon, *borrower, *other;
+    start_pair(&daemon, &borrower);
+    if (larder__ucx_start(&other) < 0) SKIP("UCX has no usable transport here");
+    larder__ucx_serve(daemon, serve_never);
+    struct larder__ucx_session *session;
+    struct larder__ucx_link *link;
+    connect_pair(daemon, borrower, &session, &link);
+    struct spoofer x = {.hub = other};
+    larder__ucx_address(borrower, &x.address, &x.length);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, spoof, &x), 0);
+    uint8_t buf[64] = {0};
+    bool fault;
+    int rc = read_range(link, 0, sizeof buf, buf, 1500, &fault);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK(rc != 0);        /* the daemon never answered: timed out */
+    CHECK(buf[0] != 0x66); /* none of the other worker's bytes */
+    larder__ucx_link_free(link);
+    larder__ucx_session_free(session);
+    larder__ucx_stop(other);
+    larder__ucx_stop(borrower);
+    larder__ucx_stop(daemon);
+}
+
 static int warnings; /* larder's log lines at WARN or worse, during the test below */
 
 static void count_warning(void *userdata, int level, const char *message)
