@@ -139,7 +139,11 @@ static int borrow(struct larder__source *source, uint64_t offset, uint64_t lengt
     for (uint64_t at = offset; at < end && k < n;) {
         uint64_t stop = (at / s->chunk_size + 1) * s->chunk_size;
         size_t piece = (size_t)((stop < end ? stop : end) - at);
-        if (larder__stripe_owner_peer(s,
+        /* the owners' peers are asked again: one that failed to open in the
+         * first pass (out of memory) may be open now, but the buffer holds
+         * what that pass counted and no more (found by review) */
+        if ((base || used + piece <= peer_bytes) &&
+            larder__stripe_owner_peer(s,
                                       s->owner(s->owner_context, s->shard, at / s->chunk_size))) {
             pieces[k++] =
                 (struct larder__extent){base ? base + (at - offset) : bytes + used, at, piece};
