@@ -14,17 +14,31 @@
  * the policy, latency window and budget are source_hedge.h's, shared with
  * the wrapper, and larder__source_open does not wrap HTTP again.
  *
+ * Redirects: an origin is asked for one URL, the one confinement
+ * (confine.h, --allow) let through, and its answer must not send larder
+ * elsewhere: to another host or port (an internal service, the cloud's
+ * metadata address), to another scheme (https down to http, ftp), or
+ * round a loop.  So a redirect is followed only to the same scheme, host
+ * and port as the URL requested, at most HTTP_MAX_REDIRECTS times; each
+ * hop is checked before curl connects for it and again before it sends
+ * the request (a connection kept from earlier is reused without
+ * connecting).  A signed request (S3) is never redirected: its signature
+ * and x-amz-security-token would go along.  A redirect refused fails at
+ * once, naming where it led.
+ *
  * This file holds the source itself: its handles, one request (HEAD, a
  * whole GET) with its retries and the verdict on an answer, size, stream
  * and lifetime.  The vectored range read is source_http_range.c's.
  */
 #include "source_http_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +46,9 @@
  * base * 2^attempt with full jitter. */
 #define HTTP_ATTEMPTS 4
 #define HTTP_BACKOFF_MS 50
+/* Redirects followed for one request, all on the origin (see above):
+ * enough for a server's own rewrites, few enough that a loop fails fast. */
+#define HTTP_MAX_REDIRECTS 5
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void)
@@ -100,13 +117,81 @@ static size_t on_header(char *data, size_t size, size_t count, void *userdata)
         const char *space = memchr(data, ' ', n);
         b->status_seen = space ? strtol(space + 1, NULL, 10) : 0;
         b->content_range[0] = '\0';
+        b->location[0] = '\0';
     }
     if (n > 14 && strncasecmp(data, "content-range:", 14) == 0) {
         size_t k = n - 14 < sizeof b->content_range - 1 ? n - 14 : sizeof b->content_range - 1;
         memcpy(b->content_range, data + 14, k);
         b->content_range[k] = '\0';
     }
+    if (n > 9 && strncasecmp(data, "location:", 9) == 0) { /* for messages only */
+        const char *value = data + 9;
+        size_t k = n - 9;
+        while (k && (*value == ' ' || *value == '\t'))
+            value++, k--;
+        while (k && (value[k - 1] == '\r' || value[k - 1] == '\n' || value[k - 1] == ' '))
+            k--;
+        snprintf(b->location, sizeof b->location, "%.*s", (int)k, value);
+    }
     return n;
+}
+
+/*
+ * `url`'s origin as "scheme://host:port", lower-cased, the port written
+ * out even when it is the scheme's default (curl's own parser, so it
+ * reads the URL as curl will request it).  false when it cannot be parsed
+ * or does not fit.
+ */
+static bool origin_of(const char *url, char *out, size_t capacity)
+{
+    CURLU *parsed = curl_url();
+    char *scheme = NULL, *host = NULL, *port = NULL;
+    bool ok = parsed && curl_url_set(parsed, CURLUPART_URL, url, 0) == CURLUE_OK &&
+              curl_url_get(parsed, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+              curl_url_get(parsed, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+              curl_url_get(parsed, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
+    if (ok) {
+        int length = snprintf(out, capacity, "%s://%s:%s", scheme, host, port);
+        ok = length > 0 && (size_t)length < capacity;
+    }
+    for (char *c = out; ok && *c; c++)
+        *c = (char)tolower((unsigned char)*c);
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(parsed);
+    return ok;
+}
+
+/* Whether the request curl is about to make (the first, or a redirect's)
+ * stays on the origin; else the URL is kept in b->refused for the message. */
+static bool stays_on_origin(struct body *b)
+{
+    char *url = NULL, origin[sizeof((struct http_source *)0)->origin];
+    curl_easy_getinfo(b->curl, CURLINFO_EFFECTIVE_URL, &url);
+    if (url && b->origin[0] && origin_of(url, origin, sizeof origin) &&
+        strcmp(origin, b->origin) == 0)
+        return true;
+    snprintf(b->refused, sizeof b->refused, "%s", url ? url : "(unknown)");
+    return false;
+}
+
+/* Before curl connects for a request: a hop off the origin gets no socket
+ * (the transfer fails with CURLE_COULDNT_CONNECT; b->refused says why). */
+static curl_socket_t open_socket(void *userdata, curlsocktype purpose,
+                                 struct curl_sockaddr *address)
+{
+    (void)purpose;
+    if (!stays_on_origin(userdata)) return CURL_SOCKET_BAD;
+    return socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+}
+
+/* Before curl sends a request, also on a connection kept from earlier. */
+static int before_request(void *userdata, char *remote_ip, char *local_ip, int remote_port,
+                          int local_port)
+{
+    (void)remote_ip, (void)local_ip, (void)remote_port, (void)local_port;
+    return stays_on_origin(userdata) ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT;
 }
 
 /*
@@ -135,7 +220,20 @@ void larder__http_setup(CURL *curl, const struct http_source *h, struct body *b)
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, b);
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(curl, CURLOPT_HEADERDATA, b);
-    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+    b->curl = curl;
+    b->origin = h->origin;
+    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(curl, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(curl, CURLOPT_OPENSOCKETDATA, b);
+    curl_easy_setopt(curl, CURLOPT_PREREQFUNCTION, before_request);
+    curl_easy_setopt(curl, CURLOPT_PREREQDATA, b);
+    if (!h->signer.apply) { /* a signed request is never redirected (see the top) */
+        curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(curl, CURLOPT_MAXREDIRS, (long)HTTP_MAX_REDIRECTS);
+        /* the origin check refuses another scheme too; this is the second lock */
+        curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR,
+                         strncmp(h->origin, "https:", 6) == 0 ? "https" : "http,https");
+    }
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     long timeout = request_timeout_ms();
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout < 10000 ? timeout : 10000L);
@@ -185,7 +283,40 @@ enum verdict larder__http_judge(const struct http_source *h, CURLcode cc, long s
         *rc = larder__fail(LARDER_EHTTP, "%s: server sent more bytes than requested", url);
         return FAILED;
     }
-    if (cc == CURLE_OK && status < 400) return ANSWERED;
+    if (b->refused[0] && !h->origin[0]) {
+        *rc = larder__fail(LARDER_EHTTP, "%s: not a URL that can be parsed", url);
+        return FAILED;
+    }
+    if (b->refused[0]) {
+        *rc = larder__fail(LARDER_EDENIED,
+                           "%s: redirected to %s, off the origin %s: refused (redirects are "
+                           "followed only to the same scheme, host and port)",
+                           url, b->refused, h->origin);
+        return FAILED;
+    }
+    if (cc == CURLE_TOO_MANY_REDIRECTS) {
+        *rc = larder__fail(LARDER_EHTTP, "%s: more than %d redirects (a loop?), the last to %s",
+                           url, HTTP_MAX_REDIRECTS, b->location);
+        return FAILED;
+    }
+    if (cc == CURLE_UNSUPPORTED_PROTOCOL) {
+        *rc = larder__fail(LARDER_EDENIED,
+                           "%s: redirected to %s: refused (only http and https are followed, "
+                           "and https only to https)",
+                           url, b->location[0] ? b->location : "another scheme");
+        return FAILED;
+    }
+    if (cc == CURLE_OK && status >= 300 && status < 400) { /* not followed */
+        *rc = larder__fail(LARDER_EHTTP, "%s: HTTP status %ld%s%s%s", url, status,
+                           b->location[0] ? ", redirected to " : " (a redirect without a Location)",
+                           b->location,
+                           b->location[0] && h->signer.apply
+                               ? ": not followed (a signed request is never redirected: its "
+                                 "signature and token would go along)"
+                               : "");
+        return FAILED;
+    }
+    if (cc == CURLE_OK && status < 300) return ANSWERED;
     if (transient(cc, status) && attempt + 1 < HTTP_ATTEMPTS && !(b->sink && b->used > 0))
         return AGAIN; /* a stream that has delivered bytes cannot be replayed */
     if (cc != CURLE_OK)
@@ -332,6 +463,8 @@ int larder__source_http_signed_open(struct larder__source **out, const char *url
         }
         h->signer.request_url = h->escaped;
     }
+    /* unparsable: no origin, and every request is refused with a message */
+    if (!origin_of(h->signer.request_url, h->origin, sizeof h->origin)) h->origin[0] = '\0';
     h->base.ops = &h->ops;
     h->base.name = h->name;
     pthread_mutex_init(&h->lock, NULL);

@@ -20,6 +20,7 @@ struct http_source {
     struct larder__source_ops ops; /* http's, under the signer's kind */
     char *name;                    /* the URL as given: messages name it */
     char *escaped;                 /* the same with what curl refuses escaped (see escape_url) */
+    char origin[320];              /* "scheme://host:port" of the URL requested (see origin_of) */
     struct larder__http_signer signer;
     pthread_mutex_t lock;          /* guards idle[] and the size */
     CURL *idle[LARDER__HTTP_POOL]; /* connections to reuse: one transfer at a time each */
@@ -43,6 +44,11 @@ struct body {
     bool ignored_range;
     char content_range[128];   /* the Content-Range header, if any */
     curl_off_t content_length; /* of the response, -1 when unknown */
+    /* Redirects (source_http.c, "Redirects"): set up by larder__http_setup */
+    CURL *curl;         /* the handle making the request: valid during it only */
+    const char *origin; /* the source's origin, which every request must stay on */
+    char location[256]; /* the Location header of the latest response, if any */
+    char refused[256];  /* a URL a redirect led to and that was not requested */
 };
 
 /* A connection from the source's idle ones (or a new one); NULL when out of memory. */

@@ -245,3 +245,21 @@ start_gated_origin() {
   [ -s "port$tag.txt" ] || fail "the origin did not start: $(cat "origin$tag.log")"
   gated_base=http://127.0.0.1:$(cat "port$tag.txt")
 }
+
+# start_hostile_http ROOT: tests/tools/hostile_http.py serving $WORK/ROOT
+# (a hostile origin: redirects off itself, endless bodies, S3 listings that
+# never end) and a bystander that records in $WORK/bystander.log every
+# request that reaches it; sets hostile_base (the origin's URL) and
+# bystander_port.  Stopped when the test ends.
+start_hostile_http() {
+  local pid
+  : >"$WORK/bystander.log"
+  /usr/bin/python3 "$TESTS/tools/hostile_http.py" "$WORK/$1" "$WORK/hostile-ports.txt" \
+    "$WORK/bystander.log" 2>"$WORK/hostile.log" &
+  pid=$!
+  cleanup_hooks+=("kill $pid; wait $pid 2>/dev/null")
+  for _ in $(seq 100); do [ -s "$WORK/hostile-ports.txt" ] && break; sleep 0.05; done
+  [ -s "$WORK/hostile-ports.txt" ] || fail "the hostile origin did not start: $(cat "$WORK/hostile.log")"
+  read -r port bystander_port <"$WORK/hostile-ports.txt"
+  hostile_base=http://127.0.0.1:$port
+}
