@@ -31,7 +31,9 @@
 /* The index at d->url into d->image: mapped when local, loaded when remote. */
 static int load_index(larder_dataset *d)
 {
-    if (larder__is_remote(d->url)) return larder__source_load(d->url, &d->image, &d->image_size);
+    if (larder__is_remote(d->url))
+        return larder__source_load(d->url, LARDER__LOAD_INDEX_MAX, "an index", &d->image,
+                                   &d->image_size);
     const char *path = larder__file_path(d->url);
     int fd = larder__open(path, O_RDONLY, 0);
     if (fd < 0) return fd;

@@ -199,7 +199,7 @@ static int read_list(struct names *n, const char *list, bool local)
 {
     uint8_t *data;
     uint64_t size;
-    int rc = larder__source_load(list, &data, &size);
+    int rc = larder__source_load(list, LARDER__LOAD_LIST_MAX, "a list of names", &data, &size);
     if (rc < 0) return rc;
     for (uint64_t at = 0; rc == 0 && at < size;) {
         const uint8_t *newline = memchr(data + at, '\n', (size_t)(size - at));

@@ -283,7 +283,7 @@ static int load_deny_list(larder_plan *p, const struct larder__plan_source *sour
     if (rc == 0 && o->deny_path) {
         uint8_t *text = NULL;
         uint64_t size = 0;
-        rc = larder__source_load(o->deny_path, &text, &size);
+        rc = larder__source_load(o->deny_path, LARDER__LOAD_LIST_MAX, "a deny list", &text, &size);
         if (rc < 0)
             larder__fail_context(rc, "deny-list");
         else

@@ -4,6 +4,7 @@
  * by its URL's scheme, and the names an index gives its shards.
  */
 #include "source.h"
+#include "source_http.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -142,11 +143,19 @@ char *larder__resolve(const char *index_url, const char *name)
 struct accumulator {
     uint8_t *buf;
     size_t used, capacity;
+    uint64_t limit;   /* the most bytes taken */
+    const char *url;  /* for the message */
+    const char *what; /* "index" */
 };
 
 static int load_sink(void *userdata, const void *data, size_t length)
 {
     struct accumulator *acc = userdata;
+    if (length > acc->limit - acc->used)
+        return larder__fail(-EFBIG,
+                            "%s: %s of more than %llu bytes: refused, the most larder "
+                            "loads into memory",
+                            acc->url, acc->what, (unsigned long long)acc->limit);
     if (larder__reserve((void **)&acc->buf, &acc->capacity, acc->used + length, 1) < 0)
         return -ENOMEM;
     memcpy(acc->buf + acc->used, data, length);
@@ -154,12 +163,16 @@ static int load_sink(void *userdata, const void *data, size_t length)
     return 0;
 }
 
-int larder__source_load(const char *url, uint8_t **data, uint64_t *size)
+int larder__source_load(const char *url, uint64_t limit, const char *what, uint8_t **data,
+                        uint64_t *size)
 {
     struct larder__source *source;
     int rc = larder__source_open(&source, url, NULL);
     if (rc < 0) return rc;
-    struct accumulator acc = {0};
+    if (limit > SIZE_MAX / 2) limit = SIZE_MAX / 2;
+    /* HTTP can refuse a larger object by its Content-Length, before any of it comes */
+    if (larder__is_remote(url)) larder__source_http_stream_limit(source, limit, what);
+    struct accumulator acc = {.limit = limit, .url = url, .what = what};
     rc = larder__source_stream(source, load_sink, &acc);
     larder__source_close(source);
     if (rc < 0) {

@@ -333,7 +333,21 @@ LARDER__HIDDEN bool larder__is_remote(const char *name);
  * directory.  Returns a malloc'd string or NULL.
  */
 LARDER__HIDDEN char *larder__resolve(const char *index_url, const char *name);
-/* Read a whole object into a malloc'd buffer. */
-LARDER__HIDDEN int larder__source_load(const char *url, uint8_t **data, uint64_t *size);
+/*
+ * The most larder__source_load takes into memory: an index read over the
+ * network (a larger one is opened from a local file, which is mapped),
+ * and a list of names or ids (--files-from, a deny list).  A hostile
+ * server's endless body stops there (docs/security.md).
+ */
+#define LARDER__LOAD_INDEX_MAX (4ull << 30)
+#define LARDER__LOAD_LIST_MAX (256ull << 20)
+/*
+ * Read a whole object into a malloc'd buffer (*data, *size; the caller
+ * frees it).  An object of more than `limit` bytes fails with -EFBIG,
+ * naming it as `what` ("an index"): over HTTP before its body when its
+ * Content-Length says so, else once that many bytes came.
+ */
+LARDER__HIDDEN int larder__source_load(const char *url, uint64_t limit, const char *what,
+                                       uint8_t **data, uint64_t *size);
 
 #endif

@@ -124,6 +124,14 @@ static size_t on_header(char *data, size_t size, size_t count, void *userdata)
         memcpy(b->content_range, data + 14, k);
         b->content_range[k] = '\0';
     }
+    if (b->limit && b->status_seen >= 200 && b->status_seen < 300 && n > 15 &&
+        strncasecmp(data, "content-length:", 15) == 0) {
+        unsigned long long announced = strtoull(data + 15, NULL, 10);
+        if (announced > b->limit) {
+            b->too_large = announced > INT64_MAX ? INT64_MAX : (curl_off_t)announced;
+            return 0; /* refused before the body (curl: CURLE_WRITE_ERROR) */
+        }
+    }
     if (n > 9 && strncasecmp(data, "location:", 9) == 0) { /* for messages only */
         const char *value = data + 9;
         size_t k = n - 9;
@@ -283,6 +291,14 @@ enum verdict larder__http_judge(const struct http_source *h, CURLcode cc, long s
         *rc = larder__fail(LARDER_EHTTP, "%s: server sent more bytes than requested", url);
         return FAILED;
     }
+    if (b->too_large) {
+        *rc = larder__fail(-EFBIG,
+                           "%s: %s of %lld bytes (its Content-Length): refused, more than "
+                           "the %llu larder loads into memory",
+                           url, h->stream_limit_what, (long long)b->too_large,
+                           (unsigned long long)h->stream_limit);
+        return FAILED;
+    }
     if (b->refused[0] && !h->origin[0]) {
         *rc = larder__fail(LARDER_EHTTP, "%s: not a URL that can be parsed", url);
         return FAILED;
@@ -385,12 +401,20 @@ static int http_size(struct larder__source *source, uint64_t *size)
 static int http_stream(struct larder__source *source, larder__sink_fn sink, void *userdata)
 {
     struct http_source *h = (struct http_source *)source;
-    struct body b = {.sink = sink, .userdata = userdata};
+    struct body b = {.sink = sink, .userdata = userdata, .limit = h->stream_limit};
     long status = 0;
     int rc = http_request(h, &b, false, &status);
     if (rc == 0 && status != 200)
         rc = larder__fail(LARDER_EHTTP, "%s: HTTP status %ld", h->name, status);
     return rc;
+}
+
+void larder__source_http_stream_limit(struct larder__source *source, uint64_t limit,
+                                      const char *what)
+{
+    struct http_source *h = (struct http_source *)source;
+    h->stream_limit = limit;
+    h->stream_limit_what = what;
 }
 
 static void http_close(struct larder__source *source)

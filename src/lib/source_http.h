@@ -30,6 +30,15 @@ LARDER__HIDDEN int larder__source_http_signed_open(struct larder__source **out, 
                                                    const struct larder__http_signer *signer,
                                                    struct larder__hedge_budget *budget);
 
+/*
+ * Have `source` (one that larder__source_http_signed_open or
+ * larder__source_s3_open made) refuse a stream whose Content-Length is
+ * over `limit` bytes before its body (-EFBIG, naming it as `what`).  The
+ * sink still counts what comes: a body may have no Content-Length.
+ */
+LARDER__HIDDEN void larder__source_http_stream_limit(struct larder__source *source, uint64_t limit,
+                                                     const char *what);
+
 /* libcurl's (and OpenSSL's) global set-up, once per process; done on the
  * first HTTP source's open otherwise.  A program with worker threads calls
  * it first thing on its main thread: OpenSSL's set-up on a worker leaves

@@ -27,6 +27,8 @@ struct http_source {
     int num_idle;
     uint64_t size;
     bool have_size;
+    uint64_t stream_limit;         /* see larder__source_http_stream_limit; 0: none */
+    const char *stream_limit_what; /* names the object in that message */
     struct larder__hedge_policy policy;
 };
 
@@ -44,6 +46,8 @@ struct body {
     bool ignored_range;
     char content_range[128];   /* the Content-Range header, if any */
     curl_off_t content_length; /* of the response, -1 when unknown */
+    uint64_t limit;            /* a stream's most bytes by Content-Length (0: any) */
+    curl_off_t too_large;      /* a Content-Length over limit, else 0 */
     /* Redirects (source_http.c, "Redirects"): set up by larder__http_setup */
     CURL *curl;         /* the handle making the request: valid during it only */
     const char *origin; /* the source's origin, which every request must stay on */
