@@ -1,5 +1,12 @@
 /*
  * s3_list.c - the objects under an s3:// prefix (s3_list.h).
+ *
+ * The endpoint is hostile like any origin: a page that says "truncated"
+ * with any token would have the lister ask again forever, its callers
+ * keeping every name.  So the listing must advance: a token repeated, a
+ * page that does not start after every key listed before it (S3 lists in
+ * byte order), more than EMPTY_PAGES_MAX truncated pages in a row without
+ * a key, or more than KEYS_MAX keys in all end it with LARDER_EPROTOCOL.
  */
 #include "s3_list.h"
 #include "s3.h"
@@ -14,6 +21,12 @@
 #define KEY_MAX 1024        /* S3 keys are at most 1024 bytes */
 #define TOKEN_MAX 4096      /* continuation tokens are opaque, and short in practice */
 #define PAGE_MAX (16 << 20) /* a page of 1000 keys is well under 1 MiB */
+/* S3 may answer a truncated page with no key (many deleted objects in a
+ * row), but not page after page of them. */
+#define EMPTY_PAGES_MAX 32
+/* Keys in one listing: 16 Mi names are some GiB in the caller's memory
+ * (docs/security.md); more files than that are indexed by parts. */
+#define KEYS_MAX (1u << 24)
 
 /* The text of the first element `name` in [p, end), or NULL; *length its bytes. */
 static const char *element(const char *p, const char *end, const char *name, size_t *length,
@@ -270,6 +283,44 @@ static int fetch_page(const char *bucket_url, const char *s3_url, const char *li
     return rc;
 }
 
+/* What the lister knows of the listing so far, to see that it advances. */
+struct progress {
+    larder__s3_object_fn fn; /* the caller's */
+    void *userdata;
+    char *greatest; /* the greatest key so far (relative), KEY_MAX + 8 bytes */
+    size_t greatest_length;
+    uint64_t keys, page_keys; /* in all, in the page being parsed */
+};
+
+/* S3's order: bytes compared, a key before the keys it begins. */
+static int key_order(const char *a, size_t a_length, const char *b, size_t b_length)
+{
+    int c = memcmp(a, b, a_length < b_length ? a_length : b_length);
+    return c ? c : (a_length > b_length) - (a_length < b_length);
+}
+
+static int progress_key(void *userdata, const char *name, size_t length, uint64_t size,
+                        uint64_t stamp)
+{
+    struct progress *p = userdata;
+    bool after = key_order(name, length, p->greatest, p->greatest_length) > 0;
+    if (p->page_keys == 0 && p->keys > 0 && !after)
+        return larder__fail(LARDER_EPROTOCOL,
+                            "S3 listing: a page starts at '%.200s', not after '%.200s' listed "
+                            "before it: the listing does not advance",
+                            name, p->greatest);
+    if (++p->keys > KEYS_MAX)
+        return larder__fail(LARDER_EPROTOCOL, "S3 listing: more than %u keys, the most listed",
+                            KEYS_MAX);
+    p->page_keys++;
+    if (after || p->keys == 1) {
+        memcpy(p->greatest, name, length); /* length < KEY_MAX: the parser's bound */
+        p->greatest[length] = '\0';
+        p->greatest_length = length;
+    }
+    return p->fn(p->userdata, name, length, size, stamp);
+}
+
 int larder__s3_list(const char *url, larder__s3_object_fn fn, void *userdata)
 {
     if (strncmp(url, "s3://", 5) != 0)
@@ -281,10 +332,12 @@ int larder__s3_list(const char *url, larder__s3_object_fn fn, void *userdata)
     size_t bucket_length = slash ? (size_t)(slash - url) : strlen(url);
     char *probe = malloc(bucket_length + 3);
     char *key = malloc(KEY_MAX + 8), *token = malloc(TOKEN_MAX + 8);
+    char *previous_token = malloc(TOKEN_MAX + 8);
+    struct progress progress = {.fn = fn, .userdata = userdata, .greatest = malloc(KEY_MAX + 8)};
     struct page page = {0};
     struct larder__s3 *s3 = NULL;
     char *bucket_url = NULL;
-    int rc = probe && key && token ? 0 : -ENOMEM;
+    int rc = probe && key && token && previous_token && progress.greatest ? 0 : -ENOMEM;
     if (rc == 0) {
         snprintf(probe, bucket_length + 3, "%.*s/x", (int)bucket_length, url);
         rc = larder__s3_open(&s3, probe, NULL);
@@ -302,17 +355,33 @@ int larder__s3_list(const char *url, larder__s3_object_fn fn, void *userdata)
     }
     larder__s3_close(s3);
     if (rc == 0) token[0] = '\0';
+    int empty_pages = 0; /* truncated ones in a row */
     for (bool more = rc == 0; more;) {
         rc = fetch_page(bucket_url, probe, url, prefix, token, &page);
-        if (rc == 0)
+        if (rc == 0) {
+            strcpy(previous_token, token);
+            progress.page_keys = 0;
             rc = larder__s3_list_parse(page.data ? page.data : "", page.length, prefix, key,
-                                       KEY_MAX + 8, fn, userdata, &more, token, TOKEN_MAX + 8);
+                                       KEY_MAX + 8, progress_key, &progress, &more, token,
+                                       TOKEN_MAX + 8);
+        }
+        if (rc == 0 && more && strcmp(token, previous_token) == 0)
+            rc = larder__fail(LARDER_EPROTOCOL,
+                              "S3 listing: the same continuation token twice: the listing "
+                              "does not advance");
+        empty_pages = more && progress.page_keys == 0 ? empty_pages + 1 : 0;
+        if (rc == 0 && empty_pages > EMPTY_PAGES_MAX)
+            rc = larder__fail(LARDER_EPROTOCOL,
+                              "S3 listing: %d truncated pages in a row without a key: the "
+                              "listing does not advance",
+                              empty_pages);
         if (rc < 0) {
             rc = larder__fail_context(rc, "listing objects");
             break;
         }
     }
     free(page.data);
-    free(probe), free(key), free(token), free(bucket_url);
+    free(probe), free(key), free(token), free(previous_token), free(progress.greatest),
+        free(bucket_url);
     return rc;
 }

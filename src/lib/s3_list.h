@@ -35,7 +35,9 @@ LARDER__HIDDEN int larder__s3_list_parse(const char *xml, size_t length, const c
 /*
  * Every object under `url` ("s3://bucket/" or "s3://bucket/prefix/"),
  * page by page, to `fn` with its name relative to the URL.  0 or a
- * negative code naming the URL.
+ * negative code naming the URL; LARDER_EPROTOCOL when the listing does
+ * not advance (a token repeated, a page not after the keys before it,
+ * page after page without a key) or passes 16 Mi keys (s3_list.c).
  */
 LARDER__HIDDEN int larder__s3_list(const char *url, larder__s3_object_fn fn, void *userdata);
 
