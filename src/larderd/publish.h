@@ -107,6 +107,10 @@ void publication_free(struct publication *p);
  * remember its id, so that its dataset is closed once no one uses it, and
  * where readers here open it when READY. */
 void publication_retire(struct publications *r, const struct publication *p);
+/* e was opened here for `name` and found to be another dataset than the
+ * one announced: remember its id as replaced (no place to reopen it at),
+ * so that the sweep closes it once no one uses it. */
+void retire_opened(struct publications *r, const char *name, const struct dataset_entry *e);
 /* The replaced publication whose index is at `local` here, or NULL. */
 struct publication *find_retired(struct publications *r, const char *local);
 /* From the sweep (loop thread): close the replaced publications' datasets

@@ -264,6 +264,9 @@ static int take_publication(struct name_job *job, const struct larder__publicati
      * will open, checked to be the dataset the producer announced */
     struct dataset_entry *e = NULL;
     int slot;
+    pthread_mutex_lock(&d->lock);
+    bool open_before = datasets_find_url(d, url, &slot) != NULL;
+    pthread_mutex_unlock(&d->lock);
     pthread_mutex_lock(&r->lock);
     r->opening++; /* e is not closed under this job (publish_retire.c) until it is done */
     pthread_mutex_unlock(&r->lock);
@@ -271,11 +274,16 @@ static int take_publication(struct name_job *job, const struct larder__publicati
     free(url);
     /* (its entry may keep the announced producer as the first source of its
      * shards: bytes from there are checked like any others) */
-    if (rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high))
+    bool another = rc == 0 && (e->id_low != m->id_low || e->id_high != m->id_high);
+    if (another)
         rc =
             larder__fail(LARDER_EPROTOCOL, "%s: its index is not the dataset announced", job->name);
     if (rc == 0) rc = ready(job, m, e, mine ? d->self : producer);
     pthread_mutex_lock(&r->lock);
+    /* opened here for this name alone (its owner fixed to the producer as
+     * it opened): closed once no one reads it, like a replaced one, not
+     * left open until the daemon stops (found by review) */
+    if (another && !open_before) retire_opened(r, job->name, e);
     r->opening--;
     pthread_mutex_unlock(&r->lock);
     return rc;

@@ -26,6 +26,7 @@
 
 #include "hints.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,16 @@ void publication_retire(struct publications *r, const struct publication *p)
     }
     q->next = r->retired;
     r->retired = q;
+}
+
+void retire_opened(struct publications *r, const char *name, const struct dataset_entry *e)
+{
+    /* no producer, no places: find_retired never answers it, so a reader's
+     * later OPEN of that index opens a plain dataset */
+    struct publication p = {
+        .state = READY, .id_low = e->id_low, .id_high = e->id_high, .producer_member = SIZE_MAX};
+    snprintf(p.name, sizeof p.name, "%s", name);
+    publication_retire(r, &p);
 }
 
 struct publication *find_retired(struct publications *r, const char *local)

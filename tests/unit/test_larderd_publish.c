@@ -11,6 +11,7 @@
 #include "test.h"
 
 #include "dataset.h"
+#include "publish.h"
 
 #include <errno.h>
 
@@ -220,6 +221,48 @@ TEST(larderd_publish_owner_and_rules)
     CHECK(answer != NULL);
     CHECK_EQ(answer->bytes[5], LARDER__ERROR);
     free(answer);
+    /* announced with a written-through index of another dataset, not open
+     * here before: what its fetch opened is closed once no one reads it,
+     * not left open (and owned by the announcer) until the daemon stops */
+    char stray[4096];
+    snprintf(stray, sizeof stray, "%s", fixture_dataset("stray", 17, 6000));
+    send_announce(peer, "stray", "127.0.0.1:3", "/on/producer/stray.larder", stray, low, high);
+    free(fixture_answer(peer, LARDER__RESOLVED));
+    bool open = false, done = false;
+    for (int i = 0; i < 1000 && !(open && done); i++) { /* its fetch opened it and ended */
+        usleep(10000);
+        int slot;
+        pthread_mutex_lock(&d.lock);
+        open = datasets_find_url(&d, stray, &slot) != NULL;
+        pthread_mutex_unlock(&d.lock);
+        pthread_mutex_lock(&d.publications->lock);
+        done = d.publications->opening == 0;
+        pthread_mutex_unlock(&d.publications->lock);
+    }
+    CHECK(open && done);
+    for (int i = 0; i < 100 && open; i++) { /* no one holds it: the sweep closes it */
+        publications_sweep(&d, now_ms() + (int64_t)i * 1000);
+        int slot;
+        pthread_mutex_lock(&d.lock);
+        open = datasets_find_url(&d, stray, &slot) != NULL;
+        pthread_mutex_unlock(&d.lock);
+    }
+    CHECK(!open);
+    /* the name it was announced as is not registered */
+    send_resolve(reader, "stray", 0);
+    answer = connection_take_output(reader);
+    for (int i = 0; i < 500 && !answer; i++) {
+        usleep(10000);
+        publications_sweep(&d, now_ms());
+        answer = connection_take_output(reader);
+    }
+    CHECK(answer != NULL);
+    CHECK_EQ(answer->bytes[5], LARDER__ERROR);
+    free(answer);
+    /* and "theirs2", open and named, was left alone */
+    send_resolve(reader, "theirs2", 0);
+    resolved(reader, other);
+
     /* the same name announced as another dataset: refused */
     send_announce(peer, "theirs2", "127.0.0.1:3", "/elsewhere", NULL, 5, 6);
     CHECK_EQ(fixture_error(peer, message, sizeof message), -EEXIST);
