@@ -18,6 +18,7 @@
 #include "pool.h"
 #include "shardmap.h"
 #include "source.h"
+#include "source_http.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -32,8 +33,9 @@
 static int load_index(larder_dataset *d)
 {
     if (larder__is_remote(d->url))
-        return larder__source_load(d->url, LARDER__LOAD_INDEX_MAX, "an index", &d->image,
-                                   &d->image_size);
+        return larder__source_load_confined(d->url, LARDER__LOAD_INDEX_MAX, "an index",
+                                            (const char *const *)d->allow, &d->image,
+                                            &d->image_size);
     const char *path = larder__file_path(d->url);
     int fd = larder__open(path, O_RDONLY, 0);
     if (fd < 0) return fd;
@@ -53,6 +55,19 @@ static int load_index(larder_dataset *d)
     }
     larder__sys.close(fd);
     return rc;
+}
+
+/* A copy of the allowed prefixes in d->allow, for its HTTP origins'
+ * redirects (the caller's array need not outlive the open).  0 or -ENOMEM. */
+static int copy_prefixes(larder_dataset *d, const char *const *allow)
+{
+    size_t n = 0;
+    while (allow[n])
+        n++;
+    if (!(d->allow = calloc(n + 1, sizeof *d->allow))) return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (!(d->allow[i] = strdup(allow[i]))) return -ENOMEM; /* larder_close frees */
+    return 0;
 }
 
 /* Every shard's location, confined to the index's base and the allowed
@@ -111,6 +126,9 @@ static int open_source(void *context, uint32_t shard, struct larder__source **ou
     larder_dataset *d = context;
     struct larder__source *origin;
     int rc = larder__source_open(&origin, d->locations[shard], NULL);
+    /* a confined opener's redirects stay under its prefixes (s3:// is never redirected) */
+    if (rc == 0 && d->allow && larder__is_remote(d->locations[shard]))
+        larder__source_http_confine(origin, (const char *const *)d->allow);
     /* behind the daemon's wrapper, an origin that cannot be opened is not
      * the end: the shard's owner node may serve it (a publication read
      * from its producer); the failure shows when the origin is read */
@@ -162,6 +180,7 @@ int larder_open(larder_dataset **out, const char *url, const larder_open_options
         d->options.daemon_socket ? d->options.daemon_socket : getenv("LARDER_SOCKET");
     /* a confined opener (the node daemon) reads nothing it may not: not even an index */
     int rc = larder__allowed(url, allow, "index");
+    if (rc == 0 && allow) rc = copy_prefixes(d, allow);
     if (rc == 0) rc = load_index(d);
     if (rc == 0) rc = larder__index_parse(&d->ix, d->image, d->image_size, d->url);
     if (rc == 0) rc = refuse_unchecked(d);
@@ -196,6 +215,9 @@ void larder_close(larder_dataset *d)
             free(d->locations[i]);
     free(d->locations);
     free(d->missing_origin);
+    for (size_t i = 0; d->allow && d->allow[i]; i++)
+        free(d->allow[i]);
+    free(d->allow);
     if (d->mapped)
         munmap(d->image, d->image_size);
     else

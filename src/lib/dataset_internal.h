@@ -25,6 +25,8 @@ struct larder_dataset {
     larder__wrap_source_fn wrap;     /* in a daemon: the shard owners before the origin */
     void *wrap_context;
     char *missing_origin; /* in a daemon: why a shard's origin may not exist, or NULL */
+    char **allow;         /* a copy of the allowed prefixes (NULL-terminated), or NULL: what an
+                           * HTTP origin's redirects must stay under (source_http.h) */
 };
 
 #endif

@@ -166,12 +166,21 @@ static int load_sink(void *userdata, const void *data, size_t length)
 int larder__source_load(const char *url, uint64_t limit, const char *what, uint8_t **data,
                         uint64_t *size)
 {
+    return larder__source_load_confined(url, limit, what, NULL, data, size);
+}
+
+int larder__source_load_confined(const char *url, uint64_t limit, const char *what,
+                                 const char *const *allow, uint8_t **data, uint64_t *size)
+{
     struct larder__source *source;
     int rc = larder__source_open(&source, url, NULL);
     if (rc < 0) return rc;
     if (limit > SIZE_MAX / 2) limit = SIZE_MAX / 2;
     /* HTTP can refuse a larger object by its Content-Length, before any of it comes */
-    if (larder__is_remote(url)) larder__source_http_stream_limit(source, limit, what);
+    if (larder__is_remote(url)) {
+        larder__source_http_stream_limit(source, limit, what);
+        larder__source_http_confine(source, allow);
+    }
     struct accumulator acc = {.limit = limit, .url = url, .what = what};
     rc = larder__source_stream(source, load_sink, &acc);
     larder__source_close(source);

@@ -349,5 +349,11 @@ LARDER__HIDDEN char *larder__resolve(const char *index_url, const char *name);
  */
 LARDER__HIDDEN int larder__source_load(const char *url, uint64_t limit, const char *what,
                                        uint8_t **data, uint64_t *size);
+/* The same, by a confined opener: over HTTP a redirect is followed only
+ * under one of the NULL-terminated `allow` prefixes (NULL: anywhere on the
+ * origin). */
+LARDER__HIDDEN int larder__source_load_confined(const char *url, uint64_t limit, const char *what,
+                                                const char *const *allow, uint8_t **data,
+                                                uint64_t *size);
 
 #endif

@@ -22,15 +22,20 @@
  * and port as the URL requested, at most HTTP_MAX_REDIRECTS times; each
  * hop is checked before curl connects for it and again before it sends
  * the request (a connection kept from earlier is reused without
- * connecting).  A signed request (S3) is never redirected: its signature
- * and x-amz-security-token would go along.  A redirect refused fails at
- * once, naming where it led.
+ * connecting).  A confined opener's source (larder__source_http_confine:
+ * the daemon's --allow) follows one only to a URL under its prefixes too,
+ * so a redirect within an allowed origin cannot lead to its other paths.
+ * A signed request (S3) is never redirected: its signature and
+ * x-amz-security-token would go along.  A redirect refused fails at once,
+ * naming where it led.
  *
  * This file holds the source itself: its handles, one request (HEAD, a
  * whole GET) with its retries and the verdict on an answer, size, stream
  * and lifetime.  The vectored range read is source_http_range.c's.
  */
 #include "source_http_internal.h"
+
+#include "confine.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -178,8 +183,15 @@ static bool stays_on_origin(struct body *b)
     char *url = NULL, origin[sizeof((struct http_source *)0)->origin];
     curl_easy_getinfo(b->curl, CURLINFO_EFFECTIVE_URL, &url);
     if (url && b->origin[0] && origin_of(url, origin, sizeof origin) &&
-        strcmp(origin, b->origin) == 0)
-        return true;
+        strcmp(origin, b->origin) == 0) {
+        /* a hop (not the URL asked for, which the opener checked) of a
+         * confined source; larder__allowed writes this thread's message
+         * only when it refuses, and then the transfer fails with its own */
+        if (!b->allow || strcmp(url, b->asked) == 0 ||
+            larder__allowed(url, b->allow, "a redirect") == 0)
+            return true;
+        b->refused_allow = true;
+    }
     snprintf(b->refused, sizeof b->refused, "%s", url ? url : "(unknown)");
     return false;
 }
@@ -230,6 +242,8 @@ void larder__http_setup(CURL *curl, const struct http_source *h, struct body *b)
     curl_easy_setopt(curl, CURLOPT_HEADERDATA, b);
     b->curl = curl;
     b->origin = h->origin;
+    b->allow = h->allow;
+    b->asked = h->signer.request_url;
     curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(curl, CURLOPT_OPENSOCKETFUNCTION, open_socket);
     curl_easy_setopt(curl, CURLOPT_OPENSOCKETDATA, b);
@@ -301,6 +315,13 @@ enum verdict larder__http_judge(const struct http_source *h, CURLcode cc, long s
     }
     if (b->refused[0] && !h->origin[0]) {
         *rc = larder__fail(LARDER_EHTTP, "%s: not a URL that can be parsed", url);
+        return FAILED;
+    }
+    if (b->refused[0] && b->refused_allow) {
+        *rc = larder__fail(LARDER_EDENIED,
+                           "%s: redirected to %s, outside the allowed prefixes (--allow): "
+                           "refused",
+                           url, b->refused);
         return FAILED;
     }
     if (b->refused[0]) {
@@ -415,6 +436,12 @@ void larder__source_http_stream_limit(struct larder__source *source, uint64_t li
     struct http_source *h = (struct http_source *)source;
     h->stream_limit = limit;
     h->stream_limit_what = what;
+}
+
+void larder__source_http_confine(struct larder__source *source, const char *const *prefixes)
+{
+    struct http_source *h = (struct http_source *)source;
+    h->allow = prefixes;
 }
 
 static void http_close(struct larder__source *source)

@@ -39,6 +39,16 @@ LARDER__HIDDEN int larder__source_http_signed_open(struct larder__source **out, 
 LARDER__HIDDEN void larder__source_http_stream_limit(struct larder__source *source, uint64_t limit,
                                                      const char *what);
 
+/*
+ * Have `source` (an HTTP source) follow a redirect only to a URL under one
+ * of the NULL-terminated `prefixes` (larder__allowed, confine.h), besides
+ * staying on the origin: a confined opener's (the daemon's --allow) reads
+ * stay inside its prefixes, not only on their hosts.  The array and its
+ * strings must outlive the source.  NULL: no such limit.
+ */
+LARDER__HIDDEN void larder__source_http_confine(struct larder__source *source,
+                                                const char *const *prefixes);
+
 /* libcurl's (and OpenSSL's) global set-up, once per process; done on the
  * first HTTP source's open otherwise.  A program with worker threads calls
  * it first thing on its main thread: OpenSSL's set-up on a worker leaves

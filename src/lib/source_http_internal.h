@@ -29,6 +29,7 @@ struct http_source {
     bool have_size;
     uint64_t stream_limit;         /* see larder__source_http_stream_limit; 0: none */
     const char *stream_limit_what; /* names the object in that message */
+    const char *const *allow;      /* redirects only under these (larder__source_http_confine) */
     struct larder__hedge_policy policy;
 };
 
@@ -49,10 +50,13 @@ struct body {
     uint64_t limit;            /* a stream's most bytes by Content-Length (0: any) */
     curl_off_t too_large;      /* a Content-Length over limit, else 0 */
     /* Redirects (source_http.c, "Redirects"): set up by larder__http_setup */
-    CURL *curl;         /* the handle making the request: valid during it only */
-    const char *origin; /* the source's origin, which every request must stay on */
-    char location[256]; /* the Location header of the latest response, if any */
-    char refused[256];  /* a URL a redirect led to and that was not requested */
+    CURL *curl;               /* the handle making the request: valid during it only */
+    const char *origin;       /* the source's origin, which every request must stay on */
+    char location[256];       /* the Location header of the latest response, if any */
+    char refused[256];        /* a URL a redirect led to and that was not requested */
+    bool refused_allow;       /* ... on the origin, but outside the allowed prefixes */
+    const char *const *allow; /* the source's (larder__source_http_confine), or NULL */
+    const char *asked;        /* the URL requested (its first hop) */
 };
 
 /* A connection from the source's idle ones (or a new one); NULL when out of memory. */

@@ -42,6 +42,61 @@ took=$((($(date +%s%N) - started) / 1000000))
 asked=$(($(cat www/requests) - before))
 [ $asked -le 6 ] || fail "the loop made $asked requests"
 
+# a confined daemon (--allow): a redirect within the origin is followed only
+# under its prefixes, for an index and for a shard's range read (before,
+# any path on an allowed origin was reachable so); a whole origin allowed
+# still follows it
+mkdir idx
+"$LARDER" index $base/moved/a.tar -o idx/moved.larder >/dev/null
+LARDERD=${LARDER%/larder}/larderd
+pids=()
+cleanup_hooks+=('for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null')
+start_confined() { # NAME ALLOW...
+  local name=$1 allow=() a
+  shift
+  for a in "$@"; do allow+=(--allow "$a"); done
+  "$LARDERD" --cache "$WORK/cache-$name" --socket "$WORK/sock-$name" "${allow[@]}" \
+    2>>"$WORK/daemon-$name.log" &
+  pids+=($!)
+  for _ in $(seq 100); do [ -S "$WORK/sock-$name" ] && break; sleep 0.05; done
+  [ -S "$WORK/sock-$name" ] || fail "daemon $name did not start: $(cat "$WORK/daemon-$name.log")"
+}
+start_confined narrow "$WORK/idx" "$base/moved"
+start_confined whole "$WORK/idx" "$base"
+PYTHONPATH=$TESTS/tools /usr/bin/python3 - "$WORK" "$base" <<'PY' || fail "confined redirects: $(tail -n 3 daemon-*.log)"
+import struct, sys, larder_wire as w
+work, base = sys.argv[1], sys.argv[2]
+
+def client(name):
+    c = w.Client(f"{work}/sock-{name}", 1)
+    c.greet()
+    return c
+
+def refused(c, kind, payload, needle):
+    try:
+        c.request(kind, payload, 7)
+    except w.Refused as e:
+        assert needle in e.message, (needle, e.message)
+        print("refused: %s" % e.message)
+        return
+    raise SystemExit("followed a redirect outside --allow: %r" % needle)
+
+# the index: /moved/index.larder is sent to /index.larder
+refused(client("narrow"), w.OPEN, f"{base}/moved/index.larder".encode(),
+        f"{base}/moved/index.larder: redirected to {base}/index.larder, outside the allowed prefixes (--allow): refused")
+client("whole").open(f"{base}/moved/index.larder")
+# a shard: /moved/a.tar is sent to /a.tar (the index itself is local and allowed)
+c = client("narrow")
+low, high, _ = c.open(f"{work}/idx/moved.larder")
+read = struct.pack("<QQIB3xQQ", low, high, 0, 0, 0, 512)
+refused(c, w.READ, read, f"redirected to {base}/a.tar, outside the allowed prefixes")
+c = client("whole")
+low, high, _ = c.open(f"{work}/idx/moved.larder")
+header = c.read(low, high, 0, 0, 512)
+with open(f"{work}/www/a.tar", "rb") as f:
+    assert header == f.read(512), header[:100]
+PY
+
 # S3: a signed request is never redirected, not even to the same host
 unset AWS_PROFILE AWS_DEFAULT_REGION AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 LARDER_S3_ADDRESSING
 export AWS_ACCESS_KEY_ID=KEY AWS_SECRET_ACCESS_KEY=SECRET AWS_REGION=us-east-1
