@@ -19,7 +19,7 @@
 
 /* One traced piece of work, filled in by its caller. */
 struct trace_span {
-    const char *kind; /* "read" (a READ), "stage" (a hint's chunk) */
+    const char *kind; /* "read" (a READ), "stage" (a hint's chunk), "chunk" (borrow.c) */
     int node;         /* this daemon's member index (larderd.h, self) */
     bool peer;        /* a peer's READ (else a local reader's, or this node's) */
     int priority;     /* its class (priority.h) */

@@ -1,7 +1,9 @@
 # The daemons' request trace (LARDERD_TRACE, src/larderd/trace.h): two
 # larderd in one cluster (with a secret) over a plain-directory origin,
 # both appending to one trace file.  A reader on node B reads every shard
-# once (DEMAND): B's trace has a "read local demand" line for each READ,
+# once (DEMAND): B's trace has a "read local demand" line for each READ
+# (and a "chunk local demand" line for each whole chunk of A's it staged
+# for them: a READ of one whole chunk is staged under its slot, f1c389f),
 # A's a "read peer demand" line for each chunk it served B with the bytes
 # it read from the origin, every line is whole (one write each, two
 # daemons at once) with every field, and times on the wall clock of the
@@ -61,24 +63,29 @@ import sys
 path, began, ended, shards = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 FIELDS = ["queue", "borrow", "total", "gate", "origin", "origin_bytes", "origin_reads", "ahead",
           "fg", "bg", "rc"]
-local, peer = [], []
+local, peer, chunks = [], [], []
 for line in open(path):
     f = line.split()
     assert len(f) == 8 + len(FIELDS), "a torn or short line: %r" % line
     kv = dict(x.split("=", 1) for x in f[8:])
     assert list(kv) == FIELDS, line
     at, node, kind, who, cls = float(f[0]), int(f[1]), f[2], f[3], f[4]
-    assert kind == "read" and cls == "demand", line
+    assert kind in ("read", "chunk") and cls == "demand", line
     assert began - 1000 <= at <= ended + 1000, "not on the test's clock: %r" % line
     assert float(kv["total"]) >= float(kv["queue"]) and float(kv["total"]) >= float(kv["origin"])
     assert kv["rc"] == "1", line
+    if kind == "chunk":  # B staging a chunk of A's for its READs
+        assert node == 1 and who == "local", line
+        chunks.append((node, f, kv))
+        continue
     (local if who == "local" else peer).append((node, f, kv))
 assert len(local) == shards, "%d local READ lines for %d READs" % (len(local), shards)
 assert all(node == 1 for node, _, _ in local), "local READs are node B's (1)"
 assert peer, "node A served node B none of its chunks"
 assert all(node == 0 for node, _, _ in peer), "peer READs are node A's (0)"
 assert sum(int(kv["origin_bytes"]) for _, _, kv in peer) > 0, "A read nothing from the origin"
-print("trace: %d local READs on B, %d peer READs on A" % (len(local), len(peer)))
+print("trace: %d local READs on B (%d whole chunks staged), %d peer READs on A"
+      % (len(local), len(chunks), len(peer)))
 PY
 
 # a threshold no read reaches: the file stays empty
