@@ -82,7 +82,7 @@ static bool send_now_locked(struct connection *c, struct output *o)
     int rc = output_push(c->fd, o);
     if (rc <= 0) return false; /* the rest, or the error, is the loop's */
     __atomic_store_n(&c->last_active_ms, now_ms(), __ATOMIC_RELAXED); /* an answer went out whole */
-    uncached_give(c->daemon, o->uncached);
+    uncached_give(c, o->uncached);
     free(o);
     return true;
 }
@@ -93,7 +93,7 @@ void enqueue_output(struct connection *c, struct output *o)
     pthread_mutex_lock(&c->lock);
     if (c->dropped) { /* never to be sent (loop.c drop): its room back at once */
         pthread_mutex_unlock(&c->lock);
-        uncached_give(c->daemon, o->uncached);
+        uncached_give(c, o->uncached);
         free(o);
         return;
     }
@@ -173,7 +173,7 @@ void refuse(struct connection *c, uint64_t request, int code, const char *messag
 void output_free(struct connection *c, struct output *o)
 {
     c->charged -= o->charge;
-    uncached_give(c->daemon, o->uncached);
+    uncached_give(c, o->uncached);
     free(o);
 }
 
@@ -186,7 +186,7 @@ struct output *connection_take_output(struct connection *c)
         if (!c->head) c->tail = NULL;
         o->next = NULL;
         c->charged -= o->charge;
-        uncached_give(c->daemon, o->uncached);
+        uncached_give(c, o->uncached);
         o->charge = o->uncached = 0;
     }
     pthread_mutex_unlock(&c->lock);

@@ -59,8 +59,10 @@
     (LARDER__WIRE_HEADER + (LARDER__WIRE_MAX_URL + 64 > LARDER__WIRE_MAX_HINT                      \
                                 ? LARDER__WIRE_MAX_URL + 64                                        \
                                 : LARDER__WIRE_MAX_HINT))
-#define MAX_DATASETS 64 /* a connection's opened datasets are a 64-bit mask */
-#define MAX_OPENING 16  /* indexes fetched and checked at once (open_dataset), off d->lock */
+#define MAX_DATASETS 64           /* a connection's opened datasets are a 64-bit mask */
+#define UNCACHED_USERS 64         /* users holding uncached answers at once (requests.c) */
+#define UNCACHED_NOBODY INT64_MIN /* a free entry of them */
+#define MAX_OPENING 16 /* indexes fetched and checked at once (open_dataset), off d->lock */
 #define OPEN_WORKERS MAX_OPENING       /* the workers OPENs of new indexes run on (opens.c) */
 #define PARTIAL_FRAME_TIMEOUT_MS 10000 /* a frame begun and not finished this long */
 #define CLOSING_TIMEOUT_MS 5000        /* a refused client that does not take its ERROR */
@@ -178,11 +180,17 @@ struct larderd {
     int num_connections;
     struct connection *dropped;    /* closed, freed after the current batch of events */
     int spare_fd;                  /* kept for accepting and closing at the descriptor limit */
-    pthread_mutex_t uncached_lock; /* uncached_bytes */
-    pthread_cond_t uncached_freed;
-    uint64_t uncached_bytes;   /* malloc'ed for answers that could not be cached */
-    pthread_mutex_t warm_lock; /* warm_next_start */
-    double warm_next_start;    /* when the next warm chunk may start (--warm-rate) */
+    pthread_mutex_t uncached_lock; /* what follows, to uncached_closed (requests.c, "Room") */
+    uint64_t uncached_bytes;       /* malloc'ed for answers that could not be cached */
+    struct uncached_user {         /* those bytes by who asked for them (uncached_key) */
+        int64_t key;               /* UNCACHED_NOBODY: a free entry */
+        uint64_t bytes;
+    } uncached_users[UNCACHED_USERS];
+    struct read_job *parked, *parked_tail; /* READs waiting for room, oldest first */
+    struct read_job *resumable;            /* given room, for the loop to queue (uncached_resume) */
+    bool uncached_closed;                  /* stopping: no READ parks any more */
+    pthread_mutex_t warm_lock;             /* warm_next_start */
+    double warm_next_start;                /* when the next warm chunk may start (--warm-rate) */
     volatile sig_atomic_t stopping;
     struct hints *hints;   /* hints.c: pins and their expiry; NULL until the first hint */
     bool ucx_answers_left; /* ucx_daemon_quiesce: answers UCX kept; the datasets stay to exit */
@@ -277,16 +285,25 @@ int listen_tcp(const char *address);
 void run_loop(struct larderd *d, int unix_fd, int tcp_fd);
 
 /* requests.c */
-/* Bytes of uncacheable answers held in memory at once, node-wide: beyond
- * it, workers wait for others' answers to be sent. */
+/* Bytes of uncacheable answers held in memory at once, node-wide (a cache
+ * that evicts answers every READ so: fill_raw.c); beyond it, READs park
+ * until others' answers are sent.  One user (a local uid; the peers
+ * together) holds at most UNCACHED_SHARE of it, so that clients that never
+ * read their answers hold up their own user's READs, not everyone's. */
 #define UNCACHED_BUDGET (256u << 20)
-/* Take length bytes of that budget, waiting while others hold it (one
- * answer alone always fits); give them back. */
-void uncached_take(struct larderd *d, uint64_t length);
-void uncached_give(struct larderd *d, uint64_t length);
-/* Take length bytes of it without waiting: false, and nothing taken, when
- * it would go past the budget (a transform's answer: the reader runs it). */
-bool uncached_try_take(struct larderd *d, uint64_t length);
+#define UNCACHED_SHARE (UNCACHED_BUDGET / 2)
+/* Take length bytes of that budget for c's user without waiting: false,
+ * and nothing taken, when they do not fit (a transform's answer: the
+ * reader runs it).  One answer alone always fits. */
+bool uncached_try_take(const struct connection *c, uint64_t length);
+/* Give back what c's user took; READs parked for room that now fit go to
+ * their workers again.  Takes no connection's lock (called under one). */
+void uncached_give(const struct connection *c, uint64_t length);
+/* The loop (woken by uncached_give): queue the READs given room on their workers. */
+void uncached_resume(struct larderd *d);
+/* Stopping: answer every parked READ with an error, and park none after
+ * (larderd_free, before the pools end). */
+void uncached_close(struct larderd *d);
 /* Handle one whole frame from c (of c->daemon): the answers go to c's
  * output queue, at once or from a worker (READ).  false closes the
  * connection at once (malformed input). */

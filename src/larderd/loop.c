@@ -114,9 +114,9 @@ static void drop(struct connection *c)
     else
         close(c->fd);
     /* what is queued will never be sent: its room goes back now, not with
-     * the last reference, which READs still waiting for room in the
-     * node-wide budget hold (uncached_take): answers of dropped clients
-     * filling it waited on each other for good */
+     * the last reference, which READs parked for room in the node-wide
+     * budget hold (requests.c, "Room"): answers of dropped clients filling
+     * it waited on each other for good */
     while (c->head) {
         struct output *next = c->head->next;
         output_free(c, c->head);
@@ -490,6 +490,7 @@ void run_loop(struct larderd *d, int unix_fd, int tcp_fd)
                 after_event(c, ok, was_paused);
             }
         }
+        uncached_resume(d); /* READs parked for room that answers sent made room for */
         if (now_ms() - last_sweep >= 250) {
             sweep(d);
             last_sweep = now_ms();

@@ -41,6 +41,8 @@ struct read_job {
     struct larder__stripe_loan *loan;
     struct larder__ucx_session *via; /* a READ that came over UCX: answered there (ucx.c) */
     struct trace_span trace;         /* LARDERD_TRACE's line for it (trace.h) */
+    struct larder__pool *pool;       /* the workers it was queued on */
+    struct read_job *next_parked;    /* parked for room (d->parked) */
 };
 
 /* The job's ERROR answer: on its connection, or over UCX when it came that way. */
@@ -63,31 +65,126 @@ static uint64_t now_us(void)
     return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-void uncached_take(struct larderd *d, uint64_t length)
+static void read_job_resume(void *arg);
+static void answer_uncached(struct read_job *job);
+
+/*
+ * Room for answers.  A READ whose answer cannot come from the cache file
+ * (no room, or a cache that evicts: every READ then) has its bytes copied
+ * into the frame sent, and what such frames hold at once is bounded
+ * node-wide (UNCACHED_BUDGET) until each is sent or its connection is
+ * dropped.  A READ that finds no room parks (d->parked, in arrival order),
+ * holding no worker, and goes back to its workers once answers sent make
+ * room for it.  One user holds at most UNCACHED_SHARE: a user is a local
+ * uid, or the peers together (uncached_key).  Found by review: READs used
+ * to wait for room on their workers, so a client that sent READs and never
+ * read the answers filled the budget with four connections, then held
+ * every worker (64) and with them every READ on the node, cached or not,
+ * until the loop's sweep dropped it a minute later.
+ */
+static int64_t uncached_key(const struct connection *c)
 {
-    pthread_mutex_lock(&d->uncached_lock);
-    while (d->uncached_bytes && d->uncached_bytes + length > UNCACHED_BUDGET)
-        pthread_cond_wait(&d->uncached_freed, &d->uncached_lock);
-    d->uncached_bytes += length;
-    pthread_mutex_unlock(&d->uncached_lock);
+    return c->peer ? -1 : (int64_t)c->uid;
 }
 
-bool uncached_try_take(struct larderd *d, uint64_t length)
+/* The key's entry of d->uncached_users, made when `make` and there is a
+ * free one; NULL else.  uncached_lock held. */
+static struct uncached_user *uncached_user(struct larderd *d, int64_t key, bool make)
 {
+    struct uncached_user *free_entry = NULL;
+    for (int i = 0; i < UNCACHED_USERS; i++) {
+        struct uncached_user *u = &d->uncached_users[i];
+        if (u->key == key) return u;
+        if (u->key == UNCACHED_NOBODY && !free_entry) free_entry = u;
+    }
+    if (make && free_entry) *free_entry = (struct uncached_user){.key = key};
+    return make ? free_entry : NULL;
+}
+
+/* Give back length bytes of key's.  uncached_lock held. */
+static void give_room(struct larderd *d, int64_t key, uint64_t length)
+{
+    struct uncached_user *u = uncached_user(d, key, false);
+    if (u) {
+        u->bytes -= length < u->bytes ? length : u->bytes;
+        if (!u->bytes) u->key = UNCACHED_NOBODY;
+    }
+    d->uncached_bytes -= length < d->uncached_bytes ? length : d->uncached_bytes;
+}
+
+/* Take length bytes for key when they fit (the budget, the user's share,
+ * an entry for a new user); one answer alone always fits.  uncached_lock held. */
+static bool take_room(struct larderd *d, int64_t key, uint64_t length)
+{
+    struct uncached_user *u = uncached_user(d, key, false);
+    uint64_t mine = u ? u->bytes : 0;
+    if (d->uncached_bytes && d->uncached_bytes + length > UNCACHED_BUDGET) return false;
+    if (mine && mine + length > UNCACHED_SHARE) return false;
+    if (!u && !(u = uncached_user(d, key, true))) return false; /* 64 users hold some */
+    u->bytes += length;
+    d->uncached_bytes += length;
+    return true;
+}
+
+bool uncached_try_take(const struct connection *c, uint64_t length)
+{
+    struct larderd *d = c->daemon;
     pthread_mutex_lock(&d->uncached_lock);
-    bool room = d->uncached_bytes + length <= UNCACHED_BUDGET;
-    if (room) d->uncached_bytes += length;
+    bool room = take_room(d, uncached_key(c), length);
     pthread_mutex_unlock(&d->uncached_lock);
     return room;
 }
 
-void uncached_give(struct larderd *d, uint64_t length)
+void uncached_give(const struct connection *c, uint64_t length)
 {
     if (!length) return;
+    struct larderd *d = c->daemon;
     pthread_mutex_lock(&d->uncached_lock);
-    d->uncached_bytes -= length;
-    pthread_cond_broadcast(&d->uncached_freed);
+    give_room(d, uncached_key(c), length);
+    /* the parked READs that fit now, oldest first, and each user's in turn
+     * (one that does not fit holds up its own user's after it, no one
+     * else's), their room taken, for the loop to hand to their workers:
+     * the caller may hold a connection's lock, which a READ run here at
+     * once (a pool short of memory runs its task on the submitting thread)
+     * would take again */
+    struct read_job **at = &d->parked, *previous = NULL, **last = &d->resumable;
+    while (*last)
+        last = &(*last)->next_parked;
+    bool any = false;
+    while (*at) {
+        struct read_job *job = *at;
+        int64_t key = uncached_key(job->connection);
+        bool behind = false; /* an earlier one of its user's still parked */
+        for (struct read_job *p = d->parked; p != job && !behind; p = p->next_parked)
+            behind = uncached_key(p->connection) == key;
+        if (behind || !take_room(d, key, job->read.length)) {
+            previous = job;
+            at = &job->next_parked;
+            continue;
+        }
+        *at = job->next_parked;
+        if (d->parked_tail == job) d->parked_tail = previous;
+        job->next_parked = NULL;
+        *last = job;
+        last = &job->next_parked;
+        any = true;
+    }
     pthread_mutex_unlock(&d->uncached_lock);
+    if (any) larderd_wake(d);
+}
+
+void uncached_resume(struct larderd *d)
+{
+    pthread_mutex_lock(&d->uncached_lock);
+    struct read_job *job = d->resumable;
+    d->resumable = NULL;
+    pthread_mutex_unlock(&d->uncached_lock);
+    while (job) {
+        struct read_job *next = job->next_parked;
+        job->next_parked = NULL;
+        larder__pool_submit(job->pool, read_job_resume, job, job->read.priority);
+        job = next;
+    }
 }
 
 /*
@@ -160,6 +257,64 @@ static bool stage_only(struct read_job *job, struct larder__fill *fill)
     return true;
 }
 
+/*
+ * Room for job's answer: true when taken.  false when it parked (it goes
+ * on from read_job_resume once answers sent make room) or, the daemon
+ * stopping, was answered with an error.  A user's READs take room in
+ * turn: none while an earlier one of the same user is parked.
+ */
+static bool room_or_park(struct read_job *job)
+{
+    struct connection *c = job->connection;
+    struct larderd *d = c->daemon;
+    int64_t key = uncached_key(c);
+    pthread_mutex_lock(&d->uncached_lock);
+    bool behind = false;
+    for (struct read_job *p = d->parked; p && !behind; p = p->next_parked)
+        behind = uncached_key(p->connection) == key;
+    if (!behind && take_room(d, key, job->read.length)) {
+        pthread_mutex_unlock(&d->uncached_lock);
+        return true;
+    }
+    bool closed = d->uncached_closed;
+    if (!closed) { /* from here on job is uncached_give's to resume: not touched */
+        if (d->parked_tail)
+            d->parked_tail->next_parked = job;
+        else
+            d->parked = job;
+        d->parked_tail = job;
+    }
+    pthread_mutex_unlock(&d->uncached_lock);
+    if (closed) {
+        answer_error(job, -ECANCELED, "the daemon is stopping");
+        read_job_end(job, 0);
+    }
+    return false;
+}
+
+void uncached_close(struct larderd *d)
+{
+    pthread_mutex_lock(&d->uncached_lock);
+    d->uncached_closed = true;
+    struct read_job *job = d->parked;
+    d->parked = d->parked_tail = NULL;
+    /* those given room and not yet resumed (the loop has ended) too */
+    for (struct read_job *r = d->resumable; r; r = r->next_parked)
+        give_room(d, uncached_key(r->connection), r->read.length);
+    struct read_job **last = &job;
+    while (*last)
+        last = &(*last)->next_parked;
+    *last = d->resumable;
+    d->resumable = NULL;
+    pthread_mutex_unlock(&d->uncached_lock);
+    while (job) {
+        struct read_job *next = job->next_parked;
+        answer_error(job, -ECANCELED, "the daemon is stopping");
+        read_job_end(job, 0);
+        job = next;
+    }
+}
+
 static void read_job(void *arg)
 {
     struct read_job *job = arg;
@@ -224,10 +379,35 @@ static void read_job(void *arg)
         read_job_end(job, 0);
         return;
     }
-    /* not cacheable (no room): the bytes land in the frame that is sent;
-     * what such answers hold at once is bounded node-wide, until each is
-     * sent (or its connection dropped) */
-    uncached_take(job->connection->daemon, length);
+    /* not cacheable (no room, or a cache that evicts): the bytes land in
+     * the frame that is sent, once there is room for it ("Room") */
+    if (room_or_park(job)) answer_uncached(job);
+}
+
+/* A READ parked for room, given room: answered from its worker. */
+static void read_job_resume(void *arg)
+{
+    struct read_job *job = arg;
+    struct connection *c = job->connection;
+    pthread_mutex_lock(&c->lock);
+    bool gone = c->dropped;
+    pthread_mutex_unlock(&c->lock);
+    if (gone) { /* no one to answer: its room back, unread */
+        uncached_give(c, job->read.length);
+        read_job_end(job, 0);
+        return;
+    }
+    take_source_reads(); /* what this thread read before is not this READ's */
+    serving_peer(job->connection->peer);
+    answer_uncached(job);
+}
+
+/* Answer job with its bytes copied into the frame (its room taken). */
+static void answer_uncached(struct read_job *job)
+{
+    struct larder__fill *fill = larder__dataset_fill(job->entry->dataset);
+    int priority = job->read.priority;
+    size_t length = (size_t)job->read.length;
     if (job->via) {
         uint8_t *bytes = malloc(length ? length : 1);
         int rc = bytes ? 0 : -ENOMEM;
@@ -239,7 +419,7 @@ static void read_job(void *arg)
         else
             answer_error(job, rc, larder_errmsg());
         free(bytes);
-        uncached_give(job->connection->daemon, length);
+        uncached_give(job->connection, length);
         read_job_end(job, rc == 0 ? length : 0);
         return;
     }
@@ -256,7 +436,7 @@ static void read_job(void *arg)
         enqueue_output(job->connection, o);
     } else {
         free(o);
-        uncached_give(job->connection->daemon, length);
+        uncached_give(job->connection, length);
         send_error(job->connection, job->request, rc, larder_errmsg());
     }
     read_job_end(job, rc == 0 ? length : 0);
@@ -504,6 +684,7 @@ void read_submit(struct connection *c, const struct larder__read *read, uint64_t
      * READ on the peers' workers (larderd.h, peer_pool) */
     struct larder__pool *pool =
         c->peer && c->daemon->peer_pool ? c->daemon->peer_pool : c->daemon->pool;
+    job->pool = pool;
     larder__pool_submit(pool, read_job, job, read->priority);
 }
 

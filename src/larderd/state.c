@@ -30,7 +30,8 @@ void larderd_init(struct larderd *d)
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->opened, NULL);
     pthread_mutex_init(&d->uncached_lock, NULL);
-    pthread_cond_init(&d->uncached_freed, NULL);
+    for (int i = 0; i < UNCACHED_USERS; i++)
+        d->uncached_users[i].key = UNCACHED_NOBODY;
     pthread_mutex_init(&d->warm_lock, NULL);
 }
 
@@ -71,6 +72,7 @@ void larderd_free(struct larderd *d)
     d->open_pool = NULL;
     publications_stop(d);            /* no name job opening datasets, starting hints */
     hints_stop(d);                   /* no more hint threads queueing staging */
+    uncached_close(d);               /* READs parked for room answered: none left out */
     larder__pool_free(d->peer_pool); /* finishes the reads in flight */
     d->peer_pool = NULL;
     larder__pool_free(d->pool);
@@ -96,7 +98,6 @@ void larderd_free(struct larderd *d)
     pthread_mutex_destroy(&d->lock);
     pthread_cond_destroy(&d->opened);
     pthread_mutex_destroy(&d->uncached_lock);
-    pthread_cond_destroy(&d->uncached_freed);
     pthread_mutex_destroy(&d->warm_lock);
 }
 

@@ -183,13 +183,13 @@ static void refuse_memory(struct connection *c, uint64_t request, size_t length)
 static struct output *answer_new(struct connection *c, uint64_t request, size_t length)
 {
     size_t frame = FRAME_HEAD + length;
-    if (!uncached_try_take(c->daemon, frame)) {
+    if (!uncached_try_take(c, frame)) {
         refuse_memory(c, request, frame);
         return NULL;
     }
     struct output *o = output_new(frame);
     if (!o) {
-        uncached_give(c->daemon, frame);
+        uncached_give(c, frame);
         send_error(c, request, -ENOMEM, "out of memory");
         return NULL;
     }
@@ -279,7 +279,7 @@ static void transform_job(void *arg)
                                         job->transform.canonical};
             transform_cache_put(t->cache, &key, result, result_length);
             size_t frame = FRAME_HEAD + result_length;
-            if (uncached_try_take(c->daemon, frame)) {
+            if (uncached_try_take(c, frame)) {
                 *o = (struct output){.length = frame, .file = -1, .uncached = frame};
                 answer_send(c, o, job->request_id, 0, job->request.priority);
                 count(&t->transformed);
@@ -362,7 +362,7 @@ bool transform_request(struct connection *c, const struct larder__frame *f, cons
                 return true;
             }
             /* evicted meanwhile: run it */
-            uncached_give(c->daemon, o->uncached);
+            uncached_give(c, o->uncached);
             free(o);
         }
         bool shed;
