@@ -133,9 +133,10 @@ static int background_nice(void)
  * the core first, where nice 10 still leaves background about a tenth of a
  * contended core.  Off by default: a DEMAND read single-flighted behind a
  * background fill of the same block waits as long as the core stays busy
- * (a restart storm's readers of a hinted checkpoint would), and its worth
- * is still to be measured on a quiet machine (docs/scale.md).  Needs the
- * rights background_nice() needs to come back. */
+ * (a restart storm's readers of a hinted checkpoint would), and measured
+ * (docs/scale.md) it made a training reader's slow steps beside hinted
+ * replication slower, not faster.  Needs the rights background_nice()
+ * needs to come back. */
 static bool background_idle(void)
 {
     static int answer = -1; /* -1: not asked yet */
