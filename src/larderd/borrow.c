@@ -546,6 +546,25 @@ void borrow_next_piece(struct dataset_entry *e, struct connection *c, uint32_t s
     }
 }
 
+/* The chunk [start, end) staged whole under its slot (claim) for a READ
+ * of [want_lo, want_hi) in it: true when claimed, false when staged by
+ * another READ meanwhile (waited for) or left to the READ's own borrow (no
+ * slot free). */
+static bool stage_claimed(struct dataset_entry *e, uint32_t shard, uint64_t start, uint64_t end,
+                          uint64_t want_lo, uint64_t want_hi, int priority,
+                          const struct timespec *deadline)
+{
+    struct chunk_slot *slot = claim(e, shard, start, end, priority, deadline, false);
+    if (!slot) return false;
+    /* resident by now (staged by a READ that ended as this one claimed it)? */
+    uint64_t lo, hi;
+    if (larder__fill_range_scope(larder__dataset_fill(e->dataset), shard, want_lo,
+                                 want_hi - want_lo, &lo, &hi) == 0)
+        stage_chunk(e, shard, start, end, priority);
+    release(slot);
+    return true;
+}
+
 bool borrow_whole_chunks(struct dataset_entry *e, struct connection *c, uint32_t shard,
                          uint64_t offset, uint64_t length, int priority)
 {
@@ -585,13 +604,9 @@ bool borrow_whole_chunks(struct dataset_entry *e, struct connection *c, uint32_t
          * still borrows its other owners' whole chunks itself, at once
          * (one transfer per owner, the owners side by side). */
         if (want_lo == start && want_hi == end) {
-            if (offset != start || offset + length != end) continue;
-            struct chunk_slot *slot = claim(e, shard, start, end, priority, &deadline, false);
-            if (!slot) continue; /* staged by another READ meanwhile, or its own bytes */
-            if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)
-                stage_chunk(e, shard, start, end, priority);
-            release(slot);
-            staged = true;
+            if (offset == start && offset + length == end)
+                staged |=
+                    stage_claimed(e, shard, start, end, want_lo, want_hi, priority, &deadline);
             continue;
         }
         uint64_t piece = shard_piece(e, shard);
@@ -616,13 +631,7 @@ bool borrow_whole_chunks(struct dataset_entry *e, struct connection *c, uint32_t
             staged |= stage_pieces(e, shard, start, end, want_lo, want_hi, priority, &deadline);
             continue;
         }
-        struct chunk_slot *slot = claim(e, shard, start, end, priority, &deadline, false);
-        if (!slot) continue; /* staged by another READ meanwhile, or its own bytes */
-        /* resident by now (staged by a READ that ended as this one claimed it)? */
-        if (larder__fill_range_scope(fill, shard, want_lo, want_hi - want_lo, &a, &b) == 0)
-            stage_chunk(e, shard, start, end, priority);
-        release(slot);
-        staged = true;
+        staged |= stage_claimed(e, shard, start, end, want_lo, want_hi, priority, &deadline);
     }
     /* all of it in the cache now: nothing left for the READ to borrow */
     return staged && larder__fill_range_scope(fill, shard, offset, length, &lo, &hi) == 1;

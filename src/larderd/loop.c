@@ -443,12 +443,14 @@ static void after_event(struct connection *c, bool ok, bool was_paused)
     if (!ok || (c->closing && !pending)) drop(c);
 }
 
-/* The wake eventfd: workers queued output or ended jobs. */
+/* The wake eventfd: workers queued output or ended jobs, or answers sent
+ * made room for READs parked for it (uncached_give). */
 static void woken(struct larderd *d)
 {
     uint64_t count;
     if (read(d->wake, &count, sizeof count) < 0) { /* nothing to do */
     }
+    uncached_resume(d);
     for (struct connection *c = d->connections, *next; c; c = next) {
         next = c->next; /* drop() leaves c->next for this walk */
         pthread_mutex_lock(&c->lock);
@@ -490,7 +492,6 @@ void run_loop(struct larderd *d, int unix_fd, int tcp_fd)
                 after_event(c, ok, was_paused);
             }
         }
-        uncached_resume(d); /* READs parked for room that answers sent made room for */
         if (now_ms() - last_sweep >= 250) {
             sweep(d);
             last_sweep = now_ms();

@@ -126,6 +126,15 @@ static bool take_room(struct larderd *d, int64_t key, uint64_t length)
     return true;
 }
 
+/* Whether a READ of key's is parked before `stop` (NULL: anywhere): a
+ * user's READs take room in turn.  uncached_lock held. */
+static bool parked_before(const struct larderd *d, const struct read_job *stop, int64_t key)
+{
+    for (const struct read_job *p = d->parked; p != stop; p = p->next_parked)
+        if (uncached_key(p->connection) == key) return true;
+    return false;
+}
+
 bool uncached_try_take(const struct connection *c, uint64_t length)
 {
     struct larderd *d = c->daemon;
@@ -154,10 +163,7 @@ void uncached_give(const struct connection *c, uint64_t length)
     while (*at) {
         struct read_job *job = *at;
         int64_t key = uncached_key(job->connection);
-        bool behind = false; /* an earlier one of its user's still parked */
-        for (struct read_job *p = d->parked; p != job && !behind; p = p->next_parked)
-            behind = uncached_key(p->connection) == key;
-        if (behind || !take_room(d, key, job->read.length)) {
+        if (parked_before(d, job, key) || !take_room(d, key, job->read.length)) {
             previous = job;
             at = &job->next_parked;
             continue;
@@ -269,10 +275,7 @@ static bool room_or_park(struct read_job *job)
     struct larderd *d = c->daemon;
     int64_t key = uncached_key(c);
     pthread_mutex_lock(&d->uncached_lock);
-    bool behind = false;
-    for (struct read_job *p = d->parked; p && !behind; p = p->next_parked)
-        behind = uncached_key(p->connection) == key;
-    if (!behind && take_room(d, key, job->read.length)) {
+    if (!parked_before(d, NULL, key) && take_room(d, key, job->read.length)) {
         pthread_mutex_unlock(&d->uncached_lock);
         return true;
     }
