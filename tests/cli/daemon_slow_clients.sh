@@ -52,24 +52,26 @@ with open(shard, "rb") as f:
 print("answered")
 PY
 
-/usr/bin/python3 - "$WORK/sock" "$WORK/origin/index.larder" >hogs.log 2>&1 <<'PY' &
+# clients of root that send READs of 8 MiB and never read an answer
+cat >hogs.py <<'PY'
 import struct, sys, time
 import larder_wire as w
-sock, index = sys.argv[1], sys.argv[2]
-CONNS, READS, LENGTH = 16, 8, 8 << 20  # 1 GiB asked for: 4x the budget, 128 READs
+sock, index, conns, reads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 clients = []
-for i in range(CONNS):
+for i in range(conns):
     c = w.Client(sock, 1)
     c.greet()
     low, high, _ = c.open(index)
     clients.append(c)
-for r in range(READS):
+for r in range(reads):
     for i, c in enumerate(clients):
-        read = struct.pack("<QQIB3xQQ", low, high, 0, 0, (r * 100 + i) * 4096, LENGTH)
+        read = struct.pack("<QQIB3xQQ", low, high, 0, 0, (r * 100 + i) * 4096, 8 << 20)
         c.sock.sendall(w.frame(w.READ, read, 100 + r))
 print("sent", flush=True)
 time.sleep(3600)  # never reads an answer; killed by the test
 PY
+# 16 x 8 READs: 1 GiB asked for, 4x the budget
+/usr/bin/python3 hogs.py "$WORK/sock" "$WORK/origin/index.larder" 16 8 >hogs.log 2>&1 &
 hogs=$!
 cleanup_hooks+=("kill $hogs 2>/dev/null")
 for _ in $(seq 200); do grep -q sent hogs.log && break; sleep 0.05; done
@@ -90,23 +92,7 @@ wait $hogs 2>/dev/null || true
   fail "root's READ after the slow clients left: $(cat probe2.log) $(tail -5 daemon.log)"
 
 # 3. SIGTERM with READs parked: slow clients again, then stop
-/usr/bin/python3 - "$WORK/sock" "$WORK/origin/index.larder" >hogs2.log 2>&1 <<'PY' &
-import struct, sys, time
-import larder_wire as w
-sock, index = sys.argv[1], sys.argv[2]
-clients = []
-for i in range(8):
-    c = w.Client(sock, 1)
-    c.greet()
-    low, high, _ = c.open(index)
-    clients.append(c)
-for r in range(8):
-    for i, c in enumerate(clients):
-        read = struct.pack("<QQIB3xQQ", low, high, 0, 0, (r * 100 + i) * 4096, 8 << 20)
-        c.sock.sendall(w.frame(w.READ, read, 100 + r))
-print("sent", flush=True)
-time.sleep(3600)
-PY
+/usr/bin/python3 hogs.py "$WORK/sock" "$WORK/origin/index.larder" 8 8 >hogs2.log 2>&1 &
 hogs=$!
 cleanup_hooks+=("kill $hogs 2>/dev/null")
 for _ in $(seq 200); do grep -q sent hogs2.log && break; sleep 0.05; done

@@ -73,13 +73,7 @@ def client(name):
     return c
 
 def refused(c, kind, payload, needle):
-    try:
-        c.request(kind, payload, 7)
-    except w.Refused as e:
-        assert needle in e.message, (needle, e.message)
-        print("refused: %s" % e.message)
-        return
-    raise SystemExit("followed a redirect outside --allow: %r" % needle)
+    w.expect_refused(c, kind, payload, needle, "followed a redirect outside --allow")
 
 # the index: /moved/index.larder is sent to /index.larder
 refused(client("narrow"), w.OPEN, f"{base}/moved/index.larder".encode(),

@@ -159,13 +159,7 @@ secret = b"publish-secret"
 producer = b"127.0.0.1:%d" % port
 
 def refused(client, kind, payload, needle):
-    try:
-        client.request(kind, payload, 7)
-    except w.Refused as e:
-        assert needle in e.message, (needle, e.message)
-        print("refused: %s" % e.message)
-        return
-    raise SystemExit("accepted a hostile frame: %r" % needle)
+    w.expect_refused(client, kind, payload, needle, "accepted a hostile frame")
 
 def local():
     c = w.Client(sock, 1)

@@ -43,13 +43,7 @@ def peer():
     return c
 
 def refused(kind, payload, needle):
-    try:
-        peer().request(kind, payload, 7)
-    except w.Refused as e:
-        assert needle in e.message, (needle, e.message)
-        print("refused: %s" % e.message)
-        return
-    raise SystemExit("accepted: %r" % needle)
+    w.expect_refused(peer(), kind, payload, needle)
 
 refused(w.OPEN, index, "")
 refused(w.ANNOUNCE, w.publication_payload(b"stolen", producer, index), "proved the cluster secret")

@@ -69,13 +69,7 @@ def claimed_id(index):  # bytes 16-31 of an index (docs/format.md): the dataset'
 def refused(payload, needle):
     c = w.Client(sock, 1, timeout=20)
     c.greet()
-    try:
-        c.request(w.PUBLISH, payload, 7)
-    except w.Refused as e:
-        assert needle in e.message, (needle, e.message)
-        print("refused: %s" % e.message)
-        return
-    raise SystemExit("PUBLISH accepted: %r" % needle)
+    w.expect_refused(c, w.PUBLISH, payload, needle, "PUBLISH accepted")
 
 a = w.Client(sock, 1, timeout=10)
 a.greet()

@@ -177,6 +177,18 @@ class Refused(Exception):
         self.code, self.message = code, message
 
 
+def expect_refused(client, kind, payload, needle, accepted="accepted"):
+    """Send a request that must be refused with an ERROR whose message holds
+    needle (printed); exits the test with accepted: needle when it is not."""
+    try:
+        client.request(kind, payload, 7)
+    except Refused as e:
+        assert needle in e.message, (needle, e.message)
+        print("refused: %s" % e.message)
+        return
+    raise SystemExit("%s: %r" % (accepted, needle))
+
+
 def serve_owner(port, secret, record, impostor, liar=False, stall=False, trickle=False,
                 busy=False):
     listener = socket.socket(socket.AF_INET)

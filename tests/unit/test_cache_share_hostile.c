@@ -122,6 +122,17 @@ static void publish(struct forged_slot *x, const struct forged_victim *v, uint64
     x->sequence += 1;
 }
 
+/* The truth of s's shard 1, block 0 (at its own place), as a victim to publish. */
+static struct forged_victim first_of_shard1(const struct side *s)
+{
+    uint64_t tail = s->size[1] < BLOCK ? s->size[1] : BLOCK;
+    return (struct forged_victim){.use = UINT64_MAX - 1,
+                                  .global = s->base[1],
+                                  .offset = 0,
+                                  .shard = 1,
+                                  .length = (uint32_t)tail};
+}
+
 static void read_range(const struct side *s, uint32_t shard, uint64_t offset, uint8_t *out)
 {
     char path[4200];
@@ -202,12 +213,8 @@ TEST(share_victim_at_another_blocks_place_is_refused)
     CHECK(memcmp(before, after, BLOCK) == 0);
     CHECK_EQ(held(&b), b.blocks);
     /* the truth is taken: shard 1's block 0 at its own place */
-    uint64_t tail = b.size[1] < BLOCK ? b.size[1] : BLOCK;
-    struct forged_victim truth = {.use = UINT64_MAX - 1,
-                                  .global = b.base[1],
-                                  .offset = 0,
-                                  .shard = 1,
-                                  .length = (uint32_t)tail};
+    struct forged_victim truth = first_of_shard1(&b);
+    uint64_t tail = truth.length;
     publish(slot_of(f, &b), &truth, 1);
     trim(over);
     CHECK(!larder__cache_present(b.cache, 1, 0, 0));
@@ -402,12 +409,8 @@ TEST(share_stale_mapping_of_a_removed_cache_punches_no_live_block)
     CHECK_EQ(system(cmd), 0);
     open_side(&b, "b"); /* a fresh cache, every block staged again */
     CHECK_EQ(held(&b), b.blocks);
-    uint64_t tail = b.size[1] < BLOCK ? b.size[1] : BLOCK;
-    struct forged_victim truth = {.use = UINT64_MAX - 1,
-                                  .global = b.base[1],
-                                  .offset = 0,
-                                  .shard = 1,
-                                  .length = (uint32_t)tail};
+    struct forged_victim truth = first_of_shard1(&b);
+    uint64_t tail = truth.length;
     publish(slot_of(f, &b), &truth, 1);
     trim(over);
     trim(over);

@@ -76,6 +76,32 @@ static void resolved(struct connection *c, const char *location)
     free(o);
 }
 
+/* RESOLVE `name` on c, unknown here: answered with an ERROR once the
+ * members were asked (none answers), the sweep running meanwhile. */
+static void unknown(struct larderd *d, struct connection *c, const char *name)
+{
+    send_resolve(c, name, 0);
+    struct output *answer = connection_take_output(c);
+    for (int i = 0; i < 500 && !answer; i++) {
+        usleep(10000);
+        publications_sweep(d, now_ms());
+        answer = connection_take_output(c);
+    }
+    CHECK(answer != NULL);
+    CHECK_EQ(answer->bytes[5], LARDER__ERROR);
+    free(answer);
+}
+
+/* Whether d has the dataset at url open. */
+static bool open_here(struct larderd *d, const char *url)
+{
+    int slot;
+    pthread_mutex_lock(&d->lock);
+    bool open = datasets_find_url(d, url, &slot) != NULL;
+    pthread_mutex_unlock(&d->lock);
+    return open;
+}
+
 static int jobs_of(struct connection *c)
 {
     pthread_mutex_lock(&c->lock);
@@ -211,16 +237,7 @@ TEST(larderd_publish_owner_and_rules)
     send_resolve(reader, "theirs2", 0);
     resolved(reader, other);
     /* the first announcement's index was not the one announced: forgotten */
-    send_resolve(reader, "theirs", 0);
-    answer = connection_take_output(reader);
-    for (int i = 0; i < 500 && !answer; i++) { /* unknown: the members are asked (none answers) */
-        usleep(10000);
-        publications_sweep(&d, now_ms());
-        answer = connection_take_output(reader);
-    }
-    CHECK(answer != NULL);
-    CHECK_EQ(answer->bytes[5], LARDER__ERROR);
-    free(answer);
+    unknown(&d, reader, "theirs");
     /* announced with a written-through index of another dataset, not open
      * here before: what its fetch opened is closed once no one reads it,
      * not left open (and owned by the announcer) until the daemon stops */
@@ -231,10 +248,7 @@ TEST(larderd_publish_owner_and_rules)
     bool open = false, done = false;
     for (int i = 0; i < 1000 && !(open && done); i++) { /* its fetch opened it and ended */
         usleep(10000);
-        int slot;
-        pthread_mutex_lock(&d.lock);
-        open = datasets_find_url(&d, stray, &slot) != NULL;
-        pthread_mutex_unlock(&d.lock);
+        open = open_here(&d, stray);
         pthread_mutex_lock(&d.publications->lock);
         done = d.publications->opening == 0;
         pthread_mutex_unlock(&d.publications->lock);
@@ -242,23 +256,11 @@ TEST(larderd_publish_owner_and_rules)
     CHECK(open && done);
     for (int i = 0; i < 100 && open; i++) { /* no one holds it: the sweep closes it */
         publications_sweep(&d, now_ms() + (int64_t)i * 1000);
-        int slot;
-        pthread_mutex_lock(&d.lock);
-        open = datasets_find_url(&d, stray, &slot) != NULL;
-        pthread_mutex_unlock(&d.lock);
+        open = open_here(&d, stray);
     }
     CHECK(!open);
     /* the name it was announced as is not registered */
-    send_resolve(reader, "stray", 0);
-    answer = connection_take_output(reader);
-    for (int i = 0; i < 500 && !answer; i++) {
-        usleep(10000);
-        publications_sweep(&d, now_ms());
-        answer = connection_take_output(reader);
-    }
-    CHECK(answer != NULL);
-    CHECK_EQ(answer->bytes[5], LARDER__ERROR);
-    free(answer);
+    unknown(&d, reader, "stray");
     /* and "theirs2", open and named, was left alone */
     send_resolve(reader, "theirs2", 0);
     resolved(reader, other);
