@@ -102,10 +102,12 @@ void enqueue_output(struct connection *c, struct output *o)
         return;
     }
     if (!c->tail || c->tail->priority <= o->priority) { /* the usual case: last */
-        if (c->tail)
+        if (c->tail) {
             c->tail->next = o;
-        else
+        } else {
             c->head = o;
+            c->unsent_since_ms = now_ms(); /* the queue was empty */
+        }
         c->tail = o;
     } else {
         /* before the first output of a lower class, but after the head
@@ -184,6 +186,7 @@ struct output *connection_take_output(struct connection *c)
     if (o) {
         c->head = o->next;
         if (!c->head) c->tail = NULL;
+        c->unsent_since_ms = c->head ? now_ms() : 0;
         o->next = NULL;
         c->charged -= o->charge;
         uncached_give(c, o->uncached);

@@ -59,10 +59,8 @@
     (LARDER__WIRE_HEADER + (LARDER__WIRE_MAX_URL + 64 > LARDER__WIRE_MAX_HINT                      \
                                 ? LARDER__WIRE_MAX_URL + 64                                        \
                                 : LARDER__WIRE_MAX_HINT))
-#define MAX_DATASETS 64           /* a connection's opened datasets are a 64-bit mask */
-#define UNCACHED_USERS 64         /* users holding uncached answers at once (requests.c) */
-#define UNCACHED_NOBODY INT64_MIN /* a free entry of them */
-#define MAX_OPENING 16 /* indexes fetched and checked at once (open_dataset), off d->lock */
+#define MAX_DATASETS 64 /* a connection's opened datasets are a 64-bit mask */
+#define MAX_OPENING 16  /* indexes fetched and checked at once (open_dataset), off d->lock */
 #define OPEN_WORKERS MAX_OPENING       /* the workers OPENs of new indexes run on (opens.c) */
 #define PARTIAL_FRAME_TIMEOUT_MS 10000 /* a frame begun and not finished this long */
 #define CLOSING_TIMEOUT_MS 5000        /* a refused client that does not take its ERROR */
@@ -102,6 +100,9 @@ struct connection {
     int64_t last_active_ms;   /* last whole frame, or last answer fully sent (atomic) */
     int64_t partial_since_ms; /* a frame begun, not yet whole; 0: none */
     int64_t blocked_since_ms; /* output waiting on a socket that takes none; 0: none */
+    int64_t unsent_since_ms;  /* since when no whole answer went out with some queued:
+                               * queued into an empty queue, or the last one sent whole
+                               * with more behind it; 0: none queued (c->lock) */
     int64_t closing_since_ms;
     struct connection *prev, *next; /* the loop's list */
     pthread_mutex_t lock;           /* guards the output queue, charged, jobs and refs */
@@ -183,14 +184,17 @@ struct larderd {
     pthread_mutex_t uncached_lock; /* what follows, to uncached_closed (requests.c, "Room") */
     uint64_t uncached_bytes;       /* malloc'ed for answers that could not be cached */
     struct uncached_user {         /* those bytes by who asked for them (uncached_key) */
-        int64_t key;               /* UNCACHED_NOBODY: a free entry */
+        int64_t key;
         uint64_t bytes;
-    } uncached_users[UNCACHED_USERS];
-    struct read_job *parked, *parked_tail; /* READs waiting for room, oldest first */
-    struct read_job *resumable;            /* given room, for the loop to queue (uncached_resume) */
-    bool uncached_closed;                  /* stopping: no READ parks any more */
-    pthread_mutex_t warm_lock;             /* warm_next_start */
-    double warm_next_start;                /* when the next warm chunk may start (--warm-rate) */
+        struct read_job *parked, *parked_tail; /* its READs waiting for room, oldest first */
+    } * uncached_users;                        /* those holding room or waiting for it */
+    size_t uncached_users_count, uncached_users_capacity;
+    uint64_t parked_count;      /* READs waiting for room, all users */
+    uint64_t parked_seq;        /* READs parked since the start: their order across users */
+    struct read_job *resumable; /* given room, for the loop to queue (uncached_resume) */
+    bool uncached_closed;       /* stopping: no READ parks any more */
+    pthread_mutex_t warm_lock;  /* warm_next_start */
+    double warm_next_start;     /* when the next warm chunk may start (--warm-rate) */
     volatile sig_atomic_t stopping;
     struct hints *hints;   /* hints.c: pins and their expiry; NULL until the first hint */
     bool ucx_answers_left; /* ucx_daemon_quiesce: answers UCX kept; the datasets stay to exit */
@@ -199,6 +203,7 @@ struct larderd {
     struct transforms *transforms; /* transform.c: made on the first TRANSFORM; NULL: none */
     uint64_t peer_opens;           /* OPENs from peers answered OPENED (opens.c; atomic; STAT) */
     uint64_t connected_ahead;    /* peer connections made ahead of need (connect_ahead.c; atomic) */
+    uint64_t stalled_drops;      /* clients dropped by uncached_stalled (loop.c's sweep; atomic) */
     struct connect_ahead *ahead; /* connect_ahead.c's jobs and workers; NULL: none */
     struct metrics_server *metrics; /* metrics.c: --metrics' thread and clients; NULL: none */
 };
@@ -296,6 +301,16 @@ void run_loop(struct larderd *d, int unix_fd, int tcp_fd);
  * and nothing taken, when they do not fit (a transform's answer: the
  * reader runs it).  One answer alone always fits. */
 bool uncached_try_take(const struct connection *c, uint64_t length);
+/* A client whose queued answers hold room of the budget and of which none
+ * went out whole for UNCACHED_STALL_MS while another user's READ waits for
+ * room (the sweep drops it): the per-user share bounds one user, this
+ * bounds any number of them working together (requests.c, "Room"). */
+#define UNCACHED_STALL_MS 5000
+bool uncached_stalled(struct connection *c, int64_t now);
+/* c was dropped: its parked READs go to their workers to end unread. */
+void uncached_forget(struct connection *c);
+/* Now: bytes of the budget held, and READs parked for room. */
+void uncached_figures(struct larderd *d, uint64_t *bytes, uint64_t *parked);
 /* Give back what c's user took; READs parked for room that now fit go to
  * their workers again.  Takes no connection's lock (called under one). */
 void uncached_give(const struct connection *c, uint64_t length);

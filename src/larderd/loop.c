@@ -55,7 +55,7 @@ static void watch(struct connection *c, bool pending)
 static bool flush(struct connection *c)
 {
     pthread_mutex_lock(&c->lock);
-    bool ok = true, progress = false, had = c->head != NULL;
+    bool ok = true, progress = false, whole = false, had = c->head != NULL;
     while (c->head) {
         struct output *o = c->head;
         size_t left = o->length - o->sent + o->file_length;
@@ -68,8 +68,10 @@ static bool flush(struct connection *c)
         c->head = o->next;
         if (!c->head) c->tail = NULL;
         output_free(c, o);
+        whole = true;
     }
     bool pending = c->head != NULL;
+    if (whole) c->unsent_since_ms = pending ? now_ms() : 0;
     bool over = connection_held_back(c);
     pthread_mutex_unlock(&c->lock);
     int64_t now = now_ms();
@@ -116,13 +118,16 @@ static void drop(struct connection *c)
     /* what is queued will never be sent: its room goes back now, not with
      * the last reference, which READs parked for room in the node-wide
      * budget hold (requests.c, "Room"): answers of dropped clients filling
-     * it waited on each other for good */
+     * it waited on each other for good; and its READs parked for room end
+     * unread, first, so that the room goes to others' */
+    uncached_forget(c);
     while (c->head) {
         struct output *next = c->head->next;
         output_free(c, c->head);
         c->head = next;
     }
     c->tail = NULL;
+    c->unsent_since_ms = 0;
     pthread_mutex_unlock(&c->lock);
     if (c->prev)
         c->prev->next = c->next;
@@ -335,6 +340,10 @@ static void accept_all(struct larderd *d, int listener, bool tcp)
     }
 }
 
+_Static_assert(UNCACHED_STALL_MS == 5000, "the message below says 5 s");
+static const char stalled_why[] =
+    "a client that took no answer in 5 s holds room other users' READs wait for";
+
 const char *sweep_reason(struct connection *c, int64_t now)
 {
     int idle_timeout_ms = c->daemon->config.idle_timeout_ms;
@@ -348,6 +357,7 @@ const char *sweep_reason(struct connection *c, int64_t now)
         return "a frame begun and not finished in 10 s";
     if (c->blocked_since_ms && now - c->blocked_since_ms >= idle_timeout_ms)
         return "a client that does not take its answers";
+    if (uncached_stalled(c, now)) return stalled_why;
     if (!busy && !c->in_used &&
         now - __atomic_load_n(&c->last_active_ms, __ATOMIC_RELAXED) >= idle_timeout_ms)
         return ""; /* idle: the ordinary end of a pooled connection, not worth a line */
@@ -366,6 +376,7 @@ static void sweep(struct larderd *d)
             continue;
         }
         if (why[0]) say("dropping a connection: %s", why);
+        if (why == stalled_why) __atomic_add_fetch(&d->stalled_drops, 1, __ATOMIC_RELAXED);
         drop(c);
     }
     publications_sweep(d, now); /* RESOLVEs waiting for a name */

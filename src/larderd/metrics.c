@@ -273,6 +273,25 @@ size_t metrics_text(struct larderd *d, char *out, size_t capacity)
                                        count, (unsigned long long)closed)
                             : 0;
     if (n > 0 && (size_t)n < capacity - used) used += (size_t)n;
+    uint64_t uncached, parked;
+    uncached_figures(d, &uncached, &parked);
+    n = used < capacity
+            ? snprintf(out + used, capacity - used,
+                       "# HELP larder_uncached_bytes Bytes of answers not from the cache "
+                       "held in memory until sent (256 MiB at most).\n"
+                       "# TYPE larder_uncached_bytes gauge\n"
+                       "larder_uncached_bytes %llu\n"
+                       "# HELP larder_reads_parked READs waiting for room for their answers.\n"
+                       "# TYPE larder_reads_parked gauge\n"
+                       "larder_reads_parked %llu\n"
+                       "# HELP larder_stalled_clients_dropped_total Clients dropped for "
+                       "taking no answer while holding room other users waited for.\n"
+                       "# TYPE larder_stalled_clients_dropped_total counter\n"
+                       "larder_stalled_clients_dropped_total %llu\n",
+                       (unsigned long long)uncached, (unsigned long long)parked,
+                       (unsigned long long)__atomic_load_n(&d->stalled_drops, __ATOMIC_RELAXED))
+            : 0;
+    if (n > 0 && (size_t)n < capacity - used) used += (size_t)n;
     struct larder__pool_stats classes;
     larderd_classes_get(d, &classes);
     metrics_format_classes(&classes, out, capacity, &used);

@@ -42,7 +42,9 @@ struct read_job {
     struct larder__ucx_session *via; /* a READ that came over UCX: answered there (ucx.c) */
     struct trace_span trace;         /* LARDERD_TRACE's line for it (trace.h) */
     struct larder__pool *pool;       /* the workers it was queued on */
-    struct read_job *next_parked;    /* parked for room (d->parked) */
+    struct read_job *next_parked;    /* parked for room (its user's), or given it (d->resumable) */
+    uint64_t parked_seq;             /* when it parked, in d->parked_seq's count */
+    bool roomless;                   /* resumed without room: its connection was dropped */
 };
 
 /* The job's ERROR answer: on its connection, or over UCX when it came that way. */
@@ -73,73 +75,153 @@ static void answer_uncached(struct read_job *job);
  * (no room, or a cache that evicts: every READ then) has its bytes copied
  * into the frame sent, and what such frames hold at once is bounded
  * node-wide (UNCACHED_BUDGET) until each is sent or its connection is
- * dropped.  A READ that finds no room parks (d->parked, in arrival order),
- * holding no worker, and goes back to its workers once answers sent make
- * room for it.  One user holds at most UNCACHED_SHARE: a user is a local
- * uid, or the peers together (uncached_key).  Found by review: READs used
+ * dropped.  A READ that finds no room parks (in its user's queue, in
+ * arrival order), holding no worker, and goes back to its workers once
+ * answers sent make room for it: room freed goes to the user holding
+ * least whose next READ fits (next_user), so that a user who waits while
+ * others hold much is served first.  One user holds at most
+ * UNCACHED_SHARE: a user is a local uid, or the peers together
+ * (uncached_key).  Found by review: READs used
  * to wait for room on their workers, so a client that sent READs and never
  * read the answers filled the budget with four connections, then held
  * every worker (64) and with them every READ on the node, cached or not,
  * until the loop's sweep dropped it a minute later.
+ *
+ * The share bounds one user; two users' clients that never read (two
+ * accounts, or one and the peers) still filled the budget together, and
+ * every other user's READs parked until the sweep's minute.  So while a
+ * READ of another user is parked, a connection whose queued answers hold
+ * room and of which no answer went out whole for UNCACHED_STALL_MS is
+ * dropped by the sweep (uncached_stalled), its room given to the parked
+ * READs, the waiting user's first, and its own parked READs ended unread
+ * (uncached_forget).  A reader that reads its answers takes an 8 MiB one
+ * in milliseconds; 5 s without one is not reading.
  */
 static int64_t uncached_key(const struct connection *c)
 {
     return c->peer ? -1 : (int64_t)c->uid;
 }
 
-/* The key's entry of d->uncached_users, made when `make` and there is a
- * free one; NULL else.  uncached_lock held. */
-static struct uncached_user *uncached_user(struct larderd *d, int64_t key, bool make)
+/* key's entry of d->uncached_users, or NULL.  uncached_lock held, as for
+ * everything below that takes d. */
+static struct uncached_user *user_find(struct larderd *d, int64_t key)
 {
-    struct uncached_user *free_entry = NULL;
-    for (int i = 0; i < UNCACHED_USERS; i++) {
-        struct uncached_user *u = &d->uncached_users[i];
-        if (u->key == key) return u;
-        if (u->key == UNCACHED_NOBODY && !free_entry) free_entry = u;
-    }
-    if (make && free_entry) *free_entry = (struct uncached_user){.key = key};
-    return make ? free_entry : NULL;
+    for (size_t i = 0; i < d->uncached_users_count; i++)
+        if (d->uncached_users[i].key == key) return &d->uncached_users[i];
+    return NULL;
 }
 
-/* Give back length bytes of key's.  uncached_lock held. */
+/* key's entry, made when it has none; NULL when out of memory.  The table
+ * holds the users holding room or waiting for it: a few on a node. */
+static struct uncached_user *user_make(struct larderd *d, int64_t key)
+{
+    struct uncached_user *u = user_find(d, key);
+    if (u) return u;
+    if (d->uncached_users_count == d->uncached_users_capacity) {
+        size_t capacity = d->uncached_users_capacity ? 2 * d->uncached_users_capacity : 16;
+        struct uncached_user *grown = realloc(d->uncached_users, capacity * sizeof *grown);
+        if (!grown) return NULL;
+        d->uncached_users = grown;
+        d->uncached_users_capacity = capacity;
+    }
+    u = &d->uncached_users[d->uncached_users_count++];
+    *u = (struct uncached_user){.key = key};
+    return u;
+}
+
+/* u's entry gone when it holds no room and waits for none (the last entry
+ * takes its place: pointers into the table are stale after). */
+static void user_tidy(struct larderd *d, struct uncached_user *u)
+{
+    if (!u->bytes && !u->parked) *u = d->uncached_users[--d->uncached_users_count];
+}
+
+/* Whether length bytes fit for u: the budget, u's share; one answer alone
+ * always fits, and so does a user's first. */
+static bool fits(const struct larderd *d, const struct uncached_user *u, uint64_t length)
+{
+    if (d->uncached_bytes && d->uncached_bytes + length > UNCACHED_BUDGET) return false;
+    return !u->bytes || u->bytes + length <= UNCACHED_SHARE;
+}
+
+static void take_room(struct larderd *d, struct uncached_user *u, uint64_t length)
+{
+    u->bytes += length;
+    d->uncached_bytes += length;
+}
+
 static void give_room(struct larderd *d, int64_t key, uint64_t length)
 {
-    struct uncached_user *u = uncached_user(d, key, false);
+    struct uncached_user *u = user_find(d, key);
     if (u) {
         u->bytes -= length < u->bytes ? length : u->bytes;
-        if (!u->bytes) u->key = UNCACHED_NOBODY;
+        user_tidy(d, u);
     }
     d->uncached_bytes -= length < d->uncached_bytes ? length : d->uncached_bytes;
 }
 
-/* Take length bytes for key when they fit (the budget, the user's share,
- * an entry for a new user); one answer alone always fits.  uncached_lock held. */
-static bool take_room(struct larderd *d, int64_t key, uint64_t length)
+/* The user whose first parked READ takes room next: of those whose first
+ * fits, the one holding least, and the oldest first among equals; NULL
+ * when none fits. */
+static struct uncached_user *next_user(struct larderd *d)
 {
-    struct uncached_user *u = uncached_user(d, key, false);
-    uint64_t mine = u ? u->bytes : 0;
-    if (d->uncached_bytes && d->uncached_bytes + length > UNCACHED_BUDGET) return false;
-    if (mine && mine + length > UNCACHED_SHARE) return false;
-    if (!u && !(u = uncached_user(d, key, true))) return false; /* 64 users hold some */
-    u->bytes += length;
-    d->uncached_bytes += length;
-    return true;
+    struct uncached_user *best = NULL;
+    for (size_t i = 0; i < d->uncached_users_count; i++) {
+        struct uncached_user *u = &d->uncached_users[i];
+        if (!u->parked || !fits(d, u, u->parked->read.length)) continue;
+        if (!best || u->bytes < best->bytes ||
+            (u->bytes == best->bytes && u->parked->parked_seq < best->parked->parked_seq))
+            best = u;
+    }
+    return best;
 }
 
-/* Whether a READ of key's is parked before `stop` (NULL: anywhere): a
- * user's READs take room in turn.  uncached_lock held. */
-static bool parked_before(const struct larderd *d, const struct read_job *stop, int64_t key)
+/* The end of d->resumable, to append to. */
+static struct read_job **resumable_end(struct larderd *d)
 {
-    for (const struct read_job *p = d->parked; p != stop; p = p->next_parked)
-        if (uncached_key(p->connection) == key) return true;
-    return false;
+    struct read_job **last = &d->resumable;
+    while (*last)
+        last = &(*last)->next_parked;
+    return last;
+}
+
+bool uncached_stalled(struct connection *c, int64_t now)
+{
+    bool holds = false;
+    pthread_mutex_lock(&c->lock);
+    if (c->unsent_since_ms && now - c->unsent_since_ms >= UNCACHED_STALL_MS)
+        for (const struct output *o = c->head; o && !holds; o = o->next)
+            holds = o->uncached > 0;
+    pthread_mutex_unlock(&c->lock);
+    if (!holds) return false;
+    struct larderd *d = c->daemon;
+    int64_t key = uncached_key(c);
+    bool others_wait = false;
+    pthread_mutex_lock(&d->uncached_lock);
+    for (size_t i = 0; i < d->uncached_users_count && !others_wait; i++)
+        others_wait = d->uncached_users[i].parked && d->uncached_users[i].key != key;
+    pthread_mutex_unlock(&d->uncached_lock);
+    return others_wait;
+}
+
+void uncached_figures(struct larderd *d, uint64_t *bytes, uint64_t *parked)
+{
+    pthread_mutex_lock(&d->uncached_lock);
+    *bytes = d->uncached_bytes;
+    *parked = d->parked_count;
+    pthread_mutex_unlock(&d->uncached_lock);
 }
 
 bool uncached_try_take(const struct connection *c, uint64_t length)
 {
     struct larderd *d = c->daemon;
     pthread_mutex_lock(&d->uncached_lock);
-    bool room = take_room(d, uncached_key(c), length);
+    struct uncached_user *u = user_make(d, uncached_key(c));
+    bool room = u && fits(d, u, length);
+    if (room)
+        take_room(d, u, length);
+    else if (u)
+        user_tidy(d, u);
     pthread_mutex_unlock(&d->uncached_lock);
     return room;
 }
@@ -150,30 +232,52 @@ void uncached_give(const struct connection *c, uint64_t length)
     struct larderd *d = c->daemon;
     pthread_mutex_lock(&d->uncached_lock);
     give_room(d, uncached_key(c), length);
-    /* the parked READs that fit now, oldest first, and each user's in turn
-     * (one that does not fit holds up its own user's after it, no one
-     * else's), their room taken, for the loop to hand to their workers:
-     * the caller may hold a connection's lock, which a READ run here at
-     * once (a pool short of memory runs its task on the submitting thread)
-     * would take again */
-    struct read_job **at = &d->parked, *previous = NULL, **last = &d->resumable;
-    while (*last)
-        last = &(*last)->next_parked;
+    /* the parked READs that fit now, their room taken, for the loop to hand
+     * to their workers: the caller may hold a connection's lock, which a
+     * READ run here at once (a pool short of memory runs its task on the
+     * submitting thread) would take again */
+    struct read_job **last = resumable_end(d);
     bool any = false;
-    while (*at) {
-        struct read_job *job = *at;
-        int64_t key = uncached_key(job->connection);
-        if (parked_before(d, job, key) || !take_room(d, key, job->read.length)) {
-            previous = job;
-            at = &job->next_parked;
-            continue;
-        }
-        *at = job->next_parked;
-        if (d->parked_tail == job) d->parked_tail = previous;
+    for (struct uncached_user *u; (u = next_user(d));) {
+        struct read_job *job = u->parked;
+        u->parked = job->next_parked;
+        if (!u->parked) u->parked_tail = NULL;
+        d->parked_count--;
+        take_room(d, u, job->read.length);
         job->next_parked = NULL;
         *last = job;
         last = &job->next_parked;
         any = true;
+    }
+    pthread_mutex_unlock(&d->uncached_lock);
+    if (any) larderd_wake(d);
+}
+
+void uncached_forget(struct connection *c)
+{
+    struct larderd *d = c->daemon;
+    bool any = false;
+    pthread_mutex_lock(&d->uncached_lock);
+    struct uncached_user *u = user_find(d, uncached_key(c));
+    if (u) {
+        struct read_job **at = &u->parked, *previous = NULL, **last = resumable_end(d);
+        while (*at) {
+            struct read_job *job = *at;
+            if (job->connection != c) {
+                previous = job;
+                at = &job->next_parked;
+                continue;
+            }
+            *at = job->next_parked;
+            if (u->parked_tail == job) u->parked_tail = previous;
+            job->next_parked = NULL;
+            job->roomless = true;
+            *last = job;
+            last = &job->next_parked;
+            d->parked_count--;
+            any = true;
+        }
+        user_tidy(d, u);
     }
     pthread_mutex_unlock(&d->uncached_lock);
     if (any) larderd_wake(d);
@@ -266,30 +370,37 @@ static bool stage_only(struct read_job *job, struct larder__fill *fill)
 /*
  * Room for job's answer: true when taken.  false when it parked (it goes
  * on from read_job_resume once answers sent make room) or, the daemon
- * stopping, was answered with an error.  A user's READs take room in
- * turn: none while an earlier one of the same user is parked.
+ * stopping (or out of memory), was answered with an error.  A user's
+ * READs take room in turn: none while an earlier one of the same user is
+ * parked.
  */
 static bool room_or_park(struct read_job *job)
 {
     struct connection *c = job->connection;
     struct larderd *d = c->daemon;
-    int64_t key = uncached_key(c);
     pthread_mutex_lock(&d->uncached_lock);
-    if (!parked_before(d, NULL, key) && take_room(d, key, job->read.length)) {
+    struct uncached_user *u = user_make(d, uncached_key(c));
+    if (u && !u->parked && fits(d, u, job->read.length)) {
+        take_room(d, u, job->read.length);
         pthread_mutex_unlock(&d->uncached_lock);
         return true;
     }
-    bool closed = d->uncached_closed;
-    if (!closed) { /* from here on job is uncached_give's to resume: not touched */
-        if (d->parked_tail)
-            d->parked_tail->next_parked = job;
+    bool closed = d->uncached_closed, parked = u && !closed;
+    if (parked) { /* from here on job is uncached_give's to resume: not touched */
+        job->parked_seq = ++d->parked_seq;
+        if (u->parked_tail)
+            u->parked_tail->next_parked = job;
         else
-            d->parked = job;
-        d->parked_tail = job;
+            u->parked = job;
+        u->parked_tail = job;
+        d->parked_count++;
+    } else if (u) {
+        user_tidy(d, u);
     }
     pthread_mutex_unlock(&d->uncached_lock);
-    if (closed) {
-        answer_error(job, -ECANCELED, "the daemon is stopping");
+    if (!parked) {
+        answer_error(job, closed ? -ECANCELED : -ENOMEM,
+                     closed ? "the daemon is stopping" : "out of memory");
         read_job_end(job, 0);
     }
     return false;
@@ -299,14 +410,19 @@ void uncached_close(struct larderd *d)
 {
     pthread_mutex_lock(&d->uncached_lock);
     d->uncached_closed = true;
-    struct read_job *job = d->parked;
-    d->parked = d->parked_tail = NULL;
-    /* those given room and not yet resumed (the loop has ended) too */
+    /* every user's parked READs, then those given room and not yet resumed
+     * (the loop has ended), their room back */
+    struct read_job *job = NULL, **last = &job;
+    for (size_t i = d->uncached_users_count; i-- > 0;) {
+        struct uncached_user *u = &d->uncached_users[i];
+        *last = u->parked;
+        if (u->parked) last = &u->parked_tail->next_parked;
+        u->parked = u->parked_tail = NULL;
+        user_tidy(d, u);
+    }
+    d->parked_count = 0;
     for (struct read_job *r = d->resumable; r; r = r->next_parked)
-        give_room(d, uncached_key(r->connection), r->read.length);
-    struct read_job **last = &job;
-    while (*last)
-        last = &(*last)->next_parked;
+        if (!r->roomless) give_room(d, uncached_key(r->connection), r->read.length);
     *last = d->resumable;
     d->resumable = NULL;
     pthread_mutex_unlock(&d->uncached_lock);
@@ -396,7 +512,7 @@ static void read_job_resume(void *arg)
     bool gone = c->dropped;
     pthread_mutex_unlock(&c->lock);
     if (gone) { /* no one to answer: its room back, unread */
-        uncached_give(c, job->read.length);
+        if (!job->roomless) uncached_give(c, job->read.length);
         read_job_end(job, 0);
         return;
     }
@@ -507,6 +623,15 @@ static void stats_frame(struct connection *c, uint64_t request)
     used += (size_t)snprintf(p + used, capacity - used,
                              ", \"open_datasets\": %d, \"closed_datasets\": %llu", open,
                              (unsigned long long)closed);
+    /* the node-wide room for answers not from the cache ("Room" above) */
+    uint64_t uncached, parked;
+    uncached_figures(d, &uncached, &parked);
+    used +=
+        (size_t)snprintf(p + used, capacity - used,
+                         ", \"uncached_bytes\": %llu, \"parked_reads\": %llu, "
+                         "\"stalled_drops\": %llu",
+                         (unsigned long long)uncached, (unsigned long long)parked,
+                         (unsigned long long)__atomic_load_n(&d->stalled_drops, __ATOMIC_RELAXED));
     /* peers' OPENs answered here, and connections to peers made ahead (connect_ahead.c) */
     used += (size_t)snprintf(
         p + used, capacity - used, ", \"peer_opens\": %llu, \"connected_ahead\": %llu}",

@@ -30,8 +30,6 @@ void larderd_init(struct larderd *d)
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->opened, NULL);
     pthread_mutex_init(&d->uncached_lock, NULL);
-    for (int i = 0; i < UNCACHED_USERS; i++)
-        d->uncached_users[i].key = UNCACHED_NOBODY;
     pthread_mutex_init(&d->warm_lock, NULL);
 }
 
@@ -97,6 +95,9 @@ void larderd_free(struct larderd *d)
     d->epoll = d->wake = -1;
     pthread_mutex_destroy(&d->lock);
     pthread_cond_destroy(&d->opened);
+    free(d->uncached_users); /* what holds room was freed above: no one gives it back now */
+    d->uncached_users = NULL;
+    d->uncached_users_count = d->uncached_users_capacity = 0;
     pthread_mutex_destroy(&d->uncached_lock);
     pthread_mutex_destroy(&d->warm_lock);
 }

@@ -11,7 +11,10 @@
 #     answered at once, byte for byte;
 #  2. once they are gone, root's parked READs end and a new root READ is
 #     answered;
-#  3. SIGTERM with READs parked stops the daemon, and (under ASan)
+#  3. two users' slow clients fill the budget together (half each):
+#     uid 65534's READ waits for room until they are dropped, 5 s after
+#     their last whole answer, not the sweep's minute;
+#  4. SIGTERM with READs parked stops the daemon, and (under ASan)
 #     nothing leaks.
 source "$(dirname "$0")/lib.sh"
 LARDERD=${LARDER%/larder}/larderd
@@ -28,6 +31,7 @@ for i in 0 1 2 3 4; do head -c 9000000 /dev/urandom >"src/part$i.bin"; done
 chmod 755 "$WORK/origin"
 chmod 644 "$WORK"/origin/*
 "$LARDERD" --cache "$WORK/cache" --socket "$WORK/sock" --cache-size 1G --allow-uid 65534 \
+  --allow-uid 65533 \
   --allow "$WORK/origin" \
   2>>daemon.log &
 pid=$!
@@ -91,7 +95,48 @@ wait $hogs 2>/dev/null || true
   "$WORK/origin/shard-000000.tar" 60 >probe2.log 2>&1 ||
   fail "root's READ after the slow clients left: $(cat probe2.log) $(tail -5 daemon.log)"
 
-# 3. SIGTERM with READs parked: slow clients again, then stop
+# 3. root's and uid 65533's slow clients: 128 MiB each, the whole budget
+/usr/bin/python3 hogs.py "$WORK/sock" "$WORK/origin/index.larder" 16 8 >hogs3.log 2>&1 &
+hogs=$!
+cleanup_hooks+=("kill $hogs 2>/dev/null")
+setpriv --reuid=65533 --regid=65533 --clear-groups env PYTHONPATH="$WORK/nobody/tools" \
+  /usr/bin/python3 "$WORK/hogs.py" "$WORK/sock" "$WORK/origin/index.larder" 16 8 >hogs4.log 2>&1 &
+hogs4=$!
+cleanup_hooks+=("kill $hogs4 2>/dev/null")
+for _ in $(seq 200); do grep -q sent hogs3.log && grep -q sent hogs4.log && break; sleep 0.05; done
+grep -q sent hogs3.log && grep -q sent hogs4.log ||
+  fail "the two users' slow clients did not start: $(cat hogs3.log hogs4.log)"
+# the budget full (256 MiB) and READs parked beyond both shares
+cat >room.py <<'PY'
+import json, sys, time
+import larder_wire as w
+c = w.Client(sys.argv[1], 1)
+c.greet()
+for _ in range(400):  # 20 s: a bound on a hang, not a timing
+    s = json.loads(c.request(w.STAT)[1])
+    if sys.argv[2] == "full" and s["uncached_bytes"] >= 256 << 20 and s["parked_reads"] > 0:
+        sys.exit(0)
+    if sys.argv[2] == "dropped" and s["stalled_drops"] > 0:
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit("not %s: %s" % (sys.argv[2], s))
+PY
+/usr/bin/python3 room.py "$WORK/sock" full || fail "the slow clients did not fill the budget"
+# answered once they are dropped (5 s); before, they held the budget until
+# the sweep's minute and the probe's alarm (30 s) ended it
+began=$(date +%s)
+nobody /usr/bin/python3 "$WORK/probe.py" "$WORK/sock" \
+  "$WORK/origin/index.larder" "$WORK/origin/shard-000000.tar" 30 >probe3.log 2>&1 ||
+  fail "uid 65534's READ beside two users' slow clients: $(cat probe3.log) $(tail -5 daemon.log)"
+grep -q answered probe3.log || fail "probe 3: $(cat probe3.log)"
+grep -q "took no answer in 5 s holds room" daemon.log ||
+  fail "no slow client was dropped: $(tail -5 daemon.log)"
+/usr/bin/python3 room.py "$WORK/sock" dropped || fail "STAT's stalled_drops"
+echo "uid 65534 answered after $(($(date +%s) - began)) s beside two users' slow clients"
+kill $hogs $hogs4 2>/dev/null
+wait $hogs $hogs4 2>/dev/null || true
+
+# 4. SIGTERM with READs parked: slow clients again, then stop
 /usr/bin/python3 hogs.py "$WORK/sock" "$WORK/origin/index.larder" 8 8 >hogs2.log 2>&1 &
 hogs=$!
 cleanup_hooks+=("kill $hogs 2>/dev/null")
