@@ -26,6 +26,13 @@ rounds=5
 [ "${1:-}" = --rounds ] && rounds=$2 && shift 2
 [ $# -ge 1 ] || { echo "usage: $0 [--rounds N] BUILD..." >&2; exit 2; }
 samples=${SAMPLES:-600} size=${SIZE:-262144}
+# every build has what a run uses (a missing reader left perf stat waiting
+# on the daemons for good)
+for spec in "$@"; do
+  for tool in larder larderd $([ "${READER:-warm}" = borrowed ] && echo larder_bench_borrow_read); do
+    [ -x "${spec%%:*}/$tool" ] || { echo "$0: no ${spec%%:*}/$tool (build it there)" >&2; exit 2; }
+  done
+done
 work=$PWD/bench/work/peer_ab
 rm -rf "$work" && mkdir -p "$work/src"
 pids=()
